@@ -1,0 +1,1 @@
+//! Benchmarks for xwire: the criterion benches live under benches/.

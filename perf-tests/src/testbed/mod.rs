@@ -1,0 +1,30 @@
+//! Test hosts made of network namespaces, joined by veth pairs, configured over netlink.
+//!
+//! Everything made here has a name unique to the test process (tests run in parallel,
+//! in threads or in processes) and is removed by a guard when it drops, also while a test
+//! panics: [`Netns`] removes its namespace (and with it every interface inside),
+//! [`Veth`] deletes its pair, [`ChildGuard`] kills the process it holds. Namespaces that a
+//! killed test process left behind are swept by the next test process.
+//!
+//! ```no_run
+//! use xwire_perf::testbed::{Netns, Veth};
+//! let a = Netns::new("pod-a")?;
+//! let b = Netns::new("pod-b")?;
+//! let wire = Veth::named(&a, "eth1", &b, "eth1")?;
+//! a.add_address("eth1", "192.0.2.1/30")?;
+//! b.add_address("eth1", "192.0.2.2/30")?;
+//! wire.set_up()?;
+//! let ping = a.exec(std::process::Command::new("ping").args(["-c1", "192.0.2.2"]))?;
+//! assert!(ping.status.success());
+//! # Ok::<(), xwire_perf::testbed::Error>(())
+//! ```
+
+mod error;
+mod link;
+mod names;
+mod netns;
+
+pub use error::Error;
+pub use link::{LinkState, Mac, Veth};
+pub use names::unique_ifname;
+pub use netns::{ChildGuard, Netns};

@@ -1,0 +1,205 @@
+//! A named network namespace, as `ip netns add` makes one (a bind mount under
+//! /run/netns), so that `ip netns exec`, CNI runtimes and people can use it too.
+
+use std::fs::{self, File};
+use std::future::Future;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::sync::Once;
+
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::{setns, unshare, CloneFlags};
+use rtnetlink::Handle;
+
+use super::names::{namespace_name, namespace_owner};
+use super::Error;
+
+const NETNS_DIR: &str = "/run/netns";
+
+/// A network namespace that exists as long as this value does.
+#[derive(Debug)]
+pub struct Netns {
+    name: String,
+    path: PathBuf,
+    fd: File,
+}
+
+impl Netns {
+    /// A new namespace named after `label` and made unique, with `lo` up and IPv6
+    /// disabled, so that a test sees only the frames it sends (no ND or MLD).
+    pub fn new(label: &str) -> Result<Netns, Error> {
+        static SWEEP: Once = Once::new();
+        SWEEP.call_once(sweep_namespaces_of_dead_processes);
+
+        let name = namespace_name(label);
+        let path = Path::new(NETNS_DIR).join(&name);
+        fs::create_dir_all(NETNS_DIR).map_err(|e| Error::io("create /run/netns", e))?;
+        File::create(&path).map_err(|e| Error::io(format!("create {}", path.display()), e))?;
+        // From here on the guard owns the mount point and removes it on any failure.
+        let mounted = std::thread::scope(|s| {
+            s.spawn(|| -> Result<(), Error> {
+                unshare(CloneFlags::CLONE_NEWNET)
+                    .map_err(|e| Error::io("unshare(CLONE_NEWNET)", e))?;
+                mount(
+                    Some("/proc/thread-self/ns/net"),
+                    &path,
+                    None::<&str>,
+                    MsFlags::MS_BIND,
+                    None::<&str>,
+                )
+                .map_err(|e| Error::io(format!("bind mount onto {}", path.display()), e))
+            })
+            .join()
+            .unwrap_or_else(|_| Err(Error::invalid("create namespace", "thread panicked")))
+        });
+        if let Err(e) = mounted {
+            let _ = fs::remove_file(&path);
+            return Err(e);
+        }
+        let fd = match File::open(&path) {
+            Ok(fd) => fd,
+            Err(e) => {
+                remove_namespace(&path);
+                return Err(Error::io(format!("open {}", path.display()), e));
+            }
+        };
+        let ns = Netns { name, path, fd };
+        ns.set_up("lo")?;
+        ns.sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
+        ns.sysctl("net/ipv6/conf/default/disable_ipv6", "1")?;
+        Ok(ns)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `/run/netns/<name>`: what a CNI runtime passes as CNI_NETNS.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` on a thread that has entered this namespace: sockets it opens, and
+    /// processes it starts, belong to the namespace. A panic in `f` is passed on.
+    pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T, Error> {
+        std::thread::scope(|s| {
+            let joined = s
+                .spawn(|| -> Result<T, Error> {
+                    setns(self.fd.as_fd(), CloneFlags::CLONE_NEWNET)
+                        .map_err(|e| Error::io(format!("setns into {}", self.name), e))?;
+                    Ok(f())
+                })
+                .join();
+            match joined {
+                Ok(result) => result,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
+    }
+
+    /// Runs a command inside the namespace to completion and returns its output.
+    pub fn exec(&self, cmd: &mut Command) -> Result<Output, Error> {
+        let what = format!("run {:?} in {}", cmd.get_program(), self.name);
+        self.run(|| cmd.output())?.map_err(|e| Error::io(what, e))
+    }
+
+    /// Starts a command inside the namespace; the process is killed when the guard drops.
+    pub fn spawn(&self, cmd: &mut Command) -> Result<ChildGuard, Error> {
+        let what = format!("start {:?} in {}", cmd.get_program(), self.name);
+        let child = self.run(|| cmd.spawn())?.map_err(|e| Error::io(what, e))?;
+        Ok(ChildGuard(Some(child)))
+    }
+
+    /// Writes a sysctl of this namespace, e.g. `("net/ipv4/ip_forward", "1")`.
+    pub fn sysctl(&self, key: &str, value: &str) -> Result<(), Error> {
+        let path = Path::new("/proc/sys").join(key);
+        let what = format!("write {} in {}", path.display(), self.name);
+        // /proc/sys/net belongs to the netns of the task that opens it.
+        self.run(|| fs::write(&path, value))?
+            .map_err(|e| Error::io(what, e))
+    }
+
+    /// Runs an rtnetlink request from a socket inside this namespace.
+    pub(crate) fn netlink<T, F, Fut>(&self, op: &str, f: F) -> Result<T, Error>
+    where
+        T: Send,
+        F: FnOnce(Handle) -> Fut + Send,
+        Fut: Future<Output = Result<T, rtnetlink::Error>>,
+    {
+        self.run(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build()
+                .map_err(|e| Error::io(format!("{op}: start a runtime"), e))?;
+            runtime.block_on(async {
+                let (connection, handle, _) = rtnetlink::new_connection()
+                    .map_err(|e| Error::io(format!("{op}: open netlink"), e))?;
+                let driver = tokio::spawn(connection);
+                let result = f(handle).await;
+                driver.abort();
+                result.map_err(|e| Error::netlink(op, e))
+            })
+        })?
+    }
+
+    pub(crate) fn fd(&self) -> &File {
+        &self.fd
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        remove_namespace(&self.path);
+    }
+}
+
+/// Unmounts and unlinks a namespace; the kernel frees it, and every interface in it,
+/// once no process or open file refers to it.
+fn remove_namespace(path: &Path) {
+    let _ = umount2(path, MntFlags::MNT_DETACH);
+    let _ = fs::remove_file(path);
+}
+
+/// Namespaces whose test process is gone (killed before its guards could run).
+fn sweep_namespaces_of_dead_processes() {
+    let Ok(entries) = fs::read_dir(NETNS_DIR) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(namespace_owner) else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid.to_string()).exists() {
+            remove_namespace(&entry.path());
+        }
+    }
+}
+
+/// A process started inside a namespace; killed and reaped when dropped.
+#[derive(Debug)]
+pub struct ChildGuard(Option<Child>);
+
+impl ChildGuard {
+    pub fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("the child is held until drop")
+    }
+
+    /// Waits for the process to end by itself and returns its output.
+    pub fn wait_with_output(mut self) -> std::io::Result<Output> {
+        self.0
+            .take()
+            .expect("the child is held until drop")
+            .wait_with_output()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

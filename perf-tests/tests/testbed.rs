@@ -1,0 +1,180 @@
+//! The test bed proves itself on real namespaces and veth pairs (these tests need root).
+
+use std::fs::File;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use xwire_perf::testbed::{Netns, Veth};
+
+fn ping(from: &Netns, to_ip: &str) -> bool {
+    from.exec(Command::new("ping").args(["-c", "1", "-W", "2", to_ip]))
+        .expect("ping runs")
+        .status
+        .success()
+}
+
+/// Whether an interface named `ifname` exists in the namespace open at `fd`.
+fn exists_in(fd: &File, ifname: &str) -> bool {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            nix::sched::setns(fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            std::fs::read_to_string("/proc/thread-self/net/dev")
+                .expect("read net/dev")
+                .lines()
+                .any(|l| l.trim_start().starts_with(&format!("{ifname}:")))
+        })
+        .join()
+        .expect("probe thread")
+    })
+}
+
+fn root_has(ifname: &str) -> bool {
+    std::fs::read_to_string("/proc/1/net/dev")
+        .expect("read root net/dev")
+        .lines()
+        .any(|l| l.trim_start().starts_with(&format!("{ifname}:")))
+}
+
+#[test]
+fn two_namespaces_joined_by_a_veth_can_ping() {
+    let a = Netns::new("ping-a").unwrap();
+    let b = Netns::new("ping-b").unwrap();
+    let wire = Veth::named(&a, "eth1", &b, "eth1").unwrap();
+    a.add_address("eth1", "192.0.2.1/30").unwrap();
+    b.add_address("eth1", "192.0.2.2/30").unwrap();
+    wire.set_up().unwrap();
+    assert!(ping(&a, "192.0.2.2"));
+    assert!(ping(&b, "192.0.2.1"));
+}
+
+#[test]
+fn mac_and_mtu_are_set_and_read_back() {
+    let a = Netns::new("mac-a").unwrap();
+    let b = Netns::new("mac-b").unwrap();
+    let wire = Veth::new(&a, &b).unwrap();
+    let mac = [0x02, 0, 0, 0xab, 0xcd, 0xef];
+    a.set_mac(wire.a_name(), mac).unwrap();
+    wire.set_mtu(9000).unwrap();
+    wire.set_up().unwrap();
+    let state = a.link_state(wire.a_name()).unwrap();
+    assert_eq!((state.mac, state.mtu, state.up), (mac, 9000, true));
+    assert_eq!(b.link_state(wire.b_name()).unwrap().mtu, 9000);
+    assert!(a.link_state("nope0").is_err());
+}
+
+#[test]
+fn an_end_moved_to_a_third_namespace_works_there() {
+    let a = Netns::new("move-a").unwrap();
+    let b = Netns::new("move-b").unwrap();
+    let c = Netns::new("move-c").unwrap();
+    let mut wire = Veth::new(&a, &b).unwrap();
+    wire.move_b(&c).unwrap();
+    assert!(!b.links().unwrap().contains(&wire.b_name().to_owned()));
+    assert!(c.links().unwrap().contains(&wire.b_name().to_owned()));
+    a.add_address(wire.a_name(), "198.51.100.1/24").unwrap();
+    c.add_address(wire.b_name(), "198.51.100.2/24").unwrap();
+    wire.set_up().unwrap();
+    assert!(ping(&a, "198.51.100.2"));
+}
+
+#[test]
+fn commands_and_closures_run_inside_the_namespace() {
+    let a = Netns::new("exec-a").unwrap();
+    let b = Netns::new("exec-b").unwrap();
+    let wire = Veth::new(&a, &b).unwrap();
+    let out = a
+        .exec(Command::new("cat").arg("/proc/self/net/dev"))
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("{}:", wire.a_name())), "{text}");
+    assert!(!text.contains(&format!("{}:", wire.b_name())), "{text}");
+    let seen = a
+        .run(|| std::fs::read_to_string("/proc/thread-self/net/dev").unwrap())
+        .unwrap();
+    assert!(seen.contains(wire.a_name()));
+}
+
+#[test]
+fn a_spawned_process_is_killed_when_its_guard_drops() {
+    let a = Netns::new("spawn").unwrap();
+    let mut child = a.spawn(Command::new("sleep").arg("60")).unwrap();
+    let pid = child.child().id();
+    assert!(PathBuf::from(format!("/proc/{pid}")).exists());
+    drop(child);
+    // Reaped by the guard, so the pid is gone (or reused by an unrelated process).
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    assert!(!cmdline.starts_with(b"sleep"));
+}
+
+#[test]
+fn a_panicking_test_leaves_no_namespace_and_no_interface_behind() {
+    struct Seen {
+        ns_paths: Vec<PathBuf>,
+        ifnames: Vec<String>,
+        ns_fds: Vec<File>,
+    }
+    let seen: Mutex<Option<Seen>> = Mutex::new(None);
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let a = Netns::new("panic-a").unwrap();
+        let b = Netns::new("panic-b").unwrap();
+        let wire = Veth::new(&a, &b).unwrap();
+        let _sleeper = a.spawn(Command::new("sleep").arg("60")).unwrap();
+        *seen.lock().unwrap() = Some(Seen {
+            ns_paths: vec![a.path().to_owned(), b.path().to_owned()],
+            ifnames: vec![wire.a_name().to_owned(), wire.b_name().to_owned()],
+            // Held past the panic so the test can look inside both namespaces afterwards
+            // (they also keep the pair alive, so only the Veth guard can have removed it).
+            ns_fds: vec![File::open(a.path()).unwrap(), File::open(b.path()).unwrap()],
+        });
+        a.run(|| panic!("deliberate panic inside the namespace"))
+            .unwrap();
+    }));
+    assert!(outcome.is_err(), "the closure must have panicked");
+    let seen = seen.into_inner().unwrap().expect("the test bed was built");
+    for path in &seen.ns_paths {
+        assert!(!path.exists(), "{} left behind", path.display());
+    }
+    for name in &seen.ifnames {
+        for fd in &seen.ns_fds {
+            assert!(!exists_in(fd, name), "{name} still in a test namespace");
+        }
+        assert!(!root_has(name), "{name} in the root namespace");
+    }
+}
+
+#[test]
+fn namespaces_made_in_parallel_get_distinct_names() {
+    let names: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| s.spawn(|| Netns::new("par").map(|ns| ns.name().to_owned())))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap())
+            .collect()
+    });
+    let mut unique = names.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), names.len());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while names
+        .iter()
+        .any(|n| PathBuf::from("/run/netns").join(n).exists())
+    {
+        assert!(Instant::now() < deadline, "namespaces not removed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn bad_requests_are_errors_not_panics() {
+    let a = Netns::new("bad").unwrap();
+    assert!(a.set_up("does-not-exist").is_err());
+    assert!(a.add_address("lo", "not-a-cidr").is_err());
+    let err = a.delete_link("does-not-exist").unwrap_err();
+    assert!(err.to_string().contains("does-not-exist"), "{err}");
+}

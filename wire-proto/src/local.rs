@@ -1,0 +1,289 @@
+//! The local API between the CNI plugin and the node daemon, on a Unix stream socket.
+//!
+//! A record is the shared length prefix and a JSON object
+//! `{"version": 1, "id": N, "body": {"type": "...", ...}}`. JSON because what crosses here
+//! is mostly CNI's own JSON (the network configuration with its prevResult), which the
+//! daemon must read with unknown fields intact; the calls are few, so speed does not matter.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::framing::{append_record, split_record};
+use crate::DecodeError;
+
+pub const LOCAL_API_VERSION: u32 = 1;
+/// The largest record body accepted (a network configuration with a large prevResult).
+pub const MAX_LOCAL_BODY: usize = 1 << 20;
+
+/// A pod, as Kubernetes names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// What ADD, DEL and CHECK carry: the CNI environment and the configuration from stdin.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CniCall {
+    /// The cniVersion of the configuration, which is also the version to answer in.
+    pub cni_version: String,
+    pub container_id: String,
+    /// `CNI_NETNS`; empty when the runtime sent none (allowed for DEL).
+    pub netns: String,
+    pub ifname: String,
+    pub pod: PodRef,
+    /// `CNI_ARGS` as key/value pairs, in the order given.
+    pub args: Vec<(String, String)>,
+    /// The network configuration as received, prevResult and runtimeConfig included.
+    pub config: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusCall {
+    pub cni_version: String,
+    pub config: Value,
+}
+
+/// One attachment the runtime still holds (`cni.dev/valid-attachments`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attachment {
+    pub container_id: String,
+    pub ifname: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GcCall {
+    pub cni_version: String,
+    pub config: Value,
+    pub valid_attachments: Vec<Attachment>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Request {
+    Add(CniCall),
+    Del(CniCall),
+    Check(CniCall),
+    Status(StatusCall),
+    Gc(GcCall),
+}
+
+/// An interface the daemon made, in the CNI result's shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CniInterface {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    /// The netns path for an interface inside the pod; absent for a node-side one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
+}
+
+/// An address the daemon set, in the CNI result's shape. `interface` indexes
+/// `AddResult::interfaces`; the plugin shifts it past prevResult's interfaces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CniIp {
+    pub address: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+    pub interface: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddResult {
+    pub interfaces: Vec<CniInterface>,
+    pub ips: Vec<CniIp>,
+}
+
+/// A CNI error for the plugin to print: `code` uses the CNI spec's numbers (and xwire's
+/// own from 100 up).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CniError {
+    pub code: u32,
+    pub msg: String,
+    #[serde(default)]
+    pub details: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Response {
+    /// ADD made these interfaces for the pod.
+    Added(AddResult),
+    /// The pod is in no topology: the plugin passes prevResult through untouched.
+    NotManaged,
+    /// DEL, CHECK, STATUS or GC succeeded.
+    Ok,
+    Error(CniError),
+}
+
+/// The `type` values of `Request`, for telling an unknown type from a malformed one.
+const REQUEST_TYPES: [&str; 5] = ["add", "del", "check", "status", "gc"];
+const RESPONSE_TYPES: [&str; 4] = ["added", "not_managed", "ok", "error"];
+
+#[derive(Serialize)]
+struct EnvelopeOut<'a, T> {
+    version: u32,
+    id: u64,
+    body: &'a T,
+}
+
+/// Appends one length-prefixed message with this build's version.
+pub fn encode<T: Serialize>(id: u64, body: &T, out: &mut Vec<u8>) {
+    let envelope = EnvelopeOut {
+        version: LOCAL_API_VERSION,
+        id,
+        body,
+    };
+    // Request and Response hold only strings, numbers and JSON values: nothing that
+    // serde_json can fail to write into a Vec.
+    append_record(out, |out| serde_json::to_writer(&mut *out, &envelope))
+        .expect("JSON encoding of a local API message cannot fail");
+}
+
+/// Decodes a request body (without its length prefix); the id comes back for the answer.
+pub fn decode_request(body: &[u8]) -> Result<(u64, Request), DecodeError> {
+    decode(body, &REQUEST_TYPES)
+}
+
+pub fn decode_response(body: &[u8]) -> Result<(u64, Response), DecodeError> {
+    decode(body, &RESPONSE_TYPES)
+}
+
+/// Reads the next record body from a receive buffer (see `framing::split_record`).
+pub fn next_record(buf: &[u8]) -> Result<Option<(&[u8], usize)>, DecodeError> {
+    split_record(buf, MAX_LOCAL_BODY)
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(
+    body: &[u8],
+    known_types: &[&str],
+) -> Result<(u64, T), DecodeError> {
+    let malformed = |what: String| DecodeError::Malformed(what);
+    let mut envelope: Value = serde_json::from_slice(body).map_err(|e| malformed(e.to_string()))?;
+    let version = envelope
+        .get("version")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| malformed("no numeric \"version\"".into()))?;
+    if version != u64::from(LOCAL_API_VERSION) {
+        return Err(DecodeError::UnsupportedVersion(
+            u32::try_from(version).unwrap_or(u32::MAX),
+        ));
+    }
+    let id = envelope
+        .get("id")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| malformed("no numeric \"id\"".into()))?;
+    let body = envelope
+        .get_mut("body")
+        .map(Value::take)
+        .ok_or_else(|| malformed("no \"body\"".into()))?;
+    let kind = body
+        .get("type")
+        .and_then(Value::as_str)
+        .ok_or_else(|| malformed("no string \"body.type\"".into()))?;
+    if !known_types.contains(&kind) {
+        return Err(DecodeError::UnknownLocalType {
+            name: kind.to_owned(),
+            id,
+        });
+    }
+    let message = serde_json::from_value(body).map_err(|e| malformed(e.to_string()))?;
+    Ok((id, message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call() -> CniCall {
+        CniCall {
+            cni_version: "1.1.0".into(),
+            container_id: "abc".into(),
+            netns: "/run/netns/x".into(),
+            ifname: "eth0".into(),
+            pod: PodRef {
+                namespace: "lab".into(),
+                name: "r1".into(),
+            },
+            args: vec![("K8S_POD_NAME".into(), "r1".into())],
+            config: json!({"cniVersion": "1.1.0", "name": "net", "type": "xwire", "prevResult": {"interfaces": []}}),
+        }
+    }
+
+    #[test]
+    fn request_and_response_round_trip() {
+        let mut wire = Vec::new();
+        encode(9, &Request::Add(call()), &mut wire);
+        let (body, used) = next_record(&wire).unwrap().unwrap();
+        assert_eq!(used, wire.len());
+        assert_eq!(decode_request(body).unwrap(), (9, Request::Add(call())));
+
+        let resp = Response::Error(CniError {
+            code: 11,
+            msg: "daemon busy".into(),
+            details: String::new(),
+        });
+        let mut wire = Vec::new();
+        encode(9, &resp, &mut wire);
+        assert_eq!(decode_response(&wire[4..]).unwrap(), (9, resp));
+    }
+
+    #[test]
+    fn every_variant_name_is_listed_as_known() {
+        let requests = [
+            Request::Add(call()),
+            Request::Status(StatusCall {
+                cni_version: "1.1.0".into(),
+                config: json!({}),
+            }),
+            Request::Gc(GcCall {
+                cni_version: "1.1.0".into(),
+                config: json!({}),
+                valid_attachments: vec![],
+            }),
+        ];
+        for r in requests {
+            let v = serde_json::to_value(&r).unwrap();
+            assert!(REQUEST_TYPES.contains(&v["type"].as_str().unwrap()));
+        }
+        for r in [Response::NotManaged, Response::Ok] {
+            let v = serde_json::to_value(&r).unwrap();
+            assert!(RESPONSE_TYPES.contains(&v["type"].as_str().unwrap()));
+        }
+    }
+
+    #[test]
+    fn newer_version_and_unknown_type_are_told_apart() {
+        let newer = json!({"version": 2, "id": 1, "body": {"type": "add"}}).to_string();
+        assert_eq!(
+            decode_request(newer.as_bytes()),
+            Err(DecodeError::UnsupportedVersion(2))
+        );
+        let unknown = json!({"version": 1, "id": 4, "body": {"type": "teleport"}}).to_string();
+        assert_eq!(
+            decode_request(unknown.as_bytes()),
+            Err(DecodeError::UnknownLocalType {
+                name: "teleport".into(),
+                id: 4
+            })
+        );
+        let missing = json!({"version": 1, "id": 4, "body": {"type": "add"}}).to_string();
+        assert!(matches!(
+            decode_request(missing.as_bytes()),
+            Err(DecodeError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn unknown_fields_from_a_newer_plugin_are_ignored() {
+        let mut v = json!({"version": 1, "id": 3, "body": serde_json::to_value(Request::Del(call())).unwrap()});
+        v["body"]["future_field"] = json!(true);
+        v["later"] = json!("x");
+        let (id, req) = decode_request(v.to_string().as_bytes()).unwrap();
+        assert_eq!((id, req), (3, Request::Del(call())));
+    }
+}

@@ -1,0 +1,68 @@
+//! `cargo xtask demo` (the main job) and `cargo xtask test` (every check CI runs).
+//! Both install the Debian packages they need first when they run as root, and otherwise
+//! say what to install.
+
+mod libtest;
+mod system;
+
+use std::process::{Command, ExitCode};
+
+use anyhow::{bail, Result};
+
+use libtest::run_tests;
+use system::{ensure_packages, ensure_root, run};
+
+fn main() -> ExitCode {
+    let task = std::env::args().nth(1).unwrap_or_default();
+    let result = match task.as_str() {
+        "demo" => demo(),
+        "test" => test(),
+        _ => {
+            eprintln!("usage: cargo xtask demo | test");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask {task}: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn demo() -> Result<()> {
+    ensure_packages()?;
+    ensure_root("the demo makes network namespaces")?;
+    run(cargo().args(["run", "--quiet", "-p", "xwire-perf", "--example", "demo"]))
+}
+
+fn test() -> Result<()> {
+    ensure_packages()?;
+    ensure_root("the tests make network namespaces and veth pairs")?;
+    run(cargo().args(["fmt", "--all", "--check"]))?;
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    // --all-targets also runs each criterion bench once, as a smoke test; doc tests
+    // need a run of their own.
+    let mut totals = run_tests(cargo().args(["test", "--workspace", "--all-targets"]))?;
+    totals.add(run_tests(cargo().args(["test", "--workspace", "--doc"]))?);
+    println!(
+        "tests: {} passed, {} failed, {} skipped",
+        totals.passed, totals.failed, totals.ignored
+    );
+    if totals.failed > 0 || totals.passed == 0 {
+        bail!("the tests did not pass");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}

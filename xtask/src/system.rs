@@ -1,0 +1,76 @@
+//! Commands, root and Debian packages.
+
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+/// Debian packages the workspace needs to build and test: libbpf/libxdp (built by xsk-rs)
+/// want libelf, zlib, pkg-config, clang and llvm; the tests use iproute2 and ping.
+const PACKAGES: &[&str] = &[
+    "build-essential",
+    "pkg-config",
+    "libelf-dev",
+    "zlib1g-dev",
+    "clang",
+    "llvm",
+    "iproute2",
+    "iputils-ping",
+];
+
+pub fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("+ {cmd:?}");
+    let status = cmd.status().with_context(|| format!("start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed ({status})");
+    }
+    Ok(())
+}
+
+fn is_root() -> bool {
+    // The effective uid, from procfs, to avoid a libc dependency for one call.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|uid| uid == "0"))
+        })
+        .unwrap_or(false)
+}
+
+pub fn ensure_root(why: &str) -> Result<()> {
+    if !is_root() {
+        bail!("run as root: {why}");
+    }
+    Ok(())
+}
+
+fn missing_packages() -> Vec<&'static str> {
+    PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| {
+            let out = Command::new("dpkg-query").args(["-W", "-f=${Status}", p]).output();
+            !matches!(out, Ok(o) if String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        })
+        .collect()
+}
+
+pub fn ensure_packages() -> Result<()> {
+    let missing = missing_packages();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !is_root() {
+        bail!(
+            "missing Debian packages; install them with: sudo apt-get install -y {}",
+            missing.join(" ")
+        );
+    }
+    eprintln!("installing {}", missing.join(" "));
+    run(Command::new("apt-get").args(["update", "-qq"]))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+}
