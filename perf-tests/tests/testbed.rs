@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use xwire_perf::testbed::{Netns, Veth};
+use xwire_perf::testbed::{sweep_stale_namespaces, Netns, Veth};
 
 fn ping(from: &Netns, to_ip: &str) -> bool {
     from.exec(Command::new("ping").args(["-c", "1", "-W", "2", to_ip]))
@@ -177,4 +177,17 @@ fn bad_requests_are_errors_not_panics() {
     assert!(a.add_address("lo", "not-a-cidr").is_err());
     let err = a.delete_link("does-not-exist").unwrap_err();
     assert!(err.to_string().contains("does-not-exist"), "{err}");
+}
+
+#[test]
+fn namespaces_of_dead_test_processes_are_swept() {
+    // No process can have this pid: it is above the kernel's largest pid_max (2^22).
+    let stale = PathBuf::from("/run/netns/xwt-stale-4294967-0");
+    let live = Netns::new("live").unwrap();
+    File::create(&stale).unwrap();
+    sweep_stale_namespaces();
+    let stale_gone = !stale.exists();
+    let _ = std::fs::remove_file(&stale);
+    assert!(stale_gone, "a dead process's namespace was not swept");
+    assert!(live.path().exists(), "a live process's namespace was swept");
 }

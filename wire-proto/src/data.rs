@@ -112,13 +112,22 @@ impl<T: AsRef<[u8]>> Datagram<T> {
         if count == 0 {
             return Err(DecodeError::Empty);
         }
-        let mut rest = &bytes[DATAGRAM_HEADER_LEN..];
+        // Only the lengths are read here; `Frames` reads the rest once the shape is known.
+        let mut offset = DATAGRAM_HEADER_LEN;
         for _ in 0..count {
-            let (_, used) = FrameRepr::parse(rest)?;
-            rest = &rest[used..];
+            let header = bytes
+                .get(offset..offset + RECORD_HEADER_LEN)
+                .ok_or(DecodeError::Truncated)?;
+            let len = usize::from(u16::from_be_bytes([header[8], header[9]]));
+            if len < MIN_FRAME_LEN {
+                return Err(DecodeError::FrameTooShort(len));
+            }
+            offset += RECORD_HEADER_LEN + len;
         }
-        if !rest.is_empty() {
-            return Err(DecodeError::TrailingBytes(rest.len()));
+        match bytes.len().checked_sub(offset) {
+            None => return Err(DecodeError::Truncated),
+            Some(0) => {}
+            Some(extra) => return Err(DecodeError::TrailingBytes(extra)),
         }
         Ok(Datagram { buf })
     }
@@ -149,11 +158,18 @@ impl<'a> Iterator for Frames<'a> {
     type Item = FrameRepr<'a>;
 
     fn next(&mut self) -> Option<FrameRepr<'a>> {
-        // The datagram was validated in `new_checked`, so a parse error cannot occur here;
-        // ending the iteration is the safe answer if it ever did.
-        let (repr, used) = FrameRepr::parse(self.rest).ok()?;
-        self.rest = &self.rest[used..];
-        Some(repr)
+        // The datagram was validated in `new_checked`; should a record still not fit,
+        // ending the iteration is the safe answer.
+        let (header, tail) = self.rest.split_at_checked(RECORD_HEADER_LEN)?;
+        let mut uid = [0u8; 8];
+        uid.copy_from_slice(&header[..8]);
+        let len = usize::from(u16::from_be_bytes([header[8], header[9]]));
+        let (frame, rest) = tail.split_at_checked(len)?;
+        self.rest = rest;
+        Some(FrameRepr {
+            link_uid: u64::from_be_bytes(uid),
+            frame,
+        })
     }
 }
 

@@ -27,4 +27,4 @@ mod netns;
 pub use error::Error;
 pub use link::{LinkState, Mac, Veth};
 pub use names::unique_ifname;
-pub use netns::{ChildGuard, Netns};
+pub use netns::{sweep_stale_namespaces, ChildGuard, Netns};

@@ -30,7 +30,7 @@ impl Netns {
     /// disabled, so that a test sees only the frames it sends (no ND or MLD).
     pub fn new(label: &str) -> Result<Netns, Error> {
         static SWEEP: Once = Once::new();
-        SWEEP.call_once(sweep_namespaces_of_dead_processes);
+        SWEEP.call_once(sweep_stale_namespaces);
 
         let name = namespace_name(label);
         let path = Path::new(NETNS_DIR).join(&name);
@@ -161,8 +161,9 @@ fn remove_namespace(path: &Path) {
     let _ = fs::remove_file(path);
 }
 
-/// Namespaces whose test process is gone (killed before its guards could run).
-fn sweep_namespaces_of_dead_processes() {
+/// Removes the namespaces of test processes that are gone (killed before their guards
+/// could run). The first `Netns::new` of every process calls this.
+pub fn sweep_stale_namespaces() {
     let Ok(entries) = fs::read_dir(NETNS_DIR) else {
         return;
     };
