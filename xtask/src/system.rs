@@ -4,13 +4,16 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-/// Debian packages the workspace needs to build and test: libbpf/libxdp (built by xsk-rs)
-/// want libelf, zlib, pkg-config, clang and llvm; the tests use iproute2 and ping.
+/// Debian packages the workspace needs to build and test: libbpf/libxdp (built from source
+/// by xsk-rs) want m4, libelf, zlib, libpcap, pkg-config, clang and llvm; the tests use
+/// iproute2 and ping.
 const PACKAGES: &[&str] = &[
     "build-essential",
     "pkg-config",
+    "m4",
     "libelf-dev",
     "zlib1g-dev",
+    "libpcap-dev",
     "clang",
     "llvm",
     "iproute2",
