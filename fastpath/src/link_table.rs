@@ -1,0 +1,337 @@
+//! The link table and the forwarding decision: which port a frame leaves by, or why it
+//! is dropped. Plain data, no I/O, so the decision is tested without sockets.
+
+use std::sync::Arc;
+
+use crate::counters::{Direction, DropReason, LinkCounters};
+
+/// A port's index in its worker (`PortId(3)` is the worker's fourth port slot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PortId(pub u16);
+
+/// The shortest frame forwarded: an Ethernet header.
+pub const MIN_FRAME_LEN: usize = 14;
+
+/// Where the frames of one port go.
+#[derive(Debug, Clone)]
+struct Route {
+    out: PortId,
+    direction: Direction,
+    link: usize,
+}
+
+#[derive(Debug)]
+struct Link {
+    uid: u64,
+    ports: [PortId; 2],
+    counters: Arc<LinkCounters>,
+}
+
+/// What to do with one frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Forward {
+        out: PortId,
+        link: usize,
+        direction: Direction,
+    },
+    Drop {
+        reason: DropReason,
+        link: Option<(usize, Direction)>,
+    },
+}
+
+/// Why a link could not be added.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LinkError {
+    #[error("link {0} exists")]
+    DuplicateUid(u64),
+    #[error("port {0:?} is already in link {1}")]
+    PortInUse(PortId, u64),
+    #[error("a link needs two different ports")]
+    SamePort,
+}
+
+/// Links between pairs of ports, and each port's largest frame.
+#[derive(Debug, Default)]
+pub struct LinkTable {
+    routes: Vec<Option<Route>>,
+    max_frame: Vec<usize>,
+    links: Vec<Option<Link>>,
+}
+
+impl LinkTable {
+    /// Records the largest frame `port` can send (its MTU plus the Ethernet header).
+    pub fn set_max_frame(&mut self, port: PortId, max_frame: usize) {
+        let i = usize::from(port.0);
+        if self.max_frame.len() <= i {
+            self.max_frame.resize(i + 1, 0);
+        }
+        self.max_frame[i] = max_frame;
+    }
+
+    /// Joins two ports; frames from each go out of the other.
+    pub fn add_link(
+        &mut self,
+        uid: u64,
+        a: PortId,
+        b: PortId,
+    ) -> Result<Arc<LinkCounters>, LinkError> {
+        if a == b {
+            return Err(LinkError::SamePort);
+        }
+        if self.links.iter().flatten().any(|l| l.uid == uid) {
+            return Err(LinkError::DuplicateUid(uid));
+        }
+        for port in [a, b] {
+            if let Some(route) = self.route(port) {
+                let owner = self.links[route.link].as_ref().map_or(0, |l| l.uid);
+                return Err(LinkError::PortInUse(port, owner));
+            }
+        }
+        let counters = Arc::new(LinkCounters::default());
+        let link = Link {
+            uid,
+            ports: [a, b],
+            counters: Arc::clone(&counters),
+        };
+        let index = match self.links.iter().position(Option::is_none) {
+            Some(free) => {
+                self.links[free] = Some(link);
+                free
+            }
+            None => {
+                self.links.push(Some(link));
+                self.links.len() - 1
+            }
+        };
+        self.set_route(
+            a,
+            Some(Route {
+                out: b,
+                direction: Direction::AToB,
+                link: index,
+            }),
+        );
+        self.set_route(
+            b,
+            Some(Route {
+                out: a,
+                direction: Direction::BToA,
+                link: index,
+            }),
+        );
+        Ok(counters)
+    }
+
+    /// Removes a link; its ports stay, and their frames are dropped as `NoLink`.
+    pub fn remove_link(&mut self, uid: u64) -> bool {
+        let Some(index) = self
+            .links
+            .iter()
+            .position(|l| l.as_ref().is_some_and(|l| l.uid == uid))
+        else {
+            return false;
+        };
+        if let Some(link) = self.links[index].take() {
+            for port in link.ports {
+                self.set_route(port, None);
+            }
+        }
+        true
+    }
+
+    /// Forgets a port: its link, if any, goes too. Returns the removed link's uid.
+    pub fn remove_port(&mut self, port: PortId) -> Option<u64> {
+        let uid = self
+            .route(port)
+            .and_then(|r| self.links[r.link].as_ref())
+            .map(|l| l.uid);
+        if let Some(uid) = uid {
+            self.remove_link(uid);
+        }
+        if let Some(max) = self.max_frame.get_mut(usize::from(port.0)) {
+            *max = 0;
+        }
+        uid
+    }
+
+    /// The forwarding decision for a frame of `len` bytes received on `port`.
+    pub fn decide(&self, port: PortId, len: usize) -> Verdict {
+        let Some(route) = self.route(port) else {
+            return Verdict::Drop {
+                reason: DropReason::NoLink,
+                link: None,
+            };
+        };
+        let on_link = Some((route.link, route.direction));
+        if len < MIN_FRAME_LEN {
+            return Verdict::Drop {
+                reason: DropReason::Runt,
+                link: on_link,
+            };
+        }
+        let max = self
+            .max_frame
+            .get(usize::from(route.out.0))
+            .copied()
+            .unwrap_or(0);
+        if len > max {
+            return Verdict::Drop {
+                reason: DropReason::TooLarge,
+                link: on_link,
+            };
+        }
+        Verdict::Forward {
+            out: route.out,
+            link: route.link,
+            direction: route.direction,
+        }
+    }
+
+    /// The counters of the link at `index` (as given in a `Verdict`).
+    pub fn counters(&self, index: usize) -> Option<&LinkCounters> {
+        self.links.get(index)?.as_ref().map(|l| &*l.counters)
+    }
+
+    fn route(&self, port: PortId) -> Option<&Route> {
+        self.routes.get(usize::from(port.0))?.as_ref()
+    }
+
+    fn set_route(&mut self, port: PortId, route: Option<Route>) {
+        let i = usize::from(port.0);
+        if self.routes.len() <= i {
+            self.routes.resize(i + 1, None);
+        }
+        self.routes[i] = route;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P0: PortId = PortId(0);
+    const P1: PortId = PortId(1);
+    const P2: PortId = PortId(2);
+
+    fn table() -> LinkTable {
+        let mut t = LinkTable::default();
+        for p in [P0, P1, P2] {
+            t.set_max_frame(p, 1514);
+        }
+        t
+    }
+
+    #[test]
+    fn frames_cross_a_link_in_both_directions() {
+        let mut t = table();
+        t.add_link(7, P0, P1).unwrap();
+        assert!(matches!(
+            t.decide(P0, 60),
+            Verdict::Forward {
+                out: P1,
+                direction: Direction::AToB,
+                ..
+            }
+        ));
+        assert!(matches!(
+            t.decide(P1, 1514),
+            Verdict::Forward {
+                out: P0,
+                direction: Direction::BToA,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn drops_carry_their_reason() {
+        let mut t = table();
+        t.add_link(7, P0, P1).unwrap();
+        t.set_max_frame(P1, 1000);
+        assert!(matches!(
+            t.decide(P2, 60),
+            Verdict::Drop {
+                reason: DropReason::NoLink,
+                link: None
+            }
+        ));
+        assert!(matches!(
+            t.decide(P0, 13),
+            Verdict::Drop {
+                reason: DropReason::Runt,
+                link: Some(_)
+            }
+        ));
+        assert!(matches!(
+            t.decide(P0, 1001),
+            Verdict::Drop {
+                reason: DropReason::TooLarge,
+                link: Some(_)
+            }
+        ));
+        assert!(matches!(t.decide(P1, 1001), Verdict::Forward { .. }));
+    }
+
+    #[test]
+    fn removing_a_link_stops_forwarding_and_frees_its_ports() {
+        let mut t = table();
+        t.add_link(7, P0, P1).unwrap();
+        assert!(t.remove_link(7));
+        assert!(!t.remove_link(7));
+        assert!(matches!(
+            t.decide(P0, 60),
+            Verdict::Drop {
+                reason: DropReason::NoLink,
+                ..
+            }
+        ));
+        t.add_link(8, P1, P2).unwrap();
+        assert!(matches!(t.decide(P2, 60), Verdict::Forward { out: P1, .. }));
+    }
+
+    #[test]
+    fn a_port_or_uid_is_used_once() {
+        let mut t = table();
+        t.add_link(7, P0, P1).unwrap();
+        assert_eq!(
+            t.add_link(7, P2, PortId(3)).unwrap_err(),
+            LinkError::DuplicateUid(7)
+        );
+        assert_eq!(
+            t.add_link(9, P1, P2).unwrap_err(),
+            LinkError::PortInUse(P1, 7)
+        );
+        assert_eq!(t.add_link(9, P2, P2).unwrap_err(), LinkError::SamePort);
+    }
+
+    #[test]
+    fn removing_a_port_takes_its_link() {
+        let mut t = table();
+        t.add_link(7, P0, P1).unwrap();
+        assert_eq!(t.remove_port(P0), Some(7));
+        assert!(matches!(
+            t.decide(P1, 60),
+            Verdict::Drop {
+                reason: DropReason::NoLink,
+                ..
+            }
+        ));
+        assert_eq!(t.remove_port(P0), None);
+    }
+
+    #[test]
+    fn counters_stay_with_their_link() {
+        let mut t = table();
+        let c = t.add_link(7, P0, P1).unwrap();
+        let Verdict::Forward {
+            link, direction, ..
+        } = t.decide(P0, 100)
+        else {
+            panic!("forward")
+        };
+        t.counters(link).unwrap().forwarded(direction, 1, 100);
+        assert_eq!(c.snapshot(Direction::AToB).bytes, 100);
+    }
+}
