@@ -2,3 +2,10 @@
 
 pub mod counters;
 pub mod link_table;
+pub mod worker;
+pub mod xdp_port;
+
+pub use counters::{Direction, DropReason, LinkCounters};
+pub use link_table::PortId;
+pub use worker::{PortInfo, Worker, WorkerConfig, WorkerError};
+pub use xdp_port::{PortError, XdpMode};

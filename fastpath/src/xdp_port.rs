@@ -1,0 +1,198 @@
+//! An AF_XDP port: one socket on a node-side veth end, with its RX and TX rings and its
+//! own fill and completion rings, on a UMEM that every port of the worker shares (so a
+//! frame received on one port is sent on another by passing its descriptor: no copy).
+//!
+//! Every `unsafe` call into xsk-rs in the crate is in this file. xsk-rs leaves one thing to
+//! the caller: a descriptor handed to a ring must belong to the ring's UMEM and must not be
+//! in any other ring or in use elsewhere. The worker keeps each descriptor in exactly one
+//! place (its free list, one kernel ring, or one pending batch), which is the contract of
+//! the `unsafe fn`s here.
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+
+use xsk_rs::config::{BindFlags, Interface, SocketConfig, XdpFlags};
+use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, TxQueue, Umem};
+
+/// How the XDP program runs on the interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XdpMode {
+    /// In the driver (veth supports it for MTUs up to about 3.5 KB).
+    Native,
+    /// On the kernel's generic path, after the skb is built: works on any interface.
+    Generic,
+}
+
+impl XdpMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            XdpMode::Native => "native",
+            XdpMode::Generic => "generic",
+        }
+    }
+
+    fn flags(self) -> XdpFlags {
+        match self {
+            XdpMode::Native => XdpFlags::XDP_FLAGS_DRV_MODE,
+            XdpMode::Generic => XdpFlags::XDP_FLAGS_SKB_MODE,
+        }
+    }
+}
+
+/// Why a port could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    #[error("interface name {0:?} is not valid")]
+    BadName(String),
+    #[error("no interface {0} in this network namespace")]
+    NoSuchInterface(String),
+    #[error("{ifname}: AF_XDP socket refused in {mode} mode: {source}")]
+    Socket {
+        ifname: String,
+        mode: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{0}: the UMEM already has rings on this interface (a port opened twice)")]
+    AlreadyOpen(String),
+    #[error("no room for another port (the worker has {0})")]
+    NoRoom(usize),
+}
+
+/// One AF_XDP socket and the frames it holds in kernel rings.
+pub(crate) struct XdpPort {
+    ifname: String,
+    mode: XdpMode,
+    tx: TxQueue,
+    rx: RxQueue,
+    fill: FillQueue,
+    completion: CompQueue,
+    /// Frames in the fill ring, waiting for received data.
+    pub(crate) in_fill: usize,
+    /// Frames in the TX ring, not yet completed.
+    pub(crate) in_tx: usize,
+}
+
+impl XdpPort {
+    /// Opens a port on `ifname` (in the calling thread's network namespace), in `mode` or,
+    /// with `None`, native mode with a fall-back to generic.
+    pub(crate) fn open(
+        umem: &Umem,
+        ifname: &str,
+        mode: Option<XdpMode>,
+    ) -> Result<XdpPort, PortError> {
+        let interface: Interface = ifname
+            .parse()
+            .map_err(|_| PortError::BadName(ifname.into()))?;
+        if nix::net::if_::if_nametoindex(ifname).is_err() {
+            return Err(PortError::NoSuchInterface(ifname.into()));
+        }
+        let modes: &[XdpMode] = match mode {
+            Some(XdpMode::Native) => &[XdpMode::Native],
+            Some(XdpMode::Generic) => &[XdpMode::Generic],
+            None => &[XdpMode::Native, XdpMode::Generic],
+        };
+        let mut last_error = None;
+        for &mode in modes {
+            let config = SocketConfig::builder()
+                .xdp_flags(mode.flags() | XdpFlags::XDP_FLAGS_UPDATE_IF_NOEXIST)
+                .bind_flags(BindFlags::XDP_USE_NEED_WAKEUP)
+                .build();
+            // SAFETY: xsk-rs requires that the UMEM outlive the socket's use of its frames;
+            // the socket keeps a clone of the UMEM, and the worker drops its ports before
+            // its UMEM.
+            match unsafe { xsk_rs::Socket::new(config, umem, &interface, 0) } {
+                Ok((tx, rx, Some((fill, completion)))) => {
+                    return Ok(XdpPort {
+                        ifname: ifname.into(),
+                        mode,
+                        tx,
+                        rx,
+                        fill,
+                        completion,
+                        in_fill: 0,
+                        in_tx: 0,
+                    });
+                }
+                Ok((_, _, None)) => return Err(PortError::AlreadyOpen(ifname.into())),
+                Err(e) => {
+                    let source = std::error::Error::source(&e)
+                        .and_then(|s| s.downcast_ref::<io::Error>())
+                        .map(|s| io::Error::new(s.kind(), s.to_string()))
+                        .unwrap_or_else(|| io::Error::other(e.to_string()));
+                    last_error = Some(PortError::Socket {
+                        ifname: ifname.into(),
+                        mode: mode.name(),
+                        source,
+                    });
+                }
+            }
+        }
+        Err(last_error.expect("at least one mode was tried"))
+    }
+
+    pub(crate) fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    pub(crate) fn mode(&self) -> XdpMode {
+        self.mode
+    }
+
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        self.rx.fd().as_raw_fd()
+    }
+
+    /// Takes up to `into.len()` received frames; returns how many.
+    ///
+    /// # Safety
+    /// `into` must be descriptors the caller owns (they are overwritten).
+    pub(crate) unsafe fn receive(&mut self, into: &mut [FrameDesc]) -> usize {
+        // SAFETY: the caller owns `into`; the ring yields descriptors of this port's UMEM.
+        let n = unsafe { self.rx.consume(into) };
+        self.in_fill -= n;
+        n
+    }
+
+    /// Queues frames for sending; returns how many the TX ring took (a prefix).
+    ///
+    /// # Safety
+    /// Every descriptor must belong to this port's UMEM and be owned by the caller; the
+    /// ones taken pass to the kernel until they come back through `completed`.
+    pub(crate) unsafe fn send(&mut self, frames: &[FrameDesc]) -> usize {
+        // SAFETY: as the caller promises.
+        let n = unsafe { self.tx.produce(frames) };
+        self.in_tx += n;
+        if n > 0 && self.tx.needs_wakeup() {
+            // A failed kick (EAGAIN, ENOBUFS) leaves the frames queued for the next one.
+            let _ = self.tx.wakeup();
+        }
+        n
+    }
+
+    /// Takes back frames the kernel finished sending; returns how many.
+    ///
+    /// # Safety
+    /// As for `receive`.
+    pub(crate) unsafe fn completed(&mut self, into: &mut [FrameDesc]) -> usize {
+        // SAFETY: the caller owns `into`; the ring yields descriptors it was given by `send`.
+        let n = unsafe { self.completion.consume(into) };
+        self.in_tx -= n;
+        n
+    }
+
+    /// Gives frames to the fill ring; returns how many it took (a prefix).
+    ///
+    /// # Safety
+    /// As for `send`.
+    pub(crate) unsafe fn fill(&mut self, frames: &[FrameDesc]) -> usize {
+        // SAFETY: as the caller promises.
+        let n = unsafe { self.fill.produce(frames) };
+        self.in_fill += n;
+        if self.fill.needs_wakeup() {
+            // Non-blocking poll: tells the kernel the fill ring has frames again.
+            let _ = self.fill.wakeup(self.rx.fd_mut(), 0);
+        }
+        n
+    }
+}
