@@ -349,6 +349,7 @@ impl Switch {
             self.flush_to(slot);
         }
         for port in self.ports.iter_mut().flatten() {
+            port.kick();
             loop {
                 // SAFETY: `scratch` holds descriptors this worker owns; completed ones come
                 // back from the kernel and join the free list.

@@ -53,6 +53,8 @@ pub enum PortError {
         #[source]
         source: io::Error,
     },
+    #[error("{0}: another XDP program or AF_XDP socket holds this interface")]
+    Busy(String),
     #[error("{0}: the UMEM already has rings on this interface (a port opened twice)")]
     AlreadyOpen(String),
     #[error("no room for another port (the worker has {0})")]
@@ -120,6 +122,9 @@ impl XdpPort {
                         .and_then(|s| s.downcast_ref::<io::Error>())
                         .map(|s| io::Error::new(s.kind(), s.to_string()))
                         .unwrap_or_else(|| io::Error::other(e.to_string()));
+                    if source.kind() == io::ErrorKind::ResourceBusy {
+                        return Err(PortError::Busy(ifname.into()));
+                    }
                     last_error = Some(PortError::Socket {
                         ifname: ifname.into(),
                         mode: mode.name(),
@@ -163,11 +168,18 @@ impl XdpPort {
         // SAFETY: as the caller promises.
         let n = unsafe { self.tx.produce(frames) };
         self.in_tx += n;
-        if n > 0 && self.tx.needs_wakeup() {
+        self.kick();
+        n
+    }
+
+    /// Asks the kernel to send what waits in the TX ring. In copy mode one kick sends at
+    /// most a small batch (32 frames on Linux 6.x), so the worker kicks again on every
+    /// pass while frames remain.
+    pub(crate) fn kick(&mut self) {
+        if self.in_tx > 0 && self.tx.needs_wakeup() {
             // A failed kick (EAGAIN, ENOBUFS) leaves the frames queued for the next one.
             let _ = self.tx.wakeup();
         }
-        n
     }
 
     /// Takes back frames the kernel finished sending; returns how many.

@@ -1,22 +1,70 @@
 //! The AF_XDP switch with real frames: two pod namespaces, each joined by a veth to a node
 //! namespace where a worker links the two node-side ends (these tests need root).
 
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use xwire_fastpath::{Direction, Worker, WorkerConfig};
-use xwire_perf::testbed::{Netns, Veth};
+use xwire_fastpath::{
+    Direction, LinkCounters, PortError, PortInfo, Worker, WorkerConfig, WorkerError,
+};
+use xwire_perf::testbed::{unique_ifname, Netns, RawSocket, Veth};
 
+/// Two pods, a node, and the node-side ends of the pods' veths.
 struct Bed {
-    node: Netns,
     pod_a: Netns,
     pod_b: Netns,
+    node: Netns,
 }
 
-fn bed(label: &str) -> Bed {
-    Bed {
-        node: Netns::new(&format!("{label}-node")).unwrap(),
-        pod_a: Netns::new(&format!("{label}-a")).unwrap(),
-        pod_b: Netns::new(&format!("{label}-b")).unwrap(),
+impl Bed {
+    fn new(label: &str) -> Bed {
+        Bed {
+            pod_a: Netns::new(&format!("{label}-a")).unwrap(),
+            pod_b: Netns::new(&format!("{label}-b")).unwrap(),
+            node: Netns::new(&format!("{label}-node")).unwrap(),
+        }
+    }
+
+    /// A veth from `pod:eth1` to a uniquely named end in the node, both up, with the
+    /// pod's TX checksum offload off (frames must carry real checksums through a
+    /// userspace switch).
+    fn wire<'a>(&'a self, pod: &'a Netns) -> Veth<'a> {
+        let veth = Veth::named(pod, "eth1", &self.node, &unique_ifname()).unwrap();
+        pod.set_tx_checksum("eth1", false).unwrap();
+        veth.set_up().unwrap();
+        veth
+    }
+
+    fn worker(&self) -> Worker {
+        self.node
+            .run(|| Worker::spawn(WorkerConfig::default()))
+            .unwrap()
+            .unwrap()
+    }
+}
+
+/// A bed whose two pods are linked by the switch as link 1.
+struct Linked<'a> {
+    worker: Worker,
+    ports: [PortInfo; 2],
+    counters: Arc<LinkCounters>,
+    _wires: [Veth<'a>; 2],
+}
+
+fn link(bed: &Bed) -> Linked<'_> {
+    let wires = [bed.wire(&bed.pod_a), bed.wire(&bed.pod_b)];
+    let worker = bed.worker();
+    let pa = worker.add_port(wires[0].b_name(), 1514).unwrap();
+    let pb = worker.add_port(wires[1].b_name(), 1514).unwrap();
+    let counters = worker.add_link(1, pa.id, pb.id).unwrap();
+    Linked {
+        worker,
+        ports: [pa, pb],
+        counters,
+        _wires: wires,
     }
 }
 
@@ -27,47 +75,157 @@ fn ping(from: &Netns, to: &str, count: u32) -> bool {
         .success()
 }
 
+/// A broadcast frame of `len` bytes with an experimental EtherType (the pods' stacks
+/// ignore it), carrying its sender and sequence number.
+fn test_frame(len: usize, sender: u8, seq: u16) -> Vec<u8> {
+    let mut f = vec![0xff; 6];
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0, sender]);
+    f.extend_from_slice(&[0x88, 0xb5]);
+    f.extend_from_slice(&seq.to_be_bytes());
+    f.extend((f.len()..len).map(|i| (i as u8).wrapping_mul(7) ^ sender));
+    f
+}
+
 #[test]
 fn pods_linked_by_the_switch_ping_and_unlinking_stops_it() {
-    let b = bed("xsw");
-    let wire_a = Veth::named(
-        &b.pod_a,
-        "eth1",
-        &b.node,
-        &xwire_perf::testbed::unique_ifname(),
-    )
-    .unwrap();
-    let wire_b = Veth::named(
-        &b.pod_b,
-        "eth1",
-        &b.node,
-        &xwire_perf::testbed::unique_ifname(),
-    )
-    .unwrap();
-    for w in [&wire_a, &wire_b] {
-        w.set_up().unwrap();
-    }
-    b.pod_a.add_address("eth1", "192.0.2.1/30").unwrap();
-    b.pod_b.add_address("eth1", "192.0.2.2/30").unwrap();
+    let bed = Bed::new("xsw-ping");
+    let linked = link(&bed);
+    bed.pod_a.add_address("eth1", "192.0.2.1/30").unwrap();
+    bed.pod_b.add_address("eth1", "192.0.2.2/30").unwrap();
+    assert!(ping(&bed.pod_a, "192.0.2.2", 3), "ping across the switch");
+    let ab = linked.counters.snapshot(Direction::AToB);
+    let ba = linked.counters.snapshot(Direction::BToA);
+    assert!(ab.frames >= 3 && ba.frames >= 3, "{ab:?} {ba:?}");
+    assert!(linked.worker.remove_link(1).unwrap());
+    assert!(
+        !ping(&bed.pod_a, "192.0.2.2", 1),
+        "ping after the link was removed"
+    );
+}
 
-    let worker = b
-        .node
-        .run(|| Worker::spawn(WorkerConfig::default()))
+#[test]
+fn frames_cross_unchanged_and_in_order_both_ways_at_once() {
+    let bed = Bed::new("xsw-frames");
+    let linked = link(&bed);
+    let sizes: Vec<usize> = (60..1514).step_by(7).chain([1514]).collect();
+    let sock_a = RawSocket::open(&bed.pod_a, "eth1").unwrap();
+    let sock_b = RawSocket::open(&bed.pod_b, "eth1").unwrap();
+
+    let send = |sock: &RawSocket, sender: u8| {
+        for (seq, &len) in sizes.iter().enumerate() {
+            sock.send(&test_frame(len, sender, seq as u16)).unwrap();
+            // Paced well below the rings' size, so that nothing is lost before the switch.
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    };
+    let receive = |sock: &RawSocket, sender: u8| {
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while got.len() < sizes.len() && Instant::now() < deadline {
+            if let Some(frame) = sock.recv(Duration::from_millis(200)).unwrap() {
+                if frame.get(11) == Some(&sender) && frame.get(12..14) == Some(&[0x88, 0xb5]) {
+                    got.push(frame);
+                }
+            }
+        }
+        got
+    };
+    let (at_b, at_a) = std::thread::scope(|s| {
+        let rx_b = s.spawn(|| receive(&sock_b, 0xa));
+        let rx_a = s.spawn(|| receive(&sock_a, 0xb));
+        s.spawn(|| send(&sock_a, 0xa));
+        s.spawn(|| send(&sock_b, 0xb));
+        (rx_b.join().unwrap(), rx_a.join().unwrap())
+    });
+    for (got, sender) in [(&at_b, 0xa), (&at_a, 0xb)] {
+        assert_eq!(
+            got.len(),
+            sizes.len(),
+            "frames from {sender:x} that arrived"
+        );
+        for (seq, (frame, &len)) in got.iter().zip(&sizes).enumerate() {
+            assert_eq!(
+                frame,
+                &test_frame(len, sender, seq as u16),
+                "frame {seq} from {sender:x}"
+            );
+        }
+    }
+    let bytes: u64 = sizes.iter().map(|&s| s as u64).sum();
+    for direction in [Direction::AToB, Direction::BToA] {
+        let c = linked.counters.snapshot(direction);
+        assert_eq!(
+            (c.frames, c.bytes, c.total_drops()),
+            (sizes.len() as u64, bytes, 0),
+            "{direction:?}"
+        );
+    }
+}
+
+#[test]
+fn a_tcp_transfer_crosses_the_switch() {
+    const BYTES: usize = 16 << 20;
+    let bed = Bed::new("xsw-tcp");
+    let _linked = link(&bed);
+    bed.pod_a.add_address("eth1", "192.0.2.1/30").unwrap();
+    bed.pod_b.add_address("eth1", "192.0.2.2/30").unwrap();
+    let listener = bed
+        .pod_b
+        .run(|| TcpListener::bind("192.0.2.2:5201"))
         .unwrap()
         .unwrap();
-    let pa = worker.add_port(wire_a.b_name(), 1514).unwrap();
-    let pb = worker.add_port(wire_b.b_name(), 1514).unwrap();
-    eprintln!("ports: {pa:?} {pb:?}");
-    let counters = worker.add_link(1, pa.id, pb.id).unwrap();
-
-    assert!(ping(&b.pod_a, "192.0.2.2", 3), "ping across the switch");
-    let ab = counters.snapshot(Direction::AToB);
-    let ba = counters.snapshot(Direction::BToA);
-    assert!(ab.frames >= 3 && ba.frames >= 3, "{ab:?} {ba:?}");
-
-    assert!(worker.remove_link(1).unwrap());
+    let stream = bed.pod_a.run(|| {
+        TcpStream::connect_timeout(&"192.0.2.2:5201".parse().unwrap(), Duration::from_secs(5))
+    });
+    let mut client = stream.unwrap().unwrap();
+    client
+        .set_write_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let (mut server, _) = listener.accept().unwrap();
+    server
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let data: Vec<u8> = (0..BYTES).map(|i| (i % 251) as u8).collect();
+    let received = std::thread::scope(|s| {
+        let reader = s.spawn(move || {
+            let mut got = Vec::with_capacity(BYTES);
+            server.read_to_end(&mut got).map(|_| got)
+        });
+        client.write_all(&data).unwrap();
+        drop(client);
+        reader.join().unwrap().unwrap()
+    });
     assert!(
-        !ping(&b.pod_a, "192.0.2.2", 1),
-        "ping after the link was removed"
+        received == data,
+        "{} of {BYTES} bytes, content equal: false",
+        received.len()
+    );
+}
+
+#[test]
+fn a_bad_port_is_a_clear_error_and_the_worker_keeps_serving() {
+    let bed = Bed::new("xsw-bad");
+    let linked = link(&bed);
+    bed.pod_a.add_address("eth1", "192.0.2.1/30").unwrap();
+    bed.pod_b.add_address("eth1", "192.0.2.2/30").unwrap();
+
+    let missing = linked.worker.add_port("no-such-if0", 1514).unwrap_err();
+    assert!(
+        matches!(missing, WorkerError::Port(PortError::NoSuchInterface(_))),
+        "{missing}"
+    );
+    assert!(missing.to_string().contains("no-such-if0"), "{missing}");
+
+    // A second worker finds the interface held by the first one's XDP program.
+    let other = bed.worker();
+    let held = other.add_port(&linked.ports[0].ifname, 1514).unwrap_err();
+    assert!(
+        matches!(held, WorkerError::Port(PortError::Busy(ref name)) if *name == linked.ports[0].ifname),
+        "{held}"
+    );
+
+    assert!(
+        ping(&bed.pod_a, "192.0.2.2", 2),
+        "the first worker still forwards"
     );
 }

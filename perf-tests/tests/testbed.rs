@@ -191,3 +191,25 @@ fn namespaces_of_dead_test_processes_are_swept() {
     assert!(stale_gone, "a dead process's namespace was not swept");
     assert!(live.path().exists(), "a live process's namespace was swept");
 }
+
+#[test]
+fn raw_sockets_carry_whole_frames_and_see_only_arrivals() {
+    let a = Netns::new("raw-a").unwrap();
+    let b = Netns::new("raw-b").unwrap();
+    let wire = Veth::new(&a, &b).unwrap();
+    wire.set_up().unwrap();
+    a.set_tx_checksum(wire.a_name(), false).unwrap();
+    assert!(a.set_tx_checksum("nope0", false).is_err());
+    let sa = xwire_perf::testbed::RawSocket::open(&a, wire.a_name()).unwrap();
+    let sb = xwire_perf::testbed::RawSocket::open(&b, wire.b_name()).unwrap();
+    let mut frame = vec![0xff; 6];
+    frame.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x88, 0xb5]);
+    frame.resize(100, 0x5a);
+    sa.send(&frame).unwrap();
+    assert_eq!(sb.recv(Duration::from_secs(2)).unwrap(), Some(frame));
+    assert_eq!(
+        sa.recv(Duration::from_millis(100)).unwrap(),
+        None,
+        "its own frame is not an arrival"
+    );
+}

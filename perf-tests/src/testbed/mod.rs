@@ -23,8 +23,11 @@ mod error;
 mod link;
 mod names;
 mod netns;
+mod offload;
+mod raw;
 
 pub use error::Error;
 pub use link::{LinkState, Mac, Veth};
 pub use names::unique_ifname;
 pub use netns::{sweep_stale_namespaces, ChildGuard, Netns};
+pub use raw::RawSocket;

@@ -1,0 +1,125 @@
+//! A raw AF_PACKET socket bound to one interface of a namespace, for tests that send and
+//! receive whole Ethernet frames.
+
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use super::{Error, Netns};
+
+/// Every protocol: the socket sees all frames on its interface.
+const ETH_P_ALL: u16 = 0x0003;
+
+/// An AF_PACKET socket on one interface; frames go out unchanged and come in whole.
+#[derive(Debug)]
+pub struct RawSocket {
+    socket: Socket,
+}
+
+impl RawSocket {
+    /// Opens a socket on `ifname` in `ns`.
+    pub fn open(ns: &Netns, ifname: &str) -> Result<RawSocket, Error> {
+        let index = ns.ifindex(ifname)?;
+        let op = format!("open a packet socket on {ifname} in {}", ns.name());
+        let socket = ns
+            .run(|| {
+                Socket::new(
+                    Domain::PACKET,
+                    Type::RAW,
+                    Some(Protocol::from(i32::from(ETH_P_ALL.to_be()))),
+                )
+            })?
+            .map_err(|e| Error::io(&op, e))?;
+        socket
+            .bind(&link_address(index))
+            .map_err(|e| Error::io(&op, e))?;
+        ignore_outgoing(&socket).map_err(|e| Error::io(&op, e))?;
+        // Room for a few thousand frames, so that a test's reader that falls behind for a
+        // moment loses nothing.
+        socket
+            .set_recv_buffer_size(8 << 20)
+            .map_err(|e| Error::io(&op, e))?;
+        Ok(RawSocket { socket })
+    }
+
+    /// Sends one frame as it is.
+    pub fn send(&self, frame: &[u8]) -> io::Result<()> {
+        let sent = self.socket.send(frame)?;
+        if sent != frame.len() {
+            return Err(io::Error::other(format!(
+                "sent {sent} of {} bytes",
+                frame.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The next frame that arrived on the interface (frames sent from it are not seen),
+    /// or `None` after `timeout` with nothing.
+    pub fn recv(&self, timeout: Duration) -> io::Result<Option<Vec<u8>>> {
+        self.socket.set_read_timeout(Some(timeout))?;
+        let mut buf = [0u8; 65_536];
+        match (&self.socket).read(&mut buf) {
+            Ok(len) => Ok(Some(buf[..len].to_vec())),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// A `sockaddr_ll` naming interface `index`, for bind().
+fn link_address(index: u32) -> SockAddr {
+    let mut ll: libc::sockaddr_ll = unsafe_zeroed_sockaddr_ll();
+    ll.sll_family = libc::AF_PACKET as u16;
+    ll.sll_protocol = ETH_P_ALL.to_be();
+    ll.sll_ifindex = index as i32;
+    // SAFETY: the storage is zeroed, then the sockaddr_ll is copied into its start; the
+    // length given is that of a sockaddr_ll, which fits in sockaddr_storage.
+    unsafe {
+        let (_, address) = SockAddr::try_init(|storage, len| {
+            std::ptr::copy_nonoverlapping(
+                (&ll as *const libc::sockaddr_ll).cast::<u8>(),
+                storage.cast::<u8>(),
+                std::mem::size_of::<libc::sockaddr_ll>(),
+            );
+            *len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+            Ok(())
+        })
+        .expect("filling a sockaddr cannot fail");
+        address
+    }
+}
+
+fn unsafe_zeroed_sockaddr_ll() -> libc::sockaddr_ll {
+    // SAFETY: sockaddr_ll is plain old data for which all-zero bytes are a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// Leaves out of the socket the frames the interface sends, so that it sees only arrivals.
+fn ignore_outgoing(socket: &Socket) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: a valid socket fd, and an int option value of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_IGNORE_OUTGOING,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
