@@ -12,7 +12,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use xsk_rs::config::{FrameSize, UmemConfig};
 use xsk_rs::{FrameDesc, Umem};
 
-use crate::counters::{Direction, LinkCounters};
+use crate::counters::{Direction, DropReason, LinkCounters};
 use crate::link_table::{LinkError, LinkTable, PortId, Verdict};
 use crate::xdp_port::{PortError, XdpMode, XdpPort};
 
@@ -176,18 +176,25 @@ impl Drop for Worker {
     }
 }
 
-/// A frame on its way out: the descriptor and the link it is counted on.
+/// A descriptor on its way out, the link it is counted on, and whether it is the last
+/// (or only) descriptor of its frame.
 #[derive(Clone, Copy)]
 struct Outgoing {
     desc: FrameDesc,
     link: usize,
     direction: Direction,
+    ends_frame: bool,
 }
+
+/// The longest descriptor chain: a 64 KiB frame in 4 KiB UMEM frames.
+const MAX_CHAIN: usize = 17;
 
 /// The worker thread's state. Field order matters: ports drop before the UMEM.
 struct Switch {
     ports: Vec<Option<XdpPort>>,
     pending: Vec<Vec<Outgoing>>,
+    /// Per port, the descriptors of a frame whose last part has not been received yet.
+    rx_chains: Vec<Vec<FrameDesc>>,
     table: LinkTable,
     free: Vec<FrameDesc>,
     scratch: Vec<FrameDesc>,
@@ -213,6 +220,7 @@ impl Switch {
         Ok(Switch {
             ports: Vec::new(),
             pending: Vec::new(),
+            rx_chains: Vec::new(),
             table: LinkTable::default(),
             free,
             scratch: vec![FrameDesc::default(); config.batch.max(1)],
@@ -307,11 +315,12 @@ impl Switch {
             None if self.ports.len() < config.max_ports => {
                 self.ports.push(None);
                 self.pending.push(Vec::with_capacity(config.batch));
+                self.rx_chains.push(Vec::with_capacity(MAX_CHAIN));
                 self.ports.len() - 1
             }
             None => return Err(PortError::NoRoom(config.max_ports).into()),
         };
-        let port = XdpPort::open(&self.umem, ifname, config.xdp_mode)?;
+        let port = XdpPort::open(&self.umem, ifname, config.xdp_mode, max_frame)?;
         let id = PortId(slot as u16);
         let info = PortInfo {
             id,
@@ -333,6 +342,7 @@ impl Switch {
         for out in self.pending[slot].drain(..) {
             self.free.push(out.desc);
         }
+        self.free.append(&mut self.rx_chains[slot]);
         // Frames still in the closed socket's rings cannot be taken back one by one; they
         // are lost to this UMEM (a bounded leak of at most frames_per_port per removal).
         drop(port);
@@ -371,26 +381,48 @@ impl Switch {
         // SAFETY: `scratch` is the worker's own buffer of descriptors, overwritten here.
         let n = unsafe { port.receive(&mut self.scratch) };
         let in_port = PortId(slot as u16);
-        for desc in &self.scratch[..n] {
-            match self.table.decide(in_port, desc.lengths().data()) {
+        for i in 0..n {
+            let desc = self.scratch[i];
+            let chain = &mut self.rx_chains[slot];
+            chain.push(desc);
+            if desc.has_more_frames() && chain.len() < MAX_CHAIN {
+                continue;
+            }
+            // A whole frame: one descriptor, or a chain of them (jumbo frames).
+            let len: usize = chain.iter().map(|d| d.lengths().data()).sum();
+            let verdict = if desc.has_more_frames() {
+                // Longer than any frame the format allows: drop it whole.
+                Verdict::Drop {
+                    reason: DropReason::TooLarge,
+                    link: None,
+                }
+            } else {
+                self.table.decide(in_port, len)
+            };
+            match verdict {
                 Verdict::Forward {
                     out,
                     link,
                     direction,
                 } => {
-                    self.pending[usize::from(out.0)].push(Outgoing {
-                        desc: *desc,
-                        link,
-                        direction,
-                    });
+                    let last = chain.len() - 1;
+                    let pending = &mut self.pending[usize::from(out.0)];
+                    for (k, desc) in chain.drain(..).enumerate() {
+                        pending.push(Outgoing {
+                            desc,
+                            link,
+                            direction,
+                            ends_frame: k == last,
+                        });
+                    }
                 }
                 Verdict::Drop { reason, link } => {
-                    if let Some((link, direction)) = link {
-                        if let Some(c) = self.table.counters(link) {
-                            c.dropped(direction, reason, 1);
-                        }
+                    if let Some(c) = link.and_then(|(link, direction)| {
+                        self.table.counters(link).map(|c| (c, direction))
+                    }) {
+                        c.0.dropped(c.1, reason, 1);
                     }
-                    self.free.push(*desc);
+                    self.free.append(chain);
                 }
             }
         }
@@ -404,21 +436,32 @@ impl Switch {
         let Some(port) = self.ports[slot].as_mut() else {
             return;
         };
+        let pending = &mut self.pending[slot];
+        // Send only whole frames, as many as the TX ring has room for.
+        let room = port.tx_room(pending.len());
+        let cut = pending[..room]
+            .iter()
+            .rposition(|o| o.ends_frame)
+            .map_or(0, |i| i + 1);
         self.tx_scratch.clear();
         self.tx_scratch
-            .extend(self.pending[slot].iter().map(|o| o.desc));
+            .extend(pending[..cut].iter().map(|o| o.desc));
         // SAFETY: each pending descriptor came from this worker's RX rings and is in no
         // other place; those the TX ring takes pass to the kernel.
         let sent = unsafe { port.send(&self.tx_scratch) };
-        for (i, out) in self.pending[slot].drain(..).enumerate() {
+        for (i, out) in pending.drain(..).enumerate() {
             let Some(counters) = self.table.counters(out.link) else {
-                self.free.push(out.desc);
+                // The link went away since this frame was received.
+                if i >= sent {
+                    self.free.push(out.desc);
+                }
                 continue;
             };
+            let ends = u64::from(out.ends_frame);
             if i < sent {
-                counters.forwarded(out.direction, 1, out.desc.lengths().data() as u64);
+                counters.forwarded(out.direction, ends, out.desc.lengths().data() as u64);
             } else {
-                counters.dropped(out.direction, crate::counters::DropReason::TxFull, 1);
+                counters.dropped(out.direction, DropReason::TxFull, ends);
                 self.free.push(out.desc);
             }
         }

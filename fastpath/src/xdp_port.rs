@@ -39,6 +39,11 @@ impl XdpMode {
     }
 }
 
+/// The largest frame native XDP on a veth takes: a 4 KiB page less XDP's headroom
+/// (258 bytes) and the skb's shared info (320 bytes), as the kernel's veth driver computes
+/// its XDP MTU limit. Larger frames (jumbo MTUs) need generic mode.
+pub const NATIVE_MAX_FRAME: usize = 4096 - 258 - 320;
+
 /// Why a port could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum PortError {
@@ -76,12 +81,15 @@ pub(crate) struct XdpPort {
 }
 
 impl XdpPort {
-    /// Opens a port on `ifname` (in the calling thread's network namespace), in `mode` or,
-    /// with `None`, native mode with a fall-back to generic.
+    /// Opens a port on `ifname` (in the calling thread's network namespace) for frames up
+    /// to `max_frame` bytes, in `mode` or, with `None`, the fastest mode that can carry
+    /// such frames: native (falling back to generic), or generic alone for frames above
+    /// `NATIVE_MAX_FRAME`.
     pub(crate) fn open(
         umem: &Umem,
         ifname: &str,
         mode: Option<XdpMode>,
+        max_frame: usize,
     ) -> Result<XdpPort, PortError> {
         let interface: Interface = ifname
             .parse()
@@ -92,19 +100,26 @@ impl XdpPort {
         let modes: &[XdpMode] = match mode {
             Some(XdpMode::Native) => &[XdpMode::Native],
             Some(XdpMode::Generic) => &[XdpMode::Generic],
+            // Deciding before trying matters: when loading the program fails after the
+            // bind (as native mode does on a veth whose peer's MTU is too large), libxdp
+            // leaves the first socket of a UMEM bound, and every later try gets EBUSY.
+            None if max_frame > NATIVE_MAX_FRAME => &[XdpMode::Generic],
             None => &[XdpMode::Native, XdpMode::Generic],
         };
         let mut last_error = None;
         for &mode in modes {
+            // XDP_USE_SG: a frame larger than one UMEM frame (jumbo MTU) arrives as a chain
+            // of descriptors, and is sent as one.
             let config = SocketConfig::builder()
                 .xdp_flags(mode.flags() | XdpFlags::XDP_FLAGS_UPDATE_IF_NOEXIST)
-                .bind_flags(BindFlags::XDP_USE_NEED_WAKEUP)
+                .bind_flags(BindFlags::XDP_USE_NEED_WAKEUP | BindFlags::XDP_USE_SG)
                 .build();
             // SAFETY: xsk-rs requires that the UMEM outlive the socket's use of its frames;
             // the socket keeps a clone of the UMEM, and the worker drops its ports before
             // its UMEM.
             match unsafe { xsk_rs::Socket::new(config, umem, &interface, 0) } {
                 Ok((tx, rx, Some((fill, completion)))) => {
+                    tracing::info!(ifname, mode = mode.name(), "AF_XDP port open");
                     return Ok(XdpPort {
                         ifname: ifname.into(),
                         mode,
@@ -122,13 +137,15 @@ impl XdpPort {
                         .and_then(|s| s.downcast_ref::<io::Error>())
                         .map(|s| io::Error::new(s.kind(), s.to_string()))
                         .unwrap_or_else(|| io::Error::other(e.to_string()));
-                    if source.kind() == io::ErrorKind::ResourceBusy {
-                        return Err(PortError::Busy(ifname.into()));
-                    }
-                    last_error = Some(PortError::Socket {
-                        ifname: ifname.into(),
-                        mode: mode.name(),
-                        source,
+                    tracing::info!(ifname, mode = mode.name(), error = %source, "AF_XDP socket refused");
+                    last_error = Some(if source.kind() == io::ErrorKind::ResourceBusy {
+                        PortError::Busy(ifname.into())
+                    } else {
+                        PortError::Socket {
+                            ifname: ifname.into(),
+                            mode: mode.name(),
+                            source,
+                        }
                     });
                 }
             }
@@ -159,7 +176,13 @@ impl XdpPort {
         n
     }
 
-    /// Queues frames for sending; returns how many the TX ring took (a prefix).
+    /// Free slots in the TX ring, up to `wanted`.
+    pub(crate) fn tx_room(&mut self, wanted: usize) -> usize {
+        (self.tx.nb_free(wanted as u32) as usize).min(wanted)
+    }
+
+    /// Queues frames for sending; returns how many the TX ring took: all of them, or
+    /// none when it has less room than that (see `tx_room`).
     ///
     /// # Safety
     /// Every descriptor must belong to this port's UMEM and be owned by the caller; the
@@ -193,7 +216,7 @@ impl XdpPort {
         n
     }
 
-    /// Gives frames to the fill ring; returns how many it took (a prefix).
+    /// Gives frames to the fill ring; returns how many it took: all, or none.
     ///
     /// # Safety
     /// As for `send`.
