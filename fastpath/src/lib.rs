@@ -2,10 +2,12 @@
 
 pub mod counters;
 pub mod link_table;
+mod packet_port;
+mod switch;
 pub mod worker;
 pub mod xdp_port;
 
 pub use counters::{Direction, DropReason, LinkCounters};
 pub use link_table::PortId;
-pub use worker::{PortInfo, Worker, WorkerConfig, WorkerError};
+pub use worker::{PortChoice, PortInfo, PortKind, Worker, WorkerConfig, WorkerError};
 pub use xdp_port::{PortError, XdpMode};

@@ -68,7 +68,6 @@ pub enum PortError {
 
 /// One AF_XDP socket and the frames it holds in kernel rings.
 pub(crate) struct XdpPort {
-    ifname: String,
     mode: XdpMode,
     tx: TxQueue,
     rx: RxQueue,
@@ -121,7 +120,6 @@ impl XdpPort {
                 Ok((tx, rx, Some((fill, completion)))) => {
                     tracing::info!(ifname, mode = mode.name(), "AF_XDP port open");
                     return Ok(XdpPort {
-                        ifname: ifname.into(),
                         mode,
                         tx,
                         rx,
@@ -151,10 +149,6 @@ impl XdpPort {
             }
         }
         Err(last_error.expect("at least one mode was tried"))
-    }
-
-    pub(crate) fn ifname(&self) -> &str {
-        &self.ifname
     }
 
     pub(crate) fn mode(&self) -> XdpMode {
@@ -230,4 +224,33 @@ impl XdpPort {
         }
         n
     }
+}
+
+/// Bytes of frame data one UMEM frame holds (4 KiB less XDP's headroom).
+pub(crate) const UMEM_FRAME_DATA: usize = 4096 - 256;
+/// The descriptor option that says "the frame continues in the next descriptor".
+const XDP_PKT_CONTD: u32 = 1;
+
+/// Writes `bytes` (at most `UMEM_FRAME_DATA`) as the data of `desc`, marked as continued
+/// in the next descriptor when `more`.
+///
+/// # Safety
+/// `desc` must be a descriptor of `umem` that the caller owns (not in any ring).
+pub(crate) unsafe fn write_frame(umem: &Umem, desc: &mut FrameDesc, bytes: &[u8], more: bool) {
+    desc.set_options(if more { XDP_PKT_CONTD } else { 0 });
+    // SAFETY: as the caller promises; nothing else reads or writes this frame now.
+    let mut data = unsafe { umem.data_mut(desc) };
+    let mut cursor = data.cursor();
+    cursor.set_pos(0);
+    // The cursor writes into the frame's fixed buffer; `bytes` fits by the contract.
+    let _ = std::io::Write::write_all(&mut cursor, bytes);
+}
+
+/// The data of `desc`.
+///
+/// # Safety
+/// As for `write_frame`; the slice must be dropped before `desc` is handed to a ring.
+pub(crate) unsafe fn frame_data<'a>(umem: &'a Umem, desc: &FrameDesc) -> &'a [u8] {
+    // SAFETY: as the caller promises.
+    unsafe { umem.data(desc) }.contents()
 }

@@ -46,13 +46,13 @@ fn main() -> Result<()> {
     let counters = worker.add_link(LINK_UID, port_a.id, port_b.id)?;
     println!(
         "1. pods {} and {} (eth1, MTU 9000) wired through the AF_XDP switch in {} \
-         (ports {} and {}, {} XDP)",
+         (ports {} and {}, {})",
         pod_a.name(),
         pod_b.name(),
         node.name(),
         port_a.ifname,
         port_b.ifname,
-        port_a.mode.name()
+        port_a.kind.name()
     );
 
     let frames = capture_while(&pod_b, || {

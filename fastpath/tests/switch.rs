@@ -1,5 +1,6 @@
-//! The AF_XDP switch with real frames: two pod namespaces, each joined by a veth to a node
-//! namespace where a worker links the two node-side ends (these tests need root).
+//! The switch with real frames: two pod namespaces, each joined by a veth to a node
+//! namespace where a worker links the two node-side ends through AF_XDP or AF_PACKET
+//! ports, or one of each (these tests need root).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -8,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use xwire_fastpath::{
-    Direction, LinkCounters, PortError, PortInfo, Worker, WorkerConfig, WorkerError,
+    Direction, LinkCounters, PortChoice, PortError, PortInfo, PortKind, Worker, WorkerConfig,
+    WorkerError, XdpMode,
 };
 use xwire_perf::testbed::{unique_ifname, Netns, RawSocket, Veth};
 
@@ -55,18 +57,23 @@ struct Linked<'a> {
 }
 
 fn link(bed: &Bed) -> Linked<'_> {
-    link_with_mtu(bed, 1500)
+    link_with(bed, 1500, [PortChoice::AfXdp; 2])
 }
 
-fn link_with_mtu(bed: &Bed, mtu: u32) -> Linked<'_> {
+/// Links the pods through ports of the given kinds (pod A's first).
+fn link_with(bed: &Bed, mtu: u32, kinds: [PortChoice; 2]) -> Linked<'_> {
     let wires = [bed.wire(&bed.pod_a), bed.wire(&bed.pod_b)];
     for wire in &wires {
         wire.set_mtu(mtu).unwrap();
     }
     let worker = bed.worker();
     let max_frame = mtu as usize + 14;
-    let pa = worker.add_port(wires[0].b_name(), max_frame).unwrap();
-    let pb = worker.add_port(wires[1].b_name(), max_frame).unwrap();
+    let pa = worker
+        .add_port_as(wires[0].b_name(), max_frame, Some(kinds[0]))
+        .unwrap();
+    let pb = worker
+        .add_port_as(wires[1].b_name(), max_frame, Some(kinds[1]))
+        .unwrap();
     let counters = worker.add_link(1, pa.id, pb.id).unwrap();
     Linked {
         worker,
@@ -166,31 +173,61 @@ fn exchange(bed: &Bed, linked: &Linked<'_>, sizes: &[usize]) {
     }
 }
 
-#[test]
-fn frames_cross_unchanged_and_in_order_both_ways_at_once() {
-    let bed = Bed::new("xsw-frames");
-    let linked = link(&bed);
-    let sizes: Vec<usize> = (60..1514).step_by(7).chain([1514]).collect();
-    exchange(&bed, &linked, &sizes);
+fn standard_sizes() -> Vec<usize> {
+    (60..1514).step_by(7).chain([1514]).collect()
 }
 
-#[test]
-fn jumbo_frames_cross_unchanged_as_descriptor_chains() {
-    let bed = Bed::new("xsw-jumbo");
-    let linked = link_with_mtu(&bed, 9000);
-    eprintln!("jumbo ports: {:?}", linked.ports);
-    let sizes: Vec<usize> = (60..=9000)
+fn jumbo_sizes() -> Vec<usize> {
+    (60..=9000)
         .step_by(61)
         .chain([4096, 4097, 8192, 9000, 9014])
-        .collect();
-    exchange(&bed, &linked, &sizes);
+        .collect()
+}
+
+const XDP: [PortChoice; 2] = [PortChoice::AfXdp; 2];
+const PACKET: [PortChoice; 2] = [PortChoice::AfPacket; 2];
+const MIXED: [PortChoice; 2] = [PortChoice::AfXdp, PortChoice::AfPacket];
+
+fn frames_cross(label: &str, mtu: u32, kinds: [PortChoice; 2], sizes: &[usize]) {
+    let bed = Bed::new(label);
+    let linked = link_with(&bed, mtu, kinds);
+    exchange(&bed, &linked, sizes);
 }
 
 #[test]
-fn a_tcp_transfer_crosses_the_switch() {
+fn frames_cross_unchanged_and_in_order_both_ways_at_once_af_xdp() {
+    frames_cross("xsw-fx", 1500, XDP, &standard_sizes());
+}
+
+#[test]
+fn frames_cross_unchanged_and_in_order_both_ways_at_once_af_packet() {
+    frames_cross("xsw-fp", 1500, PACKET, &standard_sizes());
+}
+
+#[test]
+fn frames_cross_between_an_af_xdp_and_an_af_packet_port() {
+    frames_cross("xsw-fm", 1500, MIXED, &standard_sizes());
+}
+
+#[test]
+fn jumbo_frames_cross_unchanged_af_xdp_descriptor_chains() {
+    frames_cross("xsw-jx", 9000, XDP, &jumbo_sizes());
+}
+
+#[test]
+fn jumbo_frames_cross_unchanged_af_packet() {
+    frames_cross("xsw-jp", 9000, PACKET, &jumbo_sizes());
+}
+
+#[test]
+fn jumbo_frames_cross_between_an_af_xdp_and_an_af_packet_port() {
+    frames_cross("xsw-jm", 9000, MIXED, &jumbo_sizes());
+}
+
+fn tcp_transfer(label: &str, kinds: [PortChoice; 2]) {
     const BYTES: usize = 16 << 20;
-    let bed = Bed::new("xsw-tcp");
-    let _linked = link(&bed);
+    let bed = Bed::new(label);
+    let _linked = link_with(&bed, 1500, kinds);
     bed.pod_a.add_address("eth1", "192.0.2.1/30").unwrap();
     bed.pod_b.add_address("eth1", "192.0.2.2/30").unwrap();
     let listener = bed
@@ -223,6 +260,30 @@ fn a_tcp_transfer_crosses_the_switch() {
         received == data,
         "{} of {BYTES} bytes, content equal: false",
         received.len()
+    );
+}
+
+#[test]
+fn a_tcp_transfer_crosses_the_switch_af_xdp() {
+    tcp_transfer("xsw-tx", XDP);
+}
+
+#[test]
+fn a_tcp_transfer_crosses_the_switch_af_packet() {
+    tcp_transfer("xsw-tp", PACKET);
+}
+
+#[test]
+fn auto_chooses_af_xdp_and_reports_the_mode() {
+    let bed = Bed::new("xsw-auto");
+    let wire = bed.wire(&bed.pod_a);
+    let worker = bed.worker();
+    let port = worker.add_port(wire.b_name(), 1514).unwrap();
+    assert_eq!(
+        port.kind,
+        PortKind::AfXdp(XdpMode::Native),
+        "{}",
+        port.kind.name()
     );
 }
 

@@ -1,0 +1,471 @@
+//! The worker thread's state and loop: its ports, their shared UMEM (the frame pool of
+//! every port kind), the link table, and one pass of receive, decide, send, recycle.
+//!
+//! Every frame lives in UMEM frames while it crosses the worker. AF_XDP ports receive into
+//! them and send from them by descriptor; an AF_PACKET port copies into them on receive
+//! and out of them on send. Each descriptor is in exactly one place at a time: the free
+//! list, one kernel ring, one port's partial RX chain, or one pending TX batch.
+
+use std::os::fd::{BorrowedFd, RawFd};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, TryRecvError};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use xsk_rs::config::{FrameSize, UmemConfig};
+use xsk_rs::{FrameDesc, Umem};
+
+use crate::counters::{Direction, DropReason};
+use crate::link_table::{LinkTable, PortId, Verdict};
+use crate::packet_port::PacketPort;
+use crate::worker::{Command, PortChoice, PortInfo, PortKind, WorkerConfig, WorkerError};
+use crate::xdp_port::{frame_data, write_frame, PortError, XdpPort, UMEM_FRAME_DATA};
+
+/// A descriptor on its way out, the link it is counted on, and whether it is the last
+/// (or only) descriptor of its frame.
+#[derive(Clone, Copy)]
+struct Outgoing {
+    desc: FrameDesc,
+    link: usize,
+    direction: Direction,
+    ends_frame: bool,
+}
+
+/// The longest descriptor chain: a 64 KiB frame in 4 KiB UMEM frames.
+const MAX_CHAIN: usize = 17;
+
+/// Idle passes before a non-busy worker sleeps in poll(), and how long it sleeps there
+/// before looking at its command channel again.
+const SPINS_BEFORE_SLEEP: u32 = 1000;
+const SLEEP_MS: u16 = 10;
+
+enum Port {
+    Xdp(XdpPort),
+    Packet(PacketPort),
+}
+
+impl Port {
+    fn raw_fd(&self) -> RawFd {
+        match self {
+            Port::Xdp(p) => p.raw_fd(),
+            Port::Packet(p) => p.raw_fd(),
+        }
+    }
+}
+
+/// The worker thread's state. Field order matters: ports drop before the UMEM.
+pub(crate) struct Switch {
+    ports: Vec<Option<Port>>,
+    pending: Vec<Vec<Outgoing>>,
+    /// Per port, the descriptors of a frame whose last part has not been received yet.
+    rx_chains: Vec<Vec<FrameDesc>>,
+    table: LinkTable,
+    free: Vec<FrameDesc>,
+    scratch: Vec<FrameDesc>,
+    tx_scratch: Vec<FrameDesc>,
+    umem: Umem,
+}
+
+impl Switch {
+    pub(crate) fn new(config: &WorkerConfig) -> Result<Switch, WorkerError> {
+        let start = |e: &dyn std::fmt::Display| WorkerError::Start(e.to_string());
+        let frames = (config.max_ports * config.frames_per_port).max(1) as u32;
+        let umem_config = UmemConfig::builder()
+            .frame_size(FrameSize::new(4096).map_err(|e| start(&e))?)
+            .build()
+            .map_err(|e| start(&e))?;
+        let count = std::num::NonZeroU32::new(frames).expect("at least one frame");
+        let (umem, free) = Umem::new(umem_config, count, false).map_err(|e| start(&e))?;
+        Ok(Switch {
+            ports: Vec::new(),
+            pending: Vec::new(),
+            rx_chains: Vec::new(),
+            table: LinkTable::default(),
+            free,
+            scratch: vec![FrameDesc::default(); config.batch.max(1)],
+            tx_scratch: Vec::with_capacity(config.batch.max(1)),
+            umem,
+        })
+    }
+
+    pub(crate) fn run(mut self, config: &WorkerConfig, inbox: &Receiver<Command>) {
+        let mut idle_spins = 0u32;
+        loop {
+            loop {
+                match inbox.try_recv() {
+                    Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return,
+                    Ok(command) => self.apply(command, config),
+                    Err(TryRecvError::Empty) => break,
+                }
+            }
+            if self.poll_once(config) > 0 {
+                idle_spins = 0;
+                continue;
+            }
+            idle_spins = idle_spins.saturating_add(1);
+            if config.busy_poll || idle_spins < SPINS_BEFORE_SLEEP {
+                std::hint::spin_loop();
+            } else {
+                self.sleep_until_traffic();
+            }
+        }
+    }
+
+    /// Blocks in poll() on every port's socket; a frame wakes the worker at once.
+    fn sleep_until_traffic(&self) {
+        let fds: Vec<RawFd> = self.ports.iter().flatten().map(Port::raw_fd).collect();
+        if fds.is_empty() {
+            std::thread::sleep(Duration::from_millis(u64::from(SLEEP_MS)));
+            return;
+        }
+        // SAFETY: each fd belongs to a port in `self.ports`, open for this whole call.
+        let borrowed: Vec<BorrowedFd<'_>> = fds
+            .iter()
+            .map(|&fd| unsafe { BorrowedFd::borrow_raw(fd) })
+            .collect();
+        let mut poll_fds: Vec<PollFd<'_>> = borrowed
+            .iter()
+            .map(|fd| PollFd::new(*fd, PollFlags::POLLIN))
+            .collect();
+        let _ = poll(&mut poll_fds, PollTimeout::from(SLEEP_MS));
+    }
+
+    fn apply(&mut self, command: Command, config: &WorkerConfig) {
+        match command {
+            Command::AddPort {
+                ifname,
+                max_frame,
+                choice,
+                reply,
+            } => {
+                let choice = choice.unwrap_or(config.ports);
+                let _ = reply.send(self.add_port(&ifname, max_frame, choice, config));
+            }
+            Command::RemovePort { id, reply } => {
+                let _ = reply.send(self.remove_port(id));
+            }
+            Command::AddLink { uid, a, b, reply } => {
+                let missing = [a, b].into_iter().find(|&p| self.port(p).is_none());
+                let result = match missing {
+                    Some(port) => Err(WorkerError::NoSuchPort(port)),
+                    None => self.table.add_link(uid, a, b).map_err(WorkerError::from),
+                };
+                let _ = reply.send(result);
+            }
+            Command::RemoveLink { uid, reply } => {
+                let _ = reply.send(self.table.remove_link(uid));
+            }
+            Command::Stop => {}
+        }
+    }
+
+    fn port(&self, id: PortId) -> Option<&Port> {
+        self.ports.get(usize::from(id.0))?.as_ref()
+    }
+
+    /// Opens the kind of port the configuration asks for; with `Auto`, AF_XDP, or
+    /// AF_PACKET when AF_XDP cannot be had (but not when another program holds the
+    /// interface, which AF_PACKET would not fix).
+    fn open_port(
+        &self,
+        ifname: &str,
+        max_frame: usize,
+        choice: PortChoice,
+        config: &WorkerConfig,
+    ) -> Result<(Port, PortKind), PortError> {
+        let packet = || {
+            PacketPort::open(ifname, max_frame, config.frames_per_port)
+                .map(|p| (Port::Packet(p), PortKind::AfPacket))
+        };
+        match choice {
+            PortChoice::AfPacket => packet(),
+            PortChoice::AfXdp => XdpPort::open(&self.umem, ifname, config.xdp_mode, max_frame)
+                .map(|p| (PortKind::AfXdp(p.mode()), p))
+                .map(|(kind, p)| (Port::Xdp(p), kind)),
+            PortChoice::Auto => match XdpPort::open(&self.umem, ifname, config.xdp_mode, max_frame)
+            {
+                Ok(p) => {
+                    let kind = PortKind::AfXdp(p.mode());
+                    Ok((Port::Xdp(p), kind))
+                }
+                Err(e @ (PortError::Socket { .. } | PortError::AlreadyOpen(_))) => {
+                    tracing::warn!(ifname, reason = %e, "AF_XDP unavailable, using AF_PACKET");
+                    packet()
+                }
+                Err(e) => Err(e),
+            },
+        }
+    }
+
+    fn add_port(
+        &mut self,
+        ifname: &str,
+        max_frame: usize,
+        choice: PortChoice,
+        config: &WorkerConfig,
+    ) -> Result<PortInfo, WorkerError> {
+        let slot = match self.ports.iter().position(Option::is_none) {
+            Some(free) => free,
+            None if self.ports.len() < config.max_ports => {
+                self.ports.push(None);
+                self.pending.push(Vec::with_capacity(config.batch));
+                self.rx_chains.push(Vec::with_capacity(MAX_CHAIN));
+                self.ports.len() - 1
+            }
+            None => return Err(PortError::NoRoom(config.max_ports).into()),
+        };
+        let (port, kind) = self.open_port(ifname, max_frame, choice, config)?;
+        let id = PortId(slot as u16);
+        self.ports[slot] = Some(port);
+        self.table.set_max_frame(id, max_frame);
+        self.refill(config);
+        Ok(PortInfo {
+            id,
+            ifname: ifname.into(),
+            kind,
+        })
+    }
+
+    fn remove_port(&mut self, id: PortId) -> Result<(), WorkerError> {
+        let slot = usize::from(id.0);
+        let Some(port) = self.ports.get_mut(slot).and_then(Option::take) else {
+            return Err(WorkerError::NoSuchPort(id));
+        };
+        self.table.remove_port(id);
+        for out in self.pending[slot].drain(..) {
+            self.free.push(out.desc);
+        }
+        self.free.append(&mut self.rx_chains[slot]);
+        // Frames still in a closed AF_XDP socket's rings cannot be taken back one by one;
+        // they are lost to this UMEM (a bounded leak of at most frames_per_port).
+        drop(port);
+        Ok(())
+    }
+
+    /// One pass over every port; returns the frames moved.
+    fn poll_once(&mut self, config: &WorkerConfig) -> usize {
+        let mut moved = 0;
+        for slot in 0..self.ports.len() {
+            moved += self.receive_from(slot, config.batch);
+        }
+        for slot in 0..self.ports.len() {
+            self.flush_to(slot);
+        }
+        for port in self.ports.iter_mut().flatten() {
+            let Port::Xdp(port) = port else { continue };
+            port.kick();
+            loop {
+                // SAFETY: `scratch` holds descriptors this worker owns; completed ones come
+                // back from the kernel and join the free list.
+                let n = unsafe { port.completed(&mut self.scratch) };
+                self.free.extend_from_slice(&self.scratch[..n]);
+                if n < self.scratch.len() {
+                    break;
+                }
+            }
+        }
+        self.refill(config);
+        moved
+    }
+
+    fn receive_from(&mut self, slot: usize, batch: usize) -> usize {
+        let in_port = PortId(slot as u16);
+        match self.ports[slot].as_mut() {
+            None => 0,
+            Some(Port::Xdp(port)) => {
+                // SAFETY: `scratch` is the worker's own buffer of descriptors, overwritten.
+                let n = unsafe { port.receive(&mut self.scratch) };
+                for i in 0..n {
+                    let desc = self.scratch[i];
+                    self.rx_chains[slot].push(desc);
+                    if desc.has_more_frames() && self.rx_chains[slot].len() < MAX_CHAIN {
+                        continue;
+                    }
+                    // A whole frame: one descriptor, or a chain of them (jumbo frames).
+                    let len: usize = self.rx_chains[slot]
+                        .iter()
+                        .map(|d| d.lengths().data())
+                        .sum();
+                    let verdict = if desc.has_more_frames() {
+                        // Longer than any frame can be: drop it whole.
+                        Verdict::Drop {
+                            reason: DropReason::TooLarge,
+                            link: None,
+                        }
+                    } else {
+                        self.table.decide(in_port, len)
+                    };
+                    let mut chain = std::mem::take(&mut self.rx_chains[slot]);
+                    self.dispatch(verdict, &mut chain);
+                    self.rx_chains[slot] = chain;
+                }
+                n
+            }
+            Some(Port::Packet(port)) => {
+                let (table, free, pending, umem) =
+                    (&self.table, &mut self.free, &mut self.pending, &self.umem);
+                port.receive(batch, |frame, whole| {
+                    let verdict = match table.decide(in_port, frame.len()) {
+                        Verdict::Forward {
+                            link, direction, ..
+                        } if !whole => Verdict::Drop {
+                            reason: DropReason::TooLarge,
+                            link: Some((link, direction)),
+                        },
+                        v => v,
+                    };
+                    let Verdict::Forward {
+                        out,
+                        link,
+                        direction,
+                    } = verdict
+                    else {
+                        count_drop(table, verdict);
+                        return;
+                    };
+                    let parts = frame.len().div_ceil(UMEM_FRAME_DATA);
+                    if free.len() < parts {
+                        count_drop(
+                            table,
+                            Verdict::Drop {
+                                reason: DropReason::NoBuffer,
+                                link: Some((link, direction)),
+                            },
+                        );
+                        return;
+                    }
+                    for (k, bytes) in frame.chunks(UMEM_FRAME_DATA).enumerate() {
+                        let mut desc = free.pop().expect("checked above");
+                        // SAFETY: taken from the free list, so owned by the worker alone.
+                        unsafe { write_frame(umem, &mut desc, bytes, k + 1 < parts) };
+                        pending[usize::from(out.0)].push(Outgoing {
+                            desc,
+                            link,
+                            direction,
+                            ends_frame: k + 1 == parts,
+                        });
+                    }
+                })
+            }
+        }
+    }
+
+    /// Queues a received frame (its descriptors in `chain`) for its port, or drops it.
+    fn dispatch(&mut self, verdict: Verdict, chain: &mut Vec<FrameDesc>) {
+        match verdict {
+            Verdict::Forward {
+                out,
+                link,
+                direction,
+            } => {
+                let last = chain.len() - 1;
+                let pending = &mut self.pending[usize::from(out.0)];
+                for (k, desc) in chain.drain(..).enumerate() {
+                    pending.push(Outgoing {
+                        desc,
+                        link,
+                        direction,
+                        ends_frame: k == last,
+                    });
+                }
+            }
+            Verdict::Drop { .. } => {
+                count_drop(&self.table, verdict);
+                self.free.append(chain);
+            }
+        }
+    }
+
+    fn flush_to(&mut self, slot: usize) {
+        if self.pending[slot].is_empty() {
+            return;
+        }
+        let pending = &mut self.pending[slot];
+        let sent = match self.ports[slot].as_mut() {
+            None => 0,
+            Some(Port::Xdp(port)) => {
+                // Send only whole frames, as many as the TX ring has room for.
+                let room = port.tx_room(pending.len());
+                let cut = pending[..room]
+                    .iter()
+                    .rposition(|o| o.ends_frame)
+                    .map_or(0, |i| i + 1);
+                self.tx_scratch.clear();
+                self.tx_scratch
+                    .extend(pending[..cut].iter().map(|o| o.desc));
+                // SAFETY: each pending descriptor is the worker's alone; those the TX
+                // ring takes pass to the kernel until they complete.
+                unsafe { port.send(&self.tx_scratch) }
+            }
+            Some(Port::Packet(port)) => {
+                // Copied out into the TX ring; the descriptors go back to the free list
+                // below. `sent` counts the descriptors of the frames that fitted.
+                let mut sent = 0;
+                let mut start = 0;
+                for end in 0..pending.len() {
+                    if !pending[end].ends_frame {
+                        continue;
+                    }
+                    let umem = &self.umem;
+                    // SAFETY: pending descriptors are the worker's alone, in no ring.
+                    let parts = pending[start..=end]
+                        .iter()
+                        .map(|o| unsafe { frame_data(umem, &o.desc) });
+                    if port.queue(parts) {
+                        sent = end + 1;
+                    } else {
+                        break;
+                    }
+                    start = end + 1;
+                }
+                port.flush();
+                for out in &pending[..sent] {
+                    self.free.push(out.desc);
+                }
+                sent
+            }
+        };
+        for (i, out) in pending.drain(..).enumerate() {
+            let ends = u64::from(out.ends_frame);
+            match self.table.counters(out.link) {
+                Some(c) if i < sent => {
+                    c.forwarded(out.direction, ends, out.desc.lengths().data() as u64)
+                }
+                Some(c) => c.dropped(out.direction, DropReason::TxFull, ends),
+                // The link went away since this frame was received.
+                None => {}
+            }
+            if i >= sent {
+                self.free.push(out.desc);
+            }
+        }
+    }
+
+    /// Tops up every AF_XDP port's fill ring to half its share of frames.
+    fn refill(&mut self, config: &WorkerConfig) {
+        let target = config.frames_per_port / 2;
+        for port in self.ports.iter_mut().flatten() {
+            let Port::Xdp(port) = port else { continue };
+            let want = target.saturating_sub(port.in_fill).min(self.free.len());
+            if want == 0 {
+                continue;
+            }
+            let from = self.free.len() - want;
+            // SAFETY: the free list holds descriptors of this UMEM that nothing else uses.
+            let given = unsafe { port.fill(&self.free[from..]) };
+            // The ring took all it was offered, or nothing.
+            self.free.drain(from..from + given);
+        }
+    }
+}
+
+fn count_drop(table: &LinkTable, verdict: Verdict) {
+    if let Verdict::Drop {
+        reason,
+        link: Some((link, direction)),
+    } = verdict
+    {
+        if let Some(counters) = table.counters(link) {
+            counters.dropped(direction, reason, 1);
+        }
+    }
+}
