@@ -74,6 +74,15 @@ fn link_with(bed: &Bed, mtu: u32, kinds: [PortChoice; 2]) -> Linked<'_> {
     let pb = worker
         .add_port_as(wires[1].b_name(), max_frame, Some(kinds[1]))
         .unwrap();
+    for (port, choice) in [(&pa, kinds[0]), (&pb, kinds[1])] {
+        let packet = port.kind == PortKind::AfPacket;
+        assert_eq!(
+            packet,
+            choice == PortChoice::AfPacket,
+            "{}",
+            port.kind.name()
+        );
+    }
     let counters = worker.add_link(1, pa.id, pb.id).unwrap();
     Linked {
         worker,
