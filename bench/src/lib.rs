@@ -1,1 +1,5 @@
-//! Benchmarks for xwire: the criterion benches live under benches/.
+//! Benchmarks for xwire: the criterion benches under benches/, and the pieces of
+//! `xwire-pktgen` (its probe frames and its sink's statistics).
+
+pub mod probe;
+pub mod stats;

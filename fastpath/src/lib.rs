@@ -1,6 +1,7 @@
 //! The xwire data plane: ports, pinned poll-mode workers and the link table (see DESIGN.md).
 
 pub mod counters;
+pub mod endpoint;
 pub mod link_table;
 mod packet_port;
 mod switch;
@@ -8,6 +9,7 @@ pub mod worker;
 pub mod xdp_port;
 
 pub use counters::{Direction, DropReason, LinkCounters};
+pub use endpoint::Endpoint;
 pub use link_table::PortId;
 pub use worker::{PortChoice, PortInfo, PortKind, Worker, WorkerConfig, WorkerError};
 pub use xdp_port::{PortError, XdpMode};

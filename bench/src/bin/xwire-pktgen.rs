@@ -1,0 +1,375 @@
+//! xwire-pktgen: a traffic generator and sink over AF_XDP (AF_PACKET as the fall-back).
+//! Every frame carries a sequence number and its send time; the sink reports pps, Gbps,
+//! loss, reordering and latency percentiles.
+//!
+//!   xwire-pktgen run  --tx-netns A --tx-iface eth1 --rx-netns B --rx-iface eth1 --size 64 --seconds 5
+//!   xwire-pktgen send --netns A --iface eth1 --size 1514 --rate 100000 --count 1000000
+//!   xwire-pktgen sink --netns B --iface eth1 --seconds 10 --json
+
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use xwire_bench::probe::{now_ns, read_probe, Probe, MIN_FRAME};
+use xwire_bench::stats::{Report, SinkStats};
+use xwire_fastpath::{Endpoint, PortChoice, XdpMode};
+
+#[derive(Parser)]
+#[command(
+    name = "xwire-pktgen",
+    about = "Traffic generator and sink over AF_XDP / AF_PACKET"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Mode,
+}
+
+#[derive(Subcommand)]
+enum Mode {
+    /// Send from one interface and receive on another, in one process.
+    Run(RunArgs),
+    /// Send only.
+    Send(SendArgs),
+    /// Receive only.
+    Sink(SinkArgs),
+}
+
+#[derive(Args, Clone)]
+struct Port {
+    /// Interface to use.
+    #[arg(long)]
+    iface: String,
+    /// Network namespace (a name under /run/netns, or a path) to open the port in.
+    #[arg(long)]
+    netns: Option<String>,
+}
+
+#[derive(Args, Clone)]
+struct Traffic {
+    /// Frame size in bytes, without FCS (at least 34).
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// Frames per second; 0 sends as fast as possible.
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
+    /// Stop after this many frames.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Stop after this many seconds (default 5 unless --count is given).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Destination MAC (default broadcast).
+    #[arg(long, value_parser = parse_mac, default_value = "ff:ff:ff:ff:ff:ff")]
+    dst_mac: [u8; 6],
+    /// Frames queued per flush.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+}
+
+#[derive(Args, Clone)]
+struct Io {
+    /// Use AF_PACKET instead of AF_XDP.
+    #[arg(long)]
+    af_packet: bool,
+    /// Force generic XDP mode.
+    #[arg(long)]
+    generic: bool,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[arg(long)]
+    tx_iface: String,
+    #[arg(long)]
+    tx_netns: Option<String>,
+    #[arg(long)]
+    rx_iface: String,
+    #[arg(long)]
+    rx_netns: Option<String>,
+    /// Pin the sender to this CPU.
+    #[arg(long)]
+    tx_core: Option<usize>,
+    /// Pin the sink to this CPU.
+    #[arg(long)]
+    rx_core: Option<usize>,
+    #[command(flatten)]
+    traffic: Traffic,
+    #[command(flatten)]
+    io: Io,
+}
+
+#[derive(Args)]
+struct SendArgs {
+    #[command(flatten)]
+    port: Port,
+    #[command(flatten)]
+    traffic: Traffic,
+    #[command(flatten)]
+    io: Io,
+}
+
+#[derive(Args)]
+struct SinkArgs {
+    #[command(flatten)]
+    port: Port,
+    /// Stop after this many seconds.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Stop after this many frames.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Largest frame expected.
+    #[arg(long, default_value_t = 1514)]
+    size: usize,
+    #[command(flatten)]
+    io: Io,
+}
+
+fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let bytes: Vec<u8> = s
+        .split(':')
+        .map(|p| u8::from_str_radix(p, 16).map_err(|e| format!("{s}: {e}")))
+        .collect::<Result<_, _>>()?;
+    bytes.try_into().map_err(|_| format!("{s}: not six bytes"))
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Mode::Run(args) => run(args),
+        Mode::Send(args) => {
+            let sent = on_port(&args.port, None, || {
+                send(&args.port.iface, &args.traffic, &args.io)
+            })?;
+            print(
+                &args.io,
+                &format!("sent {} frames in {:.3} s", sent.frames, sent.seconds),
+                &sent.summary(),
+            )
+        }
+        Mode::Sink(args) => {
+            let stop = AtomicBool::new(false);
+            let got = on_port(&args.port, None, || {
+                sink(
+                    &args.port.iface,
+                    args.size,
+                    &args.io,
+                    args.count,
+                    Duration::from_secs_f64(args.seconds),
+                    &stop,
+                )
+            })?;
+            // Without the sender's count, the highest sequence number seen stands in for it.
+            let offered = got.highest_seq.map_or(0, |s| s + 1);
+            let report = got.stats.report(args.size, offered, got.seconds);
+            print(&args.io, &table(&report), &report)
+        }
+    }
+}
+
+fn run(args: RunArgs) -> Result<()> {
+    let stop = AtomicBool::new(false);
+    let tx_port = Port {
+        iface: args.tx_iface.clone(),
+        netns: args.tx_netns.clone(),
+    };
+    let rx_port = Port {
+        iface: args.rx_iface.clone(),
+        netns: args.rx_netns.clone(),
+    };
+    let (sent, got) = std::thread::scope(|s| {
+        let sink_thread = s.spawn(|| {
+            on_port(&rx_port, args.rx_core, || {
+                sink(
+                    &rx_port.iface,
+                    args.traffic.size,
+                    &args.io,
+                    None,
+                    Duration::from_secs(3600),
+                    &stop,
+                )
+            })
+        });
+        // Give the sink's rings time to fill before the first frame.
+        std::thread::sleep(Duration::from_millis(200));
+        let sent = on_port(&tx_port, args.tx_core, || {
+            send(&tx_port.iface, &args.traffic, &args.io)
+        });
+        // Frames still in flight arrive within this drain time.
+        std::thread::sleep(Duration::from_millis(300));
+        stop.store(true, Ordering::Relaxed);
+        (sent, sink_thread.join().expect("sink thread"))
+    });
+    let (sent, got) = (sent?, got?);
+    let report = got
+        .stats
+        .report(args.traffic.size, sent.frames, sent.seconds);
+    print(&args.io, &table(&report), &report)
+}
+
+/// Runs `f` on a thread inside the port's namespace (and on `core`, if given).
+fn on_port<T: Send>(
+    port: &Port,
+    core: Option<usize>,
+    f: impl FnOnce() -> Result<T> + Send,
+) -> Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            if let Some(ns) = &port.netns {
+                let path = if ns.contains('/') {
+                    ns.clone()
+                } else {
+                    format!("/run/netns/{ns}")
+                };
+                let file = File::open(&path).with_context(|| format!("open {path}"))?;
+                nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+                    .with_context(|| format!("enter {path}"))?;
+            }
+            if let Some(core) = core {
+                core_affinity::set_for_current(core_affinity::CoreId { id: core });
+            }
+            f()
+        })
+        .join()
+        .unwrap_or_else(|_| bail!("worker thread panicked"))
+    })
+}
+
+fn open(iface: &str, max_frame: usize, io: &Io) -> Result<Endpoint> {
+    let choice = if io.af_packet {
+        PortChoice::AfPacket
+    } else {
+        PortChoice::Auto
+    };
+    let mode = io.generic.then_some(XdpMode::Generic);
+    let endpoint = Endpoint::open(iface, max_frame, 2048, choice, mode)
+        .with_context(|| format!("open {iface}"))?;
+    if !io.json {
+        eprintln!("{iface}: {}", endpoint.kind().name());
+    }
+    Ok(endpoint)
+}
+
+struct Sent {
+    frames: u64,
+    seconds: f64,
+}
+
+impl Sent {
+    fn summary(&self) -> serde_json::Value {
+        serde_json::json!({ "sent": self.frames, "seconds": self.seconds, "pps": self.frames as f64 / self.seconds })
+    }
+}
+
+fn send(iface: &str, traffic: &Traffic, io: &Io) -> Result<Sent> {
+    if traffic.size < MIN_FRAME {
+        bail!("--size must be at least {MIN_FRAME}");
+    }
+    let mut endpoint = open(iface, traffic.size, io)?;
+    let mut probe = Probe::new(traffic.size, traffic.dst_mac, [0x02, 0x78, 0x77, 0, 0, 1]);
+    let limit_frames = traffic.count.unwrap_or(u64::MAX);
+    let limit_time =
+        Duration::from_secs_f64(traffic.seconds.unwrap_or(if traffic.count.is_some() {
+            3600.0
+        } else {
+            5.0
+        }));
+    let start = Instant::now();
+    let mut seq = 0u64;
+    while seq < limit_frames && start.elapsed() < limit_time {
+        let allowed = if traffic.rate == 0 {
+            u64::MAX
+        } else {
+            (start.elapsed().as_secs_f64() * traffic.rate as f64) as u64 + 1
+        };
+        let mut queued = 0;
+        while queued < traffic.batch && seq < limit_frames && seq < allowed {
+            if !endpoint.queue(probe.stamp(seq, now_ns())) {
+                break;
+            }
+            seq += 1;
+            queued += 1;
+        }
+        endpoint.flush();
+    }
+    // Let the last frames leave.
+    for _ in 0..100 {
+        endpoint.flush();
+    }
+    Ok(Sent {
+        frames: seq,
+        seconds: start
+            .elapsed()
+            .as_secs_f64()
+            .min(limit_time.as_secs_f64())
+            .max(1e-9),
+    })
+}
+
+struct Got {
+    stats: SinkStats,
+    highest_seq: Option<u64>,
+    seconds: f64,
+}
+
+fn sink(
+    iface: &str,
+    size: usize,
+    io: &Io,
+    count: Option<u64>,
+    limit: Duration,
+    stop: &AtomicBool,
+) -> Result<Got> {
+    let mut endpoint = open(iface, size.max(MIN_FRAME), io)?;
+    let mut stats = SinkStats::default();
+    let mut highest_seq = None;
+    let start = Instant::now();
+    while !stop.load(Ordering::Relaxed)
+        && start.elapsed() < limit
+        && count.is_none_or(|c| stats.frames < c)
+    {
+        endpoint.receive(256, |frame| {
+            if let Some((seq, sent_ns)) = read_probe(frame) {
+                stats.record(frame.len(), seq, sent_ns, now_ns());
+                highest_seq = highest_seq.max(Some(seq));
+            }
+        });
+    }
+    Ok(Got {
+        stats,
+        highest_seq,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+fn table(r: &Report) -> String {
+    format!(
+        "frame {} B  offered {} ({:.0} pps)  delivered {} ({:.0} pps, {:.3} Gbps)  loss {:.4}%  reordered {}\n\
+         latency us: p50 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+        r.frame_bytes,
+        r.offered,
+        r.offered_pps,
+        r.delivered,
+        r.delivered_pps,
+        r.gbps,
+        r.loss_ratio * 100.0,
+        r.reordered,
+        r.p50_us,
+        r.p99_us,
+        r.p999_us,
+        r.max_us
+    )
+}
+
+fn print<T: serde::Serialize>(io: &Io, text: &str, value: &T) -> Result<()> {
+    if io.json {
+        println!("{}", serde_json::to_string(value)?);
+    } else {
+        println!("{text}");
+    }
+    Ok(())
+}
