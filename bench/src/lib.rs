@@ -3,3 +3,4 @@
 
 pub mod probe;
 pub mod stats;
+pub mod traffic;

@@ -8,13 +8,12 @@
 
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use xwire_bench::probe::{now_ns, read_probe, Probe, MIN_FRAME};
-use xwire_bench::stats::{Report, SinkStats};
-use xwire_fastpath::{Endpoint, PortChoice, XdpMode};
+use xwire_bench::stats::Report;
+use xwire_bench::traffic::{self, sink, PortOptions, Sent};
 
 #[derive(Parser)]
 #[command(
@@ -143,12 +142,12 @@ fn main() -> Result<()> {
         Mode::Run(args) => run(args),
         Mode::Send(args) => {
             let sent = on_port(&args.port, None, || {
-                send(&args.port.iface, &args.traffic, &args.io)
+                traffic::send(&args.port.iface, &traffic(&args.traffic), options(&args.io))
             })?;
             print(
                 &args.io,
                 &format!("sent {} frames in {:.3} s", sent.frames, sent.seconds),
-                &sent.summary(),
+                &summary(&sent),
             )
         }
         Mode::Sink(args) => {
@@ -157,7 +156,7 @@ fn main() -> Result<()> {
                 sink(
                     &args.port.iface,
                     args.size,
-                    &args.io,
+                    options(&args.io),
                     args.count,
                     Duration::from_secs_f64(args.seconds),
                     &stop,
@@ -187,7 +186,7 @@ fn run(args: RunArgs) -> Result<()> {
                 sink(
                     &rx_port.iface,
                     args.traffic.size,
-                    &args.io,
+                    options(&args.io),
                     None,
                     Duration::from_secs(3600),
                     &stop,
@@ -197,7 +196,7 @@ fn run(args: RunArgs) -> Result<()> {
         // Give the sink's rings time to fill before the first frame.
         std::thread::sleep(Duration::from_millis(200));
         let sent = on_port(&tx_port, args.tx_core, || {
-            send(&tx_port.iface, &args.traffic, &args.io)
+            traffic::send(&tx_port.iface, &traffic(&args.traffic), options(&args.io))
         });
         // Frames still in flight arrive within this drain time.
         std::thread::sleep(Duration::from_millis(300));
@@ -239,111 +238,28 @@ fn on_port<T: Send>(
     })
 }
 
-fn open(iface: &str, max_frame: usize, io: &Io) -> Result<Endpoint> {
-    let choice = if io.af_packet {
-        PortChoice::AfPacket
-    } else {
-        PortChoice::Auto
-    };
-    let mode = io.generic.then_some(XdpMode::Generic);
-    let endpoint = Endpoint::open(iface, max_frame, 2048, choice, mode)
-        .with_context(|| format!("open {iface}"))?;
-    if !io.json {
-        eprintln!("{iface}: {}", endpoint.kind().name());
-    }
-    Ok(endpoint)
-}
-
-struct Sent {
-    frames: u64,
-    seconds: f64,
-}
-
-impl Sent {
-    fn summary(&self) -> serde_json::Value {
-        serde_json::json!({ "sent": self.frames, "seconds": self.seconds, "pps": self.frames as f64 / self.seconds })
+fn options(io: &Io) -> PortOptions {
+    PortOptions {
+        af_packet: io.af_packet,
+        generic: io.generic,
+        verbose: !io.json,
     }
 }
 
-fn send(iface: &str, traffic: &Traffic, io: &Io) -> Result<Sent> {
-    if traffic.size < MIN_FRAME {
-        bail!("--size must be at least {MIN_FRAME}");
+fn traffic(t: &Traffic) -> traffic::Traffic {
+    let default = if t.count.is_some() { 3600.0 } else { 5.0 };
+    traffic::Traffic {
+        size: t.size,
+        rate: t.rate,
+        count: t.count,
+        duration: Duration::from_secs_f64(t.seconds.unwrap_or(default)),
+        dst_mac: t.dst_mac,
+        batch: t.batch.max(1),
     }
-    let mut endpoint = open(iface, traffic.size, io)?;
-    let mut probe = Probe::new(traffic.size, traffic.dst_mac, [0x02, 0x78, 0x77, 0, 0, 1]);
-    let limit_frames = traffic.count.unwrap_or(u64::MAX);
-    let limit_time =
-        Duration::from_secs_f64(traffic.seconds.unwrap_or(if traffic.count.is_some() {
-            3600.0
-        } else {
-            5.0
-        }));
-    let start = Instant::now();
-    let mut seq = 0u64;
-    while seq < limit_frames && start.elapsed() < limit_time {
-        let allowed = if traffic.rate == 0 {
-            u64::MAX
-        } else {
-            (start.elapsed().as_secs_f64() * traffic.rate as f64) as u64 + 1
-        };
-        let mut queued = 0;
-        while queued < traffic.batch && seq < limit_frames && seq < allowed {
-            if !endpoint.queue(probe.stamp(seq, now_ns())) {
-                break;
-            }
-            seq += 1;
-            queued += 1;
-        }
-        endpoint.flush();
-    }
-    // Let the last frames leave.
-    for _ in 0..100 {
-        endpoint.flush();
-    }
-    Ok(Sent {
-        frames: seq,
-        seconds: start
-            .elapsed()
-            .as_secs_f64()
-            .min(limit_time.as_secs_f64())
-            .max(1e-9),
-    })
 }
 
-struct Got {
-    stats: SinkStats,
-    highest_seq: Option<u64>,
-    seconds: f64,
-}
-
-fn sink(
-    iface: &str,
-    size: usize,
-    io: &Io,
-    count: Option<u64>,
-    limit: Duration,
-    stop: &AtomicBool,
-) -> Result<Got> {
-    let mut endpoint = open(iface, size.max(MIN_FRAME), io)?;
-    let mut stats = SinkStats::default();
-    let mut highest_seq = None;
-    let start = Instant::now();
-    while !stop.load(Ordering::Relaxed)
-        && start.elapsed() < limit
-        && count.is_none_or(|c| stats.frames < c)
-    {
-        endpoint.receive(256, |frame| {
-            if let Some((seq, sent_ns)) = read_probe(frame) {
-                stats.record(frame.len(), seq, sent_ns, now_ns());
-                highest_seq = highest_seq.max(Some(seq));
-            }
-        });
-    }
-    Ok(Got {
-        stats,
-        highest_seq,
-        seconds: start.elapsed().as_secs_f64(),
-    })
+fn summary(sent: &Sent) -> serde_json::Value {
+    serde_json::json!({ "sent": sent.frames, "seconds": sent.seconds, "pps": sent.frames as f64 / sent.seconds })
 }
 
 fn table(r: &Report) -> String {
