@@ -1,4 +1,5 @@
 //! The network-namespace test bed that every xwire crate's tests use (as a
 //! dev-dependency), and, later, the end-to-end perf scenarios of `xwire-perf`.
 
+pub mod local_fwd;
 pub mod testbed;

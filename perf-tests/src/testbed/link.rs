@@ -16,6 +16,17 @@ use super::{Error, Netns};
 /// An Ethernet address.
 pub type Mac = [u8; 6];
 
+/// Packet and byte counters of an interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LinkStats {
+    pub rx_bytes: u64,
+    pub rx_packets: u64,
+    pub rx_dropped: u64,
+    pub tx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_dropped: u64,
+}
+
 /// An interface as the kernel reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkState {
@@ -97,6 +108,62 @@ impl Netns {
         self.netlink(&op, |h| async move {
             let index = index_of(&h, ifname).await?;
             h.address().add(index, addr, prefix).execute().await
+        })
+    }
+
+    /// Makes a Linux bridge named `name` with `ports` attached, everything up.
+    pub fn add_bridge(&self, name: &str, ports: &[&str]) -> Result<(), Error> {
+        let op = format!("add bridge {name} in {}", self.name());
+        self.netlink(&op, |h| async move {
+            h.link()
+                .add(rtnetlink::LinkBridge::new(name).up().build())
+                .execute()
+                .await?;
+            let bridge = index_of(&h, name).await?;
+            for port in ports {
+                let index = index_of(&h, port).await?;
+                h.link()
+                    .set(
+                        LinkUnspec::new_with_index(index)
+                            .controller(bridge)
+                            .up()
+                            .build(),
+                    )
+                    .execute()
+                    .await?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Counters of `ifname` as /proc/net/dev shows them in this namespace.
+    pub fn link_stats(&self, ifname: &str) -> Result<LinkStats, Error> {
+        let op = format!("read counters of {ifname} in {}", self.name());
+        let text = self
+            .run(|| std::fs::read_to_string("/proc/thread-self/net/dev"))?
+            .map_err(|e| Error::io(&op, e))?;
+        let line = text
+            .lines()
+            .find_map(|l| {
+                l.trim_start()
+                    .strip_prefix(&format!("{ifname}:"))
+                    .map(str::to_owned)
+            })
+            .ok_or_else(|| Error::invalid(&op, "no such interface"))?;
+        let n: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        if n.len() < 16 {
+            return Err(Error::invalid(&op, "unexpected /proc/net/dev format"));
+        }
+        Ok(LinkStats {
+            rx_bytes: n[0],
+            rx_packets: n[1],
+            rx_dropped: n[3],
+            tx_bytes: n[8],
+            tx_packets: n[9],
+            tx_dropped: n[11],
         })
     }
 

@@ -27,7 +27,7 @@ mod offload;
 mod raw;
 
 pub use error::Error;
-pub use link::{LinkState, Mac, Veth};
+pub use link::{LinkState, LinkStats, Mac, Veth};
 pub use names::unique_ifname;
 pub use netns::{sweep_stale_namespaces, ChildGuard, Netns};
 pub use raw::RawSocket;
