@@ -5,6 +5,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use xwire_fastpath::{Direction, PortChoice, Worker, WorkerConfig};
 use xwire_perf::local_fwd::{measure, median, Device, Row};
 
 #[derive(Parser)]
@@ -37,16 +38,97 @@ enum Scenario {
         #[arg(long)]
         latency: bool,
     },
+    /// Run the switch as a device under test, linking two interfaces of the current
+    /// network namespace, until killed or for --seconds (used by anchors/xwire-dut.sh, so
+    /// that xwire is measured by the anchors' own generator and counters).
+    Dut {
+        /// The two interfaces to link, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        ports: Vec<String>,
+        /// CPU to pin the worker to.
+        #[arg(long)]
+        core: Option<usize>,
+        /// Keep polling when idle.
+        #[arg(long)]
+        busy_poll: bool,
+        /// Use AF_PACKET ports.
+        #[arg(long)]
+        af_packet: bool,
+        /// Largest frame.
+        #[arg(long, default_value_t = 1514)]
+        max_frame: usize,
+        /// Stop after this many seconds.
+        #[arg(long, default_value_t = 3600.0)]
+        seconds: f64,
+    },
 }
 
 fn main() -> Result<()> {
+    match Cli::parse().scenario {
+        Scenario::Dut {
+            ports,
+            core,
+            busy_poll,
+            af_packet,
+            max_frame,
+            seconds,
+        } => dut(&ports, core, busy_poll, af_packet, max_frame, seconds),
+        scenario => local_fwd(scenario),
+    }
+}
+
+fn dut(
+    ports: &[String],
+    core: Option<usize>,
+    busy_poll: bool,
+    af_packet: bool,
+    max_frame: usize,
+    seconds: f64,
+) -> Result<()> {
+    let [a_name, b_name] = ports else {
+        anyhow::bail!("--ports takes two interfaces, e.g. --ports dut0,dut1");
+    };
+    let choice = if af_packet {
+        PortChoice::AfPacket
+    } else {
+        PortChoice::AfXdp
+    };
+    let worker = Worker::spawn(WorkerConfig {
+        core,
+        busy_poll,
+        ports: choice,
+        ..Default::default()
+    })?;
+    let a = worker.add_port(a_name, max_frame)?;
+    let b = worker.add_port(b_name, max_frame)?;
+    let counters = worker.add_link(1, a.id, b.id)?;
+    eprintln!(
+        "xwire dut: {} ({}) <-> {} ({})",
+        a.ifname,
+        a.kind.name(),
+        b.ifname,
+        b.kind.name()
+    );
+    std::thread::sleep(std::time::Duration::from_secs_f64(seconds));
+    eprintln!(
+        "a->b {:?}\nb->a {:?}",
+        counters.snapshot(Direction::AToB),
+        counters.snapshot(Direction::BToA)
+    );
+    Ok(())
+}
+
+fn local_fwd(scenario: Scenario) -> Result<()> {
     let Scenario::LocalFwd {
         seconds,
         reps,
         sizes,
         json,
         latency,
-    } = Cli::parse().scenario;
+    } = scenario
+    else {
+        unreachable!("called for local-fwd only")
+    };
     let mut rows = Vec::new();
     for &size in &sizes {
         let mut xwire_pps = 0.0;
