@@ -147,14 +147,7 @@ impl Endpoint {
                 let sent = unsafe { port.send(&outgoing[..room]) };
                 outgoing.drain(..sent);
                 port.kick();
-                loop {
-                    // SAFETY: `scratch` is this endpoint's own buffer.
-                    let n = unsafe { port.completed(scratch) };
-                    free.extend_from_slice(&scratch[..n]);
-                    if n < scratch.len() {
-                        break;
-                    }
-                }
+                port.reclaim(scratch, free);
             }
             Io::Packet(port) => port.flush(),
         }

@@ -253,15 +253,7 @@ impl Switch {
         for port in self.ports.iter_mut().flatten() {
             let Port::Xdp(port) = port else { continue };
             port.kick();
-            loop {
-                // SAFETY: `scratch` holds descriptors this worker owns; completed ones come
-                // back from the kernel and join the free list.
-                let n = unsafe { port.completed(&mut self.scratch) };
-                self.free.extend_from_slice(&self.scratch[..n]);
-                if n < self.scratch.len() {
-                    break;
-                }
-            }
+            port.reclaim(&mut self.scratch, &mut self.free);
         }
         self.refill(config);
         moved

@@ -210,6 +210,20 @@ impl XdpPort {
         n
     }
 
+    /// Moves every frame the kernel finished sending to `free`, reading the completion
+    /// ring in batches of `scratch.len()`.
+    pub(crate) fn reclaim(&mut self, scratch: &mut [FrameDesc], free: &mut Vec<FrameDesc>) {
+        loop {
+            // SAFETY: `scratch` is the caller's own buffer, overwritten here; what comes
+            // back are descriptors this port sent, now owned by the caller again.
+            let n = unsafe { self.completed(scratch) };
+            free.extend_from_slice(&scratch[..n]);
+            if n < scratch.len() {
+                break;
+            }
+        }
+    }
+
     /// Gives frames to the fill ring; returns how many it took: all, or none.
     ///
     /// # Safety
