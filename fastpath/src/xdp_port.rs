@@ -175,8 +175,8 @@ impl XdpPort {
         (self.tx.nb_free(wanted as u32) as usize).min(wanted)
     }
 
-    /// Queues frames for sending; returns how many the TX ring took: all of them, or
-    /// none when it has less room than that (see `tx_room`).
+    /// Queues frames for sending (`kick` then asks the kernel to send them); returns how
+    /// many the TX ring took: all of them, or none when it has less room (see `tx_room`).
     ///
     /// # Safety
     /// Every descriptor must belong to this port's UMEM and be owned by the caller; the
@@ -185,7 +185,6 @@ impl XdpPort {
         // SAFETY: as the caller promises.
         let n = unsafe { self.tx.produce(frames) };
         self.in_tx += n;
-        self.kick();
         n
     }
 

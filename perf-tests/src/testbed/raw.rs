@@ -78,7 +78,8 @@ impl RawSocket {
 
 /// A `sockaddr_ll` naming interface `index`, for bind().
 fn link_address(index: u32) -> SockAddr {
-    let mut ll: libc::sockaddr_ll = unsafe_zeroed_sockaddr_ll();
+    // SAFETY: sockaddr_ll is plain old data for which all-zero bytes are a valid value.
+    let mut ll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     ll.sll_family = libc::AF_PACKET as u16;
     ll.sll_protocol = ETH_P_ALL.to_be();
     ll.sll_ifindex = index as i32;
@@ -97,11 +98,6 @@ fn link_address(index: u32) -> SockAddr {
         .expect("filling a sockaddr cannot fail");
         address
     }
-}
-
-fn unsafe_zeroed_sockaddr_ll() -> libc::sockaddr_ll {
-    // SAFETY: sockaddr_ll is plain old data for which all-zero bytes are a valid value.
-    unsafe { std::mem::zeroed() }
 }
 
 /// Leaves out of the socket the frames the interface sends, so that it sees only arrivals.
