@@ -39,14 +39,15 @@ pub struct Sent {
 }
 
 /// What a sink received.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Received {
     pub stats: SinkStats,
     pub highest_seq: Option<u64>,
     pub seconds: f64,
 }
 
-fn open(iface: &str, max_frame: usize, options: PortOptions) -> Result<Endpoint> {
+/// Opens a traffic endpoint on `iface`, in the calling thread's netns.
+pub fn open(iface: &str, max_frame: usize, options: PortOptions) -> Result<Endpoint> {
     let choice = if options.af_packet {
         PortChoice::AfPacket
     } else {
@@ -64,38 +65,18 @@ fn open(iface: &str, max_frame: usize, options: PortOptions) -> Result<Endpoint>
 /// Sends probe frames on `iface` (in the calling thread's netns) until the count or the
 /// duration is reached, paced to the rate if one is given.
 pub fn send(iface: &str, traffic: &Traffic, options: PortOptions) -> Result<Sent> {
-    if traffic.size < MIN_FRAME {
-        bail!("--size must be at least {MIN_FRAME}");
-    }
+    check_size(traffic.size)?;
     let mut endpoint = open(iface, traffic.size, options)?;
-    let mut probe = Probe::new(traffic.size, traffic.dst_mac, [0x02, 0x78, 0x77, 0, 0, 1]);
-    let limit = traffic.count.unwrap_or(u64::MAX);
-    let start = Instant::now();
-    let mut seq = 0u64;
-    while seq < limit && start.elapsed() < traffic.duration {
-        let allowed = match traffic.rate {
-            0 => u64::MAX,
-            rate => (start.elapsed().as_secs_f64() * rate as f64) as u64 + 1,
-        };
-        let mut queued = 0;
-        while queued < traffic.batch && seq < limit && seq < allowed {
-            if !endpoint.queue(probe.stamp(seq, now_ns())) {
-                break;
-            }
-            seq += 1;
-            queued += 1;
-        }
-        endpoint.flush();
+    let mut gen = Generator::new(traffic);
+    while gen.running() {
+        gen.step(&mut endpoint);
     }
-    let seconds = start.elapsed().as_secs_f64().max(1e-9);
+    let sent = gen.sent();
     // Let the last frames leave.
     for _ in 0..100 {
         endpoint.flush();
     }
-    Ok(Sent {
-        frames: seq,
-        seconds,
-    })
+    Ok(sent)
 }
 
 /// Receives probe frames on `iface` until `stop` is set, the count is reached or the
@@ -109,23 +90,153 @@ pub fn sink(
     stop: &AtomicBool,
 ) -> Result<Received> {
     let mut endpoint = open(iface, max_frame.max(MIN_FRAME), options)?;
-    let mut stats = SinkStats::default();
-    let mut highest_seq = None;
+    let mut received = Received::default();
     let start = Instant::now();
     while !stop.load(Ordering::Relaxed)
         && start.elapsed() < limit
-        && count.is_none_or(|c| stats.frames < c)
+        && count.is_none_or(|c| received.stats.frames < c)
     {
-        endpoint.receive(256, |frame| {
+        received.take(&mut endpoint, 256);
+    }
+    received.seconds = start.elapsed().as_secs_f64();
+    Ok(received)
+}
+
+impl Received {
+    /// Takes up to `budget` frames from `endpoint` and records the probes among them.
+    fn take(&mut self, endpoint: &mut Endpoint, budget: usize) -> usize {
+        let Received {
+            stats, highest_seq, ..
+        } = self;
+        endpoint.receive(budget, |frame| {
             if let Some((seq, sent_ns)) = read_probe(frame) {
                 stats.record(frame.len(), seq, sent_ns, now_ns());
-                highest_seq = highest_seq.max(Some(seq));
+                *highest_seq = (*highest_seq).max(Some(seq));
             }
-        });
+        })
     }
-    Ok(Received {
-        stats,
-        highest_seq,
-        seconds: start.elapsed().as_secs_f64(),
-    })
+}
+
+/// Probe frames, numbered and stamped, queued as the rate allows.
+struct Generator<'a> {
+    traffic: &'a Traffic,
+    probe: Probe,
+    limit: u64,
+    start: Instant,
+    seq: u64,
+}
+
+impl<'a> Generator<'a> {
+    fn new(traffic: &'a Traffic) -> Generator<'a> {
+        Generator {
+            traffic,
+            probe: Probe::new(traffic.size, traffic.dst_mac, [0x02, 0x78, 0x77, 0, 0, 1]),
+            limit: traffic.count.unwrap_or(u64::MAX),
+            start: Instant::now(),
+            seq: 0,
+        }
+    }
+
+    fn running(&self) -> bool {
+        self.seq < self.limit && self.start.elapsed() < self.traffic.duration
+    }
+
+    /// Queues the frames that are due (at most a batch) and flushes; returns how many.
+    fn step(&mut self, endpoint: &mut Endpoint) -> usize {
+        let allowed = match self.traffic.rate {
+            0 => u64::MAX,
+            rate => (self.start.elapsed().as_secs_f64() * rate as f64) as u64 + 1,
+        };
+        let mut queued = 0;
+        while queued < self.traffic.batch && self.seq < self.limit && self.seq < allowed {
+            if !endpoint.queue(self.probe.stamp(self.seq, now_ns())) {
+                break;
+            }
+            self.seq += 1;
+            queued += 1;
+        }
+        endpoint.flush();
+        queued
+    }
+
+    fn sent(&self) -> Sent {
+        Sent {
+            frames: self.seq,
+            seconds: self.start.elapsed().as_secs_f64().max(1e-9),
+        }
+    }
+}
+
+fn check_size(size: usize) -> Result<()> {
+    if size < MIN_FRAME {
+        bail!("--size must be at least {MIN_FRAME}");
+    }
+    Ok(())
+}
+
+/// Sends paced traffic from `gen` and receives it on `sink` in one thread, so that on a
+/// machine with few cores the sink does not compete with the generator for a CPU (the
+/// generator waits between batches anyway). Latency is then the device's plus at most one
+/// batch interval of the loop. Needs a rate: at full speed the sink would starve.
+pub fn send_and_sink(
+    gen: &mut Endpoint,
+    sink: &mut Endpoint,
+    traffic: &Traffic,
+    drain: Duration,
+) -> Result<(Sent, Received)> {
+    check_size(traffic.size)?;
+    if traffic.rate == 0 {
+        bail!("one-thread send and sink needs a rate");
+    }
+    let mut received = Received::default();
+    let mut generator = Generator::new(traffic);
+    while generator.running() {
+        let queued = generator.step(gen);
+        if received.take(sink, 256) == 0 && queued == 0 {
+            // Nothing to do this instant: let the kernel's softirq thread, which carries
+            // the generator's frames into the device, have the CPU. Spinning here would
+            // leave it waiting for the end of a scheduler slice (milliseconds).
+            std::thread::yield_now();
+        }
+    }
+    let sent = generator.sent();
+    let drain_start = Instant::now();
+    while received.stats.frames < sent.frames && drain_start.elapsed() < drain {
+        gen.flush();
+        received.take(sink, 256);
+    }
+    received.seconds = generator.start.elapsed().as_secs_f64();
+    Ok((sent, received))
+}
+
+/// The one-way latency of single frames, each sent after `gap` of silence: what a device
+/// that sleeps when idle costs the first frame. `timeout` bounds the wait for each.
+pub fn idle_probes(
+    gen: &mut Endpoint,
+    sink: &mut Endpoint,
+    size: usize,
+    gap: Duration,
+    count: u64,
+    timeout: Duration,
+) -> Result<Received> {
+    check_size(size)?;
+    let mut probe = Probe::new(size, [0xff; 6], [0x02, 0x78, 0x77, 0, 0, 1]);
+    let mut received = Received::default();
+    let start = Instant::now();
+    for seq in 0..count {
+        // Drain anything stray, then stay silent for the gap.
+        received.take(sink, 256);
+        std::thread::sleep(gap);
+        if !gen.queue(probe.stamp(seq, now_ns())) {
+            bail!("no buffer for an idle probe");
+        }
+        gen.flush();
+        let sent_at = Instant::now();
+        while received.stats.frames <= seq && sent_at.elapsed() < timeout {
+            gen.flush();
+            received.take(sink, 1);
+        }
+    }
+    received.seconds = start.elapsed().as_secs_f64();
+    Ok(received)
 }

@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::xdp_port::PortError;
+use crate::xdp_port::{KernelDrops, PortError};
 
 const ETH_P_ALL: u16 = 0x0003;
 /// Where a TX slot's frame starts: the tpacket2 header, aligned (the kernel's
@@ -31,6 +31,8 @@ pub(crate) struct PacketPort {
     rx_next: usize,
     tx_next: usize,
     tx_queued: usize,
+    /// Kernel drops counted so far (see `kernel_drops`).
+    rx_drops: u64,
 }
 
 // SAFETY: the mapping is owned by this value alone (no aliasing handles), and the
@@ -148,6 +150,7 @@ impl PacketPort {
             rx_next: 0,
             tx_next: 0,
             tx_queued: 0,
+            rx_drops: 0,
         };
         // SAFETY: an all-zero sockaddr_ll is valid; the fields bind to this interface.
         let mut address: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
@@ -171,6 +174,34 @@ impl PacketPort {
 
     pub(crate) fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+
+    /// Frames the kernel dropped for want of a free RX slot, since the port opened.
+    /// Reading PACKET_STATISTICS resets the kernel's count, so the total is kept here.
+    pub(crate) fn kernel_drops(&mut self) -> io::Result<KernelDrops> {
+        let mut stats = libc::tpacket_stats {
+            tp_packets: 0,
+            tp_drops: 0,
+        };
+        let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // SAFETY: `stats` and `len` are live locals of the size passed.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut stats as *mut libc::tpacket_stats).cast(),
+                &mut len,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        self.rx_drops += u64::from(stats.tp_drops);
+        Ok(KernelDrops {
+            rx_fill_ring_empty: self.rx_drops,
+            ..KernelDrops::default()
+        })
     }
 
     fn slot(&self, index: usize) -> *mut u8 {

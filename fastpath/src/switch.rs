@@ -103,7 +103,11 @@ impl Switch {
             }
             idle_spins = idle_spins.saturating_add(1);
             if config.busy_poll || idle_spins < SPINS_BEFORE_SLEEP {
-                std::hint::spin_loop();
+                // The kernel work our sends start (the receiving veth's softirq) runs on
+                // this CPU; once it overflows into ksoftirqd, a worker that spins keeps it
+                // waiting for a scheduler slice, which costs milliseconds and drops. An
+                // empty pass hands it the CPU; with nothing else to run this returns at once.
+                std::thread::yield_now();
             } else {
                 self.sleep_until_traffic();
             }
@@ -153,6 +157,20 @@ impl Switch {
             }
             Command::RemoveLink { uid, reply } => {
                 let _ = reply.send(self.table.remove_link(uid));
+            }
+            Command::KernelDrops { id, reply } => {
+                let drops = match self
+                    .ports
+                    .get_mut(usize::from(id.0))
+                    .and_then(Option::as_mut)
+                {
+                    None => Err(WorkerError::NoSuchPort(id)),
+                    Some(Port::Xdp(port)) => port.kernel_drops().map_err(WorkerError::Statistics),
+                    Some(Port::Packet(port)) => {
+                        port.kernel_drops().map_err(WorkerError::Statistics)
+                    }
+                };
+                let _ = reply.send(drops);
             }
             Command::Stop => {}
         }

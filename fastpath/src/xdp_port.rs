@@ -66,6 +66,26 @@ pub enum PortError {
     NoRoom(usize),
 }
 
+/// Frames the kernel dropped at a port before the worker could see them: the drops that
+/// the link counters cannot count, read from the socket's own statistics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelDrops {
+    /// The RX ring was full: the worker fell behind.
+    pub rx_ring_full: u64,
+    /// No buffer in the fill ring (AF_XDP) or a full RX ring (AF_PACKET).
+    pub rx_fill_ring_empty: u64,
+    /// Other receive drops.
+    pub rx_other: u64,
+    /// Descriptors the kernel refused to send.
+    pub tx_invalid: u64,
+}
+
+impl KernelDrops {
+    pub fn total(&self) -> u64 {
+        self.rx_ring_full + self.rx_fill_ring_empty + self.rx_other + self.tx_invalid
+    }
+}
+
 /// One AF_XDP socket and the frames it holds in kernel rings.
 pub(crate) struct XdpPort {
     mode: XdpMode,
@@ -157,6 +177,21 @@ impl XdpPort {
 
     pub(crate) fn raw_fd(&self) -> RawFd {
         self.rx.fd().as_raw_fd()
+    }
+
+    /// What the kernel dropped on its way into this socket, since it opened.
+    pub(crate) fn kernel_drops(&self) -> io::Result<KernelDrops> {
+        let stats = self.rx.fd().xdp_statistics()?;
+        Ok(KernelDrops {
+            rx_ring_full: stats.rx_ring_full(),
+            rx_fill_ring_empty: stats.rx_fill_ring_empty_descs(),
+            // The kernel counts a missing fill buffer in rx_dropped as well.
+            rx_other: stats
+                .rx_dropped()
+                .saturating_sub(stats.rx_fill_ring_empty_descs())
+                + stats.rx_invalid_descs(),
+            tx_invalid: stats.tx_invalid_descs(),
+        })
     }
 
     /// Takes up to `into.len()` received frames; returns how many.

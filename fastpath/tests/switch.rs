@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use xwire_fastpath::{
-    Direction, LinkCounters, PortChoice, PortError, PortInfo, PortKind, Worker, WorkerConfig,
-    WorkerError, XdpMode,
+    Direction, LinkCounters, PortChoice, PortError, PortId, PortInfo, PortKind, Worker,
+    WorkerConfig, WorkerError, XdpMode,
 };
 use xwire_perf::testbed::{unique_ifname, Netns, RawSocket, Veth};
 
@@ -180,6 +180,10 @@ fn exchange(bed: &Bed, linked: &Linked<'_>, sizes: &[usize]) {
             "{direction:?}"
         );
     }
+    for port in &linked.ports {
+        let drops = linked.worker.kernel_drops(port.id).unwrap();
+        assert_eq!(drops.total(), 0, "{}: {drops:?}", port.ifname);
+    }
 }
 
 fn standard_sizes() -> Vec<usize> {
@@ -321,5 +325,10 @@ fn a_bad_port_is_a_clear_error_and_the_worker_keeps_serving() {
     assert!(
         ping(&bed.pod_a, "192.0.2.2", 2),
         "the first worker still forwards"
+    );
+    let unknown = linked.worker.kernel_drops(PortId(99)).unwrap_err();
+    assert!(
+        matches!(unknown, WorkerError::NoSuchPort(PortId(99))),
+        "{unknown}"
     );
 }

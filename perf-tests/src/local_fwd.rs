@@ -1,45 +1,32 @@
-//! `xwire-perf local-fwd`: gen-ns -> device -> sink-ns, with the device being a direct
-//! veth pair (the ceiling), a Linux bridge, or the xwire switch, all measured in one run
-//! with the same generator (xwire-pktgen's, on AF_XDP, CPU 0) and the device on CPU 1.
+//! `xwire-perf local-fwd`: gen-ns -> device -> sink-ns on one node, the device being a
+//! direct veth pair (the ceiling), the Linux bridge, DPDK testpmd, Open vSwitch's AF_XDP
+//! datapath, or xwire's switch, all measured in one run with the same generator
+//! (xwire-pktgen's, on AF_XDP, CPU 0) and the device on CPU 1.
 //!
-//! As in the anchor scripts, delivered frames are the sink interface's rx_packets (the
-//! sink's stack drops them), so no user-space sink competes for a CPU. With `--latency`,
-//! a second pass at half of xwire's delivered rate adds a pktgen sink; on a 2-core machine
-//! it shares CPU 0 with the generator, so its figures include that queueing (work to do:
-//! a sink that does not compete, such as reading the stamps in the device's own worker).
+//! Three measurements:
+//! - peak: full speed; delivered frames are the sink interface's rx_packets (the sink's
+//!   stack drops them), so no user-space sink competes for a CPU, as in the anchors;
+//! - paced: a given rate, with the generator and an AF_XDP sink in one thread on CPU 0
+//!   (the generator waits between batches, so the sink costs it nothing), for latency;
+//! - idle: the device's CPU with no traffic, then single frames each after a silence,
+//!   for the latency of the first frame after idleness.
 
-use std::sync::atomic::AtomicBool;
+mod devices;
+
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use serde::Serialize;
 use xwire_bench::traffic::{self, PortOptions, Traffic};
-use xwire_fastpath::{PortChoice, Worker, WorkerConfig};
 
-use crate::testbed::{Netns, Veth};
+pub use devices::Device;
+
+use crate::testbed::{Netns, RawSocket, Veth};
 
 const GEN_CPU: usize = 0;
 const DUT_CPU: usize = 1;
 
-/// The device under test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Device {
-    Direct,
-    Bridge,
-    Xwire,
-}
-
-impl Device {
-    pub fn name(self) -> &'static str {
-        match self {
-            Device::Direct => "direct-veth",
-            Device::Bridge => "linux-bridge",
-            Device::Xwire => "xwire",
-        }
-    }
-}
-
-/// One measurement, in the fields the issue names.
+/// One throughput or latency measurement, in the fields the issue names.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
     pub name: String,
@@ -53,11 +40,113 @@ pub struct Row {
     pub cpu_cores: f64,
 }
 
-/// The namespaces of one measurement; the generator's and the sink's interfaces.
-struct Bed {
+/// An idle device: what it burns, and what the first frame after a silence waits.
+#[derive(Debug, Clone, Serialize)]
+pub struct IdleRow {
+    pub name: String,
+    pub idle_cpu_cores: f64,
+    pub silence_ms: u64,
+    pub first_frame_p50_us: f64,
+    pub first_frame_p99_us: f64,
+    pub first_frame_max_us: f64,
+    pub probes: u64,
+}
+
+/// The namespaces of one measurement.
+struct Hosts {
     gen: Netns,
     dut: Netns,
     sink: Netns,
+}
+
+impl Hosts {
+    fn new() -> Result<Hosts> {
+        Ok(Hosts {
+            gen: Netns::new("lf-gen")?,
+            dut: Netns::new("lf-dut")?,
+            sink: Netns::new("lf-sink")?,
+        })
+    }
+}
+
+/// The wires of one measurement and the device between them. Field order matters: the
+/// device stops before its interfaces go.
+struct Bed<'a> {
+    _device: devices::Running,
+    _wires: (Veth<'a>, Option<Veth<'a>>),
+    gen: &'a Netns,
+    sink: &'a Netns,
+    gen_if: String,
+    sink_if: String,
+}
+
+impl<'a> Bed<'a> {
+    fn new(hosts: &'a Hosts, device: Device, max_frame: usize) -> Result<Bed<'a>> {
+        let Hosts { gen, dut, sink } = hosts;
+        let (wires, running, gen_if, sink_if) = if device == Device::Direct {
+            let wire = Veth::new(gen, sink)?;
+            wire.set_up()?;
+            let names = (wire.a_name().to_owned(), wire.b_name().to_owned());
+            ((wire, None), devices::Running::Kernel, names.0, names.1)
+        } else {
+            let inbound = Veth::new(gen, dut)?;
+            let outbound = Veth::new(dut, sink)?;
+            for wire in [&inbound, &outbound] {
+                wire.set_up()?;
+                if max_frame > 1514 {
+                    wire.set_mtu((max_frame - 14) as u32)?;
+                }
+            }
+            let running = devices::start(
+                device,
+                dut,
+                inbound.b_name(),
+                outbound.a_name(),
+                max_frame,
+                DUT_CPU,
+            )?;
+            let names = (inbound.a_name().to_owned(), outbound.b_name().to_owned());
+            ((inbound, Some(outbound)), running, names.0, names.1)
+        };
+        let bed = Bed {
+            _device: running,
+            _wires: wires,
+            gen,
+            sink,
+            gen_if,
+            sink_if,
+        };
+        bed.wait_until_forwarding(device)?;
+        Ok(bed)
+    }
+
+    /// Sends a frame now and then until one reaches the sink: the peers take a few
+    /// seconds to attach to their interfaces.
+    fn wait_until_forwarding(&self, device: Device) -> Result<()> {
+        let raw = RawSocket::open(self.gen, &self.gen_if)?;
+        let mut frame = [0u8; 60];
+        frame[..6].copy_from_slice(&[0xff; 6]);
+        frame[6..12].copy_from_slice(&[0x02, 0x78, 0x77, 0, 0, 9]);
+        frame[12..14].copy_from_slice(&xwire_bench::probe::ETHERTYPE.to_be_bytes());
+        let before = self.sink.link_stats(&self.sink_if)?.rx_packets;
+        for _ in 0..300 {
+            raw.send(&frame)?;
+            std::thread::sleep(Duration::from_millis(50));
+            if self.sink.link_stats(&self.sink_if)?.rx_packets > before {
+                return Ok(());
+            }
+        }
+        bail!("{} did not forward within 15 s", device.name())
+    }
+
+    /// Runs `f` on a thread pinned to the generator's CPU, inside the generator's
+    /// namespace.
+    fn on_gen_cpu<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T> {
+        Ok(self.gen.run(|| {
+            core_affinity::set_for_current(core_affinity::CoreId { id: GEN_CPU });
+            f()
+        })?)
+    }
 }
 
 /// Busy and total jiffies of one CPU, from /proc/stat.
@@ -76,106 +165,47 @@ fn cpu_ticks(cpu: usize) -> Option<(u64, u64)> {
     Some((total - idle, total))
 }
 
-/// Measures `device` at `size` for `seconds`: full speed, or paced to `rate` with
-/// latency taken by a sink.
-pub fn measure(device: Device, size: usize, seconds: f64, rate: Option<u64>) -> Result<Row> {
-    let bed = Bed {
-        gen: Netns::new("lf-gen")?,
-        dut: Netns::new("lf-dut")?,
-        sink: Netns::new("lf-sink")?,
+/// The share of `cpu` that was busy while `f` ran.
+fn busy_while<T>(cpu: usize, f: impl FnOnce() -> T) -> (T, f64) {
+    let before = cpu_ticks(cpu);
+    let out = f();
+    let share = match (before, cpu_ticks(cpu)) {
+        (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => (b1 - b0) as f64 / (t1 - t0) as f64,
+        _ => 0.0,
     };
-    // Direct: one veth gen<->sink. Others: gen<->dut and dut<->sink.
-    let (in_wire, out_wire);
-    let (gen_if, sink_if);
-    let mut _worker = None;
-    match device {
-        Device::Direct => {
-            in_wire = Veth::new(&bed.gen, &bed.sink)?;
-            in_wire.set_up()?;
-            out_wire = None;
-            gen_if = in_wire.a_name().to_owned();
-            sink_if = in_wire.b_name().to_owned();
-        }
-        Device::Bridge | Device::Xwire => {
-            in_wire = Veth::new(&bed.gen, &bed.dut)?;
-            let out = Veth::new(&bed.dut, &bed.sink)?;
-            in_wire.set_up()?;
-            out.set_up()?;
-            gen_if = in_wire.a_name().to_owned();
-            sink_if = out.b_name().to_owned();
-            if device == Device::Bridge {
-                bed.dut
-                    .add_bridge("br0", &[in_wire.b_name(), out.a_name()])?;
-                // The bridge's softirq work happens on the receiving CPU: steer it to the
-                // device's CPU, as the anchor's bridge variant does.
-                bed.dut.run(|| {
-                    let path = format!("/sys/class/net/{}/queues/rx-0/rps_cpus", in_wire.b_name());
-                    let _ = std::fs::write(path, format!("{:x}", 1 << DUT_CPU));
-                })?;
-            } else {
-                let config = WorkerConfig {
-                    core: Some(DUT_CPU),
-                    busy_poll: true,
-                    ports: PortChoice::AfXdp,
-                    ..Default::default()
-                };
-                let worker = bed.dut.run(|| Worker::spawn(config))??;
-                let a = worker.add_port(in_wire.b_name(), size.max(1514))?;
-                let b = worker.add_port(out.a_name(), size.max(1514))?;
-                worker.add_link(1, a.id, b.id)?;
-                _worker = Some(worker);
-            }
-            out_wire = Some(out);
-        }
-    }
-    let traffic = Traffic {
+    (out, share)
+}
+
+fn traffic(size: usize, seconds: f64, rate: u64) -> Traffic {
+    Traffic {
         size,
-        rate: rate.unwrap_or(0),
+        rate,
         count: None,
         duration: Duration::from_secs_f64(seconds),
         dst_mac: [0xff; 6],
         batch: 64,
-    };
-    let before = bed.sink.link_stats(&sink_if)?;
-    let ticks_before = cpu_ticks(DUT_CPU);
-    let stop = AtomicBool::new(false);
-    let (sent, received) = std::thread::scope(|s| -> Result<_> {
-        let sink_thread = rate.map(|_| {
-            s.spawn(|| {
-                bed.sink.run(|| {
-                    core_affinity::set_for_current(core_affinity::CoreId { id: GEN_CPU });
-                    traffic::sink(
-                        &sink_if,
-                        size,
-                        PortOptions::default(),
-                        None,
-                        Duration::from_secs(600),
-                        &stop,
-                    )
-                })
-            })
-        });
-        std::thread::sleep(Duration::from_millis(200));
-        let sent = bed.gen.run(|| {
-            core_affinity::set_for_current(core_affinity::CoreId { id: GEN_CPU });
-            traffic::send(&gen_if, &traffic, PortOptions::default())
-        })??;
-        std::thread::sleep(Duration::from_millis(300));
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        let received = match sink_thread {
-            Some(t) => Some(t.join().expect("sink thread")??),
-            None => None,
-        };
-        Ok((sent, received))
-    })?;
-    let after = bed.sink.link_stats(&sink_if)?;
-    let cpu_cores = match (ticks_before, cpu_ticks(DUT_CPU)) {
-        (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => (b1 - b0) as f64 / (t1 - t0) as f64,
-        _ => 0.0,
-    };
-    drop(out_wire);
+    }
+}
+
+/// Full speed for `seconds`; delivered frames counted at the sink interface.
+pub fn peak(device: Device, size: usize, seconds: f64) -> Result<Row> {
+    let hosts = Hosts::new()?;
+    let bed = Bed::new(&hosts, device, size)?;
+    let before = bed.sink.link_stats(&bed.sink_if)?;
+    let (sent, cpu_cores) = busy_while(DUT_CPU, || {
+        bed.on_gen_cpu(|| {
+            traffic::send(
+                &bed.gen_if,
+                &traffic(size, seconds, 0),
+                PortOptions::default(),
+            )
+        })
+    });
+    let sent = sent??;
+    // Frames still in the device arrive within this.
+    std::thread::sleep(Duration::from_millis(200));
+    let after = bed.sink.link_stats(&bed.sink_if)?;
     let delivered = after.rx_packets - before.rx_packets;
-    let latency = received.map(|r| r.stats.report(size, sent.frames, sent.seconds));
     Ok(Row {
         name: device.name().into(),
         frame_bytes: size,
@@ -183,14 +213,129 @@ pub fn measure(device: Device, size: usize, seconds: f64, rate: Option<u64>) -> 
         delivered_pps: delivered as f64 / sent.seconds,
         gbps: (after.rx_bytes - before.rx_bytes) as f64 * 8.0 / sent.seconds / 1e9,
         loss_ratio: 1.0 - delivered as f64 / sent.frames.max(1) as f64,
-        p50_us: latency.as_ref().map(|l| l.p50_us),
-        p99_us: latency.as_ref().map(|l| l.p99_us),
+        p50_us: None,
+        p99_us: None,
         cpu_cores,
     })
 }
 
-/// The median row of several repetitions (by delivered pps).
-pub fn median(mut rows: Vec<Row>) -> Row {
-    rows.sort_by(|a, b| a.delivered_pps.total_cmp(&b.delivered_pps));
+/// `rate` frames per second for `seconds`, received by a sink in the generator's thread.
+pub fn paced(device: Device, size: usize, seconds: f64, rate: u64) -> Result<Row> {
+    let hosts = Hosts::new()?;
+    let bed = Bed::new(&hosts, device, size)?;
+    let (result, cpu_cores) = busy_while(DUT_CPU, || {
+        bed.on_gen_cpu(|| -> Result<_> {
+            let mut sink = bed
+                .sink
+                .run(|| traffic::open(&bed.sink_if, size, PortOptions::default()))??;
+            let mut gen = traffic::open(&bed.gen_if, size, PortOptions::default())?;
+            traffic::send_and_sink(
+                &mut gen,
+                &mut sink,
+                &traffic(size, seconds, rate),
+                Duration::from_millis(200),
+            )
+        })
+    });
+    let (sent, received) = result??;
+    let report = received.stats.report(size, sent.frames, sent.seconds);
+    Ok(Row {
+        name: format!("{}@{rate}pps", device.name()),
+        frame_bytes: size,
+        offered_pps: report.offered_pps,
+        delivered_pps: report.delivered_pps,
+        gbps: report.gbps,
+        loss_ratio: report.loss_ratio,
+        p50_us: Some(report.p50_us),
+        p99_us: Some(report.p99_us),
+        cpu_cores,
+    })
+}
+
+/// The device's CPU over `seconds` of silence, then `probes` single frames, each after
+/// `silence` with no traffic.
+pub fn idle(device: Device, seconds: f64, silence: Duration, probes: u64) -> Result<IdleRow> {
+    let hosts = Hosts::new()?;
+    let bed = Bed::new(&hosts, device, 64)?;
+    // Let the device settle into whatever it does when nothing comes.
+    std::thread::sleep(Duration::from_millis(500));
+    let ((), idle_cpu_cores) = busy_while(DUT_CPU, || {
+        std::thread::sleep(Duration::from_secs_f64(seconds))
+    });
+    let received = bed.on_gen_cpu(|| -> Result<_> {
+        let mut sink = bed
+            .sink
+            .run(|| traffic::open(&bed.sink_if, 64, PortOptions::default()))??;
+        let mut gen = traffic::open(&bed.gen_if, 64, PortOptions::default())?;
+        traffic::idle_probes(
+            &mut gen,
+            &mut sink,
+            64,
+            silence,
+            probes,
+            Duration::from_secs(1),
+        )
+    })??;
+    let report = received.stats.report(64, probes, received.seconds);
+    if report.delivered < probes {
+        bail!(
+            "{}: {} of {probes} idle probes arrived",
+            device.name(),
+            report.delivered
+        );
+    }
+    Ok(IdleRow {
+        name: device.name().into(),
+        idle_cpu_cores,
+        silence_ms: silence.as_millis() as u64,
+        first_frame_p50_us: report.p50_us,
+        first_frame_p99_us: report.p99_us,
+        first_frame_max_us: report.max_us,
+        probes,
+    })
+}
+
+/// The median row of several repetitions, by `key`.
+pub fn median_by(mut rows: Vec<Row>, key: impl Fn(&Row) -> f64) -> Row {
+    rows.sort_by(|a, b| key(a).total_cmp(&key(b)));
     rows.swap_remove(rows.len() / 2)
+}
+
+/// The machine's floor for the first frame after idleness: how long a thread asleep on
+/// the DUT CPU takes to run again once a thread on the generator's CPU wakes it (a pipe
+/// write). A device that sleeps when idle cannot forward sooner than this; on a virtual
+/// machine it is the host's time to resume a halted virtual CPU.
+pub fn wake_floor(silence: Duration, probes: u64) -> Result<IdleRow> {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    let (mut writer, mut reader) = UnixStream::pair()?;
+    let stats = std::thread::scope(|s| -> Result<_> {
+        let sleeper = s.spawn(move || -> Result<_> {
+            core_affinity::set_for_current(core_affinity::CoreId { id: DUT_CPU });
+            let mut stats = xwire_bench::stats::SinkStats::default();
+            let mut stamp = [0u8; 8];
+            for seq in 0..probes {
+                reader.read_exact(&mut stamp)?;
+                let now = xwire_bench::probe::now_ns();
+                stats.record(8, seq, u64::from_ne_bytes(stamp), now);
+            }
+            Ok(stats)
+        });
+        core_affinity::set_for_current(core_affinity::CoreId { id: GEN_CPU });
+        for _ in 0..probes {
+            std::thread::sleep(silence);
+            writer.write_all(&xwire_bench::probe::now_ns().to_ne_bytes())?;
+        }
+        sleeper.join().expect("sleeper thread")
+    })?;
+    let report = stats.report(8, probes, 1.0);
+    Ok(IdleRow {
+        name: "wake-floor(cpu0->cpu1)".into(),
+        idle_cpu_cores: 0.0,
+        silence_ms: silence.as_millis() as u64,
+        first_frame_p50_us: report.p50_us,
+        first_frame_p99_us: report.p99_us,
+        first_frame_max_us: report.max_us,
+        probes,
+    })
 }

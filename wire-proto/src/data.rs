@@ -6,7 +6,7 @@
 //! fixed per-frame overhead, zero-copy views into the received buffer and encoding into a
 //! caller's buffer with no allocation, which no serde format offers for a batch of slices.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use crate::DecodeError;
 
@@ -294,6 +294,34 @@ mod tests {
     }
 
     #[test]
+    fn owned_batches_fill_to_the_limit_and_decode() {
+        let mut batch = DatagramBatch::new(1200);
+        assert_eq!(batch.take(), None, "an empty batch is never a datagram");
+        let mut sent = Vec::new();
+        let mut datagrams = Vec::new();
+        for i in 0..40u64 {
+            let f = frame(60 + (i as usize * 37) % 400, i as u8);
+            if batch.push(i, &f).is_err() {
+                datagrams.push(batch.take().unwrap());
+                batch.push(i, &f).unwrap();
+            }
+            sent.push((i, f));
+        }
+        datagrams.extend(batch.take());
+        assert!(datagrams.len() > 1);
+        let mut got = Vec::new();
+        for d in &datagrams {
+            assert!(d.len() <= 1200, "{}", d.len());
+            let view = Datagram::new_checked(d.clone()).unwrap();
+            got.extend(view.frames().map(|f| (f.link_uid, f.frame.to_vec())));
+        }
+        assert_eq!(got, sent);
+        assert!(!batch.ever_fits(1200));
+        assert_eq!(batch.push(1, &frame(1200, 0)), Err(EncodeError::NoRoom));
+        assert_eq!(batch.frame_count(), 0);
+    }
+
+    #[test]
     fn batch_round_trip_keeps_order_and_bytes() {
         let frames: Vec<Vec<u8>> = (0..5).map(|i| frame(60 + i * 100, i as u8)).collect();
         let mut buf = vec![0u8; 1400];
@@ -427,5 +455,84 @@ mod tests {
         let shared = r.frame_bytes(&whole);
         assert_eq!(shared.as_ptr(), r.frame.as_ptr());
         assert_eq!(&shared[..], &frame(64, 9)[..]);
+    }
+}
+
+/// A datagram being filled frame by frame over time, owning its buffer: what a sender
+/// keeps per peer between passes, handing out whole datagrams as `Bytes` (which QUIC
+/// takes without copying).
+#[derive(Debug)]
+pub struct DatagramBatch {
+    buf: BytesMut,
+    max_len: usize,
+    count: u16,
+}
+
+impl DatagramBatch {
+    /// A batch for datagrams of at most `max_len` bytes.
+    pub fn new(max_len: usize) -> DatagramBatch {
+        let mut batch = DatagramBatch {
+            buf: BytesMut::new(),
+            max_len,
+            count: 0,
+        };
+        batch.start();
+        batch
+    }
+
+    fn start(&mut self) {
+        self.buf.reserve(self.max_len);
+        self.buf
+            .extend_from_slice(&[DATA_VERSION, DATAGRAM_KIND_FRAMES, 0, 0]);
+        self.count = 0;
+    }
+
+    /// Whether a frame of `frame_len` bytes fits in the batch as it is now.
+    pub fn fits(&self, frame_len: usize) -> bool {
+        self.count < u16::MAX && self.buf.len() + RECORD_HEADER_LEN + frame_len <= self.max_len
+    }
+
+    /// Whether a frame of `frame_len` bytes fits in an empty batch.
+    pub fn ever_fits(&self, frame_len: usize) -> bool {
+        frame_len <= DatagramBuilder::max_frame_for(self.max_len)
+    }
+
+    /// Appends one frame. `NoRoom` leaves the batch as it was: take it, then push again.
+    pub fn push(&mut self, link_uid: u64, frame: &[u8]) -> Result<(), EncodeError> {
+        if !self.fits(frame.len()) {
+            return Err(EncodeError::NoRoom);
+        }
+        let repr = FrameRepr { link_uid, frame };
+        let at = self.buf.len();
+        self.buf.resize(at + repr.buffer_len(), 0);
+        repr.emit(&mut self.buf[at..])?;
+        self.count += 1;
+        Ok(())
+    }
+
+    pub fn frame_count(&self) -> usize {
+        usize::from(self.count)
+    }
+
+    /// The datagram built so far (`None` when empty), leaving an empty batch behind.
+    pub fn take(&mut self) -> Option<Bytes> {
+        if self.count == 0 {
+            return None;
+        }
+        self.buf[2..4].copy_from_slice(&self.count.to_be_bytes());
+        let datagram = self.buf.split().freeze();
+        self.start();
+        Some(datagram)
+    }
+
+    /// The largest datagram this batch builds.
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    /// Changes the largest datagram (the path changed). Frames already in stay, so take
+    /// the batch first if it may have outgrown the new size.
+    pub fn set_max_len(&mut self, max_len: usize) {
+        self.max_len = max_len;
     }
 }

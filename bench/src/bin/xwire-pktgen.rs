@@ -3,6 +3,7 @@
 //! loss, reordering and latency percentiles.
 //!
 //!   xwire-pktgen run  --tx-netns A --tx-iface eth1 --rx-netns B --rx-iface eth1 --size 64 --seconds 5
+//!   xwire-pktgen run  ... --one-thread --tx-core 0 --rate 300000      (latency on few cores)
 //!   xwire-pktgen send --netns A --iface eth1 --size 1514 --rate 100000 --count 1000000
 //!   xwire-pktgen sink --netns B --iface eth1 --seconds 10 --json
 
@@ -96,6 +97,10 @@ struct RunArgs {
     /// Pin the sink to this CPU.
     #[arg(long)]
     rx_core: Option<usize>,
+    /// Send and receive in one thread (on --tx-core), so that the sink takes no CPU from
+    /// the generator: for latency on machines with few cores. Needs --rate.
+    #[arg(long)]
+    one_thread: bool,
     #[command(flatten)]
     traffic: Traffic,
     #[command(flatten)]
@@ -171,6 +176,9 @@ fn main() -> Result<()> {
 }
 
 fn run(args: RunArgs) -> Result<()> {
+    if args.one_thread {
+        return run_one_thread(&args);
+    }
     let stop = AtomicBool::new(false);
     let tx_port = Port {
         iface: args.tx_iface.clone(),
@@ -210,6 +218,44 @@ fn run(args: RunArgs) -> Result<()> {
     print(&args.io, &table(&report), &report)
 }
 
+fn run_one_thread(args: &RunArgs) -> Result<()> {
+    let size = args.traffic.size;
+    let (sent, got) = on_port(
+        &Port {
+            iface: args.rx_iface.clone(),
+            netns: args.rx_netns.clone(),
+        },
+        args.tx_core,
+        || {
+            let mut sink = traffic::open(&args.rx_iface, size, options(&args.io))?;
+            if let Some(ns) = &args.tx_netns {
+                enter(ns)?;
+            }
+            let mut gen = traffic::open(&args.tx_iface, size, options(&args.io))?;
+            traffic::send_and_sink(
+                &mut gen,
+                &mut sink,
+                &traffic(&args.traffic),
+                Duration::from_millis(300),
+            )
+        },
+    )?;
+    let report = got.stats.report(size, sent.frames, sent.seconds);
+    print(&args.io, &table(&report), &report)
+}
+
+/// Moves the calling thread into a network namespace: a name under /run/netns, or a path.
+fn enter(ns: &str) -> Result<()> {
+    let path = if ns.contains('/') {
+        ns.to_owned()
+    } else {
+        format!("/run/netns/{ns}")
+    };
+    let file = File::open(&path).with_context(|| format!("open {path}"))?;
+    nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+        .with_context(|| format!("enter {path}"))
+}
+
 /// Runs `f` on a thread inside the port's namespace (and on `core`, if given).
 fn on_port<T: Send>(
     port: &Port,
@@ -219,14 +265,7 @@ fn on_port<T: Send>(
     std::thread::scope(|s| {
         s.spawn(|| {
             if let Some(ns) = &port.netns {
-                let path = if ns.contains('/') {
-                    ns.clone()
-                } else {
-                    format!("/run/netns/{ns}")
-                };
-                let file = File::open(&path).with_context(|| format!("open {path}"))?;
-                nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
-                    .with_context(|| format!("enter {path}"))?;
+                enter(ns)?;
             }
             if let Some(core) = core {
                 core_affinity::set_for_current(core_affinity::CoreId { id: core });

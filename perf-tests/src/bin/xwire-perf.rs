@@ -1,12 +1,14 @@
 //! xwire-perf: end-to-end perf scenarios on network namespaces, each run side by side
 //! with its baselines, printing ratios.
 //!
-//!   xwire-perf local-fwd [--seconds 5] [--reps 3] [--sizes 64,1514] [--json]
+//!   xwire-perf local-fwd [--seconds 5] [--reps 3] [--sizes 64,1514] [--devices ...] [--json]
 
-use anyhow::Result;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use xwire_fastpath::{Direction, PortChoice, Worker, WorkerConfig};
-use xwire_perf::local_fwd::{measure, median, Device, Row};
+use xwire_perf::local_fwd::{idle, median_by, paced, peak, wake_floor, Device, Row};
 
 #[derive(Parser)]
 #[command(
@@ -20,7 +22,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Scenario {
-    /// gen-ns -> device -> sink-ns on one node: direct veth, Linux bridge, xwire.
+    /// gen-ns -> device -> sink-ns on one node: direct veth, Linux bridge, DPDK testpmd,
+    /// OVS with AF_XDP ports and xwire, at full speed, paced for latency, and idle.
     LocalFwd {
         /// Length of each measurement.
         #[arg(long, default_value_t = 5.0)]
@@ -31,12 +34,23 @@ enum Scenario {
         /// Frame sizes.
         #[arg(long, value_delimiter = ',', default_value = "64,1514")]
         sizes: Vec<usize>,
+        /// Devices to measure (direct-veth, linux-bridge, testpmd-af_xdp-io,
+        /// ovs-netdev-afxdp, xwire; xwire-adaptive is measured idle only).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "direct-veth,linux-bridge,testpmd-af_xdp-io,ovs-netdev-afxdp,xwire"
+        )]
+        devices: Vec<String>,
         /// One JSON object per line instead of a table.
         #[arg(long)]
         json: bool,
-        /// Add a latency pass at half of xwire's peak rate (see local_fwd.rs for its limits).
+        /// Skip the latency pass (paced at half of xwire's peak rate).
         #[arg(long)]
-        latency: bool,
+        no_latency: bool,
+        /// Skip the idle pass (idle CPU, first frame after a silence).
+        #[arg(long)]
+        no_idle: bool,
     },
     /// Run the switch as a device under test, linking two interfaces of the current
     /// network namespace, until killed or for --seconds (used by anchors/xwire-dut.sh, so
@@ -115,6 +129,13 @@ fn dut(
         counters.snapshot(Direction::AToB),
         counters.snapshot(Direction::BToA)
     );
+    for port in [&a, &b] {
+        eprintln!(
+            "{} kernel drops {:?}",
+            port.ifname,
+            worker.kernel_drops(port.id)?
+        );
+    }
     Ok(())
 }
 
@@ -123,57 +144,100 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
         seconds,
         reps,
         sizes,
+        devices,
         json,
-        latency,
+        no_latency,
+        no_idle,
     } = scenario
     else {
         unreachable!("called for local-fwd only")
     };
+    let devices = devices
+        .iter()
+        .map(|name| Device::parse(name).with_context(|| format!("unknown device {name}")))
+        .collect::<Result<Vec<_>>>()?;
+    let reps = reps.max(1);
     let mut rows = Vec::new();
     for &size in &sizes {
-        let mut xwire_pps = 0.0;
-        for device in [Device::Direct, Device::Bridge, Device::Xwire] {
-            let runs = (0..reps.max(1))
-                .map(|_| measure(device, size, seconds, None))
+        let fits = |d: &&Device| size <= d.max_frame();
+        for &device in devices.iter().filter(fits) {
+            let runs = (0..reps)
+                .map(|_| peak(device, size, seconds))
                 .collect::<Result<Vec<_>>>()?;
-            let row = median(runs);
-            if device == Device::Xwire {
-                xwire_pps = row.delivered_pps;
-            }
+            let row = median_by(runs, |r| r.delivered_pps);
             emit(&row, json);
             rows.push(row);
         }
-        if !latency {
+        if !json {
+            print_ratios(&rows, size);
+        }
+        if no_latency {
             continue;
         }
         // Latency at half of xwire's peak rate, for every device.
-        let rate = (xwire_pps / 2.0) as u64;
-        for device in [Device::Direct, Device::Bridge, Device::Xwire] {
-            let mut row = measure(device, size, seconds, Some(rate.max(1)))?;
-            row.name = format!("{}@{}pps", row.name, rate);
+        let Some(xwire) = rows
+            .iter()
+            .find(|r| r.name == Device::Xwire.name() && r.frame_bytes == size)
+        else {
+            continue;
+        };
+        let rate = ((xwire.delivered_pps / 2.0) as u64).max(1);
+        for &device in devices.iter().filter(fits) {
+            let runs = (0..reps)
+                .map(|_| paced(device, size, seconds, rate))
+                .collect::<Result<Vec<_>>>()?;
+            let row = median_by(runs, |r| r.p99_us.unwrap_or(0.0));
             emit(&row, json);
             rows.push(row);
         }
     }
-    if !json {
-        println!("\nratios (delivered, same run):");
-        for &size in &sizes {
-            let get = |name: &str| {
-                rows.iter()
-                    .find(|r| r.name == name && r.frame_bytes == size)
-            };
-            if let (Some(x), Some(d), Some(b)) =
-                (get("xwire"), get("direct-veth"), get("linux-bridge"))
-            {
+    if !no_idle {
+        let mut idle_devices = devices.clone();
+        if devices.contains(&Device::Xwire) {
+            idle_devices.push(Device::XwireAdaptive);
+        }
+        let silence = Duration::from_millis(100);
+        let probes = 50;
+        let floor = wake_floor(silence, probes);
+        for row in std::iter::once(floor).chain(
+            idle_devices
+                .into_iter()
+                .map(|device| idle(device, seconds, silence, probes)),
+        ) {
+            let row = row?;
+            if json {
+                println!("{}", serde_json::to_string(&row)?);
+            } else {
                 println!(
-                    "  {size} B: xwire/direct {:.2}  xwire/bridge {:.2}",
-                    x.delivered_pps / d.delivered_pps,
-                    x.delivered_pps / b.delivered_pps
+                    "{:<28} idle: cpu {:.3} cores; first frame after {} ms of silence: p50 {:.1} us  p99 {:.1} us  max {:.1} us ({} probes)",
+                    row.name,
+                    row.idle_cpu_cores,
+                    row.silence_ms,
+                    row.first_frame_p50_us,
+                    row.first_frame_p99_us,
+                    row.first_frame_max_us,
+                    row.probes
                 );
             }
         }
     }
     Ok(())
+}
+
+/// xwire's delivered rate over each baseline's, from this run's rows.
+fn print_ratios(rows: &[Row], size: usize) {
+    let Some(xwire) = rows
+        .iter()
+        .find(|r| r.name == Device::Xwire.name() && r.frame_bytes == size)
+    else {
+        return;
+    };
+    let ratios: Vec<String> = rows
+        .iter()
+        .filter(|r| r.frame_bytes == size && r.name != xwire.name && r.p99_us.is_none())
+        .map(|r| format!("{} {:.2}", r.name, xwire.delivered_pps / r.delivered_pps))
+        .collect();
+    println!("  ratios at {size} B, xwire over: {}", ratios.join(", "));
 }
 
 fn emit(row: &Row, json: bool) {
