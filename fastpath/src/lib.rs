@@ -4,6 +4,7 @@ pub mod counters;
 pub mod endpoint;
 pub mod link_table;
 mod packet_port;
+pub mod peer;
 mod switch;
 pub mod worker;
 pub mod xdp_port;

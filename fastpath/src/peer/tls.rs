@@ -1,0 +1,114 @@
+//! QUIC configurations with mutual TLS: every node is a server that requires a client
+//! certificate from the cluster CA, and a client that shows its own and checks that the
+//! node it dials holds a certificate for that node's name.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn_proto::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn_proto::{ClientConfig, ServerConfig, TransportConfig, VarInt};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::RootCertStore;
+
+use super::pki::NodeIdentity;
+use super::PeerError;
+
+/// The ALPN protocol of xwire's peer connections.
+const ALPN: &[u8] = b"xwire/1";
+
+fn identity_error(what: &str, e: impl std::fmt::Display) -> PeerError {
+    PeerError::Identity(format!("{what}: {e}"))
+}
+
+/// The parts both configurations need.
+struct Parts {
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    roots: Arc<RootCertStore>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+fn parts(identity: &NodeIdentity) -> Result<Parts, PeerError> {
+    let chain = CertificateDer::pem_slice_iter(identity.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| identity_error("node certificate", e))?;
+    let key = PrivateKeyDer::from_pem_slice(identity.key_pem.as_bytes())
+        .map_err(|e| identity_error("node key", e))?;
+    let mut roots = RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(identity.ca_pem.as_bytes()) {
+        roots
+            .add(ca.map_err(|e| identity_error("CA certificate", e))?)
+            .map_err(|e| identity_error("CA certificate", e))?;
+    }
+    if roots.is_empty() {
+        return Err(PeerError::Identity("no CA certificate".into()));
+    }
+    Ok(Parts {
+        chain,
+        key,
+        roots: Arc::new(roots),
+        provider: Arc::new(rustls::crypto::ring::default_provider()),
+    })
+}
+
+/// Timers and windows for a wire: keep-alives so that a silent wire stays up, an idle
+/// timeout that notices a peer gone within seconds, and room for DATAGRAM frames and for
+/// stream-carried frames in flight.
+fn transport(initial_mtu: u16) -> Arc<TransportConfig> {
+    let mut t = TransportConfig::default();
+    t.keep_alive_interval(Some(Duration::from_millis(500)))
+        .max_idle_timeout(Some(VarInt::from_u32(3_000).into()))
+        .initial_mtu(initial_mtu.max(1200))
+        .datagram_receive_buffer_size(Some(8 << 20))
+        .datagram_send_buffer_size(8 << 20)
+        .stream_receive_window(VarInt::from_u32(16 << 20))
+        .receive_window(VarInt::from_u32(64 << 20))
+        .send_window(64 << 20)
+        .max_concurrent_uni_streams(VarInt::from_u32(16))
+        .max_concurrent_bidi_streams(VarInt::from_u32(4));
+    Arc::new(t)
+}
+
+/// The server side: accepts only clients with a certificate from the cluster CA.
+pub(crate) fn server_config(
+    identity: &NodeIdentity,
+    initial_mtu: u16,
+) -> Result<Arc<ServerConfig>, PeerError> {
+    let p = parts(identity)?;
+    let verifier = WebPkiClientVerifier::builder_with_provider(p.roots, p.provider.clone())
+        .build()
+        .map_err(|e| identity_error("client verifier", e))?;
+    let mut tls = rustls::ServerConfig::builder_with_provider(p.provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| identity_error("TLS versions", e))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(p.chain, p.key)
+        .map_err(|e| identity_error("node certificate", e))?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    tls.max_early_data_size = 0;
+    let quic = QuicServerConfig::try_from(tls).map_err(|e| identity_error("QUIC TLS", e))?;
+    let mut config = ServerConfig::with_crypto(Arc::new(quic));
+    config.transport_config(transport(initial_mtu));
+    Ok(Arc::new(config))
+}
+
+/// The client side: shows this node's certificate, trusts only the cluster CA.
+pub(crate) fn client_config(
+    identity: &NodeIdentity,
+    initial_mtu: u16,
+) -> Result<ClientConfig, PeerError> {
+    let p = parts(identity)?;
+    let mut tls = rustls::ClientConfig::builder_with_provider(p.provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| identity_error("TLS versions", e))?
+        .with_root_certificates(p.roots)
+        .with_client_auth_cert(p.chain, p.key)
+        .map_err(|e| identity_error("node certificate", e))?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let quic = QuicClientConfig::try_from(tls).map_err(|e| identity_error("QUIC TLS", e))?;
+    let mut config = ClientConfig::new(Arc::new(quic));
+    config.transport_config(transport(initial_mtu));
+    Ok(config)
+}

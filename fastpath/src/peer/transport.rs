@@ -1,0 +1,527 @@
+//! The QUIC endpoint of one node: its UDP socket, quinn-proto's endpoint and one session
+//! per peer connection, driven by `poll` from the owner's loop (I/O at this edge only).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use quinn_proto::{
+    ClientConfig, ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, Event, ServerConfig,
+    StreamEvent,
+};
+use rustls::pki_types::{CertificateDer, ServerName};
+use xwire_proto::control::{
+    Capabilities, ControlBody, ControlMessage, ErrorBody, ErrorCode, Hello,
+};
+
+use super::session::{Inbound, Session};
+use super::udp::Udp;
+use super::{tls, Carrier, PeerConfig, PeerCounters, PeerError, PeerEvent, PeerId};
+
+/// QUIC application close codes.
+const CLOSE_PROTOCOL: u32 = 1;
+const CLOSE_NAME: u32 = 2;
+const CLOSE_SHUTDOWN: u32 = 3;
+
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// IPv4 and UDP headers: what QUIC's packets leave of the underlay MTU.
+const IP_UDP_OVERHEAD: u16 = 28;
+
+struct Peer {
+    name: String,
+    addr: Option<SocketAddr>,
+    carrier: Carrier,
+    /// This node dials (its name sorts first) and redials after a loss.
+    dials: bool,
+    session: Option<ConnectionHandle>,
+    next_dial: Instant,
+    backoff: Duration,
+}
+
+pub struct PeerTransport {
+    name: String,
+    versions: std::ops::RangeInclusive<u16>,
+    udp: Udp,
+    endpoint: Endpoint,
+    client: ClientConfig,
+    server: Arc<ServerConfig>,
+    peers: Vec<Peer>,
+    sessions: HashMap<ConnectionHandle, Session>,
+    counters: PeerCounters,
+    events: Vec<PeerEvent>,
+    transmit_buf: Vec<u8>,
+}
+
+impl PeerTransport {
+    /// Binds the UDP socket (in the calling thread's network namespace).
+    pub fn bind(config: PeerConfig) -> Result<PeerTransport, PeerError> {
+        let mtu = config.underlay_mtu.saturating_sub(IP_UDP_OVERHEAD);
+        let server = tls::server_config(&config.identity, mtu)?;
+        let client = tls::client_config(&config.identity, mtu)?;
+        let udp = Udp::bind(config.listen)?;
+        let endpoint = Endpoint::new(
+            Arc::new(EndpointConfig::default()),
+            Some(server.clone()),
+            true,
+            None,
+        );
+        Ok(PeerTransport {
+            name: config.identity.node_name.clone(),
+            versions: config.versions.clone(),
+            udp,
+            endpoint,
+            client,
+            server,
+            peers: Vec::new(),
+            sessions: HashMap::new(),
+            counters: PeerCounters::default(),
+            events: Vec::new(),
+            transmit_buf: Vec::with_capacity(64 * 1024),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.udp
+            .local_addr()
+            .expect("a bound socket has an address")
+    }
+
+    /// The UDP socket, for a caller that sleeps in poll() until something arrives.
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.udp.raw_fd()
+    }
+
+    pub fn counters(&self) -> PeerCounters {
+        self.counters
+    }
+
+    /// Declares a peer node at `addr`; frames to it travel on `carrier`. Declaring a
+    /// known name again updates its address and carrier.
+    pub fn add_peer(
+        &mut self,
+        name: &str,
+        addr: SocketAddr,
+        carrier: Carrier,
+    ) -> Result<PeerId, PeerError> {
+        ServerName::try_from(name.to_owned()).map_err(|_| PeerError::BadName(name.into()))?;
+        let index = self.peer_index(name);
+        let peer = &mut self.peers[index];
+        peer.addr = Some(addr);
+        peer.carrier = carrier;
+        peer.dials = self.name.as_str() < name;
+        Ok(PeerId(index as u32))
+    }
+
+    /// The peer named `name`, creating an entry (not dialed) when there is none.
+    fn peer_index(&mut self, name: &str) -> usize {
+        if let Some(i) = self.peers.iter().position(|p| p.name == name) {
+            return i;
+        }
+        self.peers.push(Peer {
+            name: name.to_owned(),
+            addr: None,
+            carrier: Carrier::Datagram,
+            dials: false,
+            session: None,
+            next_dial: Instant::now(),
+            backoff: MIN_BACKOFF,
+        });
+        self.peers.len() - 1
+    }
+
+    pub fn peer_name(&self, peer: PeerId) -> Option<&str> {
+        self.peers.get(peer.0 as usize).map(|p| p.name.as_str())
+    }
+
+    /// Whether Hello has been exchanged with the peer.
+    pub fn is_up(&self, peer: PeerId) -> bool {
+        self.live_session(peer).is_some()
+    }
+
+    fn live_session(&self, peer: PeerId) -> Option<ConnectionHandle> {
+        let handle = self.peers.get(peer.0 as usize)?.session?;
+        self.sessions
+            .get(&handle)
+            .filter(|s| s.hello_done)
+            .map(|_| handle)
+    }
+
+    /// Queues one frame for the peer (it leaves on the next `poll`). False when dropped:
+    /// the peer is not up, or its carrier has no room.
+    pub fn send_frame(&mut self, peer: PeerId, link_uid: u64, frame: &[u8]) -> bool {
+        let Some(handle) = self.live_session(peer) else {
+            self.counters.dropped_no_peer += 1;
+            return false;
+        };
+        let carrier = self.peers[peer.0 as usize].carrier;
+        let session = self.sessions.get_mut(&handle).expect("live session");
+        let sent = session.send_frame(carrier, link_uid, frame, &mut self.counters);
+        if sent {
+            self.counters.frames_sent += 1;
+        }
+        sent
+    }
+
+    /// Sends a control message to a peer that is up.
+    pub fn send_control(&mut self, peer: PeerId, message: &ControlMessage) -> bool {
+        let Some(handle) = self.live_session(peer) else {
+            return false;
+        };
+        self.sessions
+            .get_mut(&handle)
+            .expect("live session")
+            .send_control(message);
+        true
+    }
+
+    /// Events since the last call.
+    pub fn take_events(&mut self) -> Vec<PeerEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// One round of work: send what was queued, take what arrived (frames go to
+    /// `on_frame(peer, link_uid, frame)`, which says whether it knew the link), run timers,
+    /// dial. Returns how many UDP datagrams arrived.
+    pub fn poll(&mut self, on_frame: &mut dyn FnMut(PeerId, u64, &[u8]) -> bool) -> usize {
+        let now = Instant::now();
+        for session in self.sessions.values_mut() {
+            session.flush_datagrams(&mut self.counters);
+            session.flush_streams();
+        }
+        let received = self.receive(now);
+        self.dial(now);
+        let handles: Vec<ConnectionHandle> = self.sessions.keys().copied().collect();
+        for handle in handles {
+            self.drive(handle, now, on_frame);
+        }
+        received
+    }
+
+    fn receive(&mut self, now: Instant) -> usize {
+        let mut total = 0;
+        // A few batches per round, so that sending gets its turn under load.
+        for _ in 0..4 {
+            let mut arrived = Vec::new();
+            let n = self.udp.recv(|meta, data| {
+                arrived.push((meta.addr, meta.dst_ip, meta.ecn, BytesMut::from(data)));
+            });
+            total += n;
+            for (remote, local_ip, ecn, data) in arrived {
+                let ecn = ecn.and_then(|e| quinn_proto::EcnCodepoint::from_bits(e as u8));
+                let mut response = Vec::new();
+                match self
+                    .endpoint
+                    .handle(now, remote, local_ip, ecn, data, &mut response)
+                {
+                    Some(DatagramEvent::ConnectionEvent(handle, event)) => {
+                        if let Some(session) = self.sessions.get_mut(&handle) {
+                            session.conn.handle_event(event);
+                        }
+                    }
+                    Some(DatagramEvent::NewConnection(incoming)) => {
+                        match self.endpoint.accept(
+                            incoming,
+                            now,
+                            &mut response,
+                            Some(self.server.clone()),
+                        ) {
+                            Ok((handle, conn)) => {
+                                self.sessions.insert(handle, Session::new(conn, None));
+                            }
+                            Err(e) => {
+                                if let Some(transmit) = e.response {
+                                    self.send_raw(&transmit, &response);
+                                }
+                            }
+                        }
+                    }
+                    Some(DatagramEvent::Response(transmit)) => self.send_raw(&transmit, &response),
+                    None => {}
+                }
+            }
+            if n == 0 {
+                break;
+            }
+        }
+        total
+    }
+
+    fn send_raw(&self, transmit: &quinn_proto::Transmit, buf: &[u8]) {
+        self.udp.send(&quinn_udp::Transmit {
+            destination: transmit.destination,
+            ecn: transmit
+                .ecn
+                .and_then(|e| quinn_udp::EcnCodepoint::from_bits(e as u8)),
+            contents: &buf[..transmit.size],
+            segment_size: transmit.segment_size,
+            src_ip: transmit.src_ip,
+        });
+    }
+
+    fn dial(&mut self, now: Instant) {
+        for index in 0..self.peers.len() {
+            let peer = &mut self.peers[index];
+            let (Some(addr), true, None) = (peer.addr, peer.dials, peer.session) else {
+                continue;
+            };
+            if now < peer.next_dial {
+                continue;
+            }
+            peer.next_dial = now + peer.backoff;
+            peer.backoff = (peer.backoff * 2).min(MAX_BACKOFF);
+            match self
+                .endpoint
+                .connect(now, self.client.clone(), addr, &peer.name)
+            {
+                Ok((handle, conn)) => {
+                    peer.session = Some(handle);
+                    self.sessions
+                        .insert(handle, Session::new(conn, Some(index)));
+                }
+                Err(e) => tracing::warn!(peer = %peer.name, %addr, error = %e, "cannot dial"),
+            }
+        }
+    }
+
+    /// Everything one connection has to do this round.
+    fn drive(
+        &mut self,
+        handle: ConnectionHandle,
+        now: Instant,
+        on_frame: &mut dyn FnMut(PeerId, u64, &[u8]) -> bool,
+    ) {
+        let Some(mut session) = self.sessions.remove(&handle) else {
+            return;
+        };
+        if session.conn.poll_timeout().is_some_and(|t| t <= now) {
+            session.conn.handle_timeout(now);
+        }
+        let mut inbound = Vec::new();
+        while let Some(event) = session.conn.poll() {
+            match event {
+                // The dialing side speaks first.
+                Event::Connected if session.peer.is_some() => session.send_hello(self.hello()),
+                Event::ConnectionLost { reason } => self.lost(&session, reason.to_string()),
+                Event::Stream(StreamEvent::Opened { .. }) => {
+                    for id in session.accept_streams() {
+                        session.adopt_control_stream(id);
+                        self.read(&mut session, id, on_frame, &mut inbound);
+                    }
+                }
+                Event::Stream(StreamEvent::Readable { id }) => {
+                    self.read(&mut session, id, on_frame, &mut inbound);
+                }
+                Event::Stream(StreamEvent::Finished { id })
+                | Event::Stream(StreamEvent::Stopped { id, .. }) => session.forget_stream(id),
+                Event::Stream(StreamEvent::Writable { .. }) => session.flush_streams(),
+                Event::DatagramReceived => {
+                    let peer = session.peer.map(|p| PeerId(p as u32));
+                    match peer.filter(|_| session.hello_done) {
+                        Some(peer) => session.read_datagrams(&mut self.counters, &mut |uid, f| {
+                            on_frame(peer, uid, f)
+                        }),
+                        // Nothing crosses before Hello.
+                        None => session.read_datagrams(&mut self.counters, &mut |_, _| false),
+                    }
+                }
+                _ => {}
+            }
+        }
+        for message in inbound {
+            self.on_inbound(handle, &mut session, message, now);
+        }
+        while let Some(event) = session.conn.poll_endpoint_events() {
+            if let Some(reply) = self.endpoint.handle_event(handle, event) {
+                session.conn.handle_event(reply);
+            }
+        }
+        self.transmit(&mut session, now);
+        if session.conn.is_drained() {
+            if let Some(peer) = session.peer {
+                if self.peers[peer].session == Some(handle) {
+                    self.peers[peer].session = None;
+                }
+            }
+            return;
+        }
+        self.sessions.insert(handle, session);
+    }
+
+    fn read(
+        &mut self,
+        session: &mut Session,
+        id: quinn_proto::StreamId,
+        on_frame: &mut dyn FnMut(PeerId, u64, &[u8]) -> bool,
+        inbound: &mut Vec<Inbound>,
+    ) {
+        let peer = session
+            .peer
+            .filter(|_| session.hello_done)
+            .map(|p| PeerId(p as u32));
+        let mut deliver = |uid: u64, frame: &[u8]| match peer {
+            Some(peer) => on_frame(peer, uid, frame),
+            None => false,
+        };
+        session.read_stream(id, &mut self.counters, &mut deliver, inbound);
+    }
+
+    fn hello(&self) -> Hello {
+        Hello {
+            min_version: *self.versions.start(),
+            max_version: *self.versions.end(),
+            ..Hello::current(
+                self.name.clone(),
+                Capabilities::DATAGRAM.union(Capabilities::STREAM),
+            )
+        }
+    }
+
+    fn on_inbound(
+        &mut self,
+        handle: ConnectionHandle,
+        session: &mut Session,
+        inbound: Inbound,
+        now: Instant,
+    ) {
+        let message = match inbound {
+            Inbound::Control(message) => message,
+            Inbound::Broken(e) => {
+                self.refuse(session, now, CLOSE_PROTOCOL, format!("undecodable: {e}"));
+                return;
+            }
+        };
+        let ControlBody::Hello(hello) = &message.body else {
+            if let (Some(peer), true) = (session.peer, session.hello_done) {
+                self.events.push(PeerEvent::Control {
+                    peer: PeerId(peer as u32),
+                    message,
+                });
+            }
+            return;
+        };
+        if hello.negotiate(&self.hello()).is_none() {
+            session.send_control(&ControlMessage {
+                request_id: message.request_id,
+                body: ControlBody::Error(ErrorBody {
+                    code: ErrorCode::UNSUPPORTED_VERSION,
+                    message: format!(
+                        "this node speaks versions {}..={}",
+                        self.versions.start(),
+                        self.versions.end()
+                    ),
+                }),
+            });
+            let reason = format!(
+                "{} speaks versions {}..={}",
+                hello.node_name, hello.min_version, hello.max_version
+            );
+            self.refuse(session, now, CLOSE_PROTOCOL, reason);
+            return;
+        }
+        if !certificate_names(session, &hello.node_name) {
+            let reason = format!("Hello names {:?}, not its certificate", hello.node_name);
+            self.refuse(session, now, CLOSE_NAME, reason);
+            return;
+        }
+        let index = match session.peer {
+            Some(index) => index,
+            None => {
+                // Accepted side: the peer is who its Hello (and certificate) say.
+                let index = self.peer_index(&hello.node_name);
+                session.peer = Some(index);
+                session.send_hello(self.hello());
+                index
+            }
+        };
+        let peer = &mut self.peers[index];
+        if let Some(old) = peer.session.replace(handle).filter(|&old| old != handle) {
+            // A newer connection (the peer restarted) replaces the old one.
+            if let Some(old) = self.sessions.get_mut(&old) {
+                old.conn
+                    .close(now, CLOSE_SHUTDOWN.into(), "replaced".into());
+            }
+        }
+        peer.backoff = MIN_BACKOFF;
+        session.hello_done = true;
+        self.events.push(PeerEvent::Up {
+            peer: PeerId(index as u32),
+            name: hello.node_name.clone(),
+        });
+    }
+
+    fn refuse(&mut self, session: &mut Session, now: Instant, code: u32, reason: String) {
+        let remote = session.conn.remote_address();
+        tracing::warn!(%remote, %reason, "peer connection refused");
+        session.conn.close(now, code.into(), reason.clone().into());
+        self.events.push(PeerEvent::Refused { remote, reason });
+    }
+
+    fn lost(&mut self, session: &Session, reason: String) {
+        let remote = session.conn.remote_address();
+        match session.peer {
+            Some(peer) if session.hello_done => {
+                tracing::info!(peer = %self.peers[peer].name, %remote, %reason, "peer down");
+                self.events.push(PeerEvent::Down {
+                    peer: PeerId(peer as u32),
+                    reason,
+                });
+            }
+            _ => {
+                // A handshake that failed: most often a certificate this node does not
+                // trust, or a peer that does not trust this node's.
+                tracing::warn!(%remote, %reason, "peer connection failed");
+                self.events.push(PeerEvent::Refused { remote, reason });
+            }
+        }
+    }
+
+    fn transmit(&mut self, session: &mut Session, now: Instant) {
+        let segments = self.udp.max_gso_segments();
+        loop {
+            self.transmit_buf.clear();
+            let Some(transmit) = session
+                .conn
+                .poll_transmit(now, segments, &mut self.transmit_buf)
+            else {
+                break;
+            };
+            let buf = std::mem::take(&mut self.transmit_buf);
+            self.send_raw(&transmit, &buf);
+            self.transmit_buf = buf;
+        }
+    }
+
+    /// Closes every connection, telling the peers.
+    pub fn close(&mut self) {
+        let now = Instant::now();
+        let handles: Vec<_> = self.sessions.keys().copied().collect();
+        for handle in handles {
+            let mut session = self.sessions.remove(&handle).expect("listed");
+            session
+                .conn
+                .close(now, CLOSE_SHUTDOWN.into(), "shutdown".into());
+            self.transmit(&mut session, now);
+        }
+    }
+}
+
+/// Whether the peer's certificate (checked against the CA in the handshake) is for `name`.
+fn certificate_names(session: &Session, name: &str) -> bool {
+    let Some(identity) = session.conn.crypto_session().peer_identity() else {
+        return false;
+    };
+    let Ok(chain) = identity.downcast::<Vec<CertificateDer<'static>>>() else {
+        return false;
+    };
+    let (Some(cert), Ok(server_name)) = (chain.first(), ServerName::try_from(name.to_owned()))
+    else {
+        return false;
+    };
+    match rustls::server::ParsedCertificate::try_from(cert) {
+        Ok(parsed) => rustls::client::verify_server_name(&parsed, &server_name).is_ok(),
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,318 @@
+//! The peer transport over a real underlay: two node namespaces joined by a veth, a QUIC
+//! connection between them with certificates from a test CA, and frames of every size
+//! crossing on each carrier.
+
+use std::time::{Duration, Instant};
+
+use xwire_fastpath::peer::{
+    Carrier, ClusterCa, NodeIdentity, PeerConfig, PeerEvent, PeerId, PeerTransport,
+};
+use xwire_perf::testbed::{Netns, Veth};
+
+/// A frame whose bytes tell its length, sender and sequence number.
+fn test_frame(len: usize, sender: u8, seq: u16) -> Vec<u8> {
+    let mut f: Vec<u8> = (0..len)
+        .map(|i| (i as u8).wrapping_mul(7) ^ sender)
+        .collect();
+    f[..2].copy_from_slice(&seq.to_be_bytes());
+    f[2] = sender;
+    f
+}
+
+struct Underlay {
+    a: Netns,
+    b: Netns,
+}
+
+impl Underlay {
+    fn new(label: &str) -> Underlay {
+        let a = Netns::new(&format!("{label}-a")).unwrap();
+        let b = Netns::new(&format!("{label}-b")).unwrap();
+        let wire = Veth::named(&a, "ul0", &b, "ul0").unwrap();
+        a.add_address("ul0", "198.51.100.1/24").unwrap();
+        b.add_address("ul0", "198.51.100.2/24").unwrap();
+        wire.set_up().unwrap();
+        // The namespaces own the veth now; the guard need not outlive this.
+        std::mem::forget(wire);
+        Underlay { a, b }
+    }
+}
+
+fn bind(ns: &Netns, identity: NodeIdentity, addr: &str) -> PeerTransport {
+    bind_with(ns, PeerConfig::new(identity, addr.parse().unwrap()))
+}
+
+fn bind_with(ns: &Netns, config: PeerConfig) -> PeerTransport {
+    ns.run(|| PeerTransport::bind(config)).unwrap().unwrap()
+}
+
+/// What a transport delivered: (peer, link UID, frame).
+type Delivered = Vec<(PeerId, u64, Vec<u8>)>;
+
+/// Polls every transport until `done` holds or `limit` passes; frames for the link UIDs
+/// in `known` are delivered, others refused.
+fn run_until(
+    nodes: &mut [(&mut PeerTransport, &mut Delivered)],
+    known: &[u64],
+    limit: Duration,
+    mut done: impl FnMut(&mut [(&mut PeerTransport, &mut Delivered)]) -> bool,
+) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        for (transport, delivered) in nodes.iter_mut() {
+            transport.poll(&mut |peer, uid, frame| {
+                let ok = known.contains(&uid);
+                if ok {
+                    delivered.push((peer, uid, frame.to_vec()));
+                }
+                ok
+            });
+        }
+        if done(nodes) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    false
+}
+
+fn frames_cross(carrier: Carrier, label: &str) {
+    let net = Underlay::new(label);
+    let ca = ClusterCa::generate("xwire-test-ca").unwrap();
+    let mut a = bind(&net.a, ca.issue("node-a").unwrap(), "198.51.100.1:0");
+    let mut b = bind(&net.b, ca.issue("node-b").unwrap(), "198.51.100.2:0");
+    let to_b = a.add_peer("node-b", b.local_addr(), carrier).unwrap();
+    let to_a = b.add_peer("node-a", a.local_addr(), carrier).unwrap();
+    let (mut got_a, mut got_b) = (Delivered::new(), Delivered::new());
+    assert!(
+        run_until(
+            &mut [(&mut a, &mut got_a), (&mut b, &mut got_b)],
+            &[],
+            Duration::from_secs(10),
+            |n| n[0].0.is_up(to_b) && n[1].0.is_up(to_a),
+        ),
+        "the peers came up"
+    );
+
+    let mut sizes: Vec<usize> = (60..=1514).step_by(97).collect();
+    sizes.extend([1515, 2000, 4000, 8000, 9000, 9014, 60]);
+    for (seq, &len) in sizes.iter().enumerate() {
+        assert!(a.send_frame(to_b, 7, &test_frame(len, 0xa, seq as u16)));
+        assert!(b.send_frame(to_a, 8, &test_frame(len, 0xb, seq as u16)));
+    }
+    // Frames for a link the receiver does not know are dropped and counted.
+    for _ in 0..3 {
+        assert!(a.send_frame(to_b, 99, &test_frame(100, 0xa, 0)));
+    }
+    let want = sizes.len();
+    assert!(
+        run_until(
+            &mut [(&mut a, &mut got_a), (&mut b, &mut got_b)],
+            &[7, 8],
+            Duration::from_secs(10),
+            |n| n[0].1.len() >= want
+                && n[1].1.len() >= want
+                && n[1].0.counters().dropped_unknown_link >= 3,
+        ),
+        "all frames arrived: a got {}, b got {} of {want}",
+        got_a.len(),
+        got_b.len()
+    );
+    for (got, uid, sender, peer) in [(&got_b, 7, 0xa, to_a), (&got_a, 8, 0xb, to_b)] {
+        let mut expected: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(seq, &len)| test_frame(len, sender, seq as u16))
+            .collect();
+        let mut received: Vec<Vec<u8>> = got
+            .iter()
+            .map(|(p, u, f)| {
+                assert_eq!((*p, *u), (peer, uid));
+                f.clone()
+            })
+            .collect();
+        if carrier == Carrier::Stream {
+            assert!(received == expected, "the stream carrier keeps order");
+        } else {
+            // Datagram-sized frames keep their order; larger ones ride the stream.
+            let small = |f: &&Vec<u8>| f.len() <= 1200;
+            let in_order: Vec<_> = received.iter().filter(small).collect();
+            let sent_order: Vec<_> = expected.iter().filter(small).collect();
+            assert!(in_order == sent_order, "datagram frames keep order");
+            received.sort();
+            expected.sort();
+            assert!(received == expected, "every frame arrived unchanged");
+        }
+    }
+    let (ca_, cb) = (a.counters(), b.counters());
+    assert_eq!(ca_.frames_sent, want as u64 + 3);
+    assert_eq!(cb.frames_received, want as u64);
+    assert_eq!(cb.dropped_unknown_link, 3);
+    assert_eq!((ca_.malformed, cb.malformed), (0, 0));
+    if carrier == Carrier::Datagram {
+        assert!(
+            ca_.datagrams_sent < ca_.frames_sent,
+            "small frames share datagrams: {ca_:?}"
+        );
+    }
+}
+
+#[test]
+fn frames_of_every_size_cross_on_datagrams() {
+    frames_cross(Carrier::Datagram, "pdg");
+}
+
+#[test]
+fn frames_of_every_size_cross_on_a_stream() {
+    frames_cross(Carrier::Stream, "pst");
+}
+
+#[test]
+fn a_node_with_a_certificate_from_another_ca_is_refused() {
+    let net = Underlay::new("pca");
+    let ca = ClusterCa::generate("xwire-test-ca").unwrap();
+    let rogue_ca = ClusterCa::generate("rogue-ca").unwrap();
+    let mut b = bind(&net.b, ca.issue("node-b").unwrap(), "198.51.100.2:0");
+    // The intruder trusts the real CA (so it accepts node-b) but shows a certificate from
+    // its own; its name sorts first, so it dials.
+    let rogue = rogue_ca.issue("node-0").unwrap();
+    let intruder_id = NodeIdentity {
+        ca_pem: ca.cert_pem(),
+        ..rogue
+    };
+    let mut intruder = bind(&net.a, intruder_id, "198.51.100.1:0");
+    let to_b = intruder
+        .add_peer("node-b", b.local_addr(), Carrier::Datagram)
+        .unwrap();
+    b.add_peer("node-0", intruder.local_addr(), Carrier::Datagram)
+        .unwrap();
+    let (mut got_i, mut got_b) = (Delivered::new(), Delivered::new());
+    let mut refused = false;
+    run_until(
+        &mut [(&mut intruder, &mut got_i), (&mut b, &mut got_b)],
+        &[7],
+        Duration::from_secs(3),
+        |n| {
+            // Try to inject all along.
+            refused |= n[1].0.counters().frames_received > 0;
+            false
+        },
+    );
+    for _ in 0..10 {
+        assert!(!intruder.send_frame(to_b, 7, &test_frame(100, 1, 0)));
+    }
+    assert!(!refused && got_b.is_empty(), "no frame got through");
+    assert!(!intruder.is_up(to_b));
+    let events = b.take_events();
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            PeerEvent::Refused { remote, .. } if *remote == intruder.local_addr()
+        )),
+        "node-b reports the refusal with the intruder's address: {events:?}"
+    );
+}
+
+#[test]
+fn a_restarted_node_reconnects_and_the_wire_resumes() {
+    let net = Underlay::new("prs");
+    let ca = ClusterCa::generate("xwire-test-ca").unwrap();
+    let (id_a, id_b) = (ca.issue("node-a").unwrap(), ca.issue("node-b").unwrap());
+    let mut a = bind(&net.a, id_a.clone(), "198.51.100.1:0");
+    let mut b = bind(&net.b, id_b.clone(), "198.51.100.2:0");
+    let a_addr = a.local_addr();
+    let b_addr = b.local_addr();
+    let to_b = a.add_peer("node-b", b_addr, Carrier::Datagram).unwrap();
+    let to_a = b.add_peer("node-a", a_addr, Carrier::Datagram).unwrap();
+    let (mut got_a, mut got_b) = (Delivered::new(), Delivered::new());
+    let up = |a: &mut PeerTransport,
+              b: &mut PeerTransport,
+              got_a: &mut Delivered,
+              got_b: &mut Delivered| {
+        run_until(
+            &mut [(a, got_a), (b, got_b)],
+            &[7],
+            Duration::from_secs(15),
+            |n| n[0].0.is_up(to_b) && n[1].0.is_up(to_a),
+        )
+    };
+    assert!(up(&mut a, &mut b, &mut got_a, &mut got_b));
+
+    // Each side in turn goes away and comes back on the same address, with no command
+    // to the other side.
+    for restart_a in [true, false] {
+        let side = if restart_a { "a" } else { "b" };
+        if restart_a {
+            a.close();
+            drop(a);
+            a = bind(&net.a, id_a.clone(), &a_addr.to_string());
+            a.add_peer("node-b", b_addr, Carrier::Datagram).unwrap();
+        } else {
+            b.close();
+            drop(b);
+            b = bind(&net.b, id_b.clone(), &b_addr.to_string());
+            b.add_peer("node-a", a_addr, Carrier::Datagram).unwrap();
+        }
+        assert!(
+            up(&mut a, &mut b, &mut got_a, &mut got_b),
+            "up after {side} restarted"
+        );
+        got_b.clear();
+        assert!(a.send_frame(to_b, 7, &test_frame(200, 0xa, 1)));
+        assert!(
+            run_until(
+                &mut [(&mut a, &mut got_a), (&mut b, &mut got_b)],
+                &[7],
+                Duration::from_secs(5),
+                |n| !n[1].1.is_empty(),
+            ),
+            "a frame crosses after {side} restarted"
+        );
+    }
+}
+
+#[test]
+fn a_peer_that_speaks_another_version_gets_an_error_and_a_closed_connection() {
+    let net = Underlay::new("pvr");
+    let ca = ClusterCa::generate("xwire-test-ca").unwrap();
+    let mut b = bind(&net.b, ca.issue("node-b").unwrap(), "198.51.100.2:0");
+    let mut future = PeerConfig::new(
+        ca.issue("node-0").unwrap(),
+        "198.51.100.1:0".parse().unwrap(),
+    );
+    future.versions = 7..=9;
+    let mut newer = bind_with(&net.a, future);
+    let to_b = newer
+        .add_peer("node-b", b.local_addr(), Carrier::Datagram)
+        .unwrap();
+    let (mut got_n, mut got_b) = (Delivered::new(), Delivered::new());
+    let mut events_b = Vec::new();
+    let mut events_n = Vec::new();
+    run_until(
+        &mut [(&mut newer, &mut got_n), (&mut b, &mut got_b)],
+        &[7],
+        Duration::from_secs(3),
+        |n| {
+            events_n.extend(n[0].0.take_events());
+            events_b.extend(n[1].0.take_events());
+            !events_n.is_empty() && !events_b.is_empty()
+        },
+    );
+    assert!(!newer.is_up(to_b));
+    assert!(
+        events_b.iter().any(|e| matches!(
+            e,
+            PeerEvent::Refused { reason, .. } if reason.contains("7..=9")
+        )),
+        "{events_b:?}"
+    );
+    // The newer node hears why: the close carries node-b's versions.
+    assert!(
+        events_n.iter().any(|e| matches!(
+            e,
+            PeerEvent::Refused { reason, .. } if reason.contains("speaks versions 1..=1")
+                || reason.contains("7..=9")
+        )),
+        "{events_n:?}"
+    );
+}
