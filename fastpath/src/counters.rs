@@ -20,15 +20,18 @@ pub enum DropReason {
     TxFull = 3,
     /// No free frame buffer to copy into.
     NoBuffer = 4,
+    /// The link's peer node is not connected, or its carrier had no room.
+    PeerDown = 5,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 5] = [
+    pub const ALL: [DropReason; 6] = [
         DropReason::NoLink,
         DropReason::TooLarge,
         DropReason::Runt,
         DropReason::TxFull,
         DropReason::NoBuffer,
+        DropReason::PeerDown,
     ];
 
     pub fn name(self) -> &'static str {
@@ -38,6 +41,7 @@ impl DropReason {
             DropReason::Runt => "runt",
             DropReason::TxFull => "tx_full",
             DropReason::NoBuffer => "no_buffer",
+            DropReason::PeerDown => "peer_down",
         }
     }
 }

@@ -1,9 +1,11 @@
 //! The link table and the forwarding decision: which port a frame leaves by, or why it
 //! is dropped. Plain data, no I/O, so the decision is tested without sockets.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::counters::{Direction, DropReason, LinkCounters};
+use crate::peer::PeerId;
 
 /// A port's index in its worker (`PortId(3)` is the worker's fourth port slot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -12,10 +14,17 @@ pub struct PortId(pub u16);
 /// The shortest frame forwarded: an Ethernet header.
 pub const MIN_FRAME_LEN: usize = 14;
 
+/// The second end of a link: a port of this worker, or a peer node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Far {
+    Port(PortId),
+    Peer(PeerId),
+}
+
 /// Where the frames of one port go.
 #[derive(Debug, Clone)]
 struct Route {
-    out: PortId,
+    out: Far,
     direction: Direction,
     link: usize,
 }
@@ -23,7 +32,8 @@ struct Route {
 #[derive(Debug)]
 struct Link {
     uid: u64,
-    ports: [PortId; 2],
+    a: PortId,
+    b: Far,
     counters: Arc<LinkCounters>,
 }
 
@@ -32,6 +42,13 @@ struct Link {
 pub enum Verdict {
     Forward {
         out: PortId,
+        link: usize,
+        direction: Direction,
+    },
+    /// To the peer node, tagged with the link's UID.
+    Remote {
+        peer: PeerId,
+        uid: u64,
         link: usize,
         direction: Direction,
     },
@@ -52,12 +69,15 @@ pub enum LinkError {
     SamePort,
 }
 
-/// Links between pairs of ports, and each port's largest frame.
+/// Links between pairs of ports or between a port and a peer node, and each port's
+/// largest frame.
 #[derive(Debug, Default)]
 pub struct LinkTable {
     routes: Vec<Option<Route>>,
     max_frame: Vec<usize>,
     links: Vec<Option<Link>>,
+    /// Links with a peer node at the far end, by (peer, link UID).
+    remote: HashMap<(PeerId, u64), usize>,
 }
 
 impl LinkTable {
@@ -80,10 +100,26 @@ impl LinkTable {
         if a == b {
             return Err(LinkError::SamePort);
         }
+        self.insert(uid, a, Far::Port(b))
+    }
+
+    /// Joins a port to a peer node: its frames go to the peer tagged with `uid`, and the
+    /// peer's frames tagged with `uid` come out of the port.
+    pub fn add_remote_link(
+        &mut self,
+        uid: u64,
+        port: PortId,
+        peer: PeerId,
+    ) -> Result<Arc<LinkCounters>, LinkError> {
+        self.insert(uid, port, Far::Peer(peer))
+    }
+
+    fn insert(&mut self, uid: u64, a: PortId, b: Far) -> Result<Arc<LinkCounters>, LinkError> {
         if self.links.iter().flatten().any(|l| l.uid == uid) {
             return Err(LinkError::DuplicateUid(uid));
         }
-        for port in [a, b] {
+        let ports = [Some(a), if let Far::Port(p) = b { Some(p) } else { None }];
+        for port in ports.into_iter().flatten() {
             if let Some(route) = self.route(port) {
                 let owner = self.links[route.link].as_ref().map_or(0, |l| l.uid);
                 return Err(LinkError::PortInUse(port, owner));
@@ -92,7 +128,8 @@ impl LinkTable {
         let counters = Arc::new(LinkCounters::default());
         let link = Link {
             uid,
-            ports: [a, b],
+            a,
+            b,
             counters: Arc::clone(&counters),
         };
         let index = match self.links.iter().position(Option::is_none) {
@@ -113,14 +150,19 @@ impl LinkTable {
                 link: index,
             }),
         );
-        self.set_route(
-            b,
-            Some(Route {
-                out: a,
-                direction: Direction::BToA,
-                link: index,
-            }),
-        );
+        match b {
+            Far::Port(b) => self.set_route(
+                b,
+                Some(Route {
+                    out: Far::Port(a),
+                    direction: Direction::BToA,
+                    link: index,
+                }),
+            ),
+            Far::Peer(peer) => {
+                self.remote.insert((peer, uid), index);
+            }
+        }
         Ok(counters)
     }
 
@@ -134,8 +176,12 @@ impl LinkTable {
             return false;
         };
         if let Some(link) = self.links[index].take() {
-            for port in link.ports {
-                self.set_route(port, None);
+            self.set_route(link.a, None);
+            match link.b {
+                Far::Port(b) => self.set_route(b, None),
+                Far::Peer(peer) => {
+                    self.remote.remove(&(peer, link.uid));
+                }
             }
         }
         true
@@ -171,21 +217,63 @@ impl LinkTable {
                 link: on_link,
             };
         }
-        let max = self
-            .max_frame
-            .get(usize::from(route.out.0))
-            .copied()
-            .unwrap_or(0);
+        let out = match route.out {
+            Far::Port(out) => out,
+            Far::Peer(peer) => {
+                if len > xwire_proto::data::MAX_FRAME_LEN {
+                    return Verdict::Drop {
+                        reason: DropReason::TooLarge,
+                        link: on_link,
+                    };
+                }
+                let uid = self.links[route.link].as_ref().map_or(0, |l| l.uid);
+                return Verdict::Remote {
+                    peer,
+                    uid,
+                    link: route.link,
+                    direction: route.direction,
+                };
+            }
+        };
+        self.forward_to(out, len, route.link, route.direction)
+    }
+
+    /// The forwarding decision for a frame of `len` bytes from peer node `peer`, tagged
+    /// with link UID `uid`.
+    pub fn decide_remote(&self, peer: PeerId, uid: u64, len: usize) -> Verdict {
+        let Some(&link) = self.remote.get(&(peer, uid)) else {
+            return Verdict::Drop {
+                reason: DropReason::NoLink,
+                link: None,
+            };
+        };
+        let Some(out) = self.links[link].as_ref().map(|l| l.a) else {
+            return Verdict::Drop {
+                reason: DropReason::NoLink,
+                link: None,
+            };
+        };
+        if len < MIN_FRAME_LEN {
+            return Verdict::Drop {
+                reason: DropReason::Runt,
+                link: Some((link, Direction::BToA)),
+            };
+        }
+        self.forward_to(out, len, link, Direction::BToA)
+    }
+
+    fn forward_to(&self, out: PortId, len: usize, link: usize, direction: Direction) -> Verdict {
+        let max = self.max_frame.get(usize::from(out.0)).copied().unwrap_or(0);
         if len > max {
             return Verdict::Drop {
                 reason: DropReason::TooLarge,
-                link: on_link,
+                link: Some((link, direction)),
             };
         }
         Verdict::Forward {
-            out: route.out,
-            link: route.link,
-            direction: route.direction,
+            out,
+            link,
+            direction,
         }
     }
 
@@ -333,5 +421,77 @@ mod tests {
         };
         t.counters(link).unwrap().forwarded(direction, 1, 100);
         assert_eq!(c.snapshot(Direction::AToB).bytes, 100);
+    }
+
+    #[test]
+    fn remote_links_send_to_the_peer_and_take_its_frames_by_uid() {
+        let mut t = table();
+        let peer = PeerId(3);
+        t.add_remote_link(9, P0, peer).unwrap();
+        assert!(matches!(
+            t.decide(P0, 9000),
+            Verdict::Remote {
+                peer: PeerId(3),
+                uid: 9,
+                direction: Direction::AToB,
+                ..
+            }
+        ));
+        assert!(matches!(
+            t.decide_remote(peer, 9, 60),
+            Verdict::Forward {
+                out: P0,
+                direction: Direction::BToA,
+                ..
+            }
+        ));
+        // Too large for the pod's port, unknown UID, unknown peer, runt.
+        assert!(matches!(
+            t.decide_remote(peer, 9, 1515),
+            Verdict::Drop {
+                reason: DropReason::TooLarge,
+                link: Some((_, Direction::BToA)),
+            }
+        ));
+        for (p, uid) in [(peer, 10), (PeerId(4), 9)] {
+            assert!(matches!(
+                t.decide_remote(p, uid, 60),
+                Verdict::Drop {
+                    reason: DropReason::NoLink,
+                    link: None
+                }
+            ));
+        }
+        assert!(matches!(
+            t.decide_remote(peer, 9, 10),
+            Verdict::Drop {
+                reason: DropReason::Runt,
+                ..
+            }
+        ));
+        // One UID space for local and remote links; the port is taken.
+        assert_eq!(
+            t.add_link(9, P1, P2).unwrap_err(),
+            LinkError::DuplicateUid(9)
+        );
+        assert_eq!(
+            t.add_remote_link(10, P0, peer).unwrap_err(),
+            LinkError::PortInUse(P0, 9)
+        );
+        assert!(t.remove_link(9));
+        assert!(matches!(
+            t.decide_remote(peer, 9, 60),
+            Verdict::Drop {
+                reason: DropReason::NoLink,
+                ..
+            }
+        ));
+        assert!(matches!(
+            t.decide(P0, 60),
+            Verdict::Drop {
+                reason: DropReason::NoLink,
+                ..
+            }
+        ));
     }
 }

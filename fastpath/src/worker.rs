@@ -2,6 +2,7 @@
 //! their shared UMEM, forwards frames between linked ports, and applies commands from the
 //! control plane between batches.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -9,6 +10,7 @@ use crossbeam_channel::{bounded, Sender};
 
 use crate::counters::LinkCounters;
 use crate::link_table::{LinkError, PortId};
+use crate::peer::{Carrier, PeerConfig, PeerCounters, PeerError, PeerEvent, PeerId};
 use crate::switch::Switch;
 use crate::xdp_port::{KernelDrops, PortError, XdpMode};
 
@@ -98,6 +100,10 @@ pub enum WorkerError {
     NoSuchPort(PortId),
     #[error("reading a port's statistics: {0}")]
     Statistics(std::io::Error),
+    #[error(transparent)]
+    Peer(#[from] PeerError),
+    #[error("this worker has no peer transport (attach_peers first)")]
+    NoPeers,
 }
 
 pub(crate) enum Command {
@@ -120,6 +126,25 @@ pub(crate) enum Command {
     RemoveLink {
         uid: u64,
         reply: Sender<bool>,
+    },
+    AttachPeers {
+        config: Box<PeerConfig>,
+        reply: Sender<Result<SocketAddr, WorkerError>>,
+    },
+    AddPeer {
+        name: String,
+        addr: SocketAddr,
+        carrier: Carrier,
+        reply: Sender<Result<PeerId, WorkerError>>,
+    },
+    AddRemoteLink {
+        uid: u64,
+        port: PortId,
+        peer: PeerId,
+        reply: Sender<Result<Arc<LinkCounters>, WorkerError>>,
+    },
+    PeerStatus {
+        reply: Sender<Result<(PeerCounters, Vec<PeerEvent>), WorkerError>>,
     },
     KernelDrops {
         id: PortId,
@@ -204,6 +229,51 @@ impl Worker {
 
     pub fn remove_link(&self, uid: u64) -> Result<bool, WorkerError> {
         self.ask(|reply| Command::RemoveLink { uid, reply })
+    }
+
+    /// Gives the worker a QUIC transport to peer nodes, bound to `config.listen` in the
+    /// worker's network namespace; returns the bound address. The worker drives it
+    /// between batches, so remote frames take no thread hand-off.
+    pub fn attach_peers(&self, config: PeerConfig) -> Result<SocketAddr, WorkerError> {
+        self.ask(|reply| Command::AttachPeers {
+            config: Box::new(config),
+            reply,
+        })?
+    }
+
+    /// Declares a peer node (see `PeerTransport::add_peer`).
+    pub fn add_peer(
+        &self,
+        name: &str,
+        addr: SocketAddr,
+        carrier: Carrier,
+    ) -> Result<PeerId, WorkerError> {
+        self.ask(|reply| Command::AddPeer {
+            name: name.into(),
+            addr,
+            carrier,
+            reply,
+        })?
+    }
+
+    /// Joins a port to a peer node by link UID; returns the link's counters.
+    pub fn add_remote_link(
+        &self,
+        uid: u64,
+        port: PortId,
+        peer: PeerId,
+    ) -> Result<Arc<LinkCounters>, WorkerError> {
+        self.ask(|reply| Command::AddRemoteLink {
+            uid,
+            port,
+            peer,
+            reply,
+        })?
+    }
+
+    /// The transport's counters and the peer events since the last call.
+    pub fn peer_status(&self) -> Result<(PeerCounters, Vec<PeerEvent>), WorkerError> {
+        self.ask(|reply| Command::PeerStatus { reply })?
     }
 
     /// What the kernel dropped at a port before the worker saw it (a full ring, no free

@@ -2,9 +2,6 @@
 //! namespace where a worker links the two node-side ends through AF_XDP or AF_PACKET
 //! ports, or one of each (these tests need root).
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,6 +9,7 @@ use xwire_fastpath::{
     Direction, LinkCounters, PortChoice, PortError, PortId, PortInfo, PortKind, Worker,
     WorkerConfig, WorkerError, XdpMode,
 };
+use xwire_perf::testbed::checks::{self, test_frame};
 use xwire_perf::testbed::{unique_ifname, Netns, RawSocket, Veth};
 
 /// Two pods, a node, and the node-side ends of the pods' veths.
@@ -93,21 +91,7 @@ fn link_with(bed: &Bed, mtu: u32, kinds: [PortChoice; 2]) -> Linked<'_> {
 }
 
 fn ping(from: &Netns, to: &str, count: u32) -> bool {
-    from.exec(Command::new("ping").args(["-c", &count.to_string(), "-i", "0.2", "-W", "1", to]))
-        .unwrap()
-        .status
-        .success()
-}
-
-/// A broadcast frame of `len` bytes with an experimental EtherType (the pods' stacks
-/// ignore it), carrying its sender and sequence number.
-fn test_frame(len: usize, sender: u8, seq: u16) -> Vec<u8> {
-    let mut f = vec![0xff; 6];
-    f.extend_from_slice(&[0x02, 0, 0, 0, 0, sender]);
-    f.extend_from_slice(&[0x88, 0xb5]);
-    f.extend_from_slice(&seq.to_be_bytes());
-    f.extend((f.len()..len).map(|i| (i as u8).wrapping_mul(7) ^ sender));
-    f
+    checks::ping(from, to, count).unwrap()
 }
 
 #[test]
@@ -243,34 +227,10 @@ fn tcp_transfer(label: &str, kinds: [PortChoice; 2]) {
     let _linked = link_with(&bed, 1500, kinds);
     bed.pod_a.add_address("eth1", "192.0.2.1/30").unwrap();
     bed.pod_b.add_address("eth1", "192.0.2.2/30").unwrap();
-    let listener = bed
-        .pod_b
-        .run(|| TcpListener::bind("192.0.2.2:5201"))
-        .unwrap()
-        .unwrap();
-    let stream = bed.pod_a.run(|| {
-        TcpStream::connect_timeout(&"192.0.2.2:5201".parse().unwrap(), Duration::from_secs(5))
-    });
-    let mut client = stream.unwrap().unwrap();
-    client
-        .set_write_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    let (mut server, _) = listener.accept().unwrap();
-    server
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    let data: Vec<u8> = (0..BYTES).map(|i| (i % 251) as u8).collect();
-    let received = std::thread::scope(|s| {
-        let reader = s.spawn(move || {
-            let mut got = Vec::with_capacity(BYTES);
-            server.read_to_end(&mut got).map(|_| got)
-        });
-        client.write_all(&data).unwrap();
-        drop(client);
-        reader.join().unwrap().unwrap()
-    });
+    let to = "192.0.2.2:5201".parse().unwrap();
+    let received = checks::tcp_transfer(&bed.pod_a, &bed.pod_b, to, BYTES).unwrap();
     assert!(
-        received == data,
+        received == checks::pattern(BYTES),
         "{} of {BYTES} bytes, content equal: false",
         received.len()
     );

@@ -19,6 +19,7 @@
 //! # Ok::<(), xwire_perf::testbed::Error>(())
 //! ```
 
+pub mod checks;
 mod error;
 mod link;
 mod names;

@@ -17,6 +17,7 @@ use xsk_rs::{FrameDesc, Umem};
 use crate::counters::{Direction, DropReason};
 use crate::link_table::{LinkTable, PortId, Verdict};
 use crate::packet_port::PacketPort;
+use crate::peer::PeerTransport;
 use crate::worker::{Command, PortChoice, PortInfo, PortKind, WorkerConfig, WorkerError};
 use crate::xdp_port::{frame_data, write_frame, PortError, XdpPort, UMEM_FRAME_DATA};
 
@@ -38,6 +39,8 @@ const MAX_CHAIN: usize = 17;
 const SPINS_BEFORE_SLEEP: u32 = 1000;
 const SLEEP_MS: u16 = 10;
 
+mod remote;
+
 enum Port {
     Xdp(XdpPort),
     Packet(PacketPort),
@@ -55,6 +58,10 @@ impl Port {
 /// The worker thread's state. Field order matters: ports drop before the UMEM.
 pub(crate) struct Switch {
     ports: Vec<Option<Port>>,
+    /// The QUIC transport to peer nodes, once attached.
+    peers: Option<PeerTransport>,
+    /// One frame gathered from its descriptor chain on its way to a peer.
+    remote_buf: Vec<u8>,
     pending: Vec<Vec<Outgoing>>,
     /// Per port, the descriptors of a frame whose last part has not been received yet.
     rx_chains: Vec<Vec<FrameDesc>>,
@@ -77,6 +84,8 @@ impl Switch {
         let (umem, free) = Umem::new(umem_config, count, false).map_err(|e| start(&e))?;
         Ok(Switch {
             ports: Vec::new(),
+            peers: None,
+            remote_buf: Vec::with_capacity(64 * 1024),
             pending: Vec::new(),
             rx_chains: Vec::new(),
             table: LinkTable::default(),
@@ -116,7 +125,8 @@ impl Switch {
 
     /// Blocks in poll() on every port's socket; a frame wakes the worker at once.
     fn sleep_until_traffic(&self) {
-        let fds: Vec<RawFd> = self.ports.iter().flatten().map(Port::raw_fd).collect();
+        let mut fds: Vec<RawFd> = self.ports.iter().flatten().map(Port::raw_fd).collect();
+        fds.extend(self.peers.as_ref().map(PeerTransport::raw_fd));
         if fds.is_empty() {
             std::thread::sleep(Duration::from_millis(u64::from(SLEEP_MS)));
             return;
@@ -157,6 +167,47 @@ impl Switch {
             }
             Command::RemoveLink { uid, reply } => {
                 let _ = reply.send(self.table.remove_link(uid));
+            }
+            Command::AttachPeers { config, reply } => {
+                let result = PeerTransport::bind(*config).map(|t| {
+                    let addr = t.local_addr();
+                    self.attach_peers(t);
+                    addr
+                });
+                let _ = reply.send(result.map_err(WorkerError::from));
+            }
+            Command::AddPeer {
+                name,
+                addr,
+                carrier,
+                reply,
+            } => {
+                let result = match self.peers_mut() {
+                    Some(peers) => peers
+                        .add_peer(&name, addr, carrier)
+                        .map_err(WorkerError::from),
+                    None => Err(WorkerError::NoPeers),
+                };
+                let _ = reply.send(result);
+            }
+            Command::AddRemoteLink {
+                uid,
+                port,
+                peer,
+                reply,
+            } => {
+                let result = match self.port(port) {
+                    None => Err(WorkerError::NoSuchPort(port)),
+                    Some(_) if self.peers.is_none() => Err(WorkerError::NoPeers),
+                    Some(_) => self
+                        .table
+                        .add_remote_link(uid, port, peer)
+                        .map_err(WorkerError::from),
+                };
+                let _ = reply.send(result);
+            }
+            Command::PeerStatus { reply } => {
+                let _ = reply.send(self.peer_status().ok_or(WorkerError::NoPeers));
             }
             Command::KernelDrops { id, reply } => {
                 let drops = match self
@@ -265,6 +316,7 @@ impl Switch {
         for slot in 0..self.ports.len() {
             moved += self.receive_from(slot, config.batch);
         }
+        moved += self.poll_peers();
         for slot in 0..self.ports.len() {
             self.flush_to(slot);
         }
@@ -311,8 +363,13 @@ impl Switch {
                 n
             }
             Some(Port::Packet(port)) => {
-                let (table, free, pending, umem) =
-                    (&self.table, &mut self.free, &mut self.pending, &self.umem);
+                let (table, free, pending, umem, peers) = (
+                    &self.table,
+                    &mut self.free,
+                    &mut self.pending,
+                    &self.umem,
+                    &mut self.peers,
+                );
                 port.receive(batch, |frame, whole| {
                     let verdict = match table.decide(in_port, frame.len()) {
                         Verdict::Forward {
@@ -323,36 +380,14 @@ impl Switch {
                         },
                         v => v,
                     };
-                    let Verdict::Forward {
-                        out,
-                        link,
-                        direction,
-                    } = verdict
-                    else {
-                        count_drop(table, verdict);
-                        return;
-                    };
-                    let parts = frame.len().div_ceil(UMEM_FRAME_DATA);
-                    if free.len() < parts {
-                        count_drop(
-                            table,
-                            Verdict::Drop {
-                                reason: DropReason::NoBuffer,
-                                link: Some((link, direction)),
-                            },
-                        );
-                        return;
-                    }
-                    for (k, bytes) in frame.chunks(UMEM_FRAME_DATA).enumerate() {
-                        let mut desc = free.pop().expect("checked above");
-                        // SAFETY: taken from the free list, so owned by the worker alone.
-                        unsafe { write_frame(umem, &mut desc, bytes, k + 1 < parts) };
-                        pending[usize::from(out.0)].push(Outgoing {
-                            desc,
+                    match verdict {
+                        Verdict::Forward {
+                            out,
                             link,
                             direction,
-                            ends_frame: k + 1 == parts,
-                        });
+                        } => queue_copy(table, free, pending, umem, frame, out, (link, direction)),
+                        Verdict::Remote { .. } => remote::send(peers, table, verdict, frame),
+                        Verdict::Drop { .. } => count_drop(table, verdict),
                     }
                 })
             }
@@ -377,6 +412,16 @@ impl Switch {
                         ends_frame: k == last,
                     });
                 }
+            }
+            Verdict::Remote { .. } => {
+                self.remote_buf.clear();
+                for desc in chain.iter() {
+                    // SAFETY: received descriptors are the worker's alone until freed below.
+                    let part = unsafe { frame_data(&self.umem, desc) };
+                    self.remote_buf.extend_from_slice(part);
+                }
+                remote::send(&mut self.peers, &self.table, verdict, &self.remote_buf);
+                self.free.append(chain);
             }
             Verdict::Drop { .. } => {
                 count_drop(&self.table, verdict);
@@ -465,6 +510,41 @@ impl Switch {
             // The ring took all it was offered, or nothing.
             self.free.drain(from..from + given);
         }
+    }
+}
+
+/// Copies a frame into free UMEM frames (a chain when it is longer than one) queued for
+/// `out`, counted on `link`; without enough free frames it is dropped and counted.
+fn queue_copy(
+    table: &LinkTable,
+    free: &mut Vec<FrameDesc>,
+    pending: &mut [Vec<Outgoing>],
+    umem: &Umem,
+    frame: &[u8],
+    out: PortId,
+    (link, direction): (usize, Direction),
+) {
+    let parts = frame.len().div_ceil(UMEM_FRAME_DATA);
+    if free.len() < parts {
+        count_drop(
+            table,
+            Verdict::Drop {
+                reason: DropReason::NoBuffer,
+                link: Some((link, direction)),
+            },
+        );
+        return;
+    }
+    for (k, bytes) in frame.chunks(UMEM_FRAME_DATA).enumerate() {
+        let mut desc = free.pop().expect("checked above");
+        // SAFETY: taken from the free list, so owned by the worker alone.
+        unsafe { write_frame(umem, &mut desc, bytes, k + 1 < parts) };
+        pending[usize::from(out.0)].push(Outgoing {
+            desc,
+            link,
+            direction,
+            ends_frame: k + 1 == parts,
+        });
     }
 }
 

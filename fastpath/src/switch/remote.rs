@@ -1,0 +1,85 @@
+//! The switch's side of remote wires: frames to and from the peer transport, counted on
+//! their links like any other.
+
+use crate::counters::DropReason;
+use crate::link_table::{LinkTable, Verdict};
+use crate::peer::{PeerCounters, PeerEvent, PeerTransport};
+
+use super::{count_drop, queue_copy, Switch};
+
+/// Hands one frame with a `Verdict::Remote` to the transport, counted on its link.
+pub(super) fn send(
+    peers: &mut Option<PeerTransport>,
+    table: &LinkTable,
+    verdict: Verdict,
+    frame: &[u8],
+) {
+    let Verdict::Remote {
+        peer,
+        uid,
+        link,
+        direction,
+    } = verdict
+    else {
+        return;
+    };
+    let sent = peers
+        .as_mut()
+        .is_some_and(|p| p.send_frame(peer, uid, frame));
+    if sent {
+        if let Some(counters) = table.counters(link) {
+            counters.forwarded(direction, 1, frame.len() as u64);
+        }
+    } else {
+        count_drop(
+            table,
+            Verdict::Drop {
+                reason: DropReason::PeerDown,
+                link: Some((link, direction)),
+            },
+        );
+    }
+}
+
+impl Switch {
+    /// Runs the peer transport once: frames it received go to their ports' pending
+    /// batches (copied into UMEM frames). Returns the UDP datagrams that arrived.
+    pub(super) fn poll_peers(&mut self) -> usize {
+        let Some(peers) = self.peers.as_mut() else {
+            return 0;
+        };
+        let (table, free, pending, umem) =
+            (&self.table, &mut self.free, &mut self.pending, &self.umem);
+        peers.poll(
+            &mut |peer, uid, frame| match table.decide_remote(peer, uid, frame.len()) {
+                Verdict::Forward {
+                    out,
+                    link,
+                    direction,
+                } => {
+                    queue_copy(table, free, pending, umem, frame, out, (link, direction));
+                    true
+                }
+                verdict @ Verdict::Drop { link: Some(_), .. } => {
+                    count_drop(table, verdict);
+                    true
+                }
+                // No link with this UID from this peer: the transport counts it.
+                _ => false,
+            },
+        )
+    }
+
+    pub(super) fn attach_peers(&mut self, transport: PeerTransport) {
+        self.peers = Some(transport);
+    }
+
+    pub(super) fn peers_mut(&mut self) -> Option<&mut PeerTransport> {
+        self.peers.as_mut()
+    }
+
+    pub(super) fn peer_status(&mut self) -> Option<(PeerCounters, Vec<PeerEvent>)> {
+        let peers = self.peers.as_mut()?;
+        Some((peers.counters(), peers.take_events()))
+    }
+}

@@ -1,0 +1,184 @@
+//! Remote wires end to end: two node namespaces joined by an underlay veth, a pod behind
+//! each, each node's worker carrying its pod's frames over QUIC to the other node.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use xwire_fastpath::peer::{Carrier, ClusterCa, PeerConfig};
+use xwire_fastpath::{Direction, LinkCounters, PortChoice, Worker, WorkerConfig};
+use xwire_perf::testbed::checks::{pattern, ping, tcp_transfer, test_frame, TEST_ETHERTYPE};
+use xwire_perf::testbed::{unique_ifname, Netns, RawSocket, Veth};
+
+const UID: u64 = 42;
+
+struct Node {
+    ns: Netns,
+    pod: Netns,
+}
+
+/// Both nodes, their pods, and the wire between the pods.
+struct Lab<'a> {
+    nodes: &'a [Node; 2],
+    workers: [Worker; 2],
+    counters: [Arc<LinkCounters>; 2],
+    _veths: Vec<Veth<'a>>,
+}
+
+fn nodes(label: &str) -> [Node; 2] {
+    ["a", "b"].map(|side| Node {
+        ns: Netns::new(&format!("{label}-n{side}")).unwrap(),
+        pod: Netns::new(&format!("{label}-p{side}")).unwrap(),
+    })
+}
+
+fn lab<'a>(nodes: &'a [Node; 2], carrier: Carrier, pod_mtu: u32) -> Lab<'a> {
+    let underlay = Veth::named(&nodes[0].ns, "ul0", &nodes[1].ns, "ul0").unwrap();
+    underlay.set_mtu(9000).unwrap();
+    underlay.set_up().unwrap();
+    let ca = ClusterCa::generate("xwire-test-ca").unwrap();
+    let mut veths = vec![underlay];
+    let mut workers = Vec::new();
+    let mut ports = Vec::new();
+    let mut addrs = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let ul = format!("198.51.100.{}", i + 1);
+        node.ns.add_address("ul0", &format!("{ul}/24")).unwrap();
+        let pod_wire = Veth::named(&node.pod, "eth1", &node.ns, &unique_ifname()).unwrap();
+        node.pod.set_tx_checksum("eth1", false).unwrap();
+        pod_wire.set_mtu(pod_mtu).unwrap();
+        pod_wire.set_up().unwrap();
+        node.pod
+            .add_address("eth1", &format!("192.0.2.{}/30", i + 1))
+            .unwrap();
+        let worker = node
+            .ns
+            .run(|| Worker::spawn(WorkerConfig::default()))
+            .unwrap()
+            .unwrap();
+        let port = worker
+            .add_port_as(
+                pod_wire.b_name(),
+                pod_mtu as usize + 14,
+                Some(PortChoice::AfXdp),
+            )
+            .unwrap();
+        let mut config = PeerConfig::new(
+            ca.issue(&format!("node-{}", ["a", "b"][i])).unwrap(),
+            format!("{ul}:0").parse().unwrap(),
+        );
+        config.underlay_mtu = 9000;
+        addrs.push(worker.attach_peers(config).unwrap());
+        workers.push(worker);
+        ports.push(port);
+        veths.push(pod_wire);
+    }
+    let mut counters = Vec::new();
+    for i in 0..2 {
+        let other = 1 - i;
+        let peer = workers[i]
+            .add_peer(
+                &format!("node-{}", ["a", "b"][other]),
+                addrs[other],
+                carrier,
+            )
+            .unwrap();
+        counters.push(workers[i].add_remote_link(UID, ports[i].id, peer).unwrap());
+    }
+    let start = Instant::now();
+    let up = |w: &Worker| {
+        let (_, events) = w.peer_status().unwrap();
+        events
+            .iter()
+            .any(|e| matches!(e, xwire_fastpath::peer::PeerEvent::Up { .. }))
+    };
+    let mut seen = [false, false];
+    while !(seen[0] && seen[1]) && start.elapsed() < Duration::from_secs(10) {
+        for i in 0..2 {
+            seen[i] |= up(&workers[i]);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(seen[0] && seen[1], "both peers came up");
+    Lab {
+        nodes,
+        workers: workers.try_into().ok().unwrap(),
+        counters: counters.try_into().ok().unwrap(),
+        _veths: veths,
+    }
+}
+
+fn ping_and_tcp(carrier: Carrier, label: &str) {
+    let nodes = nodes(label);
+    let lab = lab(&nodes, carrier, 1500);
+    assert!(
+        ping(&lab.nodes[0].pod, "192.0.2.2", 3).unwrap(),
+        "ping a -> b"
+    );
+    assert!(
+        ping(&lab.nodes[1].pod, "192.0.2.1", 3).unwrap(),
+        "ping b -> a"
+    );
+    let bytes = 4 << 20;
+    let got = tcp_transfer(
+        &lab.nodes[0].pod,
+        &lab.nodes[1].pod,
+        "192.0.2.2:5201".parse().unwrap(),
+        bytes,
+    )
+    .unwrap();
+    assert!(got == pattern(bytes), "{} of {bytes} bytes", got.len());
+    for (i, c) in lab.counters.iter().enumerate() {
+        let out = c.snapshot(Direction::AToB);
+        let back = c.snapshot(Direction::BToA);
+        assert!(
+            out.frames > 0 && back.frames > 0,
+            "node {i}: {out:?} {back:?}"
+        );
+    }
+    let (peer_counters, _) = lab.workers[0].peer_status().unwrap();
+    assert_eq!(peer_counters.malformed, 0);
+}
+
+#[test]
+fn pods_on_two_nodes_ping_and_transfer_over_quic_datagrams() {
+    ping_and_tcp(Carrier::Datagram, "rwd");
+}
+
+#[test]
+fn pods_on_two_nodes_ping_and_transfer_over_a_quic_stream() {
+    ping_and_tcp(Carrier::Stream, "rws");
+}
+
+#[test]
+fn frames_of_60_to_9014_bytes_cross_both_ways_unchanged() {
+    let nodes = nodes("rwj");
+    let lab = lab(&nodes, Carrier::Stream, 9000);
+    let sizes: Vec<usize> = (60..=9014).step_by(331).chain([9014]).collect();
+    let raw: Vec<RawSocket> = lab
+        .nodes
+        .iter()
+        .map(|n| RawSocket::open(&n.pod, "eth1").unwrap())
+        .collect();
+    for (seq, &len) in sizes.iter().enumerate() {
+        raw[0].send(&test_frame(len, 0xa, seq as u16)).unwrap();
+        raw[1].send(&test_frame(len, 0xb, seq as u16)).unwrap();
+    }
+    for (rx, sender) in [(&raw[1], 0xa), (&raw[0], 0xb)] {
+        let mut got = Vec::new();
+        while got.len() < sizes.len() {
+            match rx.recv(Duration::from_secs(3)).unwrap() {
+                // Only the test's frames (the pods' stacks may send their own).
+                Some(f) if f.len() > 13 && f[12..14] == TEST_ETHERTYPE => got.push(f),
+                Some(_) => {}
+                None => break,
+            }
+        }
+        assert_eq!(got.len(), sizes.len(), "frames from {sender:x}");
+        for (seq, (frame, &len)) in got.iter().zip(&sizes).enumerate() {
+            assert!(
+                *frame == test_frame(len, sender, seq as u16),
+                "frame {seq} ({len} bytes) from {sender:x} changed"
+            );
+        }
+    }
+}
