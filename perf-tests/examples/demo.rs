@@ -125,7 +125,7 @@ fn main() -> Result<()> {
     );
     println!("and survive xwire's node-to-node encoding byte for byte.");
     println!(
-        "Not yet: the AF_PACKET fallback, pktgen, QUIC between nodes, the daemon and the lab."
+        "Not in this demo yet: QUIC between nodes (built and tested in fastpath::peer; the two-node lab comes with issue 7), the daemon and the CNI plugin."
     );
     Ok(())
 }
