@@ -95,8 +95,6 @@ pub enum PeerError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("no peer {0:?}")]
-    NoSuchPeer(PeerId),
     #[error("peer name {0:?} is not a valid DNS name")]
     BadName(String),
 }

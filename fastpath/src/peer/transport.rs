@@ -50,6 +50,8 @@ pub struct PeerTransport {
     server: Arc<ServerConfig>,
     peers: Vec<Peer>,
     sessions: HashMap<ConnectionHandle, Session>,
+    /// Scratch list of the sessions driven in one `poll`.
+    handles: Vec<ConnectionHandle>,
     counters: PeerCounters,
     events: Vec<PeerEvent>,
     transmit_buf: Vec<u8>,
@@ -77,6 +79,7 @@ impl PeerTransport {
             server,
             peers: Vec::new(),
             sessions: HashMap::new(),
+            handles: Vec::new(),
             counters: PeerCounters::default(),
             events: Vec::new(),
             transmit_buf: Vec::with_capacity(64 * 1024),
@@ -193,10 +196,14 @@ impl PeerTransport {
         }
         let received = self.receive(now);
         self.dial(now);
-        let handles: Vec<ConnectionHandle> = self.sessions.keys().copied().collect();
-        for handle in handles {
+        // Reused: this runs on every pass of the worker.
+        let mut handles = std::mem::take(&mut self.handles);
+        handles.clear();
+        handles.extend(self.sessions.keys().copied());
+        for &handle in &handles {
             self.drive(handle, now, on_frame);
         }
+        self.handles = handles;
         received
     }
 

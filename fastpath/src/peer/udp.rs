@@ -51,11 +51,10 @@ impl Udp {
     /// Receives one batch; `each` gets every UDP datagram (GRO batches split) with its
     /// source and local address. Returns how many datagrams there were.
     pub(crate) fn recv(&mut self, mut each: impl FnMut(&RecvMeta, &[u8])) -> usize {
-        let mut slices: Vec<IoSliceMut<'_>> = self
-            .buffers
-            .iter_mut()
-            .map(|b| IoSliceMut::new(b))
-            .collect();
+        // On the stack: this runs on every pass of the worker.
+        let mut buffers = self.buffers.iter_mut();
+        let mut slices: [IoSliceMut<'_>; RECV_BATCH] =
+            std::array::from_fn(|_| IoSliceMut::new(buffers.next().expect("RECV_BATCH buffers")));
         let count = match self
             .state
             .recv((&self.socket).into(), &mut slices, &mut self.meta)
