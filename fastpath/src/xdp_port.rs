@@ -223,13 +223,35 @@ impl XdpPort {
         n
     }
 
-    /// Asks the kernel to send what waits in the TX ring. In copy mode one kick sends at
-    /// most a small batch (32 frames on Linux 6.x), so the worker kicks again on every
-    /// pass while frames remain.
+    /// Asks the kernel to send what waits in the TX ring.
     pub(crate) fn kick(&mut self) {
         if self.in_tx > 0 && self.tx.needs_wakeup() {
             // A failed kick (EAGAIN, ENOBUFS) leaves the frames queued for the next one.
             let _ = self.tx.wakeup();
+        }
+    }
+
+    /// Kicks and reclaims until the TX ring is empty, a kick sends nothing, or
+    /// `max_kicks` is reached. In copy mode one kick sends at most a small batch (32
+    /// frames on Linux 6.x) and completes it before returning, so a pass that queued more
+    /// than that needs several; with a zero-copy driver the first kick completes nothing
+    /// at once, and the loop stops there.
+    pub(crate) fn drain_tx(
+        &mut self,
+        scratch: &mut [FrameDesc],
+        free: &mut Vec<FrameDesc>,
+        max_kicks: usize,
+    ) {
+        for _ in 0..max_kicks {
+            if self.in_tx == 0 {
+                break;
+            }
+            self.kick();
+            let before = free.len();
+            self.reclaim(scratch, free);
+            if free.len() == before {
+                break;
+            }
         }
     }
 

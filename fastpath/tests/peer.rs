@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use xwire_fastpath::peer::{
-    Carrier, ClusterCa, NodeIdentity, PeerConfig, PeerEvent, PeerId, PeerTransport,
+    Carrier, ClusterCa, Flush, NodeIdentity, PeerConfig, PeerEvent, PeerId, PeerTransport,
 };
 use xwire_perf::testbed::{Netns, Veth};
 
@@ -60,7 +60,7 @@ fn run_until(
     let start = Instant::now();
     while start.elapsed() < limit {
         for (transport, delivered) in nodes.iter_mut() {
-            transport.poll(&mut |peer, uid, frame| {
+            transport.poll(Flush::Now, &mut |peer, uid, frame| {
                 let ok = known.contains(&uid);
                 if ok {
                     delivered.push((peer, uid, frame.to_vec()));

@@ -16,41 +16,16 @@ mod devices;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use serde::Serialize;
 use xwire_bench::traffic::{self, PortOptions, Traffic};
 
+pub use crate::measure::{median_by, IdleRow, Row};
 pub use devices::Device;
 
+use crate::measure::{busy_while, on_cpu, probe_traffic};
 use crate::testbed::{Netns, RawSocket, Veth};
 
 const GEN_CPU: usize = 0;
 const DUT_CPU: usize = 1;
-
-/// One throughput or latency measurement, in the fields the issue names.
-#[derive(Debug, Clone, Serialize)]
-pub struct Row {
-    pub name: String,
-    pub frame_bytes: usize,
-    pub offered_pps: f64,
-    pub delivered_pps: f64,
-    pub gbps: f64,
-    pub loss_ratio: f64,
-    pub p50_us: Option<f64>,
-    pub p99_us: Option<f64>,
-    pub cpu_cores: f64,
-}
-
-/// An idle device: what it burns, and what the first frame after a silence waits.
-#[derive(Debug, Clone, Serialize)]
-pub struct IdleRow {
-    pub name: String,
-    pub idle_cpu_cores: f64,
-    pub silence_ms: u64,
-    pub first_frame_p50_us: f64,
-    pub first_frame_p99_us: f64,
-    pub first_frame_max_us: f64,
-    pub probes: u64,
-}
 
 /// The namespaces of one measurement.
 struct Hosts {
@@ -142,49 +117,12 @@ impl<'a> Bed<'a> {
     /// Runs `f` on a thread pinned to the generator's CPU, inside the generator's
     /// namespace.
     fn on_gen_cpu<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T> {
-        Ok(self.gen.run(|| {
-            core_affinity::set_for_current(core_affinity::CoreId { id: GEN_CPU });
-            f()
-        })?)
+        Ok(on_cpu(self.gen, GEN_CPU, f)?)
     }
-}
-
-/// Busy and total jiffies of one CPU, from /proc/stat.
-fn cpu_ticks(cpu: usize) -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat
-        .lines()
-        .find(|l| l.starts_with(&format!("cpu{cpu} ")))?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    let idle = v.get(3)? + v.get(4)?;
-    let total: u64 = v.iter().take(8).sum();
-    Some((total - idle, total))
-}
-
-/// The share of `cpu` that was busy while `f` ran.
-fn busy_while<T>(cpu: usize, f: impl FnOnce() -> T) -> (T, f64) {
-    let before = cpu_ticks(cpu);
-    let out = f();
-    let share = match (before, cpu_ticks(cpu)) {
-        (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => (b1 - b0) as f64 / (t1 - t0) as f64,
-        _ => 0.0,
-    };
-    (out, share)
 }
 
 fn traffic(size: usize, seconds: f64, rate: u64) -> Traffic {
-    Traffic {
-        size,
-        rate,
-        count: None,
-        duration: Duration::from_secs_f64(seconds),
-        dst_mac: [0xff; 6],
-        batch: 64,
-    }
+    probe_traffic(size, seconds, rate, [0xff; 6])
 }
 
 /// Full speed for `seconds`; delivered frames counted at the sink interface.
@@ -205,18 +143,14 @@ pub fn peak(device: Device, size: usize, seconds: f64) -> Result<Row> {
     // Frames still in the device arrive within this.
     std::thread::sleep(Duration::from_millis(200));
     let after = bed.sink.link_stats(&bed.sink_if)?;
-    let delivered = after.rx_packets - before.rx_packets;
-    Ok(Row {
-        name: device.name().into(),
-        frame_bytes: size,
-        offered_pps: sent.frames as f64 / sent.seconds,
-        delivered_pps: delivered as f64 / sent.seconds,
-        gbps: (after.rx_bytes - before.rx_bytes) as f64 * 8.0 / sent.seconds / 1e9,
-        loss_ratio: 1.0 - delivered as f64 / sent.frames.max(1) as f64,
-        p50_us: None,
-        p99_us: None,
+    Ok(Row::peak(
+        device.name().into(),
+        size,
+        sent,
+        before,
+        after,
         cpu_cores,
-    })
+    ))
 }
 
 /// `rate` frames per second for `seconds`, received by a sink in the generator's thread.
@@ -239,17 +173,12 @@ pub fn paced(device: Device, size: usize, seconds: f64, rate: u64) -> Result<Row
     });
     let (sent, received) = result??;
     let report = received.stats.report(size, sent.frames, sent.seconds);
-    Ok(Row {
-        name: format!("{}@{rate}pps", device.name()),
-        frame_bytes: size,
-        offered_pps: report.offered_pps,
-        delivered_pps: report.delivered_pps,
-        gbps: report.gbps,
-        loss_ratio: report.loss_ratio,
-        p50_us: Some(report.p50_us),
-        p99_us: Some(report.p99_us),
+    Ok(Row::paced(
+        format!("{}@{rate}pps", device.name()),
+        size,
+        &report,
         cpu_cores,
-    })
+    ))
 }
 
 /// The device's CPU over `seconds` of silence, then `probes` single frames, each after
@@ -293,12 +222,6 @@ pub fn idle(device: Device, seconds: f64, silence: Duration, probes: u64) -> Res
         first_frame_max_us: report.max_us,
         probes,
     })
-}
-
-/// The median row of several repetitions, by `key`.
-pub fn median_by(mut rows: Vec<Row>, key: impl Fn(&Row) -> f64) -> Row {
-    rows.sort_by(|a, b| key(a).total_cmp(&key(b)));
-    rows.swap_remove(rows.len() / 2)
 }
 
 /// The machine's floor for the first frame after idleness: how long a thread asleep on

@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 
 /// Debian packages the workspace needs to build and test: libbpf/libxdp (built from source
 /// by xsk-rs) want m4, libelf, zlib, libpcap, pkg-config, clang and llvm; the tests use
-/// iproute2 and ping.
+/// iproute2, ping and iperf3 (the remote-wire scenario's TCP transfer).
 const PACKAGES: &[&str] = &[
     "build-essential",
     "pkg-config",
@@ -18,6 +18,7 @@ const PACKAGES: &[&str] = &[
     "llvm",
     "iproute2",
     "iputils-ping",
+    "iperf3",
 ];
 
 pub fn run(cmd: &mut Command) -> Result<()> {

@@ -19,7 +19,7 @@ use std::ops::RangeInclusive;
 use xwire_proto::control::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
 pub use pki::{ClusterCa, NodeIdentity};
-pub use transport::PeerTransport;
+pub use transport::{Flush, PeerTransport};
 pub use xwire_proto::control::{Carrier, ControlMessage};
 
 /// A peer node, as this transport numbers them.
@@ -84,6 +84,9 @@ pub struct PeerCounters {
     pub dropped_unknown_link: u64,
     /// Datagrams, stream records or control messages that did not decode.
     pub malformed: u64,
+    /// QUIC packets the UDP socket would not take (its buffer full): QUIC resends what
+    /// needs resending, and a DATAGRAM batch in them is lost.
+    pub udp_send_failed: u64,
 }
 
 #[derive(Debug, thiserror::Error)]

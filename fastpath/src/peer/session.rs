@@ -3,6 +3,7 @@
 //! No I/O here: the transport feeds it events and drains what it wants sent.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use quinn_proto::{Connection, Dir, StreamId};
 use xwire_proto::control::{ControlBody, ControlMessage, Hello};
@@ -17,6 +18,9 @@ use super::{Carrier, PeerCounters};
 
 /// Bytes a stream may hold back (flow control) before frames for it are dropped.
 const MAX_STREAM_BACKLOG: usize = 8 << 20;
+/// Stream bytes held for one write into the connection: a write per frame costs more
+/// than the frame.
+const STREAM_WRITE_BATCH: usize = 64 << 10;
 
 /// An outgoing stream: bytes the connection has not taken yet.
 #[derive(Default)]
@@ -52,6 +56,8 @@ pub(crate) struct Session {
     data_out: Outgoing,
     incoming: HashMap<StreamId, Incoming>,
     batch: DatagramBatch,
+    /// When the oldest frame not yet handed to the connection was queued.
+    held_since: Option<Instant>,
 }
 
 /// What reading a session's streams and datagrams produced, besides frames.
@@ -71,6 +77,7 @@ impl Session {
             data_out: Outgoing::default(),
             incoming: HashMap::new(),
             batch: DatagramBatch::new(1200),
+            held_since: None,
         }
     }
 
@@ -91,14 +98,19 @@ impl Session {
 
     /// Queues one frame on the given carrier: into the DATAGRAM batch (a full batch goes
     /// out first; a frame too large for any datagram goes on the data stream), or on the
-    /// data stream. Returns false when it had to be dropped.
+    /// data stream. What is queued leaves on `flush`. Returns false when the frame had to
+    /// be dropped.
     pub(crate) fn send_frame(
         &mut self,
         carrier: Carrier,
         link_uid: u64,
         frame: &[u8],
         counters: &mut PeerCounters,
+        now: impl FnOnce() -> Instant,
     ) -> bool {
+        if self.held_since.is_none() {
+            self.held_since = Some(now());
+        }
         if carrier == Carrier::Datagram {
             if let Some(max) = self.conn.datagrams().max_size() {
                 if max != self.batch.max_len() {
@@ -127,8 +139,22 @@ impl Session {
             return false;
         }
         counters.stream_frames_sent += 1;
-        Self::push_stream(&mut self.conn, &mut self.data_out, Dir::Uni);
+        if self.data_out.backlog.len() >= STREAM_WRITE_BATCH {
+            Self::push_stream(&mut self.conn, &mut self.data_out, Dir::Uni);
+        }
         true
+    }
+
+    /// Since when frames have been held back (none: nothing is held).
+    pub(crate) fn held_since(&self) -> Option<Instant> {
+        self.held_since
+    }
+
+    /// Hands everything queued to the connection: the DATAGRAM batch and stream bytes.
+    pub(crate) fn flush(&mut self, counters: &mut PeerCounters) {
+        self.flush_datagrams(counters);
+        self.flush_streams();
+        self.held_since = None;
     }
 
     /// Sends the DATAGRAM batch, if any.

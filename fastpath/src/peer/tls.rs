@@ -58,11 +58,15 @@ fn parts(identity: &NodeIdentity) -> Result<Parts, PeerError> {
 /// stream-carried frames in flight.
 fn transport(initial_mtu: u16) -> Arc<TransportConfig> {
     let mut t = TransportConfig::default();
+    // The underlay's MTU is configured, not guessed: packets start at it, and no probes
+    // look for more. (Should the configured MTU be too large, QUIC's black-hole
+    // detection still falls back to 1200 bytes.)
     t.keep_alive_interval(Some(Duration::from_millis(500)))
         .max_idle_timeout(Some(VarInt::from_u32(3_000).into()))
         .initial_mtu(initial_mtu.max(1200))
+        .mtu_discovery_config(None)
         .datagram_receive_buffer_size(Some(8 << 20))
-        .datagram_send_buffer_size(8 << 20)
+        .datagram_send_buffer_size(1 << 20)
         .stream_receive_window(VarInt::from_u32(16 << 20))
         .receive_window(VarInt::from_u32(64 << 20))
         .send_window(64 << 20)

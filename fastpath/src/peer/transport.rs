@@ -25,10 +25,26 @@ const CLOSE_PROTOCOL: u32 = 1;
 const CLOSE_NAME: u32 = 2;
 const CLOSE_SHUTDOWN: u32 = 3;
 
+/// The longest a frame waits for more to share its datagram (or stream write) while the
+/// caller says more frames are coming.
+const MAX_HOLD: Duration = Duration::from_micros(50);
+
+/// When `PeerTransport::poll` sends the frames queued by `send_frame`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flush {
+    /// Now: nothing more is coming soon (the caller's ports were empty this pass).
+    Now,
+    /// Once full, or after waiting `MAX_HOLD`: the caller is busy, and more frames will
+    /// share the datagram. Under load this turns one packet per pass into full packets.
+    WhenDue,
+}
+
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// IPv4 and UDP headers: what QUIC's packets leave of the underlay MTU.
 const IP_UDP_OVERHEAD: u16 = 28;
+/// The UDP payload one GSO send may carry (the IP length field's limit, less headers).
+const MAX_GSO_BYTES: usize = 65_535 - 28;
 
 struct Peer {
     name: String,
@@ -64,12 +80,15 @@ impl PeerTransport {
         let server = tls::server_config(&config.identity, mtu)?;
         let client = tls::client_config(&config.identity, mtu)?;
         let udp = Udp::bind(config.listen)?;
-        let endpoint = Endpoint::new(
-            Arc::new(EndpointConfig::default()),
-            Some(server.clone()),
-            true,
-            None,
-        );
+        let mut endpoint_config = EndpointConfig::default();
+        // The largest packet this node accepts, announced to peers; quinn's default is
+        // for a 1500-byte path and would cap a jumbo underlay at 1472.
+        endpoint_config
+            .max_udp_payload_size(mtu.max(1200))
+            .map_err(|e| {
+                PeerError::Identity(format!("underlay MTU {}: {e}", config.underlay_mtu))
+            })?;
+        let endpoint = Endpoint::new(Arc::new(endpoint_config), Some(server.clone()), true, None);
         Ok(PeerTransport {
             name: config.identity.node_name.clone(),
             versions: config.versions.clone(),
@@ -161,7 +180,7 @@ impl PeerTransport {
         };
         let carrier = self.peers[peer.0 as usize].carrier;
         let session = self.sessions.get_mut(&handle).expect("live session");
-        let sent = session.send_frame(carrier, link_uid, frame, &mut self.counters);
+        let sent = session.send_frame(carrier, link_uid, frame, &mut self.counters, Instant::now);
         if sent {
             self.counters.frames_sent += 1;
         }
@@ -185,14 +204,25 @@ impl PeerTransport {
         std::mem::take(&mut self.events)
     }
 
-    /// One round of work: send what was queued, take what arrived (frames go to
+    /// One round of work: send what was queued (all of it, or with `Flush::WhenDue` only
+    /// what has waited `MAX_HOLD`), take what arrived (frames go to
     /// `on_frame(peer, link_uid, frame)`, which says whether it knew the link), run timers,
     /// dial. Returns how many UDP datagrams arrived.
-    pub fn poll(&mut self, on_frame: &mut dyn FnMut(PeerId, u64, &[u8]) -> bool) -> usize {
+    pub fn poll(
+        &mut self,
+        flush: Flush,
+        on_frame: &mut dyn FnMut(PeerId, u64, &[u8]) -> bool,
+    ) -> usize {
         let now = Instant::now();
         for session in self.sessions.values_mut() {
-            session.flush_datagrams(&mut self.counters);
-            session.flush_streams();
+            let due = match (flush, session.held_since()) {
+                (_, None) => false,
+                (Flush::Now, Some(_)) => true,
+                (Flush::WhenDue, Some(since)) => now.duration_since(since) >= MAX_HOLD,
+            };
+            if due {
+                session.flush(&mut self.counters);
+            }
         }
         let received = self.receive(now);
         self.dial(now);
@@ -256,8 +286,8 @@ impl PeerTransport {
         total
     }
 
-    fn send_raw(&self, transmit: &quinn_proto::Transmit, buf: &[u8]) {
-        self.udp.send(&quinn_udp::Transmit {
+    fn send_raw(&mut self, transmit: &quinn_proto::Transmit, buf: &[u8]) {
+        let sent = self.udp.send(&quinn_udp::Transmit {
             destination: transmit.destination,
             ecn: transmit
                 .ecn
@@ -266,6 +296,13 @@ impl PeerTransport {
             segment_size: transmit.segment_size,
             src_ip: transmit.src_ip,
         });
+        if let Err(e) = sent {
+            let packets = transmit
+                .segment_size
+                .map_or(1, |size| transmit.size.div_ceil(size.max(1)));
+            self.counters.udp_send_failed += packets as u64;
+            tracing::trace!(error = %e, packets, "UDP send failed");
+        }
     }
 
     fn dial(&mut self, now: Instant) {
@@ -486,7 +523,11 @@ impl PeerTransport {
     }
 
     fn transmit(&mut self, session: &mut Session, now: Instant) {
-        let segments = self.udp.max_gso_segments();
+        // One GSO send carries at most 64 KiB of UDP payload; quinn-proto fills as many
+        // segments as it is allowed, so allow only what fits at this path's MTU (with
+        // jumbo frames, fewer than the socket's segment limit).
+        let mtu = usize::from(session.conn.current_mtu()).max(1200);
+        let segments = self.udp.max_gso_segments().min(MAX_GSO_BYTES / mtu).max(1);
         loop {
             self.transmit_buf.clear();
             let Some(transmit) = session

@@ -4,6 +4,7 @@
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 
+use nix::sys::socket::{setsockopt, sockopt};
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 
 use super::PeerError;
@@ -11,6 +12,8 @@ use super::PeerError;
 /// Receive buffers per recvmmsg call, each large enough for a GRO batch.
 pub(crate) const RECV_BATCH: usize = 8;
 const RECV_BUFFER: usize = 64 * 1024;
+/// Each UDP socket buffer (receive and send).
+const SOCKET_BUFFER: usize = 8 << 20;
 
 pub(crate) struct Udp {
     socket: UdpSocket,
@@ -25,9 +28,21 @@ impl Udp {
         let socket = UdpSocket::bind(addr).map_err(error)?;
         socket.set_nonblocking(true).map_err(error)?;
         let state = UdpSocketState::new((&socket).into()).map_err(error)?;
-        // Room for bursts of a busy wire while the worker is elsewhere.
-        let _ = state.set_recv_buffer_size((&socket).into(), 8 << 20);
-        let _ = state.set_send_buffer_size((&socket).into(), 8 << 20);
+        // Room for bursts of a busy wire while the worker is elsewhere. The plain
+        // options are capped by net.core.[rw]mem_max (about 200 KiB by default), which a
+        // busy wire overflows in a millisecond; a node daemon has CAP_NET_ADMIN, which
+        // the FORCE variants need. Without it, the capped size is what there is.
+        let recv = setsockopt(&socket, sockopt::RcvBufForce, &SOCKET_BUFFER).is_ok()
+            || state
+                .set_recv_buffer_size((&socket).into(), SOCKET_BUFFER)
+                .is_ok();
+        let send = setsockopt(&socket, sockopt::SndBufForce, &SOCKET_BUFFER).is_ok()
+            || state
+                .set_send_buffer_size((&socket).into(), SOCKET_BUFFER)
+                .is_ok();
+        if !(recv && send) {
+            tracing::debug!(%addr, "cannot size the UDP socket's buffers");
+        }
         Ok(Udp {
             socket,
             state,
@@ -73,9 +88,10 @@ impl Udp {
         datagrams
     }
 
-    /// Sends one transmit (possibly several GSO segments); a full socket buffer drops
-    /// it, which QUIC's loss recovery treats as a lost packet.
-    pub(crate) fn send(&self, transmit: &Transmit<'_>) {
-        let _ = self.state.try_send((&self.socket).into(), transmit);
+    /// Sends one transmit (possibly several GSO segments). A full socket buffer drops
+    /// it, which QUIC's loss recovery treats as a lost packet; the error is returned so
+    /// that the drop is counted.
+    pub(crate) fn send(&self, transmit: &Transmit<'_>) -> io::Result<()> {
+        self.state.try_send((&self.socket).into(), transmit)
     }
 }

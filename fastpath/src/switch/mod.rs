@@ -37,6 +37,9 @@ const MAX_CHAIN: usize = 17;
 /// Idle passes before a non-busy worker sleeps in poll(), and how long it sleeps there
 /// before looking at its command channel again.
 const SPINS_BEFORE_SLEEP: u32 = 1000;
+/// Kicks per AF_XDP port per pass: enough for a pass that queued a few hundred frames
+/// (a burst from a peer node) while bounding the time one port can take.
+const MAX_KICKS_PER_PASS: usize = 16;
 const SLEEP_MS: u16 = 10;
 
 mod remote;
@@ -101,7 +104,14 @@ impl Switch {
         loop {
             loop {
                 match inbox.try_recv() {
-                    Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return,
+                    Ok(Command::Stop) | Err(TryRecvError::Disconnected) => {
+                        // Peers learn at once that this node's wires are gone, instead
+                        // of after their idle timeout.
+                        if let Some(peers) = self.peers.as_mut() {
+                            peers.close();
+                        }
+                        return;
+                    }
                     Ok(command) => self.apply(command, config),
                     Err(TryRecvError::Empty) => break,
                 }
@@ -316,14 +326,13 @@ impl Switch {
         for slot in 0..self.ports.len() {
             moved += self.receive_from(slot, config.batch);
         }
-        moved += self.poll_peers();
+        moved += self.poll_peers(moved > 0);
         for slot in 0..self.ports.len() {
             self.flush_to(slot);
         }
         for port in self.ports.iter_mut().flatten() {
             let Port::Xdp(port) = port else { continue };
-            port.kick();
-            port.reclaim(&mut self.scratch, &mut self.free);
+            port.drain_tx(&mut self.scratch, &mut self.free, MAX_KICKS_PER_PASS);
         }
         self.refill(config);
         moved
@@ -414,13 +423,20 @@ impl Switch {
                 }
             }
             Verdict::Remote { .. } => {
-                self.remote_buf.clear();
-                for desc in chain.iter() {
+                if let [desc] = chain.as_slice() {
                     // SAFETY: received descriptors are the worker's alone until freed below.
-                    let part = unsafe { frame_data(&self.umem, desc) };
-                    self.remote_buf.extend_from_slice(part);
+                    let frame = unsafe { frame_data(&self.umem, desc) };
+                    remote::send(&mut self.peers, &self.table, verdict, frame);
+                } else {
+                    // A jumbo frame in several UMEM frames: the transport takes one slice.
+                    self.remote_buf.clear();
+                    for desc in chain.iter() {
+                        // SAFETY: as above.
+                        let part = unsafe { frame_data(&self.umem, desc) };
+                        self.remote_buf.extend_from_slice(part);
+                    }
+                    remote::send(&mut self.peers, &self.table, verdict, &self.remote_buf);
                 }
-                remote::send(&mut self.peers, &self.table, verdict, &self.remote_buf);
                 self.free.append(chain);
             }
             Verdict::Drop { .. } => {

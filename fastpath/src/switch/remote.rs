@@ -3,7 +3,7 @@
 
 use crate::counters::DropReason;
 use crate::link_table::{LinkTable, Verdict};
-use crate::peer::{PeerCounters, PeerEvent, PeerTransport};
+use crate::peer::{Flush, PeerCounters, PeerEvent, PeerTransport};
 
 use super::{count_drop, queue_copy, Switch};
 
@@ -43,14 +43,22 @@ pub(super) fn send(
 
 impl Switch {
     /// Runs the peer transport once: frames it received go to their ports' pending
-    /// batches (copied into UMEM frames). Returns the UDP datagrams that arrived.
-    pub(super) fn poll_peers(&mut self) -> usize {
+    /// batches (copied into UMEM frames). `ports_busy` says this pass took frames from the
+    /// ports, so frames for peers may wait a little for more to share their datagram.
+    /// Returns the UDP datagrams that arrived.
+    pub(super) fn poll_peers(&mut self, ports_busy: bool) -> usize {
+        let flush = if ports_busy {
+            Flush::WhenDue
+        } else {
+            Flush::Now
+        };
         let Some(peers) = self.peers.as_mut() else {
             return 0;
         };
         let (table, free, pending, umem) =
             (&self.table, &mut self.free, &mut self.pending, &self.umem);
         peers.poll(
+            flush,
             &mut |peer, uid, frame| match table.decide_remote(peer, uid, frame.len()) {
                 Verdict::Forward {
                     out,

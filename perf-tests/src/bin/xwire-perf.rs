@@ -2,13 +2,16 @@
 //! with its baselines, printing ratios.
 //!
 //!   xwire-perf local-fwd [--seconds 5] [--reps 3] [--sizes 64,1514] [--devices ...] [--json]
+//!   xwire-perf remote-wire [--seconds 5] [--reps 3] [--sizes 64,1514] [--paths ...] [--json]
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use xwire_fastpath::{Direction, PortChoice, Worker, WorkerConfig};
-use xwire_perf::local_fwd::{idle, median_by, paced, peak, wake_floor, Device, Row};
+use xwire_perf::local_fwd::{idle, paced, peak, wake_floor, Device};
+use xwire_perf::measure::{median_by, Row};
+use xwire_perf::remote_wire::{self, Setup, WirePath};
 
 #[derive(Parser)]
 #[command(
@@ -20,20 +23,33 @@ struct Cli {
     scenario: Scenario,
 }
 
+/// What every scenario's run takes.
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Length of each measurement.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Repetitions; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Frame sizes.
+    #[arg(long, value_delimiter = ',', default_value = "64,1514")]
+    sizes: Vec<usize>,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Skip the latency pass (paced at half of xwire's peak rate).
+    #[arg(long)]
+    no_latency: bool,
+}
+
 #[derive(Subcommand)]
 enum Scenario {
     /// gen-ns -> device -> sink-ns on one node: direct veth, Linux bridge, DPDK testpmd,
     /// OVS with AF_XDP ports and xwire, at full speed, paced for latency, and idle.
     LocalFwd {
-        /// Length of each measurement.
-        #[arg(long, default_value_t = 5.0)]
-        seconds: f64,
-        /// Repetitions; the median is reported.
-        #[arg(long, default_value_t = 3)]
-        reps: usize,
-        /// Frame sizes.
-        #[arg(long, value_delimiter = ',', default_value = "64,1514")]
-        sizes: Vec<usize>,
+        #[command(flatten)]
+        run: RunArgs,
         /// Devices to measure (direct-veth, linux-bridge, testpmd-af_xdp-io,
         /// ovs-netdev-afxdp, xwire; xwire-adaptive is measured idle only).
         #[arg(
@@ -42,15 +58,40 @@ enum Scenario {
             default_value = "direct-veth,linux-bridge,testpmd-af_xdp-io,ovs-netdev-afxdp,xwire"
         )]
         devices: Vec<String>,
-        /// One JSON object per line instead of a table.
-        #[arg(long)]
-        json: bool,
-        /// Skip the latency pass (paced at half of xwire's peak rate).
-        #[arg(long)]
-        no_latency: bool,
         /// Skip the idle pass (idle CPU, first frame after a silence).
         #[arg(long)]
         no_idle: bool,
+    },
+    /// pod A -> node A -> wire -> node B -> pod B: xwire over QUIC (each carrier) and
+    /// kernel VXLAN between the same nodes over the same underlay, at full speed, paced
+    /// for latency, and a TCP transfer (iperf3).
+    RemoteWire {
+        #[command(flatten)]
+        run: RunArgs,
+        /// Paths to measure (kernel-vxlan, kernel-vxlan-sender-cpu, xwire-datagram,
+        /// xwire-stream).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "kernel-vxlan,kernel-vxlan-sender-cpu,xwire-datagram,xwire-stream"
+        )]
+        paths: Vec<String>,
+        /// The underlay veth's MTU, the same for every path (below 1602, 1514-byte frames
+        /// do not fit xwire's datagrams and take the stream).
+        #[arg(long, default_value_t = 9000)]
+        underlay_mtu: u16,
+        /// xwire's workers sleep in poll() when idle instead of polling without pause.
+        #[arg(long)]
+        adaptive: bool,
+        /// Skip the TCP pass.
+        #[arg(long)]
+        no_tcp: bool,
+        /// Skip the frame passes (peak and latency): TCP only.
+        #[arg(long)]
+        no_frames: bool,
+        /// Print xwire's counters after each measurement (stderr).
+        #[arg(long)]
+        verbose: bool,
     },
     /// Run the switch as a device under test, linking two interfaces of the current
     /// network namespace, until killed or for --seconds (used by anchors/xwire-dut.sh, so
@@ -87,6 +128,7 @@ fn main() -> Result<()> {
             max_frame,
             seconds,
         } => dut(&ports, core, busy_poll, af_packet, max_frame, seconds),
+        scenario @ Scenario::RemoteWire { .. } => remote_wire(scenario),
         scenario => local_fwd(scenario),
     }
 }
@@ -141,12 +183,15 @@ fn dut(
 
 fn local_fwd(scenario: Scenario) -> Result<()> {
     let Scenario::LocalFwd {
-        seconds,
-        reps,
-        sizes,
+        run:
+            RunArgs {
+                seconds,
+                reps,
+                sizes,
+                json,
+                no_latency,
+            },
         devices,
-        json,
-        no_latency,
         no_idle,
     } = scenario
     else {
@@ -224,6 +269,115 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
     Ok(())
 }
 
+fn remote_wire(scenario: Scenario) -> Result<()> {
+    let Scenario::RemoteWire {
+        run:
+            RunArgs {
+                seconds,
+                reps,
+                sizes,
+                json,
+                no_latency,
+            },
+        paths,
+        underlay_mtu,
+        adaptive,
+        no_tcp,
+        no_frames,
+        verbose,
+    } = scenario
+    else {
+        unreachable!("called for remote-wire only")
+    };
+    let paths = paths
+        .iter()
+        .map(|name| WirePath::parse(name).with_context(|| format!("unknown path {name}")))
+        .collect::<Result<Vec<_>>>()?;
+    let setup = Setup {
+        underlay_mtu,
+        busy_poll: !adaptive,
+        verbose,
+    };
+    if !json {
+        println!(
+            "underlay MTU {underlay_mtu}; pod MTU 1500, TX checksum, TSO, GSO and GRO off on the pod veths; xwire workers {}",
+            if adaptive { "adaptive" } else { "busy-polling" }
+        );
+    }
+    let reps = reps.max(1);
+    let mut rows = Vec::new();
+    let sizes = if no_frames { Vec::new() } else { sizes };
+    for &size in &sizes {
+        let mut peaks = Vec::new();
+        for &path in &paths {
+            let runs = (0..reps)
+                .map(|_| remote_wire::peak(path, size, seconds, setup))
+                .collect::<Result<Vec<_>>>()?;
+            let row = median_by(runs, |r| r.delivered_pps);
+            emit(&row, json);
+            peaks.push(row);
+        }
+        if !json {
+            print_wire_ratios(&peaks, |r| r.delivered_pps, &format!("{size} B"));
+        }
+        if !no_latency {
+            let reference = peaks
+                .iter()
+                .find(|r| r.name == WirePath::Xwire(xwire_fastpath::peer::Carrier::Datagram).name())
+                .or(peaks.first());
+            if let Some(reference) = reference {
+                let rate = ((reference.delivered_pps / 2.0) as u64).max(1);
+                for &path in &paths {
+                    let runs = (0..reps)
+                        .map(|_| remote_wire::paced(path, size, seconds, rate, setup))
+                        .collect::<Result<Vec<_>>>()?;
+                    let row = median_by(runs, |r| r.p99_us.unwrap_or(0.0));
+                    emit(&row, json);
+                    rows.push(row);
+                }
+            }
+        }
+        rows.extend(peaks);
+    }
+    if !no_tcp {
+        let mut tcp = Vec::new();
+        for &path in &paths {
+            let runs = (0..reps)
+                .map(|_| remote_wire::tcp(path, seconds, setup))
+                .collect::<Result<Vec<_>>>()?;
+            let row = median_by(runs, |r| r.tcp_gbps.unwrap_or(0.0));
+            emit(&row, json);
+            tcp.push(row);
+        }
+        if !json {
+            print_wire_ratios(&tcp, |r| r.tcp_gbps.unwrap_or(0.0), "TCP");
+        }
+    }
+    Ok(())
+}
+
+/// Each xwire row over the better of the VXLAN rows, from this run.
+fn print_wire_ratios(rows: &[Row], key: impl Fn(&Row) -> f64, what: &str) {
+    let is_xwire = |r: &Row| r.name.starts_with("xwire");
+    let Some(best_vxlan) = rows
+        .iter()
+        .filter(|r| !is_xwire(r))
+        .max_by(|a, b| key(a).total_cmp(&key(b)))
+    else {
+        return;
+    };
+    let ratios: Vec<String> = rows
+        .iter()
+        .filter(|r| is_xwire(r))
+        .map(|r| format!("{} {:.2}", r.name, key(r) / key(best_vxlan)))
+        .collect();
+    println!(
+        "  ratios at {what} over {}: {}",
+        best_vxlan.name,
+        ratios.join(", ")
+    );
+}
+
 /// xwire's delivered rate over each baseline's, from this run's rows.
 fn print_ratios(rows: &[Row], size: usize) {
     let Some(xwire) = rows
@@ -245,8 +399,11 @@ fn emit(row: &Row, json: bool) {
         println!("{}", serde_json::to_string(row).expect("a row serialises"));
     } else {
         let us = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+        let tcp = row
+            .tcp_gbps
+            .map_or(String::new(), |g| format!("  tcp {g:.2} Gbps"));
         println!(
-            "{:<28} {:>5} B  offered {:>9.0} pps  delivered {:>9.0} pps  {:>6.2} Gbps  loss {:>6.2}%  p50 {:>6} us  p99 {:>6} us  dut cpu {:.2}",
+            "{:<28} {:>5} B  offered {:>9.0} pps  delivered {:>9.0} pps  {:>6.2} Gbps  loss {:>6.2}%  p50 {:>6} us  p99 {:>6} us  dut cpu {:.2}{tcp}",
             row.name,
             row.frame_bytes,
             row.offered_pps,

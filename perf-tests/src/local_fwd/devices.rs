@@ -83,19 +83,7 @@ pub fn start(
             dut.add_bridge("br0", &[in_if, out_if])?;
             // The bridge's softirq work happens on the receiving CPU: steer it to the
             // device's CPU, as the anchor's bridge variant does.
-            // A thread's /sys shows the namespace sysfs was mounted in, so go through
-            // `ip netns exec`, which mounts the namespace's own.
-            let path = format!("/sys/class/net/{in_if}/queues/rx-0/rps_cpus");
-            let out = Command::new("ip")
-                .args(["netns", "exec", dut.name(), "sh", "-c"])
-                .arg(format!("printf '%x' {} > {path}", 1u64 << cpu))
-                .output()?;
-            if !out.status.success() {
-                bail!(
-                    "set {path}: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                );
-            }
+            dut.steer_receive_to_cpu(in_if, cpu)?;
             Ok(Running::Kernel)
         }
         Device::Xwire | Device::XwireAdaptive => {

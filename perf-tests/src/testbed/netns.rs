@@ -120,6 +120,27 @@ impl Netns {
             .map_err(|e| Error::io(what, e))
     }
 
+    /// Steers the receive work of `ifname` (its RPS mask) to `cpu`: a veth's receive
+    /// otherwise runs in the sender's softirq, on the sender's CPU.
+    pub fn steer_receive_to_cpu(&self, ifname: &str, cpu: usize) -> Result<(), Error> {
+        // A thread's /sys shows the namespace sysfs was mounted in, not its netns, so go
+        // through `ip netns exec`, which mounts the namespace's own.
+        let path = format!("/sys/class/net/{ifname}/queues/rx-0/rps_cpus");
+        let what = format!("write {path} in {}", self.name);
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.name, "sh", "-c"])
+            .arg(format!("printf '%x' {} > {path}", 1u64 << cpu))
+            .output()
+            .map_err(|e| Error::io(&what, e))?;
+        if !out.status.success() {
+            return Err(Error::invalid(
+                what,
+                String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Runs an rtnetlink request from a socket inside this namespace.
     pub(crate) fn netlink<T, F, Fut>(&self, op: &str, f: F) -> Result<T, Error>
     where

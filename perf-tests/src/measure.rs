@@ -1,0 +1,139 @@
+//! What every scenario reports, and how it measures a CPU's share.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use xwire_bench::traffic::Traffic;
+
+use crate::testbed::{Error, LinkStats, Netns};
+
+/// One throughput or latency measurement, in the fields the issue names.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub name: String,
+    pub frame_bytes: usize,
+    pub offered_pps: f64,
+    pub delivered_pps: f64,
+    pub gbps: f64,
+    pub loss_ratio: f64,
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub cpu_cores: f64,
+    /// Goodput of a TCP transfer (iperf3), on TCP rows only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tcp_gbps: Option<f64>,
+}
+
+impl Row {
+    /// A full-speed row: what the generator sent, and the sink interface's counters
+    /// before and after.
+    pub fn peak(
+        name: String,
+        frame_bytes: usize,
+        sent: xwire_bench::traffic::Sent,
+        before: LinkStats,
+        after: LinkStats,
+        cpu_cores: f64,
+    ) -> Row {
+        let delivered = after.rx_packets - before.rx_packets;
+        Row {
+            name,
+            frame_bytes,
+            offered_pps: sent.frames as f64 / sent.seconds,
+            delivered_pps: delivered as f64 / sent.seconds,
+            gbps: (after.rx_bytes - before.rx_bytes) as f64 * 8.0 / sent.seconds / 1e9,
+            loss_ratio: 1.0 - delivered as f64 / sent.frames.max(1) as f64,
+            p50_us: None,
+            p99_us: None,
+            cpu_cores,
+            tcp_gbps: None,
+        }
+    }
+
+    /// A latency row from a paced run's sink report.
+    pub fn paced(
+        name: String,
+        frame_bytes: usize,
+        report: &xwire_bench::stats::Report,
+        cpu_cores: f64,
+    ) -> Row {
+        Row {
+            name,
+            frame_bytes,
+            offered_pps: report.offered_pps,
+            delivered_pps: report.delivered_pps,
+            gbps: report.gbps,
+            loss_ratio: report.loss_ratio,
+            p50_us: Some(report.p50_us),
+            p99_us: Some(report.p99_us),
+            cpu_cores,
+            tcp_gbps: None,
+        }
+    }
+}
+
+/// An idle device: what it burns, and what the first frame after a silence waits.
+#[derive(Debug, Clone, Serialize)]
+pub struct IdleRow {
+    pub name: String,
+    pub idle_cpu_cores: f64,
+    pub silence_ms: u64,
+    pub first_frame_p50_us: f64,
+    pub first_frame_p99_us: f64,
+    pub first_frame_max_us: f64,
+    pub probes: u64,
+}
+
+/// Busy and total jiffies of one CPU, from /proc/stat.
+fn cpu_ticks(cpu: usize) -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat
+        .lines()
+        .find(|l| l.starts_with(&format!("cpu{cpu} ")))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let idle = v.get(3)? + v.get(4)?;
+    let total: u64 = v.iter().take(8).sum();
+    Some((total - idle, total))
+}
+
+/// The share of `cpu` that was busy while `f` ran.
+pub fn busy_while<T>(cpu: usize, f: impl FnOnce() -> T) -> (T, f64) {
+    let before = cpu_ticks(cpu);
+    let out = f();
+    let share = match (before, cpu_ticks(cpu)) {
+        (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => (b1 - b0) as f64 / (t1 - t0) as f64,
+        _ => 0.0,
+    };
+    (out, share)
+}
+
+/// The median row of several repetitions, by `key`.
+pub fn median_by(mut rows: Vec<Row>, key: impl Fn(&Row) -> f64) -> Row {
+    rows.sort_by(|a, b| key(a).total_cmp(&key(b)));
+    rows.swap_remove(rows.len() / 2)
+}
+
+/// Probe traffic of `size`-byte frames to `dst_mac` for `seconds`, at `rate` frames per
+/// second (0: as fast as it goes).
+pub fn probe_traffic(size: usize, seconds: f64, rate: u64, dst_mac: [u8; 6]) -> Traffic {
+    Traffic {
+        size,
+        rate,
+        count: None,
+        duration: Duration::from_secs_f64(seconds),
+        dst_mac,
+        batch: 64,
+    }
+}
+
+/// Runs `f` inside `ns` on a thread pinned to `cpu`.
+pub fn on_cpu<T: Send>(ns: &Netns, cpu: usize, f: impl FnOnce() -> T + Send) -> Result<T, Error> {
+    ns.run(|| {
+        core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+        f()
+    })
+}

@@ -1,0 +1,275 @@
+//! `xwire-perf remote-wire`: pod A -> node A -> wire -> node B -> pod B, the wire being
+//! xwire over QUIC (DATAGRAM or stream carrier) or, as the baseline, kernel VXLAN, both
+//! between the same two node namespaces over the same underlay veth and MTU.
+//!
+//! The generator runs in pod A on CPU 0; the wire's work (both xwire workers, or the
+//! whole VXLAN tunnel by RPS) on CPU 1. Both paths get the same pod veths: MTU 1500, TX
+//! checksum, TSO, GSO and GRO off on both ends (a frame that leaves through AF_XDP must
+//! be complete, and the kernel tunnel gets the same per-frame work).
+//!
+//! Three measurements:
+//! - peak: full speed, delivered frames counted at pod B's interface;
+//! - paced: a given rate, an AF_XDP sink on pod B's interface in the generator's thread,
+//!   for latency;
+//! - tcp: iperf3 from pod A (CPU 0) to pod B (CPU 1).
+
+mod paths;
+
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use xwire_bench::traffic::{self, PortOptions, Traffic};
+
+pub use paths::WirePath;
+
+use crate::measure::{busy_while, on_cpu, probe_traffic, Row};
+use crate::testbed::{unique_ifname, Mac, Netns, Veth};
+
+const GEN_CPU: usize = 0;
+const DUT_CPU: usize = 1;
+const POD_IF: &str = "eth1";
+const POD_MTU: u32 = 1500;
+const POD_IPS: [&str; 2] = ["192.0.2.1", "192.0.2.2"];
+const POD_MACS: [Mac; 2] = [
+    [0x02, 0x78, 0x77, 0x0a, 0x00, 0x01],
+    [0x02, 0x78, 0x77, 0x0a, 0x00, 0x02],
+];
+const UNDERLAY_IF: &str = "ul0";
+const UNDERLAY_IPS: [&str; 2] = ["198.51.100.1", "198.51.100.2"];
+const NODE_NAMES: [&str; 2] = ["node-a", "node-b"];
+
+/// How a run is set up.
+#[derive(Debug, Clone, Copy)]
+pub struct Setup {
+    /// The underlay veth's MTU, the same for every path. 9000 by default (a jumbo
+    /// underlay, as data centres run): xwire needs 88 bytes around a frame in a QUIC
+    /// datagram, so below 1602 a 1514-byte frame takes the stream instead.
+    pub underlay_mtu: u16,
+    /// Whether xwire's workers poll without pause.
+    pub busy_poll: bool,
+    /// Print xwire's counters after each measurement (stderr).
+    pub verbose: bool,
+}
+
+impl Default for Setup {
+    fn default() -> Setup {
+        Setup {
+            underlay_mtu: 9000,
+            busy_poll: true,
+            verbose: false,
+        }
+    }
+}
+
+/// The namespaces of one measurement.
+struct Hosts {
+    nodes: [Netns; 2],
+    pods: [Netns; 2],
+}
+
+impl Hosts {
+    fn new() -> Result<Hosts> {
+        Ok(Hosts {
+            nodes: [Netns::new("rw-na")?, Netns::new("rw-nb")?],
+            pods: [Netns::new("rw-pa")?, Netns::new("rw-pb")?],
+        })
+    }
+}
+
+/// The pods, the nodes and the wire between them. Field order matters: the wire stops
+/// before its interfaces go.
+struct Bed<'a> {
+    wire: paths::Running,
+    _veths: Vec<Veth<'a>>,
+    hosts: &'a Hosts,
+}
+
+impl<'a> Bed<'a> {
+    fn new(hosts: &'a Hosts, path: WirePath, setup: Setup) -> Result<Bed<'a>> {
+        let [node_a, node_b] = &hosts.nodes;
+        let underlay = Veth::named(node_a, UNDERLAY_IF, node_b, UNDERLAY_IF)?;
+        underlay.set_mtu(u32::from(setup.underlay_mtu))?;
+        underlay.set_up()?;
+        let mut veths = vec![underlay];
+        for i in 0..2 {
+            let (node, pod) = (&hosts.nodes[i], &hosts.pods[i]);
+            node.add_address(UNDERLAY_IF, &format!("{}/24", UNDERLAY_IPS[i]))?;
+            let wire = Veth::named(pod, POD_IF, node, &unique_ifname())?;
+            wire.set_mtu(POD_MTU)?;
+            pod.set_mac(POD_IF, POD_MACS[i])?;
+            for (ns, ifname) in [(pod, wire.a_name()), (node, wire.b_name())] {
+                ns.set_tx_checksum(ifname, false)?;
+                ns.set_segmentation_offloads(ifname, false)?;
+            }
+            wire.set_up()?;
+            pod.add_address(POD_IF, &format!("{}/24", POD_IPS[i]))?;
+            veths.push(wire);
+        }
+        let sides = [0, 1].map(|i| paths::NodeSide {
+            ns: &hosts.nodes[i],
+            pod_if: veths[i + 1].b_name(),
+            underlay_if: UNDERLAY_IF,
+            underlay_ip: UNDERLAY_IPS[i],
+            name: NODE_NAMES[i],
+        });
+        let wire = paths::start(path, sides, setup.underlay_mtu, DUT_CPU, setup.busy_poll)?;
+        let bed = Bed {
+            wire,
+            _veths: veths,
+            hosts,
+        };
+        // Both ways, so that VXLAN's bridges have learned both pods.
+        if !crate::testbed::checks::ping(&hosts.pods[0], POD_IPS[1], 3)? {
+            bail!("{}: pod A cannot ping pod B", path.name());
+        }
+        Ok(bed)
+    }
+
+    /// Says where xwire's frames went, when asked to.
+    fn report(&self, setup: Setup, what: &str) {
+        if setup.verbose && self.wire.is_xwire() {
+            eprintln!(
+                "{what}:\n{}  udp node a: {}\n  udp node b: {}",
+                self.wire.counters(),
+                paths::udp_counters(&self.hosts.nodes[0]),
+                paths::udp_counters(&self.hosts.nodes[1])
+            );
+        }
+    }
+
+    fn pod(&self, i: usize) -> &Netns {
+        &self.hosts.pods[i]
+    }
+
+    /// Runs `f` on a thread pinned to the generator's CPU, inside pod A.
+    fn on_gen_cpu<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T> {
+        Ok(on_cpu(self.pod(0), GEN_CPU, f)?)
+    }
+}
+
+fn traffic(size: usize, seconds: f64, rate: u64) -> Traffic {
+    probe_traffic(size, seconds, rate, POD_MACS[1])
+}
+
+/// Full speed for `seconds`; delivered frames counted at pod B's interface.
+pub fn peak(path: WirePath, size: usize, seconds: f64, setup: Setup) -> Result<Row> {
+    let hosts = Hosts::new()?;
+    let bed = Bed::new(&hosts, path, setup)?;
+    let before = bed.pod(1).link_stats(POD_IF)?;
+    let (sent, cpu_cores) = busy_while(DUT_CPU, || {
+        bed.on_gen_cpu(|| traffic::send(POD_IF, &traffic(size, seconds, 0), PortOptions::default()))
+    });
+    let sent = sent??;
+    // Frames still on the wire arrive within this.
+    std::thread::sleep(Duration::from_millis(300));
+    let after = bed.pod(1).link_stats(POD_IF)?;
+    bed.report(setup, &format!("{} {size} B peak", path.name()));
+    Ok(Row::peak(
+        path.name().into(),
+        size,
+        sent,
+        before,
+        after,
+        cpu_cores,
+    ))
+}
+
+/// `rate` frames per second for `seconds`, received by a sink in the generator's thread.
+pub fn paced(path: WirePath, size: usize, seconds: f64, rate: u64, setup: Setup) -> Result<Row> {
+    let hosts = Hosts::new()?;
+    let bed = Bed::new(&hosts, path, setup)?;
+    let (result, cpu_cores) = busy_while(DUT_CPU, || {
+        bed.on_gen_cpu(|| -> Result<_> {
+            let mut sink = bed
+                .pod(1)
+                .run(|| traffic::open(POD_IF, size, PortOptions::default()))??;
+            let mut gen = traffic::open(POD_IF, size, PortOptions::default())?;
+            traffic::send_and_sink(
+                &mut gen,
+                &mut sink,
+                &traffic(size, seconds, rate),
+                Duration::from_millis(300),
+            )
+        })
+    });
+    let (sent, received) = result??;
+    bed.report(setup, &format!("{} {size} B at {rate} pps", path.name()));
+    let report = received.stats.report(size, sent.frames, sent.seconds);
+    Ok(Row::paced(
+        format!("{}@{rate}pps", path.name()),
+        size,
+        &report,
+        cpu_cores,
+    ))
+}
+
+/// A TCP transfer of `seconds` with iperf3 from pod A (client, CPU 0) to pod B (server,
+/// CPU 1). The frame counts are the data direction's, at pod A's and pod B's interfaces.
+pub fn tcp(path: WirePath, seconds: f64, setup: Setup) -> Result<Row> {
+    let hosts = Hosts::new()?;
+    let bed = Bed::new(&hosts, path, setup)?;
+    let seconds = seconds.max(1.0).round() as u64;
+    let _server = bed
+        .pod(1)
+        .spawn(
+            Command::new("taskset")
+                .args(["-c", &DUT_CPU.to_string()])
+                // Serving until dropped, so that a client retry finds it.
+                .args(["iperf3", "--server", "--bind", POD_IPS[1]])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null()),
+        )
+        .context("start iperf3 (a Debian package: apt-get install iperf3)")?;
+    let sent_before = bed.pod(0).link_stats(POD_IF)?;
+    let got_before = bed.pod(1).link_stats(POD_IF)?;
+    let (bits, cpu_cores) = busy_while(DUT_CPU, || {
+        // The server needs a moment to listen; the client retries until it has a result.
+        let mut last = String::from("iperf3 client did not run");
+        for _ in 0..20 {
+            let out = bed.pod(0).exec(
+                Command::new("taskset")
+                    .args(["-c", &GEN_CPU.to_string()])
+                    .args(["iperf3", "--client", POD_IPS[1], "--json"])
+                    .args(["--time", &seconds.to_string()]),
+            )?;
+            match goodput(&out.stdout) {
+                Ok(bits) => return Ok(bits),
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bail!("iperf3: {last}")
+    });
+    let bits = bits?;
+    bed.report(setup, &format!("{} TCP", path.name()));
+    let sent = bed.pod(0).link_stats(POD_IF)?.tx_packets - sent_before.tx_packets;
+    let got = bed.pod(1).link_stats(POD_IF)?;
+    let delivered = got.rx_packets - got_before.rx_packets;
+    let seconds = seconds as f64;
+    Ok(Row {
+        name: format!("{} tcp", path.name()),
+        frame_bytes: (POD_MTU + 14) as usize,
+        offered_pps: sent as f64 / seconds,
+        delivered_pps: delivered as f64 / seconds,
+        gbps: (got.rx_bytes - got_before.rx_bytes) as f64 * 8.0 / seconds / 1e9,
+        // Counted a moment apart, the two ends may differ by a frame in flight.
+        loss_ratio: (1.0 - delivered as f64 / sent.max(1) as f64).max(0.0),
+        p50_us: None,
+        p99_us: None,
+        cpu_cores,
+        tcp_gbps: Some(bits / 1e9),
+    })
+}
+
+/// The received bits per second of an iperf3 `--json` report, or what went wrong.
+fn goodput(report: &[u8]) -> Result<f64, String> {
+    let report: serde_json::Value =
+        serde_json::from_slice(report).map_err(|e| format!("unreadable --json output: {e}"))?;
+    if let Some(error) = report["error"].as_str() {
+        return Err(error.to_owned());
+    }
+    report["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .ok_or_else(|| "no end.sum_received.bits_per_second in its report".to_owned())
+}

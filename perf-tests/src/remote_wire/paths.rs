@@ -1,0 +1,225 @@
+//! The wires remote-wire compares, each brought up between the same two node namespaces:
+//! xwire (a worker per node, frames over QUIC) and kernel VXLAN (a bridge per node
+//! joining the pod's veth to a VXLAN device), the baseline.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use xwire_fastpath::peer::{Carrier, ClusterCa, PeerConfig, PeerEvent};
+use xwire_fastpath::{Direction, LinkCounters, PortChoice, PortId, Worker, WorkerConfig};
+
+use crate::testbed::Netns;
+
+/// The link UID of the benchmark's wire.
+const UID: u64 = 7;
+const VNI: u32 = 42;
+const VXLAN_IF: &str = "vx42";
+
+/// How the two pods are joined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WirePath {
+    /// A bridge in each node joins the pod's veth to a VXLAN device on the underlay; the
+    /// receive work of node A's pod veth is steered to the DUT CPU, so that the whole
+    /// tunnel runs there, as xwire's workers do.
+    Vxlan,
+    /// The same, with the tunnel's work left on the generator's CPU (where a veth's
+    /// receive runs by default).
+    VxlanOnSenderCpu,
+    /// xwire: a worker per node on the DUT CPU, frames over QUIC on this carrier.
+    Xwire(Carrier),
+}
+
+impl WirePath {
+    pub const ALL: [WirePath; 4] = [
+        WirePath::Vxlan,
+        WirePath::VxlanOnSenderCpu,
+        WirePath::Xwire(Carrier::Datagram),
+        WirePath::Xwire(Carrier::Stream),
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WirePath::Vxlan => "kernel-vxlan",
+            WirePath::VxlanOnSenderCpu => "kernel-vxlan-sender-cpu",
+            WirePath::Xwire(Carrier::Datagram) => "xwire-datagram",
+            WirePath::Xwire(Carrier::Stream) => "xwire-stream",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<WirePath> {
+        WirePath::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    pub fn is_xwire(self) -> bool {
+        matches!(self, WirePath::Xwire(_))
+    }
+}
+
+/// One node of the bed, as a path needs it.
+pub struct NodeSide<'a> {
+    pub ns: &'a Netns,
+    /// The node's end of its pod's veth.
+    pub pod_if: &'a str,
+    pub underlay_if: &'a str,
+    pub underlay_ip: &'a str,
+    pub name: &'a str,
+}
+
+/// A running wire, held only to be dropped: that stops it (the kernel's devices go
+/// with the namespaces).
+pub enum Running {
+    Kernel,
+    Xwire {
+        workers: [Worker; 2],
+        links: [Arc<LinkCounters>; 2],
+        ports: [PortId; 2],
+    },
+}
+
+/// The UDP line of the node's /proc/net/snmp: where the kernel dropped datagrams.
+pub fn udp_counters(ns: &Netns) -> String {
+    let snmp = ns
+        .run(|| std::fs::read_to_string("/proc/thread-self/net/snmp"))
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
+    match udp.as_slice() {
+        [names, values] => names
+            .split_whitespace()
+            .zip(values.split_whitespace())
+            .skip(1)
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => String::new(),
+    }
+}
+
+impl Running {
+    pub fn is_xwire(&self) -> bool {
+        matches!(self, Running::Xwire { .. })
+    }
+
+    /// xwire's counters on both nodes (peer transport, link, kernel drops), to say where
+    /// frames went; empty for the kernel's path.
+    pub fn counters(&self) -> String {
+        let Running::Xwire {
+            workers,
+            links,
+            ports,
+        } = self
+        else {
+            return String::new();
+        };
+        let mut out = String::new();
+        for i in 0..2 {
+            let peer = workers[i].peer_status().map(|(c, _)| c);
+            let kernel = workers[i].kernel_drops(ports[i]);
+            out.push_str(&format!(
+                "  node {i}: peer {peer:?}\n    link out {:?}\n    link in {:?}\n    kernel drops {kernel:?}\n",
+                links[i].snapshot(Direction::AToB),
+                links[i].snapshot(Direction::BToA),
+            ));
+        }
+        out
+    }
+}
+
+/// Joins the pods of `nodes` by `path`, with the work on `cpu`.
+pub fn start(
+    path: WirePath,
+    nodes: [NodeSide<'_>; 2],
+    underlay_mtu: u16,
+    cpu: usize,
+    busy_poll: bool,
+) -> Result<Running> {
+    match path {
+        WirePath::Vxlan | WirePath::VxlanOnSenderCpu => {
+            for (i, node) in nodes.iter().enumerate() {
+                let remote = nodes[1 - i].underlay_ip;
+                let out = node.ns.exec(Command::new("ip").args([
+                    "link",
+                    "add",
+                    VXLAN_IF,
+                    "type",
+                    "vxlan",
+                    "id",
+                    &VNI.to_string(),
+                    "local",
+                    node.underlay_ip,
+                    "remote",
+                    remote,
+                    "dstport",
+                    "4789",
+                    "dev",
+                    node.underlay_if,
+                ]))?;
+                if !out.status.success() {
+                    bail!(
+                        "add {VXLAN_IF} in {}: {}",
+                        node.ns.name(),
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    );
+                }
+                node.ns.add_bridge("br0", &[node.pod_if, VXLAN_IF])?;
+            }
+            if path == WirePath::Vxlan {
+                nodes[0].ns.steer_receive_to_cpu(nodes[0].pod_if, cpu)?;
+            }
+            Ok(Running::Kernel)
+        }
+        WirePath::Xwire(carrier) => {
+            let ca = ClusterCa::generate("xwire-perf-ca")?;
+            let mut workers = Vec::new();
+            let mut listening = Vec::new();
+            let mut ports = Vec::new();
+            for node in &nodes {
+                let config = WorkerConfig {
+                    core: Some(cpu),
+                    busy_poll,
+                    ports: PortChoice::AfXdp,
+                    ..Default::default()
+                };
+                let worker = node.ns.run(|| Worker::spawn(config))??;
+                ports.push(worker.add_port(node.pod_if, 1514)?);
+                let mut peers = PeerConfig::new(
+                    ca.issue(node.name)?,
+                    format!("{}:0", node.underlay_ip).parse()?,
+                );
+                peers.underlay_mtu = underlay_mtu;
+                listening.push(worker.attach_peers(peers)?);
+                workers.push(worker);
+            }
+            let mut links = Vec::new();
+            for i in 0..2 {
+                let other = 1 - i;
+                let peer = workers[i].add_peer(nodes[other].name, listening[other], carrier)?;
+                links.push(workers[i].add_remote_link(UID, ports[i].id, peer)?);
+            }
+            for (worker, node) in workers.iter().zip(&nodes) {
+                wait_for_peer(worker, node.name)?;
+            }
+            let two = || anyhow::anyhow!("two nodes");
+            Ok(Running::Xwire {
+                workers: workers.try_into().map_err(|_| two())?,
+                links: links.try_into().map_err(|_| two())?,
+                ports: [ports[0].id, ports[1].id],
+            })
+        }
+    }
+}
+
+fn wait_for_peer(worker: &Worker, node: &str) -> Result<()> {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        let (_, events) = worker.peer_status().context("peer status")?;
+        if events.iter().any(|e| matches!(e, PeerEvent::Up { .. })) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("{node}: its peer did not come up within 10 s")
+}
