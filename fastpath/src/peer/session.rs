@@ -158,7 +158,7 @@ impl Session {
     }
 
     /// Sends the DATAGRAM batch, if any.
-    pub(crate) fn flush_datagrams(&mut self, counters: &mut PeerCounters) {
+    fn flush_datagrams(&mut self, counters: &mut PeerCounters) {
         let frames = self.batch.frame_count() as u64;
         if let Some(datagram) = self.batch.take() {
             match self.conn.datagrams().send(datagram, false) {

@@ -43,6 +43,18 @@ struct RunArgs {
     no_latency: bool,
 }
 
+impl RunArgs {
+    /// Runs `measure` `reps` times, prints the median row by `key`, and returns it.
+    fn median(&self, measure: impl Fn() -> Result<Row>, key: impl Fn(&Row) -> f64) -> Result<Row> {
+        let runs = (0..self.reps.max(1))
+            .map(|_| measure())
+            .collect::<Result<Vec<_>>>()?;
+        let row = median_by(runs, key);
+        emit(&row, self.json);
+        Ok(row)
+    }
+}
+
 #[derive(Subcommand)]
 enum Scenario {
     /// gen-ns -> device -> sink-ns on one node: direct veth, Linux bridge, DPDK testpmd,
@@ -183,14 +195,7 @@ fn dut(
 
 fn local_fwd(scenario: Scenario) -> Result<()> {
     let Scenario::LocalFwd {
-        run:
-            RunArgs {
-                seconds,
-                reps,
-                sizes,
-                json,
-                no_latency,
-            },
+        run,
         devices,
         no_idle,
     } = scenario
@@ -201,22 +206,17 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
         .iter()
         .map(|name| Device::parse(name).with_context(|| format!("unknown device {name}")))
         .collect::<Result<Vec<_>>>()?;
-    let reps = reps.max(1);
+    let seconds = run.seconds;
     let mut rows = Vec::new();
-    for &size in &sizes {
+    for &size in &run.sizes {
         let fits = |d: &&Device| size <= d.max_frame();
         for &device in devices.iter().filter(fits) {
-            let runs = (0..reps)
-                .map(|_| peak(device, size, seconds))
-                .collect::<Result<Vec<_>>>()?;
-            let row = median_by(runs, |r| r.delivered_pps);
-            emit(&row, json);
-            rows.push(row);
+            rows.push(run.median(|| peak(device, size, seconds), |r| r.delivered_pps)?);
         }
-        if !json {
+        if !run.json {
             print_ratios(&rows, size);
         }
-        if no_latency {
+        if run.no_latency {
             continue;
         }
         // Latency at half of xwire's peak rate, for every device.
@@ -228,12 +228,10 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
         };
         let rate = ((xwire.delivered_pps / 2.0) as u64).max(1);
         for &device in devices.iter().filter(fits) {
-            let runs = (0..reps)
-                .map(|_| paced(device, size, seconds, rate))
-                .collect::<Result<Vec<_>>>()?;
-            let row = median_by(runs, |r| r.p99_us.unwrap_or(0.0));
-            emit(&row, json);
-            rows.push(row);
+            rows.push(run.median(
+                || paced(device, size, seconds, rate),
+                |r| r.p99_us.unwrap_or(0.0),
+            )?);
         }
     }
     if !no_idle {
@@ -250,7 +248,7 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
                 .map(|device| idle(device, seconds, silence, probes)),
         ) {
             let row = row?;
-            if json {
+            if run.json {
                 println!("{}", serde_json::to_string(&row)?);
             } else {
                 println!(
@@ -271,14 +269,7 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
 
 fn remote_wire(scenario: Scenario) -> Result<()> {
     let Scenario::RemoteWire {
-        run:
-            RunArgs {
-                seconds,
-                reps,
-                sizes,
-                json,
-                no_latency,
-            },
+        run,
         paths,
         underlay_mtu,
         adaptive,
@@ -298,29 +289,28 @@ fn remote_wire(scenario: Scenario) -> Result<()> {
         busy_poll: !adaptive,
         verbose,
     };
-    if !json {
+    if !run.json {
         println!(
             "underlay MTU {underlay_mtu}; pod MTU 1500, TX checksum, TSO, GSO and GRO off on the pod veths; xwire workers {}",
             if adaptive { "adaptive" } else { "busy-polling" }
         );
     }
-    let reps = reps.max(1);
-    let mut rows = Vec::new();
-    let sizes = if no_frames { Vec::new() } else { sizes };
-    for &size in &sizes {
-        let mut peaks = Vec::new();
-        for &path in &paths {
-            let runs = (0..reps)
-                .map(|_| remote_wire::peak(path, size, seconds, setup))
-                .collect::<Result<Vec<_>>>()?;
-            let row = median_by(runs, |r| r.delivered_pps);
-            emit(&row, json);
-            peaks.push(row);
-        }
-        if !json {
+    let seconds = run.seconds;
+    let sizes = if no_frames { &[][..] } else { &run.sizes[..] };
+    for &size in sizes {
+        let peaks = paths
+            .iter()
+            .map(|&path| {
+                run.median(
+                    || remote_wire::peak(path, size, seconds, setup),
+                    |r| r.delivered_pps,
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if !run.json {
             print_wire_ratios(&peaks, |r| r.delivered_pps, &format!("{size} B"));
         }
-        if !no_latency {
+        if !run.no_latency {
             let reference = peaks
                 .iter()
                 .find(|r| r.name == WirePath::Xwire(xwire_fastpath::peer::Carrier::Datagram).name())
@@ -328,28 +318,25 @@ fn remote_wire(scenario: Scenario) -> Result<()> {
             if let Some(reference) = reference {
                 let rate = ((reference.delivered_pps / 2.0) as u64).max(1);
                 for &path in &paths {
-                    let runs = (0..reps)
-                        .map(|_| remote_wire::paced(path, size, seconds, rate, setup))
-                        .collect::<Result<Vec<_>>>()?;
-                    let row = median_by(runs, |r| r.p99_us.unwrap_or(0.0));
-                    emit(&row, json);
-                    rows.push(row);
+                    run.median(
+                        || remote_wire::paced(path, size, seconds, rate, setup),
+                        |r| r.p99_us.unwrap_or(0.0),
+                    )?;
                 }
             }
         }
-        rows.extend(peaks);
     }
     if !no_tcp {
-        let mut tcp = Vec::new();
-        for &path in &paths {
-            let runs = (0..reps)
-                .map(|_| remote_wire::tcp(path, seconds, setup))
-                .collect::<Result<Vec<_>>>()?;
-            let row = median_by(runs, |r| r.tcp_gbps.unwrap_or(0.0));
-            emit(&row, json);
-            tcp.push(row);
-        }
-        if !json {
+        let tcp = paths
+            .iter()
+            .map(|&path| {
+                run.median(
+                    || remote_wire::tcp(path, seconds, setup),
+                    |r| r.tcp_gbps.unwrap_or(0.0),
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if !run.json {
             print_wire_ratios(&tcp, |r| r.tcp_gbps.unwrap_or(0.0), "TCP");
         }
     }

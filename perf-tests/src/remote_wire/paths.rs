@@ -67,8 +67,8 @@ pub struct NodeSide<'a> {
     pub name: &'a str,
 }
 
-/// A running wire, held only to be dropped: that stops it (the kernel's devices go
-/// with the namespaces).
+/// A running wire: dropping it stops it (the kernel's devices go with the namespaces);
+/// xwire's also reports its counters.
 pub enum Running {
     Kernel,
     Xwire {
