@@ -1,1 +1,136 @@
-//! The xwire CNI plugin: turns a CNI call into a local-API request to the node daemon (see DESIGN.md).
+//! The xwire CNI plugin: reads a CNI call (environment and stdin), answers VERSION
+//! itself, and asks the node daemon over the local API for everything else. It prints
+//! the CNI result or error JSON and returns the process exit code. See README.md for the
+//! configuration keys and the error codes.
+
+mod call;
+mod cleanup;
+pub mod client;
+mod result;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use xwire_proto::local::{codes, CniError, Request, Response, StatusCall};
+
+pub use call::{Command, Invocation};
+pub use result::SUPPORTED_VERSIONS;
+
+/// Where the daemon listens unless the configuration's `socket` says otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/xwire/xwired.sock";
+/// How long a call may wait for the daemon: ADD of a pod with many links takes a while.
+const DAEMON_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs one plugin call; `env` is the process environment, `stdin` the configuration.
+/// Returns the exit code (0, or 1 with an error printed).
+pub fn run(env: &[(String, String)], stdin: &[u8], out: &mut impl Write) -> i32 {
+    let (version, outcome) = match Invocation::parse(env, stdin) {
+        Ok(invocation) => (invocation.cni_version.clone(), execute(&invocation)),
+        Err((version, e)) => (version, Err(e)),
+    };
+    match outcome {
+        Ok(None) => 0,
+        Ok(Some(result)) => {
+            let _ = writeln!(out, "{result}");
+            0
+        }
+        Err(e) => {
+            let error = json!({
+                "cniVersion": version,
+                "code": e.code,
+                "msg": e.msg,
+                "details": e.details,
+            });
+            let _ = writeln!(out, "{error}");
+            1
+        }
+    }
+}
+
+fn execute(invocation: &Invocation) -> Result<Option<Value>, CniError> {
+    let socket = PathBuf::from(&invocation.socket);
+    match &invocation.command {
+        Command::Version => Ok(Some(json!({
+            "cniVersion": invocation.cni_version,
+            "supportedVersions": SUPPORTED_VERSIONS,
+        }))),
+        Command::Add(call) => {
+            match client::call(&socket, &Request::Add(call.clone()), DAEMON_TIMEOUT) {
+                Ok(Response::Added(added)) => Ok(Some(result::merge(
+                    &invocation.cni_version,
+                    invocation.prev_result.as_ref(),
+                    &added,
+                ))),
+                Ok(Response::NotManaged) => Ok(Some(result::pass_through(
+                    &invocation.cni_version,
+                    invocation.prev_result.as_ref(),
+                ))),
+                Ok(other) => Err(unexpected(other)),
+                Err(e) => Err(unreachable_daemon(&socket, e)),
+            }
+        }
+        Command::Del(call) => {
+            match client::call(&socket, &Request::Del(call.clone()), DAEMON_TIMEOUT) {
+                Ok(Response::Ok) => Ok(None),
+                Ok(other) => Err(unexpected(other)),
+                // A failing DEL blocks the pod's deletion for good: remove what is ours in
+                // the pod's namespace and succeed; the daemon drops its records when it is
+                // back and finds the namespace gone.
+                Err(_) => {
+                    cleanup::remove_own_interfaces(&call.netns);
+                    Ok(None)
+                }
+            }
+        }
+        Command::Check(call) => {
+            match client::call(&socket, &Request::Check(call.clone()), DAEMON_TIMEOUT) {
+                Ok(Response::Ok) => Ok(None),
+                Ok(other) => Err(unexpected(other)),
+                Err(e) => Err(unreachable_daemon(&socket, e)),
+            }
+        }
+        Command::Status(config) => {
+            let request = Request::Status(StatusCall {
+                cni_version: invocation.cni_version.clone(),
+                config: config.clone(),
+            });
+            match client::call(&socket, &request, DAEMON_TIMEOUT) {
+                Ok(Response::Ok) => Ok(None),
+                Ok(other) => Err(unexpected(other)),
+                Err(e) => Err(CniError {
+                    code: codes::PLUGIN_NOT_AVAILABLE,
+                    msg: "the xwire daemon is not running".into(),
+                    details: format!("{}: {e}", socket.display()),
+                }),
+            }
+        }
+        Command::Gc(call) => {
+            match client::call(&socket, &Request::Gc(call.clone()), DAEMON_TIMEOUT) {
+                Ok(Response::Ok) => Ok(None),
+                Ok(other) => Err(unexpected(other)),
+                Err(e) => Err(unreachable_daemon(&socket, e)),
+            }
+        }
+    }
+}
+
+fn unexpected(response: Response) -> CniError {
+    match response {
+        Response::Error(e) => e,
+        other => CniError {
+            code: codes::IO_FAILURE,
+            msg: "the daemon gave an answer that does not fit the call".into(),
+            details: format!("{other:?}"),
+        },
+    }
+}
+
+fn unreachable_daemon(socket: &std::path::Path, e: std::io::Error) -> CniError {
+    CniError {
+        code: codes::TRY_AGAIN_LATER,
+        msg: "the xwire daemon is not reachable".into(),
+        details: format!("{}: {e}", socket.display()),
+    }
+}

@@ -1,1 +1,10 @@
-//! The xwire control plane: topology sources, the wire store, reconciliation and routing (see DESIGN.md).
+//! The xwire control plane: the node daemon's configuration, topology sources, the wire
+//! store, the interfaces it makes, and the logic that answers CNI calls (see DESIGN.md).
+
+pub mod api_server;
+pub mod config;
+pub mod interfaces;
+pub mod netns;
+pub mod node;
+pub mod store;
+pub mod topology;

@@ -3,6 +3,7 @@
 pub mod counters;
 pub mod endpoint;
 pub mod link_table;
+pub mod offload;
 mod packet_port;
 pub mod peer;
 mod switch;

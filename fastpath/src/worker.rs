@@ -10,7 +10,9 @@ use crossbeam_channel::{bounded, Sender};
 
 use crate::counters::LinkCounters;
 use crate::link_table::{LinkError, PortId};
-use crate::peer::{Carrier, PeerConfig, PeerCounters, PeerError, PeerEvent, PeerId};
+use crate::peer::{
+    Carrier, ControlMessage, PeerConfig, PeerCounters, PeerError, PeerEvent, PeerId,
+};
 use crate::switch::Switch;
 use crate::xdp_port::{KernelDrops, PortError, XdpMode};
 
@@ -146,6 +148,11 @@ pub(crate) enum Command {
     PeerStatus {
         reply: Sender<Result<(PeerCounters, Vec<PeerEvent>), WorkerError>>,
     },
+    SendControl {
+        peer: PeerId,
+        message: Box<ControlMessage>,
+        reply: Sender<Result<bool, WorkerError>>,
+    },
     KernelDrops {
         id: PortId,
         reply: Sender<Result<KernelDrops, WorkerError>>,
@@ -274,6 +281,16 @@ impl Worker {
     /// The transport's counters and the peer events since the last call.
     pub fn peer_status(&self) -> Result<(PeerCounters, Vec<PeerEvent>), WorkerError> {
         self.ask(|reply| Command::PeerStatus { reply })?
+    }
+
+    /// Sends a control message on the peer's control stream; false when the peer is not
+    /// up (the caller sends what it must again when the peer's `Up` event arrives).
+    pub fn send_control(&self, peer: PeerId, message: ControlMessage) -> Result<bool, WorkerError> {
+        self.ask(|reply| Command::SendControl {
+            peer,
+            message: Box::new(message),
+            reply,
+        })?
     }
 
     /// What the kernel dropped at a port before the worker saw it (a full ring, no free

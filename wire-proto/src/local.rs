@@ -12,6 +12,33 @@ use crate::framing::{append_record, split_record};
 use crate::DecodeError;
 
 pub const LOCAL_API_VERSION: u32 = 1;
+
+/// CNI error codes: the spec's (1 to 99), then xwire's own from 100 up. `cni/README.md`
+/// says what each of xwire's means and what to do about it.
+pub mod codes {
+    pub const INCOMPATIBLE_VERSION: u32 = 1;
+    pub const UNKNOWN_CONTAINER: u32 = 3;
+    pub const INVALID_ENVIRONMENT: u32 = 4;
+    pub const IO_FAILURE: u32 = 5;
+    pub const DECODE_FAILURE: u32 = 6;
+    pub const INVALID_CONFIG: u32 = 7;
+    pub const TRY_AGAIN_LATER: u32 = 11;
+    pub const PLUGIN_NOT_AVAILABLE: u32 = 50;
+    /// An interface the topology names already exists in the pod's namespace.
+    pub const INTERFACE_EXISTS: u32 = 100;
+    /// Creating or configuring an interface failed.
+    pub const INTERFACE_FAILED: u32 = 101;
+    /// The fast path refused a port or a link.
+    pub const FASTPATH_FAILED: u32 = 102;
+    /// The wire store could not be read or written.
+    pub const STORE_FAILED: u32 = 103;
+    /// The pod is already attached, under another container, in a namespace that exists.
+    pub const POD_ALREADY_ATTACHED: u32 = 104;
+    /// CHECK found the pod's interfaces or wires not as the topology says.
+    pub const CHECK_FAILED: u32 = 105;
+    /// A topology request was refused (a malformed or inconsistent object).
+    pub const TOPOLOGY_INVALID: u32 = 106;
+}
 /// The largest record body accepted (a network configuration with a large prevResult).
 pub const MAX_LOCAL_BODY: usize = 1 << 20;
 
@@ -58,6 +85,21 @@ pub struct GcCall {
     pub valid_attachments: Vec<Attachment>,
 }
 
+/// Names Topology objects: all of them, one namespace's, or one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopologyQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopologyApply {
+    /// Topology objects in the Kubernetes shape (apiVersion, kind, metadata, spec).
+    pub objects: Vec<Value>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Request {
@@ -66,6 +108,21 @@ pub enum Request {
     Check(CniCall),
     Status(StatusCall),
     Gc(GcCall),
+    /// `xwirectl topology apply`: stores the objects; links of running pods follow.
+    TopologyApply(TopologyApply),
+    TopologyGet(TopologyQuery),
+    /// Removes the named objects (a name is required); their pods' wires go.
+    TopologyDelete(TopologyQuery),
+    /// The node's attachments and wire records, for `xwirectl wires` and tests.
+    State,
+}
+
+/// What `Request::State` answers: the store's records, as JSON.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeState {
+    pub node: String,
+    pub attachments: Vec<Value>,
+    pub wires: Vec<Value>,
 }
 
 /// An interface the daemon made, in the CNI result's shape.
@@ -117,11 +174,26 @@ pub enum Response {
     /// DEL, CHECK, STATUS or GC succeeded.
     Ok,
     Error(CniError),
+    /// The objects a topology request selected (or stored).
+    Topologies {
+        objects: Vec<Value>,
+    },
+    State(NodeState),
 }
 
 /// The `type` values of `Request`, for telling an unknown type from a malformed one.
-const REQUEST_TYPES: [&str; 5] = ["add", "del", "check", "status", "gc"];
-const RESPONSE_TYPES: [&str; 4] = ["added", "not_managed", "ok", "error"];
+const REQUEST_TYPES: [&str; 9] = [
+    "add",
+    "del",
+    "check",
+    "status",
+    "gc",
+    "topology_apply",
+    "topology_get",
+    "topology_delete",
+    "state",
+];
+const RESPONSE_TYPES: [&str; 6] = ["added", "not_managed", "ok", "error", "topologies", "state"];
 
 #[derive(Serialize)]
 struct EnvelopeOut<'a, T> {
@@ -245,12 +317,22 @@ mod tests {
                 config: json!({}),
                 valid_attachments: vec![],
             }),
+            Request::TopologyApply(TopologyApply { objects: vec![] }),
+            Request::TopologyGet(TopologyQuery::default()),
+            Request::TopologyDelete(TopologyQuery::default()),
+            Request::State,
         ];
         for r in requests {
             let v = serde_json::to_value(&r).unwrap();
             assert!(REQUEST_TYPES.contains(&v["type"].as_str().unwrap()));
         }
-        for r in [Response::NotManaged, Response::Ok] {
+        let responses = [
+            Response::NotManaged,
+            Response::Ok,
+            Response::Topologies { objects: vec![] },
+            Response::State(NodeState::default()),
+        ];
+        for r in responses {
             let v = serde_json::to_value(&r).unwrap();
             assert!(RESPONSE_TYPES.contains(&v["type"].as_str().unwrap()));
         }

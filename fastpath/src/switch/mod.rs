@@ -219,6 +219,17 @@ impl Switch {
             Command::PeerStatus { reply } => {
                 let _ = reply.send(self.peer_status().ok_or(WorkerError::NoPeers));
             }
+            Command::SendControl {
+                peer,
+                message,
+                reply,
+            } => {
+                let result = match self.peers_mut() {
+                    Some(peers) => Ok(peers.send_control(peer, &message)),
+                    None => Err(WorkerError::NoPeers),
+                };
+                let _ = reply.send(result);
+            }
             Command::KernelDrops { id, reply } => {
                 let drops = match self
                     .ports

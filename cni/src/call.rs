@@ -1,0 +1,379 @@
+//! Reading a CNI call: the environment variables and the network configuration on
+//! stdin, checked the way the spec asks, into a request for the daemon.
+
+use serde_json::Value;
+use xwire_proto::local::{codes, Attachment, CniCall, CniError, GcCall, PodRef};
+
+use crate::result::{supports, version_at_least};
+use crate::DEFAULT_SOCKET;
+
+/// The pod namespace when neither the runtime nor the configuration gives one.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    Add(CniCall),
+    Del(CniCall),
+    Check(CniCall),
+    Version,
+    Status(Value),
+    Gc(GcCall),
+}
+
+/// A call, read and checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invocation {
+    pub command: Command,
+    /// The version to answer in: the configuration's.
+    pub cni_version: String,
+    pub socket: String,
+    pub prev_result: Option<Value>,
+}
+
+fn error(code: u32, msg: impl Into<String>) -> CniError {
+    CniError {
+        code,
+        msg: msg.into(),
+        details: String::new(),
+    }
+}
+
+impl Invocation {
+    /// Reads a call. An error comes with the version to print it in (the
+    /// configuration's when it could be read, else the newest supported).
+    pub fn parse(env: &[(String, String)], stdin: &[u8]) -> Result<Invocation, (String, CniError)> {
+        let var = |name: &str| {
+            env.iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+                .unwrap_or("")
+        };
+        let newest = || crate::SUPPORTED_VERSIONS[crate::SUPPORTED_VERSIONS.len() - 1].to_owned();
+        let command_name = var("CNI_COMMAND");
+        let config: Value = match serde_json::from_slice(stdin) {
+            Ok(Value::Object(map)) => Value::Object(map),
+            Ok(_) => {
+                return Err((
+                    newest(),
+                    error(
+                        codes::DECODE_FAILURE,
+                        "the network configuration is not a JSON object",
+                    ),
+                ))
+            }
+            Err(e) => {
+                return Err((
+                    newest(),
+                    CniError {
+                        code: codes::DECODE_FAILURE,
+                        msg: "the network configuration on stdin is not JSON".into(),
+                        details: e.to_string(),
+                    },
+                ))
+            }
+        };
+        let version = match config.get("cniVersion") {
+            Some(Value::String(v)) => v.clone(),
+            None if command_name == "VERSION" => "0.1.0".into(),
+            _ => {
+                return Err((
+                    newest(),
+                    error(
+                        codes::INVALID_CONFIG,
+                        "the configuration has no string \"cniVersion\"",
+                    ),
+                ))
+            }
+        };
+        let fail = |e: CniError| (version.clone(), e);
+        if command_name == "VERSION" {
+            // VERSION answers in the newest version for any configuration.
+            return Ok(Invocation {
+                command: Command::Version,
+                cni_version: newest(),
+                socket: String::new(),
+                prev_result: None,
+            });
+        }
+        if !supports(&version) {
+            return Err(fail(CniError {
+                code: codes::INCOMPATIBLE_VERSION,
+                msg: format!("cniVersion {version} is not supported"),
+                details: format!("supported: {}", crate::SUPPORTED_VERSIONS.join(", ")),
+            }));
+        }
+        for key in ["name", "type"] {
+            if !config.get(key).is_some_and(Value::is_string) {
+                return Err(fail(error(
+                    codes::INVALID_CONFIG,
+                    format!("the configuration has no string \"{key}\""),
+                )));
+            }
+        }
+        let socket = match config.get("socket") {
+            None => DEFAULT_SOCKET.to_owned(),
+            Some(Value::String(s)) if !s.is_empty() => s.clone(),
+            Some(_) => {
+                return Err(fail(error(
+                    codes::INVALID_CONFIG,
+                    "\"socket\" must be the path of the daemon's socket",
+                )))
+            }
+        };
+        let prev_result = match config.get("prevResult") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(map)) => Some(Value::Object(map.clone())),
+            Some(_) => {
+                return Err(fail(error(
+                    codes::INVALID_CONFIG,
+                    "\"prevResult\" must be an object",
+                )))
+            }
+        };
+        let command = match command_name {
+            "ADD" | "DEL" | "CHECK" => {
+                if command_name == "CHECK" && !version_at_least(&version, "0.4.0") {
+                    return Err(fail(error(
+                        codes::INCOMPATIBLE_VERSION,
+                        format!("CHECK needs cniVersion 0.4.0 or later, the configuration has {version}"),
+                    )));
+                }
+                let call = cni_call(command_name, env, &config, &version).map_err(fail)?;
+                match command_name {
+                    "ADD" => Command::Add(call),
+                    "DEL" => Command::Del(call),
+                    _ => Command::Check(call),
+                }
+            }
+            "STATUS" | "GC" => {
+                if !version_at_least(&version, "1.1.0") {
+                    return Err(fail(error(
+                        codes::INCOMPATIBLE_VERSION,
+                        format!("{command_name} needs cniVersion 1.1.0, the configuration has {version}"),
+                    )));
+                }
+                if command_name == "STATUS" {
+                    Command::Status(config.clone())
+                } else {
+                    Command::Gc(GcCall {
+                        cni_version: version.clone(),
+                        valid_attachments: valid_attachments(&config).map_err(fail)?,
+                        config: config.clone(),
+                    })
+                }
+            }
+            "" => {
+                return Err(fail(error(
+                    codes::INVALID_ENVIRONMENT,
+                    "CNI_COMMAND is not set",
+                )))
+            }
+            other => {
+                return Err(fail(error(
+                    codes::INVALID_ENVIRONMENT,
+                    format!("CNI_COMMAND {other:?} is not a CNI command"),
+                )))
+            }
+        };
+        Ok(Invocation {
+            command,
+            cni_version: version,
+            socket,
+            prev_result,
+        })
+    }
+}
+
+fn cni_call(
+    command: &str,
+    env: &[(String, String)],
+    config: &Value,
+    version: &str,
+) -> Result<CniCall, CniError> {
+    let var = |name: &str| {
+        env.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let container_id = var("CNI_CONTAINERID");
+    if container_id.is_empty() {
+        return Err(error(
+            codes::INVALID_ENVIRONMENT,
+            "CNI_CONTAINERID is not set",
+        ));
+    }
+    let ifname = var("CNI_IFNAME");
+    if ifname.is_empty() {
+        return Err(error(codes::INVALID_ENVIRONMENT, "CNI_IFNAME is not set"));
+    }
+    let netns = var("CNI_NETNS");
+    if netns.is_empty() && command != "DEL" {
+        return Err(error(codes::INVALID_ENVIRONMENT, "CNI_NETNS is not set"));
+    }
+    let args = parse_args(&var("CNI_ARGS"))?;
+    let arg = |key: &str| {
+        args.iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .filter(|v| !v.is_empty())
+    };
+    let name = arg("K8S_POD_NAME").unwrap_or_default();
+    if name.is_empty() && command != "DEL" {
+        return Err(error(
+            codes::INVALID_ENVIRONMENT,
+            "CNI_ARGS has no K8S_POD_NAME: xwire cannot tell which pod this is",
+        ));
+    }
+    let namespace = arg("K8S_POD_NAMESPACE")
+        .or_else(|| arg("namespace"))
+        .or_else(|| string_at(config, "/args/cni/namespace"))
+        .or_else(|| string_at(config, "/namespace"))
+        .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
+    Ok(CniCall {
+        cni_version: version.to_owned(),
+        container_id,
+        netns,
+        ifname,
+        pod: PodRef { namespace, name },
+        args,
+        config: config.clone(),
+    })
+}
+
+fn string_at(config: &Value, pointer: &str) -> Option<String> {
+    config
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+/// `CNI_ARGS`: `K=V` pairs separated by `;`.
+fn parse_args(text: &str) -> Result<Vec<(String, String)>, CniError> {
+    let mut args = Vec::new();
+    for pair in text.split(';').filter(|p| !p.is_empty()) {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(error(
+                codes::INVALID_ENVIRONMENT,
+                format!("CNI_ARGS: {pair:?} is not KEY=VALUE"),
+            ));
+        };
+        args.push((key.to_owned(), value.to_owned()));
+    }
+    Ok(args)
+}
+
+/// GC's `cni.dev/valid-attachments` (or `cni.dev/attachments`, an earlier spelling).
+fn valid_attachments(config: &Value) -> Result<Vec<Attachment>, CniError> {
+    let list = config
+        .get("cni.dev/valid-attachments")
+        .or_else(|| config.get("cni.dev/attachments"));
+    let Some(list) = list else {
+        return Ok(Vec::new());
+    };
+    let bad = || {
+        error(
+            codes::INVALID_CONFIG,
+            "cni.dev/valid-attachments must be a list of {containerID, ifname}",
+        )
+    };
+    let items = list.as_array().ok_or_else(bad)?;
+    items
+        .iter()
+        .map(|item| {
+            let field = |k: &str| item.get(k).and_then(Value::as_str).map(str::to_owned);
+            Ok(Attachment {
+                container_id: field("containerID").ok_or_else(bad)?,
+                ifname: field("ifname").ok_or_else(bad)?,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn env(command: &str, args: &str) -> Vec<(String, String)> {
+        [
+            ("CNI_COMMAND", command),
+            ("CNI_CONTAINERID", "c1"),
+            ("CNI_NETNS", "/run/netns/x"),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_ARGS", args),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    fn config(version: &str) -> Vec<u8> {
+        json!({"cniVersion": version, "name": "labnet", "type": "xwire", "namespace": "lab"})
+            .to_string()
+            .into_bytes()
+    }
+
+    #[test]
+    fn the_pod_namespace_comes_from_the_runtime_then_the_configuration() {
+        let parse = |args: &str| match Invocation::parse(&env("ADD", args), &config("1.0.0"))
+            .unwrap()
+            .command
+        {
+            Command::Add(call) => call.pod,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(parse("IgnoreUnknown=1;K8S_POD_NAME=r1").namespace, "lab");
+        assert_eq!(
+            parse("K8S_POD_NAME=r1;K8S_POD_NAMESPACE=kne").namespace,
+            "kne"
+        );
+        assert_eq!(parse("K8S_POD_NAME=r1;namespace=other").namespace, "other");
+    }
+
+    #[test]
+    fn every_supported_version_is_accepted_and_others_refused() {
+        for v in crate::SUPPORTED_VERSIONS {
+            assert!(
+                Invocation::parse(&env("ADD", "K8S_POD_NAME=r1"), &config(v)).is_ok(),
+                "{v}"
+            );
+        }
+        let (_, e) =
+            Invocation::parse(&env("ADD", "K8S_POD_NAME=r1"), &config("0.2.0")).unwrap_err();
+        assert_eq!(e.code, codes::INCOMPATIBLE_VERSION);
+        let (_, e) =
+            Invocation::parse(&env("CHECK", "K8S_POD_NAME=r1"), &config("0.3.1")).unwrap_err();
+        assert_eq!(e.code, codes::INCOMPATIBLE_VERSION);
+        let (_, e) = Invocation::parse(&env("STATUS", ""), &config("1.0.0")).unwrap_err();
+        assert_eq!(e.code, codes::INCOMPATIBLE_VERSION);
+    }
+
+    #[test]
+    fn del_needs_neither_netns_nor_pod() {
+        let mut e = env("DEL", "");
+        e.retain(|(k, _)| k != "CNI_NETNS");
+        assert!(matches!(
+            Invocation::parse(&e, &config("1.1.0")).unwrap().command,
+            Command::Del(_)
+        ));
+        let (_, err) = Invocation::parse(&env("ADD", ""), &config("1.1.0")).unwrap_err();
+        assert_eq!(err.code, codes::INVALID_ENVIRONMENT);
+    }
+
+    #[test]
+    fn gc_reads_both_spellings_of_the_attachment_list() {
+        for key in ["cni.dev/valid-attachments", "cni.dev/attachments"] {
+            let mut c: Value = serde_json::from_slice(&config("1.1.0")).unwrap();
+            c[key] = json!([{"containerID": "c9", "ifname": "eth0"}]);
+            let Command::Gc(gc) = Invocation::parse(&env("GC", ""), c.to_string().as_bytes())
+                .unwrap()
+                .command
+            else {
+                panic!()
+            };
+            assert_eq!(gc.valid_attachments[0].container_id, "c9");
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! The plugin's side of the local API: one request, one answer, on a fresh connection.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use xwire_proto::local::{self, Request, Response};
+
+pub fn call(socket: &Path, request: &Request, timeout: Duration) -> std::io::Result<Response> {
+    let mut stream = UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    let mut out = Vec::new();
+    local::encode(1, request, &mut out);
+    stream.write_all(&out)?;
+    let invalid = |e: xwire_proto::DecodeError| {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
+    };
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        if let Some((body, _)) = local::next_record(&buf).map_err(invalid)? {
+            return local::decode_response(body)
+                .map(|(_, r)| r)
+                .map_err(invalid);
+        }
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}

@@ -1,0 +1,158 @@
+//! The local API: a Unix stream socket (mode 0600) speaking `wire_proto::local`. Each
+//! connection may carry several requests, answered in order. Requests go to the node's
+//! thread one at a time; a malformed one is answered with a CNI error and the connection
+//! stays usable, unless its framing is lost.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::oneshot;
+use xwire_proto::local::{self, codes, CniError, Response};
+use xwire_proto::DecodeError;
+
+use crate::node::Node;
+
+/// A request on its way to the node, and where its answer goes.
+pub struct Job {
+    pub request: local::Request,
+    pub reply: oneshot::Sender<Response>,
+}
+
+/// How often the node looks at peer events when no request comes.
+const PEER_POLL: Duration = Duration::from_millis(20);
+
+/// The node's thread: answers jobs in turn and pumps peer events between them. Returns
+/// when every sender is gone.
+pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
+    loop {
+        match jobs.recv_timeout(PEER_POLL) {
+            Ok(job) => {
+                let response = node.handle(job.request);
+                let _ = job.reply.send(response);
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        node.pump_peer_events();
+    }
+}
+
+/// Binds the socket at `path`: its directory is made if missing, a stale socket (nobody
+/// listening) is replaced, a live one is an error.
+pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("another daemon is listening on {}", path.display()),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// Accepts connections until `stop` resolves, then removes the socket file.
+pub async fn serve(
+    listener: UnixListener,
+    path: PathBuf,
+    jobs: Sender<Job>,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    tokio::spawn(connection(stream, jobs.clone()));
+                }
+                Err(e) => tracing::warn!("accept on the local API socket: {e}"),
+            },
+            () = &mut stop => break,
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+async fn connection(mut stream: UnixStream, jobs: Sender<Job>) {
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        loop {
+            let (id, response, used) = match local::next_record(&buf) {
+                Ok(None) => break,
+                Err(e) => {
+                    // The length prefix is beyond reason: framing is lost, so answer once
+                    // and close.
+                    let _ = write(&mut stream, 0, &decode_error(&e)).await;
+                    return;
+                }
+                Ok(Some((body, used))) => match local::decode_request(body) {
+                    Ok((id, request)) => (id, ask(&jobs, request).await, used),
+                    Err(e) => (request_id(&e, body), decode_error(&e), used),
+                },
+            };
+            buf.drain(..used);
+            if write(&mut stream, id, &response).await.is_err() {
+                return;
+            }
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+async fn ask(jobs: &Sender<Job>, request: local::Request) -> Response {
+    let (reply, answer) = oneshot::channel();
+    let unavailable = || {
+        Response::Error(CniError {
+            code: codes::TRY_AGAIN_LATER,
+            msg: "the daemon is stopping".into(),
+            details: String::new(),
+        })
+    };
+    if jobs.send(Job { request, reply }).is_err() {
+        return unavailable();
+    }
+    answer.await.unwrap_or_else(|_| unavailable())
+}
+
+async fn write(stream: &mut UnixStream, id: u64, response: &Response) -> std::io::Result<()> {
+    let mut out = Vec::new();
+    local::encode(id, response, &mut out);
+    stream.write_all(&out).await
+}
+
+/// The id to answer with: the request's where it could be read.
+fn request_id(e: &DecodeError, body: &[u8]) -> u64 {
+    if let DecodeError::UnknownLocalType { id, .. } = e {
+        return *id;
+    }
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("id").and_then(serde_json::Value::as_u64))
+        .unwrap_or(0)
+}
+
+fn decode_error(e: &DecodeError) -> Response {
+    let code = match e {
+        DecodeError::UnsupportedVersion(_) => codes::INCOMPATIBLE_VERSION,
+        _ => codes::DECODE_FAILURE,
+    };
+    Response::Error(CniError {
+        code,
+        msg: "the daemon could not read the request".into(),
+        details: e.to_string(),
+    })
+}

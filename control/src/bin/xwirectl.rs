@@ -1,0 +1,190 @@
+//! `xwirectl`: the operator's CLI. Talks to the node's daemon over the local API.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand, ValueEnum};
+use xwire_cni::client as api_client;
+use xwire_control::config::DEFAULT_API_SOCKET;
+use xwire_control::topology;
+use xwire_fastpath::peer::ClusterCa;
+use xwire_proto::local::{Request, Response, TopologyApply, TopologyQuery};
+
+#[derive(Parser)]
+#[command(version, about = "Control an xwire node")]
+struct Args {
+    /// The daemon's local API socket.
+    #[arg(long, global = true, default_value = DEFAULT_API_SOCKET)]
+    socket: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Topology objects (meshnet's Topology resource) in the node's store.
+    Topology {
+        #[command(subcommand)]
+        command: TopologyCommand,
+    },
+    /// The node's attachments and wire records, as JSON.
+    Wires,
+    /// Makes a cluster CA and a certificate and key for each node, as PEM files in DIR:
+    /// ca.pem, NODE.pem and NODE.key.
+    Certs {
+        #[arg(long)]
+        out: PathBuf,
+        /// Node names.
+        #[arg(required = true)]
+        nodes: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum TopologyCommand {
+    /// Stores the Topology objects in FILE (YAML or JSON; `-` reads standard input).
+    /// Links of running pods follow: added links appear, removed ones disappear.
+    Apply { file: PathBuf },
+    /// Prints stored objects: all, a namespace's, or one.
+    Get {
+        #[arg(long, short)]
+        namespace: Option<String>,
+        name: Option<String>,
+        #[arg(long, short, value_enum, default_value_t = Format::Yaml)]
+        output: Format,
+    },
+    /// Removes a namespace's objects, or one; the pods' wires go with them.
+    Delete {
+        #[arg(long, short)]
+        namespace: Option<String>,
+        name: Option<String>,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Yaml,
+    Json,
+}
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    match args.command {
+        Command::Topology { command } => topology_command(&args.socket, command),
+        Command::Wires => {
+            let response = ask(&args.socket, &Request::State)?;
+            let Response::State(state) = response else {
+                bail!("unexpected answer: {response:?}");
+            };
+            println!("{}", serde_json::to_string_pretty(&state)?);
+            Ok(())
+        }
+        Command::Certs { out, nodes } => certs(&out, &nodes),
+    }
+}
+
+fn topology_command(socket: &Path, command: TopologyCommand) -> anyhow::Result<()> {
+    match command {
+        TopologyCommand::Apply { file } => {
+            let text = if file == Path::new("-") {
+                let mut text = String::new();
+                std::io::stdin().read_to_string(&mut text)?;
+                text
+            } else {
+                std::fs::read_to_string(&file)
+                    .with_context(|| format!("reading {}", file.display()))?
+            };
+            let objects =
+                topology::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            let objects = objects
+                .iter()
+                .map(serde_json::to_value)
+                .collect::<Result<_, _>>()?;
+            let response = ask(socket, &Request::TopologyApply(TopologyApply { objects }))?;
+            for name in object_names(response)? {
+                println!("topology/{name} applied");
+            }
+            Ok(())
+        }
+        TopologyCommand::Get {
+            namespace,
+            name,
+            output,
+        } => {
+            let response = ask(
+                socket,
+                &Request::TopologyGet(TopologyQuery { namespace, name }),
+            )?;
+            let Response::Topologies { objects } = response else {
+                bail!("unexpected answer: {response:?}");
+            };
+            match output {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&objects)?),
+                Format::Yaml => {
+                    for object in &objects {
+                        print!("---\n{}", serde_yaml_ng::to_string(object)?);
+                    }
+                }
+            }
+            Ok(())
+        }
+        TopologyCommand::Delete { namespace, name } => {
+            let response = ask(
+                socket,
+                &Request::TopologyDelete(TopologyQuery { namespace, name }),
+            )?;
+            for name in object_names(response)? {
+                println!("topology/{name} deleted");
+            }
+            Ok(())
+        }
+    }
+}
+
+fn object_names(response: Response) -> anyhow::Result<Vec<String>> {
+    let Response::Topologies { objects } = response else {
+        bail!("unexpected answer: {response:?}");
+    };
+    Ok(objects
+        .iter()
+        .map(|o| {
+            let field = |f: &str| o["metadata"][f].as_str().unwrap_or("?").to_owned();
+            format!("{}/{}", field("namespace"), field("name"))
+        })
+        .collect())
+}
+
+fn ask(socket: &Path, request: &Request) -> anyhow::Result<Response> {
+    let response = api_client::call(socket, request, TIMEOUT)
+        .with_context(|| format!("asking the daemon on {}", socket.display()))?;
+    if let Response::Error(e) = response {
+        if e.details.is_empty() {
+            bail!("{} (code {})", e.msg, e.code);
+        }
+        bail!("{} (code {})\n{}", e.msg, e.code, e.details);
+    }
+    Ok(response)
+}
+
+fn certs(out: &Path, nodes: &[String]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out)?;
+    let ca = ClusterCa::generate("xwire cluster CA")?;
+    std::fs::write(out.join("ca.pem"), ca.cert_pem())?;
+    for node in nodes {
+        let identity = ca.issue(node)?;
+        std::fs::write(out.join(format!("{node}.pem")), &identity.cert_pem)?;
+        let key = out.join(format!("{node}.key"));
+        std::fs::write(&key, &identity.key_pem)?;
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    }
+    println!(
+        "wrote ca.pem and {} node certificates to {}",
+        nodes.len(),
+        out.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,286 @@
+//! `xwired`'s configuration file (TOML). Every field has a default, so an empty file is
+//! a valid configuration for a single node with no peers; an unknown or malformed field
+//! is an error that names the field and its line.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use xwire_proto::control::Carrier;
+
+/// Where the plugin finds the daemon unless its configuration says otherwise.
+pub const DEFAULT_API_SOCKET: &str = "/run/xwire/xwired.sock";
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonConfig {
+    /// This node's name, as peers and wire records know it. Default: the host name.
+    pub node_name: String,
+    /// The UDP address this node listens on for its peers, and that they dial.
+    /// Default `0.0.0.0:7470`.
+    pub node_address: SocketAddr,
+    /// Where the wire store lives. Default `/var/lib/xwire`.
+    pub state_dir: PathBuf,
+    /// The local API's Unix socket, created with mode 0600. Default
+    /// `/run/xwire/xwired.sock`.
+    pub api_socket: PathBuf,
+    /// Cores for the data-plane worker; the first is used (one worker per node for now).
+    /// Default: none, the scheduler places the worker.
+    pub data_cores: Vec<usize>,
+    /// Keep the worker spinning when idle (benchmarks); otherwise it backs off and sleeps.
+    /// Default false.
+    pub busy_poll: bool,
+    /// The underlay MTU between nodes. Default 1500.
+    pub underlay_mtu: u16,
+    /// The most fast-path ports (remote wire ends) this node holds. Default 64.
+    pub max_ports: usize,
+    /// UMEM frames per fast-path port (4 KiB each). Default 512.
+    pub frames_per_port: usize,
+    /// The node certificate, its key and the cluster CA. Without them the node makes
+    /// only same-node wires.
+    pub certs: Option<CertPaths>,
+    /// Where pods' links come from.
+    pub topology: TopologySource,
+    /// The other nodes this node may share wires with.
+    pub peers: Vec<PeerNode>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertPaths {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopologySource {
+    /// `embedded` (the wire store, fed by `xwirectl topology apply`) is the only source
+    /// built so far; `kubernetes` is refused at start.
+    pub source: String,
+}
+
+impl Default for TopologySource {
+    fn default() -> Self {
+        TopologySource {
+            source: "embedded".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerNode {
+    pub name: String,
+    pub address: SocketAddr,
+    #[serde(default = "default_carrier", with = "carrier_name")]
+    pub carrier: Carrier,
+}
+
+fn default_carrier() -> Carrier {
+    Carrier::Datagram
+}
+
+/// `carrier = "datagram" | "stream"`, the spelling topology files use too.
+pub mod carrier_name {
+    use serde::{Deserialize, Deserializer};
+    use xwire_proto::control::Carrier;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Carrier, D::Error> {
+        parse(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+
+    pub fn parse(name: &str) -> Result<Carrier, String> {
+        match name {
+            "datagram" => Ok(Carrier::Datagram),
+            "stream" => Ok(Carrier::Stream),
+            other => Err(format!(
+                "unknown carrier {other:?}, expected \"datagram\" or \"stream\""
+            )),
+        }
+    }
+
+    pub fn name(carrier: Carrier) -> &'static str {
+        match carrier {
+            Carrier::Datagram => "datagram",
+            Carrier::Stream => "stream",
+        }
+    }
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            node_name: host_name(),
+            node_address: SocketAddr::from(([0, 0, 0, 0], 7470)),
+            state_dir: PathBuf::from("/var/lib/xwire"),
+            api_socket: PathBuf::from(DEFAULT_API_SOCKET),
+            data_cores: Vec::new(),
+            busy_poll: false,
+            underlay_mtu: 1500,
+            max_ports: 64,
+            frames_per_port: 512,
+            certs: None,
+            topology: TopologySource::default(),
+            peers: Vec::new(),
+        }
+    }
+}
+
+fn host_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|n| n.into_string().ok())
+        .unwrap_or_else(|| "node".into())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// toml's message names the field, the line and the column.
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{path}: {field}: {message}")]
+    Invalid {
+        path: PathBuf,
+        field: &'static str,
+        message: String,
+    },
+}
+
+impl DaemonConfig {
+    pub fn load(path: &Path) -> Result<DaemonConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        DaemonConfig::parse(&text, path)
+    }
+
+    /// Parses and checks a configuration; `path` only names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<DaemonConfig, ConfigError> {
+        let config: DaemonConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.into(),
+            message: e.to_string().trim_end().to_owned(),
+        })?;
+        let invalid = |field, message: String| ConfigError::Invalid {
+            path: path.into(),
+            field,
+            message,
+        };
+        if config.topology.source != "embedded" {
+            return Err(invalid(
+                "topology.source",
+                format!(
+                    "{:?} is not available in this build; use \"embedded\"",
+                    config.topology.source
+                ),
+            ));
+        }
+        if config.node_name.is_empty() {
+            return Err(invalid("node_name", "must not be empty".into()));
+        }
+        if !(1280..=65535).contains(&config.underlay_mtu) {
+            return Err(invalid(
+                "underlay_mtu",
+                format!("{} is below QUIC's minimum of 1280", config.underlay_mtu),
+            ));
+        }
+        if !config.peers.is_empty() && config.certs.is_none() {
+            return Err(invalid(
+                "certs",
+                "peers are configured, so the node needs its certificate, key and CA".into(),
+            ));
+        }
+        if let Some(peer) = config.peers.iter().find(|p| p.name == config.node_name) {
+            return Err(invalid(
+                "peers",
+                format!("{:?} is this node's own name", peer.name),
+            ));
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<DaemonConfig, ConfigError> {
+        DaemonConfig::parse(text, Path::new("xwired.toml"))
+    }
+
+    #[test]
+    fn an_empty_file_gives_the_documented_defaults() {
+        let config = parse("").unwrap();
+        assert_eq!(config.api_socket, Path::new(DEFAULT_API_SOCKET));
+        assert_eq!(config.state_dir, Path::new("/var/lib/xwire"));
+        assert_eq!(config.node_address.port(), 7470);
+        assert!(!config.busy_poll && config.peers.is_empty() && config.certs.is_none());
+    }
+
+    #[test]
+    fn a_full_file_is_read() {
+        let config = parse(
+            r#"
+node_name = "n1"
+node_address = "10.0.0.1:7000"
+state_dir = "/tmp/x"
+api_socket = "/tmp/x/api.sock"
+data_cores = [1]
+busy_poll = true
+underlay_mtu = 9000
+[certs]
+ca = "/c/ca.pem"
+cert = "/c/n1.pem"
+key = "/c/n1.key"
+[[peers]]
+name = "n2"
+address = "10.0.0.2:7000"
+carrier = "stream"
+"#,
+        )
+        .unwrap();
+        assert_eq!(config.node_name, "n1");
+        assert_eq!(config.data_cores, [1]);
+        assert_eq!(config.peers[0].carrier, Carrier::Stream);
+        assert_eq!(config.underlay_mtu, 9000);
+    }
+
+    #[test]
+    fn an_unknown_field_is_named_with_its_line() {
+        let err = parse("node_name = \"n1\"\n\nbusy_pol = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("busy_pol") && err.contains("line 3"), "{err}");
+    }
+
+    #[test]
+    fn a_malformed_value_is_named_with_its_line() {
+        let err = parse("node_name = \"n1\"\nnode_address = \"nowhere\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("node_address") || err.contains("line 2"),
+            "{err}"
+        );
+        assert!(err.contains("line 2"), "{err}");
+        let err = parse("[[peers]]\nname = \"b\"\naddress = \"1.2.3.4:5\"\ncarrier = \"pigeon\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pigeon") && err.contains("line 4"), "{err}");
+    }
+
+    #[test]
+    fn peers_without_certificates_are_refused() {
+        let err = parse("[[peers]]\nname = \"b\"\naddress = \"1.2.3.4:5\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("certs"), "{err}");
+    }
+}

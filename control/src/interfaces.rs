@@ -1,0 +1,225 @@
+//! The interfaces xwire makes: veth pairs between a pod and its peer (another pod, or
+//! the node for a wire that goes through the fast path), their settings, and what CHECK
+//! reads back. Every pod-side interface carries an alias starting with `ALIAS_PREFIX`,
+//! so that what xwire made can be told from what other plugins made, even with no
+//! daemon to ask (the plugin's DEL when the daemon is down).
+
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+
+use futures::TryStreamExt;
+use netlink_packet_route::address::AddressAttribute;
+use netlink_packet_route::link::{
+    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkMessage,
+};
+use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec};
+use xwire_fastpath::offload::{set_offload, Offload};
+
+use crate::netns::{NetnsError, NetnsFd};
+
+/// Marks an interface as xwire's: `xwire:<namespace>/<pod>/<uid>`.
+pub const ALIAS_PREFIX: &str = "xwire:";
+const ENODEV: i32 = 19;
+
+/// How one end of a wire is set up in its namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndSettings {
+    pub name: String,
+    pub mtu: Option<u32>,
+    pub mac: Option<[u8; 6]>,
+    pub address: Option<(IpAddr, u8)>,
+    pub alias: Option<String>,
+    /// Turn TX checksum offload off: the end's frames go through the fast path.
+    pub checksum_off: bool,
+}
+
+impl EndSettings {
+    pub fn named(name: &str) -> EndSettings {
+        EndSettings {
+            name: name.into(),
+            mtu: None,
+            mac: None,
+            address: None,
+            alias: None,
+            checksum_off: false,
+        }
+    }
+}
+
+/// An interface as the kernel reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterfaceState {
+    pub up: bool,
+    pub mtu: u32,
+    pub mac: [u8; 6],
+    pub alias: Option<String>,
+    pub addresses: Vec<(IpAddr, u8)>,
+}
+
+/// Makes a veth pair with `a.name` in `a_ns` and `b.name` in `b_ns`, in one request (no
+/// moment with an end in the wrong namespace, and a name taken in either namespace fails
+/// the whole request), then applies both ends' settings and brings them up.
+pub fn create_veth(
+    a_ns: &NetnsFd,
+    a: &EndSettings,
+    b_ns: &NetnsFd,
+    b: &EndSettings,
+) -> Result<(), NetnsError> {
+    let op = format!(
+        "add veth {}:{} -- {}:{}",
+        a_ns.label(),
+        a.name,
+        b_ns.label(),
+        b.name
+    );
+    let peer = LinkUnspec::new_with_name(&b.name)
+        .setns_by_fd(b_ns.file().as_raw_fd())
+        .build();
+    let message = LinkMessageBuilder::<LinkUnspec>::new_with_info_kind(InfoKind::Veth)
+        .name(a.name.clone())
+        .set_info_data(InfoData::Veth(InfoVeth::Peer(peer)))
+        .build();
+    a_ns.netlink(
+        &op,
+        |h| async move { h.link().add(message).execute().await },
+    )?;
+    let configured = configure(a_ns, a).and_then(|()| configure(b_ns, b));
+    if let Err(e) = configured {
+        let _ = delete(a_ns, &a.name);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Applies `end`'s settings to the existing interface `end.name` and brings it up.
+pub fn configure(ns: &NetnsFd, end: &EndSettings) -> Result<(), NetnsError> {
+    let op = format!("configure {}", end.name);
+    if end.checksum_off {
+        let name = end.name.clone();
+        ns.run(&op, || set_offload(&name, Offload::TxChecksum, false))?
+            .map_err(|source| NetnsError::Io {
+                op: format!("turn tx checksum off on {}", end.name),
+                ns: ns.label().into(),
+                source,
+            })?;
+    }
+    let end = end.clone();
+    ns.netlink(&op, |h| async move {
+        let index = index_of(&h, &end.name).await?;
+        let mut builder = LinkUnspec::new_with_index(index);
+        if let Some(mtu) = end.mtu {
+            builder = builder.mtu(mtu);
+        }
+        if let Some(mac) = end.mac {
+            builder = builder.address(mac.to_vec());
+        }
+        let mut message = builder.build();
+        if let Some(alias) = &end.alias {
+            message
+                .attributes
+                .push(LinkAttribute::IfAlias(alias.clone()));
+        }
+        h.link().set(message).execute().await?;
+        if let Some((addr, prefix)) = end.address {
+            h.address().add(index, addr, prefix).execute().await?;
+        }
+        let up = LinkUnspec::new_with_index(index).up().build();
+        h.link().set(up).execute().await
+    })
+}
+
+/// Deletes `name` (a veth takes its peer with it). False when there was no such
+/// interface.
+pub fn delete(ns: &NetnsFd, name: &str) -> Result<bool, NetnsError> {
+    let op = format!("delete {name}");
+    let result = ns.netlink(&op, |h| async move {
+        let index = index_of(&h, name).await?;
+        h.link().del(index).execute().await
+    });
+    match result {
+        Ok(()) => Ok(true),
+        Err(e) if e.errno() == Some(ENODEV) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// What the kernel says of `name` now; `None` when there is no such interface.
+pub fn inspect(ns: &NetnsFd, name: &str) -> Result<Option<InterfaceState>, NetnsError> {
+    let op = format!("read {name}");
+    let result = ns.netlink(&op, |h| async move {
+        let message = find(&h, name).await?;
+        let index = message.header.index;
+        let addresses: Vec<_> = h
+            .address()
+            .get()
+            .set_link_index_filter(index)
+            .execute()
+            .try_collect()
+            .await?;
+        Ok((message, addresses))
+    });
+    let (message, address_messages) = match result {
+        Ok(found) => found,
+        Err(e) if e.errno() == Some(ENODEV) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut state = InterfaceState {
+        up: message.header.flags.contains(LinkFlags::Up),
+        mtu: 0,
+        mac: [0; 6],
+        alias: None,
+        addresses: Vec::new(),
+    };
+    for attribute in &message.attributes {
+        match attribute {
+            LinkAttribute::Mtu(mtu) => state.mtu = *mtu,
+            LinkAttribute::Address(a) if a.len() == 6 => state.mac.copy_from_slice(a),
+            LinkAttribute::IfAlias(alias) => state.alias = Some(alias.clone()),
+            _ => {}
+        }
+    }
+    for m in address_messages {
+        for attribute in m.attributes {
+            if let AddressAttribute::Address(addr) = attribute {
+                state.addresses.push((addr, m.header.prefix_len));
+            }
+        }
+    }
+    Ok(Some(state))
+}
+
+/// The names of the interfaces in `ns` whose alias starts with `prefix`.
+pub fn named_by_alias(ns: &NetnsFd, prefix: &str) -> Result<Vec<String>, NetnsError> {
+    let links: Vec<LinkMessage> = ns.netlink("list interfaces", |h| async move {
+        h.link().get().execute().try_collect().await
+    })?;
+    let mut names = Vec::new();
+    for link in links {
+        let alias = link.attributes.iter().find_map(|a| match a {
+            LinkAttribute::IfAlias(alias) => Some(alias.as_str()),
+            _ => None,
+        });
+        let name = link.attributes.iter().find_map(|a| match a {
+            LinkAttribute::IfName(name) => Some(name.clone()),
+            _ => None,
+        });
+        if let (Some(alias), Some(name)) = (alias, name) {
+            if alias.starts_with(prefix) {
+                names.push(name);
+            }
+        }
+    }
+    Ok(names)
+}
+
+async fn find(handle: &Handle, name: &str) -> Result<LinkMessage, rtnetlink::Error> {
+    let mut found = handle.link().get().match_name(name.to_owned()).execute();
+    found
+        .try_next()
+        .await?
+        .ok_or(rtnetlink::Error::RequestFailed)
+}
+
+async fn index_of(handle: &Handle, name: &str) -> Result<u32, rtnetlink::Error> {
+    Ok(find(handle, name).await?.header.index)
+}

@@ -1,0 +1,322 @@
+//! ADD, DEL, CHECK and GC for one node.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use xwire_proto::local::{
+    codes, AddResult, CniCall, CniError, CniInterface, CniIp, GcCall, Response,
+};
+
+use super::{cni_error, store_error, Journal, Node, Step};
+use crate::interfaces;
+use crate::netns::NetnsFd;
+use crate::store::{
+    attachment_key, AttachmentRecord, TopologySource, WireRecord, WireState, WireStore,
+};
+use crate::topology::{format_mac, parse_cidr, parse_mac};
+
+impl Node {
+    pub(super) fn add(&mut self, call: CniCall) -> Result<Response, CniError> {
+        let pod = &call.pod;
+        let Some(topology) = self
+            .store
+            .topology(&pod.namespace, &pod.name)
+            .map_err(store_error)?
+        else {
+            return Ok(Response::NotManaged);
+        };
+        let pod_ns = open_pod_netns(&call.netns)?;
+        let attachment = AttachmentRecord {
+            container_id: call.container_id.clone(),
+            ifname: call.ifname.clone(),
+            network: network_name(&call.config),
+            pod: pod.clone(),
+            netns: call.netns.clone(),
+        };
+        if let Some(existing) = self.attachment_of_pod(&pod.namespace, &pod.name)? {
+            if existing.key() == attachment.key() && existing.netns == attachment.netns {
+                return self.added(&attachment).map(Response::Added);
+            }
+            let other_alive = existing.netns != attachment.netns
+                && NetnsFd::open(Path::new(&existing.netns)).is_ok();
+            if other_alive {
+                return Err(cni_error(
+                    codes::POD_ALREADY_ATTACHED,
+                    format!(
+                        "pod {}/{} is already attached as container {} in {}",
+                        pod.namespace, pod.name, existing.container_id, existing.netns
+                    ),
+                    "delete that container first",
+                ));
+            }
+            self.forget_attachment(&existing, true)?;
+        }
+
+        let mut journal = Journal::default();
+        let result = self.attach(&attachment, &pod_ns, &topology, &mut journal);
+        match result {
+            Ok(()) => {
+                self.announce_pod(&pod.namespace, &pod.name);
+                self.added(&attachment).map(Response::Added)
+            }
+            Err(e) => {
+                self.rollback(journal);
+                Err(e)
+            }
+        }
+    }
+
+    fn attach(
+        &mut self,
+        attachment: &AttachmentRecord,
+        pod_ns: &NetnsFd,
+        topology: &crate::topology::Topology,
+        journal: &mut Journal,
+    ) -> Result<(), CniError> {
+        self.store.put_attachment(attachment).map_err(store_error)?;
+        journal.record(Step::Attachment {
+            key: attachment.key(),
+        });
+        let mut links = topology.spec.links.clone();
+        links.sort_by_key(|l| l.uid);
+        for link in &links {
+            self.connect_end(attachment, pod_ns, link, journal)?;
+        }
+        Ok(())
+    }
+
+    /// The result of an attachment: the pod's interfaces that exist, and their addresses.
+    fn added(&self, attachment: &AttachmentRecord) -> Result<AddResult, CniError> {
+        let pod_ns = open_pod_netns(&attachment.netns)?;
+        let mut result = AddResult {
+            interfaces: Vec::new(),
+            ips: Vec::new(),
+        };
+        let mut wires = self.wires_of(attachment)?;
+        wires.sort_by_key(|w| w.link_uid);
+        for wire in wires.iter().filter(|w| w.state != WireState::Pending) {
+            let state = interfaces::inspect(&pod_ns, &wire.local_pod_ifname).map_err(|e| {
+                cni_error(
+                    codes::INTERFACE_FAILED,
+                    "read the pod's interfaces",
+                    e.to_string(),
+                )
+            })?;
+            let Some(state) = state else { continue };
+            let index = result.interfaces.len() as u32;
+            result.interfaces.push(CniInterface {
+                name: wire.local_pod_ifname.clone(),
+                mac: Some(format_mac(state.mac)),
+                mtu: Some(state.mtu),
+                sandbox: Some(attachment.netns.clone()),
+            });
+            if let Some(ip) = &wire.local_pod_ip {
+                result.ips.push(CniIp {
+                    address: ip.clone(),
+                    gateway: None,
+                    interface: index,
+                });
+            }
+        }
+        Ok(result)
+    }
+
+    pub(super) fn del(&mut self, call: CniCall) -> Result<(), CniError> {
+        let key = attachment_key(&call.container_id, &call.ifname);
+        let attachment = self
+            .store
+            .attachments()
+            .map_err(store_error)?
+            .into_iter()
+            .find(|a| a.key() == key);
+        match attachment {
+            Some(attachment) => self.forget_attachment(&attachment, true),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes every wire end of an attachment apart and drops its records.
+    pub(super) fn forget_attachment(
+        &mut self,
+        attachment: &AttachmentRecord,
+        tell_peers: bool,
+    ) -> Result<(), CniError> {
+        for wire in self.wires_of(attachment)? {
+            self.disconnect_end(&wire, tell_peers);
+            self.store.remove_wire(&wire.key()).map_err(store_error)?;
+        }
+        self.store
+            .remove_attachment(&attachment.key())
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    pub(super) fn wires_of(
+        &self,
+        attachment: &AttachmentRecord,
+    ) -> Result<Vec<WireRecord>, CniError> {
+        Ok(self
+            .store
+            .wires()
+            .map_err(store_error)?
+            .into_iter()
+            .filter(|w| {
+                w.topo_namespace == attachment.pod.namespace
+                    && w.local_pod_name == attachment.pod.name
+            })
+            .collect())
+    }
+
+    pub(super) fn check(&mut self, call: CniCall) -> Result<(), CniError> {
+        let pod = &call.pod;
+        let Some(topology) = self
+            .store
+            .topology(&pod.namespace, &pod.name)
+            .map_err(store_error)?
+        else {
+            return Ok(());
+        };
+        let key = attachment_key(&call.container_id, &call.ifname);
+        let Some(attachment) = self
+            .store
+            .attachments()
+            .map_err(store_error)?
+            .into_iter()
+            .find(|a| a.key() == key)
+        else {
+            return Err(cni_error(
+                codes::UNKNOWN_CONTAINER,
+                format!(
+                    "xwire has no attachment {key} for pod {}/{}",
+                    pod.namespace, pod.name
+                ),
+                "",
+            ));
+        };
+        let pod_ns = open_pod_netns(&call.netns)?;
+        let wires = self.wires_of(&attachment)?;
+        let mut problems = Vec::new();
+        for link in &topology.spec.links {
+            let Some(wire) = wires.iter().find(|w| w.link_uid == link.uid) else {
+                problems.push(format!(
+                    "link uid {} ({}) has no wire",
+                    link.uid, link.local_intf
+                ));
+                continue;
+            };
+            if wire.state == WireState::Pending {
+                continue;
+            }
+            let name = &link.local_intf;
+            let state = match interfaces::inspect(&pod_ns, name) {
+                Ok(Some(state)) => state,
+                Ok(None) => {
+                    problems.push(format!("{name} is missing"));
+                    continue;
+                }
+                Err(e) => {
+                    problems.push(format!("{name}: {e}"));
+                    continue;
+                }
+            };
+            if !state.up {
+                problems.push(format!("{name} is down"));
+            }
+            if let Some(mtu) = link.mtu {
+                if state.mtu != mtu {
+                    problems.push(format!(
+                        "{name} has MTU {}, the topology says {mtu}",
+                        state.mtu
+                    ));
+                }
+            }
+            if let Some(mac) = link.local_mac.as_deref().and_then(|m| parse_mac(m).ok()) {
+                if state.mac != mac {
+                    problems.push(format!(
+                        "{name} has MAC {}, the topology says {}",
+                        format_mac(state.mac),
+                        format_mac(mac)
+                    ));
+                }
+            }
+            if let Some(cidr) = &link.local_ip {
+                if let Ok(address) = parse_cidr(cidr) {
+                    if !state.addresses.contains(&address) {
+                        problems.push(format!("{name} lacks the address {cidr}"));
+                    }
+                }
+            }
+            if wire.state == WireState::Remote {
+                if !self.ports.contains_key(&wire.key()) {
+                    problems.push(format!("{name}'s wire has no fast-path port"));
+                }
+                match interfaces::inspect(&self.node_ns, &wire.wire_ifname) {
+                    Ok(Some(_)) => {}
+                    _ => {
+                        problems.push(format!("{name}'s node end {} is missing", wire.wire_ifname))
+                    }
+                }
+            }
+        }
+        for wire in &wires {
+            if topology.link(wire.link_uid).is_none() {
+                problems.push(format!("wire uid {} is not in the topology", wire.link_uid));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(cni_error(
+                codes::CHECK_FAILED,
+                format!(
+                    "pod {}/{} is not as its topology says: {}",
+                    pod.namespace,
+                    pod.name,
+                    problems.join("; ")
+                ),
+                problems.join("\n"),
+            ))
+        }
+    }
+
+    pub(super) fn gc(&mut self, call: GcCall) -> Result<(), CniError> {
+        let network = network_name(&call.config);
+        let valid: HashSet<String> = call
+            .valid_attachments
+            .iter()
+            .map(|a| attachment_key(&a.container_id, &a.ifname))
+            .collect();
+        for attachment in self.store.attachments().map_err(store_error)? {
+            if attachment.network == network && !valid.contains(&attachment.key()) {
+                tracing::info!(pod = %attachment.pod.name, container = %attachment.container_id, "GC: not a valid attachment");
+                self.forget_attachment(&attachment, true)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn network_name(config: &serde_json::Value) -> String {
+    config
+        .get("name")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn open_pod_netns(path: &str) -> Result<NetnsFd, CniError> {
+    if path.is_empty() {
+        return Err(cni_error(
+            codes::INVALID_ENVIRONMENT,
+            "CNI_NETNS is empty",
+            "ADD and CHECK need the pod's network namespace",
+        ));
+    }
+    NetnsFd::open(Path::new(path)).map_err(|e| {
+        cni_error(
+            codes::INVALID_ENVIRONMENT,
+            format!("CNI_NETNS {path} is not a network namespace"),
+            e.to_string(),
+        )
+    })
+}

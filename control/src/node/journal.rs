@@ -1,0 +1,44 @@
+//! What a transaction has done so far, so that a failure can undo exactly that, in
+//! reverse (CNI ADD, and a wire set up on a peer's word).
+
+use xwire_fastpath::link_table::PortId;
+
+use crate::store::WireRecord;
+
+/// One step that was taken, and so one to undo.
+#[derive(Debug)]
+pub enum Step {
+    /// An interface was made in the namespace at `netns` (a path; empty: the node's).
+    Interface { netns: String, name: String },
+    /// A fast-path port was opened for the wire end `key`.
+    Port { key: String, id: PortId },
+    /// A remote link was added to the fast path.
+    RemoteLink { wire_id: u64 },
+    /// A wire record was written over `previous` (`None`: there was none).
+    Wire {
+        key: String,
+        previous: Option<Box<WireRecord>>,
+    },
+    /// An attachment record was written.
+    Attachment { key: String },
+}
+
+#[derive(Debug, Default)]
+pub struct Journal {
+    steps: Vec<Step>,
+}
+
+impl Journal {
+    pub fn record(&mut self, step: Step) {
+        self.steps.push(step);
+    }
+
+    /// The steps, last first: the order to undo them in.
+    pub fn into_undo_order(self) -> impl Iterator<Item = Step> {
+        self.steps.into_iter().rev()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+}

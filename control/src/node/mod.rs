@@ -1,0 +1,238 @@
+//! The node: what the daemon knows and owns (the store, the node's namespace, the fast
+//! path and its peers), and the answers to local API requests. It runs on one thread;
+//! the API server and the peer-event pump hand it work in turn, so every change to a
+//! pod's wires is serialized.
+
+mod cni_calls;
+mod journal;
+mod peers;
+mod topology_calls;
+mod wiring;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use xwire_fastpath::link_table::PortId;
+use xwire_fastpath::peer::{NodeIdentity, PeerConfig, PeerId};
+use xwire_fastpath::worker::{Worker, WorkerConfig};
+use xwire_proto::control::WireKey;
+use xwire_proto::local::{codes, CniError, NodeState, Request, Response};
+
+use crate::config::DaemonConfig;
+use crate::netns::NetnsFd;
+use crate::store::{AttachmentRecord, EmbeddedStore, StoreError, TopologySource, WireStore};
+
+pub use journal::{Journal, Step};
+
+/// The fast path of a node that has peers: one worker and the peers declared to it.
+struct Fastpath {
+    worker: Worker,
+    peers: HashMap<String, PeerId>,
+    addresses: HashMap<String, String>,
+}
+
+/// A wire end another node told this node about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RemoteEnd {
+    node: String,
+    pod: String,
+}
+
+pub struct Node {
+    config: DaemonConfig,
+    store: EmbeddedStore,
+    node_ns: NetnsFd,
+    fastpath: Option<Fastpath>,
+    /// Wire ends on other nodes, by wire: learned from AddWire and Sync.
+    remote_ends: HashMap<WireKey, RemoteEnd>,
+    /// Fast-path ports of this node's remote wire ends, by wire record key.
+    ports: HashMap<String, PortId>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the node's network namespace: {0}")]
+    Netns(#[from] crate::netns::NetnsError),
+    #[error("the fast path: {0}")]
+    Fastpath(String),
+}
+
+impl Node {
+    /// Opens the store and, when the node has peers, starts the fast path and declares
+    /// them. The calling thread's network namespace is the node's.
+    pub fn start(config: DaemonConfig) -> Result<Node, StartError> {
+        let store = EmbeddedStore::open(&config.state_dir)?;
+        let node_ns = NetnsFd::current()?;
+        let fastpath = match &config.certs {
+            None => None,
+            Some(certs) => Some(start_fastpath(&config, certs)?),
+        };
+        let mut node = Node {
+            config,
+            store,
+            node_ns,
+            fastpath,
+            remote_ends: HashMap::new(),
+            ports: HashMap::new(),
+        };
+        node.recover();
+        Ok(node)
+    }
+
+    pub fn config(&self) -> &DaemonConfig {
+        &self.config
+    }
+
+    pub fn handle(&mut self, request: Request) -> Response {
+        let result = match request {
+            Request::Add(call) => self.add(call),
+            Request::Del(call) => self.del(call).map(|()| Response::Ok),
+            Request::Check(call) => self.check(call).map(|()| Response::Ok),
+            Request::Status(_) => Ok(Response::Ok),
+            Request::Gc(call) => self.gc(call).map(|()| Response::Ok),
+            Request::TopologyApply(apply) => self.apply_topologies(apply),
+            Request::TopologyGet(query) => self.get_topologies(&query),
+            Request::TopologyDelete(query) => self.delete_topologies(&query),
+            Request::State => self.state().map(Response::State),
+        };
+        result.unwrap_or_else(Response::Error)
+    }
+
+    fn state(&self) -> Result<NodeState, CniError> {
+        Ok(NodeState {
+            node: self.config.node_name.clone(),
+            attachments: self
+                .store
+                .attachments()
+                .map_err(store_error)?
+                .iter()
+                .map(to_json)
+                .collect(),
+            wires: self
+                .store
+                .wires()
+                .map_err(store_error)?
+                .iter()
+                .map(to_json)
+                .collect(),
+        })
+    }
+
+    /// After a start: forgets attachments whose pod namespace is gone, and puts the
+    /// others' wire ends back to pending where their interfaces are gone or went through
+    /// a fast path that died with the last run (they are joined again as peers answer).
+    /// Re-attaching without a flap is reconciliation's job (issue 6).
+    fn recover(&mut self) {
+        let Ok(attachments) = self.store.attachments() else {
+            return;
+        };
+        for attachment in attachments {
+            if NetnsFd::open(Path::new(&attachment.netns)).is_err() {
+                tracing::info!(pod = %attachment.pod.name, "pod namespace gone: forgetting its wires");
+                let _ = self.forget_attachment(&attachment, false);
+            }
+        }
+        let Ok(wires) = self.store.wires() else {
+            return;
+        };
+        for wire in wires {
+            match wire.state {
+                crate::store::WireState::Remote => {
+                    let _ = crate::interfaces::delete(&self.node_ns, &wire.wire_ifname);
+                    self.set_pending(wire);
+                }
+                crate::store::WireState::Veth => {
+                    let present = NetnsFd::open(Path::new(&wire.local_pod_netns))
+                        .ok()
+                        .and_then(|ns| crate::interfaces::inspect(&ns, &wire.local_pod_ifname).ok())
+                        .flatten()
+                        .is_some();
+                    if !present {
+                        self.set_pending(wire);
+                    }
+                }
+                crate::store::WireState::Pending => {}
+            }
+        }
+    }
+
+    fn attachment_of_pod(
+        &self,
+        namespace: &str,
+        pod: &str,
+    ) -> Result<Option<AttachmentRecord>, CniError> {
+        Ok(self
+            .store
+            .attachments()
+            .map_err(store_error)?
+            .into_iter()
+            .find(|a| a.pod.namespace == namespace && a.pod.name == pod))
+    }
+
+    fn topology_link(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: u64,
+    ) -> Result<Option<crate::topology::Link>, CniError> {
+        Ok(self
+            .store
+            .topology(namespace, pod)
+            .map_err(store_error)?
+            .and_then(|t| t.link(uid).cloned()))
+    }
+}
+
+fn start_fastpath(
+    config: &DaemonConfig,
+    certs: &crate::config::CertPaths,
+) -> Result<Fastpath, StartError> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| StartError::Fastpath(format!("{what}: {e}"));
+    let identity = NodeIdentity::load(&config.node_name, &certs.cert, &certs.key, &certs.ca)
+        .map_err(|e| fail("node identity", &e))?;
+    let worker = Worker::spawn(WorkerConfig {
+        core: config.data_cores.first().copied(),
+        busy_poll: config.busy_poll,
+        max_ports: config.max_ports,
+        frames_per_port: config.frames_per_port,
+        ..WorkerConfig::default()
+    })
+    .map_err(|e| fail("start the worker", &e))?;
+    let mut peer_config = PeerConfig::new(identity, config.node_address);
+    peer_config.underlay_mtu = config.underlay_mtu;
+    worker
+        .attach_peers(peer_config)
+        .map_err(|e| fail(&format!("listen on {}", config.node_address), &e))?;
+    let mut peers = HashMap::new();
+    let mut addresses = HashMap::new();
+    for peer in &config.peers {
+        let id = worker
+            .add_peer(&peer.name, peer.address, peer.carrier)
+            .map_err(|e| fail(&format!("peer {}", peer.name), &e))?;
+        peers.insert(peer.name.clone(), id);
+        addresses.insert(peer.name.clone(), peer.address.to_string());
+    }
+    Ok(Fastpath {
+        worker,
+        peers,
+        addresses,
+    })
+}
+
+pub(crate) fn cni_error(code: u32, msg: impl Into<String>, details: impl Into<String>) -> CniError {
+    CniError {
+        code,
+        msg: msg.into(),
+        details: details.into(),
+    }
+}
+
+fn to_json<T: serde::Serialize>(record: &T) -> serde_json::Value {
+    serde_json::to_value(record).expect("records serialize to JSON")
+}
+
+fn store_error(e: StoreError) -> CniError {
+    cni_error(codes::STORE_FAILED, "the wire store failed", e.to_string())
+}

@@ -1,0 +1,450 @@
+//! Joining and parting one wire end of an attached pod: a veth straight to a peer pod
+//! on this node, a veth to the node whose end is a fast-path port joined to a peer node,
+//! or nothing yet (pending). Every step is written to a journal so that a failure can
+//! be undone.
+
+use std::path::Path;
+
+use xwire_proto::control::{ControlBody, ControlMessage, WireKey};
+use xwire_proto::local::{codes, CniError};
+
+use super::{cni_error, store_error, Journal, Node, Step};
+use crate::interfaces::{self, EndSettings, ALIAS_PREFIX};
+use crate::netns::NetnsFd;
+use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState, WireStore};
+use crate::topology::{parse_cidr, parse_mac, Link};
+
+/// The link id frames of a wire carry between nodes: both nodes compute it alike from
+/// the topology namespace and the link UID (UIDs are below 2^32, see `topology::check`).
+pub fn wire_id(namespace: &str, uid: u64) -> u64 {
+    (u64::from(fnv1a32(namespace.as_bytes())) << 32) | (uid & 0xffff_ffff)
+}
+
+/// The node-side end of a remote wire: `xw` and 13 hex digits of a hash of the wire
+/// end, within Linux's 15 characters and the same on every start.
+pub fn node_ifname(namespace: &str, pod: &str, uid: u64) -> String {
+    let hash = fnv1a64(format!("{namespace}/{pod}/{uid}").as_bytes());
+    format!("xw{:013x}", hash >> 12)
+}
+
+// FNV-1a: a stable hash that both nodes compute identically; std's hashers are keyed
+// per process, and a crate for ten lines is not worth it.
+fn fnv1a32(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5u32, |h, &b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The settings of a pod's own end of `link`.
+pub(super) fn own_end(namespace: &str, pod: &str, link: &Link) -> EndSettings {
+    EndSettings {
+        name: link.local_intf.clone(),
+        mtu: link.mtu,
+        mac: link.local_mac.as_deref().and_then(|m| parse_mac(m).ok()),
+        address: link.local_ip.as_deref().and_then(|c| parse_cidr(c).ok()),
+        alias: Some(format!("{ALIAS_PREFIX}{namespace}/{pod}/{}", link.uid)),
+        checksum_off: false,
+    }
+}
+
+/// The settings of the peer's end as `link` (seen from the other pod) describes it.
+fn far_end(namespace: &str, link: &Link) -> EndSettings {
+    EndSettings {
+        name: link.peer_intf.clone(),
+        mtu: link.mtu,
+        mac: link.peer_mac.as_deref().and_then(|m| parse_mac(m).ok()),
+        address: link.peer_ip.as_deref().and_then(|c| parse_cidr(c).ok()),
+        alias: Some(format!(
+            "{ALIAS_PREFIX}{namespace}/{}/{}",
+            link.peer_pod, link.uid
+        )),
+        checksum_off: false,
+    }
+}
+
+fn interface_error(what: String, e: impl std::fmt::Display) -> CniError {
+    cni_error(codes::INTERFACE_FAILED, what, e.to_string())
+}
+
+impl Node {
+    /// The record of a pod's end before it is joined to anything.
+    pub(super) fn pending_record(&self, attachment: &AttachmentRecord, link: &Link) -> WireRecord {
+        WireRecord {
+            node_name: self.config.node_name.clone(),
+            link_uid: link.uid,
+            topo_namespace: attachment.pod.namespace.clone(),
+            local_pod_netns: attachment.netns.clone(),
+            local_pod_name: attachment.pod.name.clone(),
+            local_pod_ip: link.local_ip.clone(),
+            local_pod_ifname: link.local_intf.clone(),
+            wire_ifname: String::new(),
+            peer_intf_id: 0,
+            peer_node_ip: None,
+            peer_pod: link.peer_pod.clone(),
+            peer_node: None,
+            state: WireState::Pending,
+            container_id: attachment.container_id.clone(),
+        }
+    }
+
+    /// Joins one end of an attached pod as far as is possible now, and records it.
+    pub(super) fn connect_end(
+        &mut self,
+        attachment: &AttachmentRecord,
+        pod_ns: &NetnsFd,
+        link: &Link,
+        journal: &mut Journal,
+    ) -> Result<(), CniError> {
+        let namespace = &attachment.pod.namespace;
+        let mut record = self.pending_record(attachment, link);
+        let taken = interfaces::inspect(pod_ns, &link.local_intf)
+            .map_err(|e| interface_error(format!("read {}", link.local_intf), e))?
+            .is_some();
+        if taken {
+            return Err(cni_error(
+                codes::INTERFACE_EXISTS,
+                format!(
+                    "pod {}/{} already has an interface named {}",
+                    namespace, attachment.pod.name, link.local_intf
+                ),
+                "another plugin or the container made it; rename the link's local_intf",
+            ));
+        }
+        let peer = self.attachment_of_pod(namespace, &link.peer_pod)?;
+        let remote = self.remote_ends.get(&WireKey {
+            namespace: namespace.clone(),
+            link_uid: link.uid,
+        });
+        if let Some(peer) = peer.filter(|p| p.key() != attachment.key()) {
+            self.connect_local(attachment, pod_ns, link, &peer, &mut record, journal)?;
+        } else if let Some(remote) = remote.filter(|r| r.pod == link.peer_pod).cloned() {
+            self.connect_remote(pod_ns, link, &remote.node, &mut record, journal)?;
+        }
+        let previous = self.write_wire(&record)?;
+        journal.record(Step::Wire {
+            key: record.key(),
+            previous: previous.map(Box::new),
+        });
+        Ok(())
+    }
+
+    /// A veth from the pod straight to its peer pod on this node.
+    fn connect_local(
+        &mut self,
+        attachment: &AttachmentRecord,
+        pod_ns: &NetnsFd,
+        link: &Link,
+        peer: &AttachmentRecord,
+        record: &mut WireRecord,
+        journal: &mut Journal,
+    ) -> Result<(), CniError> {
+        let namespace = &attachment.pod.namespace;
+        let peer_ns = NetnsFd::open(Path::new(&peer.netns)).map_err(|e| {
+            interface_error(format!("open peer pod {}'s namespace", peer.pod.name), e)
+        })?;
+        let peer_link = self.topology_link(namespace, &peer.pod.name, link.uid)?;
+        let peer_end = match &peer_link {
+            Some(back) => own_end(namespace, &peer.pod.name, back),
+            None => far_end(namespace, link),
+        };
+        if interfaces::inspect(&peer_ns, &peer_end.name)
+            .map_err(|e| interface_error(format!("read {}", peer_end.name), e))?
+            .is_some()
+        {
+            return Err(cni_error(
+                codes::INTERFACE_EXISTS,
+                format!(
+                    "peer pod {}/{} already has an interface named {}",
+                    namespace, peer.pod.name, peer_end.name
+                ),
+                "",
+            ));
+        }
+        let own = own_end(namespace, &attachment.pod.name, link);
+        interfaces::create_veth(pod_ns, &own, &peer_ns, &peer_end).map_err(|e| {
+            interface_error(
+                format!(
+                    "make the veth {}:{} -- {}:{}",
+                    attachment.pod.name, own.name, peer.pod.name, peer_end.name
+                ),
+                e,
+            )
+        })?;
+        journal.record(Step::Interface {
+            netns: attachment.netns.clone(),
+            name: own.name.clone(),
+        });
+        record.state = WireState::Veth;
+        record.wire_ifname = peer_end.name.clone();
+        record.peer_intf_id = link.uid;
+
+        let peer_key = wire_key(namespace, &peer.pod.name, link.uid);
+        let mut peer_record = self
+            .store
+            .wires()
+            .map_err(store_error)?
+            .into_iter()
+            .find(|w| w.key() == peer_key)
+            .unwrap_or_else(|| {
+                let mut r = self.pending_record(peer, peer_link.as_ref().unwrap_or(link));
+                if peer_link.is_none() {
+                    r.local_pod_ifname = link.peer_intf.clone();
+                    r.local_pod_ip = link.peer_ip.clone();
+                    r.peer_pod = attachment.pod.name.clone();
+                }
+                r
+            });
+        peer_record.state = WireState::Veth;
+        peer_record.wire_ifname = own.name.clone();
+        peer_record.peer_intf_id = link.uid;
+        let previous = self.write_wire(&peer_record)?;
+        journal.record(Step::Wire {
+            key: peer_key,
+            previous: previous.map(Box::new),
+        });
+        Ok(())
+    }
+
+    /// A veth from the pod to the node, whose node end becomes a fast-path port joined
+    /// to `node` by the wire's id.
+    pub(super) fn connect_remote(
+        &mut self,
+        pod_ns: &NetnsFd,
+        link: &Link,
+        node: &str,
+        record: &mut WireRecord,
+        journal: &mut Journal,
+    ) -> Result<(), CniError> {
+        let fastpath_error = |what: String, e: &dyn std::fmt::Display| {
+            cni_error(codes::FASTPATH_FAILED, what, e.to_string())
+        };
+        let Some(fastpath) = &self.fastpath else {
+            return Err(cni_error(
+                codes::FASTPATH_FAILED,
+                format!(
+                    "the peer pod {} is on node {node}, but this node has no peers configured",
+                    link.peer_pod
+                ),
+                "",
+            ));
+        };
+        let Some(&peer_id) = fastpath.peers.get(node) else {
+            return Err(cni_error(
+                codes::FASTPATH_FAILED,
+                format!("node {node} is not among this node's peers"),
+                "",
+            ));
+        };
+        let namespace = record.topo_namespace.clone();
+        let mut own = own_end(&namespace, &record.local_pod_name, link);
+        own.checksum_off = true;
+        let node_end = EndSettings {
+            mtu: link.mtu,
+            checksum_off: true,
+            ..EndSettings::named(&node_ifname(&namespace, &record.local_pod_name, link.uid))
+        };
+        interfaces::create_veth(pod_ns, &own, &self.node_ns, &node_end).map_err(|e| {
+            interface_error(
+                format!(
+                    "make the veth {}:{} -- node:{}",
+                    record.local_pod_name, own.name, node_end.name
+                ),
+                e,
+            )
+        })?;
+        journal.record(Step::Interface {
+            netns: String::new(),
+            name: node_end.name.clone(),
+        });
+        let max_frame = link.mtu.unwrap_or(1500) as usize + 18;
+        let port = fastpath
+            .worker
+            .add_port(&node_end.name, max_frame)
+            .map_err(|e| fastpath_error(format!("open a port on {}", node_end.name), &e))?;
+        journal.record(Step::Port {
+            key: record.key(),
+            id: port.id,
+        });
+        self.ports.insert(record.key(), port.id);
+        let id = wire_id(&namespace, link.uid);
+        fastpath
+            .worker
+            .add_remote_link(id, port.id, peer_id)
+            .map_err(|e| fastpath_error(format!("join {} to node {node}", node_end.name), &e))?;
+        journal.record(Step::RemoteLink { wire_id: id });
+        record.state = WireState::Remote;
+        record.wire_ifname = node_end.name;
+        record.peer_intf_id = id;
+        record.peer_node = Some(node.to_owned());
+        record.peer_node_ip = fastpath.addresses.get(node).cloned();
+        Ok(())
+    }
+
+    /// Takes a wire end apart (its interfaces, port and link) and tells the peer node
+    /// when `tell_peer`; the record is left to the caller. A same-node veth takes the
+    /// peer pod's end with it, whose record goes back to pending.
+    pub(super) fn disconnect_end(&mut self, record: &WireRecord, tell_peer: bool) {
+        match record.state {
+            WireState::Pending => {}
+            WireState::Veth => {
+                if let Ok(ns) = NetnsFd::open(Path::new(&record.local_pod_netns)) {
+                    if let Err(e) = interfaces::delete(&ns, &record.local_pod_ifname) {
+                        tracing::warn!("{e}");
+                    }
+                }
+                let peer_key = wire_key(&record.topo_namespace, &record.peer_pod, record.link_uid);
+                if let Ok(wires) = self.store.wires() {
+                    if let Some(peer) = wires.into_iter().find(|w| w.key() == peer_key) {
+                        if peer.state == WireState::Veth {
+                            self.set_pending(peer);
+                        }
+                    }
+                }
+            }
+            WireState::Remote => {
+                if let Some(fastpath) = &self.fastpath {
+                    let _ = fastpath.worker.remove_link(record.peer_intf_id);
+                    if let Some(port) = self.ports.remove(&record.key()) {
+                        let _ = fastpath.worker.remove_port(port);
+                    }
+                }
+                if let Err(e) = interfaces::delete(&self.node_ns, &record.wire_ifname) {
+                    tracing::warn!("{e}");
+                }
+                if tell_peer {
+                    if let Some(node) = &record.peer_node {
+                        self.send_to(
+                            node,
+                            ControlBody::DelWire(WireKey {
+                                namespace: record.topo_namespace.clone(),
+                                link_uid: record.link_uid,
+                            }),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes `record` back as pending (its interfaces are gone).
+    pub(super) fn set_pending(&mut self, mut record: WireRecord) {
+        record.state = WireState::Pending;
+        record.wire_ifname.clear();
+        record.peer_intf_id = 0;
+        record.peer_node = None;
+        record.peer_node_ip = None;
+        if let Err(e) = self.store.put_wire(&record) {
+            tracing::error!("{e}");
+        }
+    }
+
+    /// Writes a wire record, returning the one it replaced.
+    pub(super) fn write_wire(
+        &mut self,
+        record: &WireRecord,
+    ) -> Result<Option<WireRecord>, CniError> {
+        let key = record.key();
+        let previous = self
+            .store
+            .wires()
+            .map_err(store_error)?
+            .into_iter()
+            .find(|w| w.key() == key);
+        self.store.put_wire(record).map_err(store_error)?;
+        Ok(previous)
+    }
+
+    /// Undoes a journal's steps, last first.
+    pub(super) fn rollback(&mut self, journal: Journal) {
+        for step in journal.into_undo_order() {
+            let result = match step {
+                Step::Interface { netns, name } => {
+                    let ns = if netns.is_empty() {
+                        Ok(None)
+                    } else {
+                        NetnsFd::open(Path::new(&netns)).map(Some)
+                    };
+                    match ns {
+                        Ok(Some(ns)) => interfaces::delete(&ns, &name)
+                            .map(drop)
+                            .map_err(|e| e.to_string()),
+                        Ok(None) => interfaces::delete(&self.node_ns, &name)
+                            .map(drop)
+                            .map_err(|e| e.to_string()),
+                        Err(_) => Ok(()),
+                    }
+                }
+                Step::Port { key, id } => {
+                    self.ports.remove(&key);
+                    match &self.fastpath {
+                        Some(f) => f.worker.remove_port(id).map_err(|e| e.to_string()),
+                        None => Ok(()),
+                    }
+                }
+                Step::RemoteLink { wire_id } => match &self.fastpath {
+                    Some(f) => f
+                        .worker
+                        .remove_link(wire_id)
+                        .map(drop)
+                        .map_err(|e| e.to_string()),
+                    None => Ok(()),
+                },
+                Step::Wire { key, previous } => match previous {
+                    Some(previous) => self.store.put_wire(&previous),
+                    None => self.store.remove_wire(&key).map(drop),
+                }
+                .map_err(|e| e.to_string()),
+                Step::Attachment { key } => self
+                    .store
+                    .remove_attachment(&key)
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+            };
+            if let Err(e) = result {
+                tracing::error!("undoing a step: {e}");
+            }
+        }
+    }
+
+    /// Sends a control message to a peer node if it is up (`Sync` on its `Up` event
+    /// covers what it misses while down).
+    pub(super) fn send_to(&self, node: &str, body: ControlBody) {
+        let Some(fastpath) = &self.fastpath else {
+            return;
+        };
+        let Some(&peer) = fastpath.peers.get(node) else {
+            return;
+        };
+        let message = ControlMessage {
+            request_id: 0,
+            body,
+        };
+        match fastpath.worker.send_control(peer, message) {
+            Ok(true) => {}
+            Ok(false) => tracing::debug!(node, "peer down: the message waits for its Sync"),
+            Err(e) => tracing::warn!(node, "control message not sent: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_ids_and_node_names_are_stable_and_distinct() {
+        assert_eq!(wire_id("lab", 3), wire_id("lab", 3));
+        assert_ne!(wire_id("lab", 3), wire_id("lab2", 3));
+        assert_eq!(wire_id("lab", 3) & 0xffff_ffff, 3);
+        let name = node_ifname("lab", "r1", 0);
+        assert_eq!(name.len(), 15);
+        assert_eq!(name, node_ifname("lab", "r1", 0));
+        assert_ne!(name, node_ifname("lab", "r2", 0));
+    }
+}

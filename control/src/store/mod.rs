@@ -1,0 +1,111 @@
+//! What the daemon persists: the topologies it was given (the embedded topology source),
+//! one record per wire end on this node (the fields of meshnet's GWire), and one record
+//! per CNI attachment. Behind traits, so that a Kubernetes backend (GWireKObj and
+//! Topology resources) can stand in for the embedded one.
+
+mod embedded;
+
+pub use embedded::EmbeddedStore;
+
+use serde::{Deserialize, Serialize};
+use xwire_proto::local::PodRef;
+
+use crate::topology::Topology;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("wire store {path}: {message}")]
+    Backend { path: String, message: String },
+    #[error("wire store record {key}: {message}")]
+    Corrupt { key: String, message: String },
+}
+
+/// How a wire end on this node is joined to its peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireState {
+    /// The peer pod is not up anywhere this node knows of; no interface yet.
+    Pending,
+    /// A veth straight to the peer pod on this node.
+    Veth,
+    /// A veth to the node, whose end is a fast-path port joined to the peer node.
+    Remote,
+}
+
+/// One end of a wire on this node: GWire's fields, then xwire's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireRecord {
+    pub node_name: String,
+    pub link_uid: u64,
+    pub topo_namespace: String,
+    pub local_pod_netns: String,
+    pub local_pod_name: String,
+    /// CIDR, when the topology gives one.
+    pub local_pod_ip: Option<String>,
+    pub local_pod_ifname: String,
+    /// The wire's interface on this node: the node-side end of a remote wire, or the
+    /// peer pod's interface for a same-node wire; empty while pending.
+    pub wire_ifname: String,
+    /// The wire's id on the peer node: the link id frames carry across (remote wires).
+    pub peer_intf_id: u64,
+    /// The peer node's address, for a remote wire.
+    pub peer_node_ip: Option<String>,
+    pub peer_pod: String,
+    /// The peer node's name, for a remote wire.
+    pub peer_node: Option<String>,
+    pub state: WireState,
+    /// The attachment this end belongs to.
+    pub container_id: String,
+}
+
+impl WireRecord {
+    pub fn key(&self) -> String {
+        wire_key(&self.topo_namespace, &self.local_pod_name, self.link_uid)
+    }
+}
+
+pub fn wire_key(namespace: &str, pod: &str, uid: u64) -> String {
+    format!("{namespace}/{pod}/{uid}")
+}
+
+/// A CNI attachment the daemon manages: what DEL, CHECK and GC look up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachmentRecord {
+    pub container_id: String,
+    pub ifname: String,
+    /// The network configuration's `name`, which GC is scoped to.
+    pub network: String,
+    pub pod: PodRef,
+    pub netns: String,
+}
+
+impl AttachmentRecord {
+    pub fn key(&self) -> String {
+        attachment_key(&self.container_id, &self.ifname)
+    }
+}
+
+pub fn attachment_key(container_id: &str, ifname: &str) -> String {
+    format!("{container_id}/{ifname}")
+}
+
+/// The wire and attachment records of this node.
+pub trait WireStore {
+    fn put_wire(&self, wire: &WireRecord) -> Result<(), StoreError>;
+    /// False when there was no such record.
+    fn remove_wire(&self, key: &str) -> Result<bool, StoreError>;
+    fn wires(&self) -> Result<Vec<WireRecord>, StoreError>;
+    fn put_attachment(&self, attachment: &AttachmentRecord) -> Result<(), StoreError>;
+    fn remove_attachment(&self, key: &str) -> Result<bool, StoreError>;
+    fn attachments(&self) -> Result<Vec<AttachmentRecord>, StoreError>;
+}
+
+/// Where pods' links come from.
+pub trait TopologySource {
+    fn topology(&self, namespace: &str, name: &str) -> Result<Option<Topology>, StoreError>;
+    fn topologies(&self) -> Result<Vec<Topology>, StoreError>;
+    /// Stores each object, replacing one of the same namespace and name.
+    fn put_topologies(&self, topologies: &[Topology]) -> Result<(), StoreError>;
+    /// False when there was no such object.
+    fn remove_topology(&self, namespace: &str, name: &str) -> Result<bool, StoreError>;
+}

@@ -1,0 +1,408 @@
+//! meshnet's Topology resource (`networkop.co.uk/v1beta1`, kind `Topology`): one object
+//! per pod, named after the pod, in the lab's namespace, listing the pod's links. xwire
+//! reads exactly meshnet's fields and adds optional ones of its own to a link (mtu,
+//! local_mac, peer_mac, carrier). Parsing and checking are pure; storing is elsewhere.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub const API_VERSION: &str = "networkop.co.uk/v1beta1";
+pub const KIND: &str = "Topology";
+/// Linux's limit on an interface name, less the terminating NUL.
+pub const MAX_IFNAME: usize = 15;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Topology {
+    #[serde(rename = "apiVersion")]
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: Metadata,
+    #[serde(default)]
+    pub spec: TopologySpec,
+    /// meshnet's status (skipped, src_ip, net_ns, container_id), kept as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Metadata {
+    pub name: String,
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// labels, annotations and the rest, kept as given.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
+fn default_namespace() -> String {
+    "default".into()
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TopologySpec {
+    #[serde(default)]
+    pub links: Vec<Link>,
+}
+
+/// One link of a pod: its own end (`local_*`) and the end on `peer_pod` (`peer_*`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Link {
+    pub uid: u64,
+    pub peer_pod: String,
+    pub local_intf: String,
+    pub peer_intf: String,
+    /// CIDR, e.g. `10.0.0.1/30`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_ip: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_ip: Option<String>,
+    /// xwire's own: the MTU of both ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_mac: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_mac: Option<String>,
+    /// `datagram` (the default) or `stream`, for a wire that crosses nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carrier: Option<String>,
+}
+
+impl Topology {
+    /// `namespace/name`, the key the store uses.
+    pub fn key(&self) -> String {
+        pod_key(&self.metadata.namespace, &self.metadata.name)
+    }
+
+    pub fn link(&self, uid: u64) -> Option<&Link> {
+        self.spec.links.iter().find(|l| l.uid == uid)
+    }
+}
+
+pub fn pod_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// Reads one or more Topology objects: a JSON object or array, a Kubernetes `List`, or
+/// YAML with one object per document. Each is checked on its own; `check_together`
+/// checks them against each other.
+pub fn parse(text: &str) -> Result<Vec<Topology>, String> {
+    let values: Vec<Value> = match text.trim_start().chars().next() {
+        None => return Err("no Topology objects in the input".into()),
+        Some('{') | Some('[') => match serde_json::from_str(text).map_err(|e| e.to_string())? {
+            Value::Array(items) => items,
+            one => vec![one],
+        },
+        Some(_) => {
+            let mut values = Vec::new();
+            for document in serde_yaml_ng::Deserializer::from_str(text) {
+                let value = Value::deserialize(document).map_err(|e| e.to_string())?;
+                if !value.is_null() {
+                    values.push(value);
+                }
+            }
+            values
+        }
+    };
+    let mut topologies = Vec::new();
+    for value in values.into_iter().flat_map(list_items) {
+        let what = describe(&value);
+        let topology: Topology =
+            serde_json::from_value(value).map_err(|e| format!("{what}: {e}"))?;
+        check(&topology).map_err(|e| format!("Topology {}: {e}", topology.key()))?;
+        topologies.push(topology);
+    }
+    if topologies.is_empty() {
+        return Err("no Topology objects in the input".into());
+    }
+    check_together(&topologies)?;
+    Ok(topologies)
+}
+
+/// A `kind: List` gives its items; anything else is one object.
+fn list_items(value: Value) -> Vec<Value> {
+    if value.get("kind").and_then(Value::as_str) == Some("List") {
+        if let Some(Value::Array(items)) = value.get("items") {
+            return items.clone();
+        }
+    }
+    vec![value]
+}
+
+fn describe(value: &Value) -> String {
+    let name = value.pointer("/metadata/name").and_then(Value::as_str);
+    match name {
+        Some(name) => format!("Topology {name}"),
+        None => "an object without metadata.name".into(),
+    }
+}
+
+/// Checks one object: its kind, names, addresses and that no uid or interface repeats.
+pub fn check(t: &Topology) -> Result<(), String> {
+    if t.api_version != API_VERSION {
+        return Err(format!(
+            "apiVersion {:?}, expected {API_VERSION:?}",
+            t.api_version
+        ));
+    }
+    if t.kind != KIND {
+        return Err(format!("kind {:?}, expected {KIND:?}", t.kind));
+    }
+    check_name("metadata.name", &t.metadata.name)?;
+    check_name("metadata.namespace", &t.metadata.namespace)?;
+    let mut uids = BTreeSet::new();
+    let mut intfs = BTreeSet::new();
+    for link in &t.spec.links {
+        let at = format!("link uid {}", link.uid);
+        if !uids.insert(link.uid) {
+            return Err(format!("{at}: the uid is used twice"));
+        }
+        if link.uid > u64::from(u32::MAX) {
+            return Err(format!("{at}: uids above {} are not supported", u32::MAX));
+        }
+        if !intfs.insert(link.local_intf.as_str()) {
+            return Err(format!(
+                "{at}: local_intf {:?} is used by another link",
+                link.local_intf
+            ));
+        }
+        check_name(&format!("{at}: peer_pod"), &link.peer_pod)?;
+        check_ifname(&link.local_intf).map_err(|e| format!("{at}: local_intf: {e}"))?;
+        check_ifname(&link.peer_intf).map_err(|e| format!("{at}: peer_intf: {e}"))?;
+        for (field, ip) in [("local_ip", &link.local_ip), ("peer_ip", &link.peer_ip)] {
+            if let Some(ip) = ip {
+                parse_cidr(ip).map_err(|e| format!("{at}: {field}: {e}"))?;
+            }
+        }
+        for (field, mac) in [("local_mac", &link.local_mac), ("peer_mac", &link.peer_mac)] {
+            if let Some(mac) = mac {
+                parse_mac(mac).map_err(|e| format!("{at}: {field}: {e}"))?;
+            }
+        }
+        if let Some(mtu) = link.mtu {
+            if !(68..=65535).contains(&mtu) {
+                return Err(format!("{at}: mtu {mtu} is outside 68..=65535"));
+            }
+        }
+        if let Some(carrier) = &link.carrier {
+            crate::config::carrier_name::parse(carrier).map_err(|e| format!("{at}: {e}"))?;
+        }
+        if link.peer_pod == t.metadata.name && link.peer_intf == link.local_intf {
+            return Err(format!("{at}: a link from an interface to itself"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks objects of one namespace against each other: where both ends of a uid are
+/// given, they must name each other.
+pub fn check_together(topologies: &[Topology]) -> Result<(), String> {
+    let by_key: BTreeMap<String, &Topology> = topologies.iter().map(|t| (t.key(), t)).collect();
+    for t in topologies {
+        for link in &t.spec.links {
+            let peer_key = pod_key(&t.metadata.namespace, &link.peer_pod);
+            let Some(peer) = by_key.get(&peer_key) else {
+                continue;
+            };
+            let Some(back) = peer.link(link.uid) else {
+                continue;
+            };
+            let matches = back.peer_pod == t.metadata.name
+                && back.local_intf == link.peer_intf
+                && back.peer_intf == link.local_intf;
+            if !matches {
+                return Err(format!(
+                    "link uid {} of {} ({} -> {}:{}) and of {} ({} -> {}:{}) do not describe the same wire",
+                    link.uid,
+                    t.key(),
+                    link.local_intf,
+                    link.peer_pod,
+                    link.peer_intf,
+                    peer_key,
+                    back.local_intf,
+                    back.peer_pod,
+                    back.peer_intf
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A Kubernetes name: lower-case letters, digits, '-' and '.', at most 253 bytes.
+fn check_name(field: &str, name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{field} {name:?} is not a valid Kubernetes name"))
+    }
+}
+
+pub fn check_ifname(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_IFNAME
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'/' && b != b':');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a valid interface name (1 to {MAX_IFNAME} printable characters, no '/' or ':')"
+        ))
+    }
+}
+
+/// `10.0.0.1/30` into address and prefix length.
+pub fn parse_cidr(cidr: &str) -> Result<(IpAddr, u8), String> {
+    let bad = || format!("{cidr:?} is not an address with a prefix length (e.g. 10.0.0.1/30)");
+    let (addr, prefix) = cidr.split_once('/').ok_or_else(bad)?;
+    let addr: IpAddr = addr.parse().map_err(|_| bad())?;
+    let prefix: u8 = prefix.parse().map_err(|_| bad())?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    if prefix > max {
+        return Err(bad());
+    }
+    Ok((addr, prefix))
+}
+
+/// `02:00:00:00:00:01` into bytes; a multicast address cannot be an interface's.
+pub fn parse_mac(mac: &str) -> Result<[u8; 6], String> {
+    let bad = || format!("{mac:?} is not a MAC address like 02:00:00:00:00:01");
+    let mut bytes = [0u8; 6];
+    let mut parts = mac.split(':');
+    for byte in &mut bytes {
+        let part = parts.next().ok_or_else(bad)?;
+        if part.len() != 2 {
+            return Err(bad());
+        }
+        *byte = u8::from_str_radix(part, 16).map_err(|_| bad())?;
+    }
+    if parts.next().is_some() {
+        return Err(bad());
+    }
+    if bytes[0] & 1 == 1 {
+        return Err(format!("{mac:?} is a multicast address"));
+    }
+    Ok(bytes)
+}
+
+pub fn format_mac(mac: [u8; 6]) -> String {
+    mac.map(|b| format!("{b:02x}")).join(":")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KNE_PAIR: &str = r#"
+apiVersion: networkop.co.uk/v1beta1
+kind: Topology
+metadata:
+  name: r1
+  namespace: lab
+spec:
+  links:
+  - uid: 0
+    peer_pod: r2
+    local_intf: eth1
+    peer_intf: eth1
+    local_ip: 10.0.0.1/30
+    peer_ip: 10.0.0.2/30
+---
+apiVersion: networkop.co.uk/v1beta1
+kind: Topology
+metadata:
+  name: r2
+  namespace: lab
+spec:
+  links:
+  - uid: 0
+    peer_pod: r1
+    local_intf: eth1
+    peer_intf: eth1
+    mtu: 9000
+    local_mac: "02:00:00:00:00:02"
+    carrier: stream
+"#;
+
+    #[test]
+    fn yaml_documents_and_xwire_fields_are_read() {
+        let t = parse(KNE_PAIR).unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].key(), "lab/r1");
+        assert_eq!(t[0].spec.links[0].local_ip.as_deref(), Some("10.0.0.1/30"));
+        assert_eq!(t[1].spec.links[0].mtu, Some(9000));
+        assert_eq!(t[1].spec.links[0].carrier.as_deref(), Some("stream"));
+    }
+
+    #[test]
+    fn json_objects_arrays_and_lists_are_read() {
+        let yaml = parse(KNE_PAIR).unwrap();
+        let array = serde_json::to_string(&yaml).unwrap();
+        assert_eq!(parse(&array).unwrap(), yaml);
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": yaml});
+        assert_eq!(parse(&list.to_string()).unwrap(), yaml);
+        let one = serde_json::to_string(&yaml[0]).unwrap();
+        assert_eq!(parse(&one).unwrap(), vec![yaml[0].clone()]);
+    }
+
+    #[test]
+    fn bad_objects_are_refused_with_the_reason() {
+        let bad = |from: &str, to: &str, why: &str| {
+            let text = KNE_PAIR.replacen(from, to, 1);
+            let err = parse(&text).unwrap_err();
+            assert!(err.contains(why), "{from} -> {to}: {err}");
+        };
+        bad("kind: Topology", "kind: Pod", "kind \"Pod\"");
+        bad("local_ip: 10.0.0.1/30", "local_ip: 10.0.0.1", "local_ip");
+        bad(
+            "local_intf: eth1",
+            "local_intf: a-very-long-interface",
+            "local_intf",
+        );
+        bad("mtu: 9000", "mtu: 10", "mtu 10");
+        bad(
+            "\"02:00:00:00:00:02\"",
+            "\"01:00:00:00:00:02\"",
+            "multicast",
+        );
+        bad("carrier: stream", "carrier: pigeon", "pigeon");
+        bad("mtu: 9000", "mtuu: 9000", "mtuu");
+        bad(
+            "peer_intf: eth1\n    mtu",
+            "peer_intf: eth2\n    mtu",
+            "do not describe the same wire",
+        );
+        assert!(parse("").is_err());
+        assert!(parse("{").is_err());
+    }
+
+    #[test]
+    fn a_repeated_uid_or_interface_is_refused() {
+        let mut t = parse(KNE_PAIR).unwrap().remove(0);
+        t.spec.links.push(t.spec.links[0].clone());
+        assert!(check(&t).unwrap_err().contains("used twice"));
+        t.spec.links[1].uid = 1;
+        assert!(check(&t).unwrap_err().contains("another link"));
+    }
+
+    #[test]
+    fn macs_round_trip() {
+        let mac = parse_mac("02:0a:ff:00:10:01").unwrap();
+        assert_eq!(format_mac(mac), "02:0a:ff:00:10:01");
+        assert!(parse_mac("02:0a:ff:00:10").is_err());
+        assert!(parse_mac("02:0a:ff:00:10:01:00").is_err());
+    }
+}
