@@ -1,0 +1,311 @@
+//! The plugin called as a runtime calls it (environment and stdin) against a real daemon
+//! and real network namespaces: same-node wires, every command, every error code, and
+//! that a failed call leaves nothing behind.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::{eventually, pair_topology, plugin, plugin_raw, Node, Pod};
+use xwire_perf::testbed::checks::ping;
+use xwire_proto::local::codes;
+
+const R1_R2: &[(u64, &str, &str, &str, &str)] =
+    &[(0, "eth1", "10.0.0.1/30", "eth1", "10.0.0.2/30")];
+
+#[test]
+fn same_node_pods_get_a_veth_in_either_order_and_lose_it_on_del() {
+    let node = Node::start("n1", "");
+    let topology = pair_topology("r1", "r2", R1_R2).replace(
+        "local_ip: 10.0.0.1/30,",
+        "local_ip: 10.0.0.1/30, mtu: 1500,",
+    );
+    node.apply(&topology);
+    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
+    let config = node.net_config("1.1.0");
+
+    // r1 first: its peer is not up, so its link waits.
+    let added = r1.call("ADD", &config);
+    assert_eq!(added.code, 0, "{}", added.output);
+    assert!(!r1.has("eth1"));
+    assert_eq!(node.wire_state("r1", 0).as_deref(), Some("pending"));
+
+    let added = r2.call("ADD", &config);
+    assert_eq!(added.code, 0, "{}", added.output);
+    assert_eq!(added.output["interfaces"][0]["name"], "eth1");
+    assert_eq!(added.output["interfaces"][0]["sandbox"], r2.netns());
+    assert_eq!(added.output["ips"][0]["address"], "10.0.0.2/30");
+    assert!(r1.has("eth1") && r2.has("eth1"));
+    assert_eq!(node.wire_state("r1", 0).as_deref(), Some("veth"));
+    assert!(ping(&r1.ns, "10.0.0.2", 2).unwrap());
+    assert_eq!(r1.call("CHECK", &config).code, 0);
+
+    // CHECK names what is wrong.
+    r1.ns.set_mtu("eth1", 1400).unwrap();
+    let checked = r1.call("CHECK", &config);
+    assert_eq!(
+        checked.error_code(),
+        Some(u64::from(codes::CHECK_FAILED)),
+        "{}",
+        checked.output
+    );
+    assert!(
+        checked.output["msg"].as_str().unwrap().contains("MTU 1400"),
+        "{}",
+        checked.output
+    );
+
+    // DEL of r1 takes the wire; r2's end waits for r1 again, which comes back on ADD.
+    assert_eq!(r1.call("DEL", &config).code, 0);
+    assert!(!r1.has("eth1") && !r2.has("eth1"));
+    assert_eq!(node.wire_state("r1", 0), None);
+    assert_eq!(node.wire_state("r2", 0).as_deref(), Some("pending"));
+    assert_eq!(r1.call("DEL", &config).code, 0, "DEL is idempotent");
+    assert_eq!(r1.call("ADD", &config).code, 0);
+    assert!(ping(&r2.ns, "10.0.0.1", 1).unwrap());
+
+    for pod in [&r1, &r2] {
+        assert_eq!(pod.call("DEL", &config).code, 0);
+    }
+    let state = node.state();
+    assert!(
+        state.attachments.is_empty() && state.wires.is_empty(),
+        "{state:?}"
+    );
+}
+
+#[test]
+fn links_follow_a_running_topology() {
+    let node = Node::start("n1", "");
+    node.apply(&pair_topology("r1", "r2", R1_R2));
+    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
+    let config = node.net_config("1.0.0");
+    assert_eq!(r1.call("ADD", &config).code, 0);
+    assert_eq!(r2.call("ADD", &config).code, 0);
+
+    let two = [R1_R2[0], (1, "eth2", "10.0.1.1/30", "eth2", "10.0.1.2/30")];
+    node.apply(&pair_topology("r1", "r2", &two));
+    assert!(r1.has("eth2") && r2.has("eth2"));
+    assert!(ping(&r1.ns, "10.0.1.2", 1).unwrap());
+    assert_eq!(r2.call("CHECK", &config).code, 0);
+
+    node.apply(&pair_topology("r1", "r2", &two[1..]));
+    assert!(!r1.has("eth1") && !r2.has("eth1"));
+    assert!(r1.has("eth2"));
+    assert_eq!(node.wire_state("r1", 0), None);
+    assert_eq!(r1.call("CHECK", &config).code, 0);
+}
+
+#[test]
+fn pods_in_no_topology_pass_through_untouched() {
+    let node = Node::start("n1", "");
+    let pod = Pod::new("web");
+    let mut config = node.net_config("1.0.0");
+    let prev = json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": pod.netns()}],
+                      "ips": [{"address": "10.199.77.5/24", "interface": 0}], "dns": {}});
+    config["prevResult"] = prev.clone();
+    let added = pod.call("ADD", &config);
+    assert_eq!((added.code, &added.output), (0, &prev));
+    assert_eq!(pod.call("CHECK", &config).code, 0);
+    assert_eq!(pod.call("DEL", &config).code, 0);
+    assert!(node.state().attachments.is_empty());
+}
+
+#[test]
+fn chained_results_append_to_prev_result_in_the_asked_version() {
+    let node = Node::start("n1", "");
+    node.apply(&pair_topology("r1", "r2", R1_R2));
+    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
+    for version in ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"] {
+        let mut config = node.net_config(version);
+        config["prevResult"] = json!({"cniVersion": version, "interfaces": [{"name": "eth0"}],
+                                      "ips": [{"address": "10.199.77.5/24", "interface": 0, "version": "4"}]});
+        assert_eq!(r1.call("ADD", &config).code, 0);
+        let added = r2.call("ADD", &config);
+        assert_eq!(added.code, 0, "{version}: {}", added.output);
+        let out = &added.output;
+        assert_eq!(out["cniVersion"], version);
+        assert_eq!(out["interfaces"][1]["name"], "eth1", "{version}: {out}");
+        assert_eq!(out["ips"][1]["interface"], 1, "{version}: {out}");
+        assert_eq!(
+            out["ips"][1].get("version").is_some(),
+            version.starts_with('0'),
+            "{version}: {out}"
+        );
+        assert_eq!(
+            out["interfaces"][1].get("mtu").is_some(),
+            version == "1.1.0",
+            "{version}: {out}"
+        );
+        assert_eq!(r1.call("DEL", &config).code, 0);
+        assert_eq!(r2.call("DEL", &config).code, 0);
+    }
+    let version = plugin("VERSION", &[], &json!({"cniVersion": "1.0.0"}));
+    assert_eq!(version.code, 0);
+    assert_eq!(
+        version.output["supportedVersions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        5
+    );
+}
+
+#[test]
+fn malformed_calls_get_the_right_error_and_change_nothing() {
+    let node = Node::start("n1", "");
+    node.apply(&pair_topology("r1", "r2", R1_R2));
+    let r1 = Pod::new("r1");
+    let netns = r1.netns();
+    let env = [
+        ("CNI_CONTAINERID", "c1"),
+        ("CNI_NETNS", netns.as_str()),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_ARGS", "K8S_POD_NAME=r1"),
+    ];
+    let code = |o: support::Outcome| {
+        assert!(
+            o.output["msg"].as_str().is_some_and(|m| !m.is_empty()),
+            "{}",
+            o.output
+        );
+        o.error_code()
+    };
+    let config = node.net_config("1.0.0");
+    // 6: stdin is not JSON.
+    assert_eq!(code(plugin_raw("ADD", &env, b"{not json")), Some(6));
+    // 7: no name; a socket that is not a string.
+    let mut bad = config.clone();
+    bad.as_object_mut().unwrap().remove("name");
+    assert_eq!(code(plugin("ADD", &env, &bad)), Some(7));
+    let mut bad = config.clone();
+    bad["socket"] = json!(5);
+    assert_eq!(code(plugin("ADD", &env, &bad)), Some(7));
+    // 1: a version the plugin does not speak.
+    assert_eq!(
+        code(plugin("ADD", &env, &node.net_config("0.2.0"))),
+        Some(1)
+    );
+    // 4: no netns; a netns path that is not one; no pod name; no command.
+    assert_eq!(code(plugin("ADD", &env[..0], &config)), Some(4));
+    let missing = [
+        env[0],
+        ("CNI_NETNS", "/run/netns/xwire-no-such-ns"),
+        env[2],
+        env[3],
+    ];
+    assert_eq!(code(plugin("ADD", &missing, &config)), Some(4));
+    let anonymous = [env[0], env[1], env[2], ("CNI_ARGS", "IgnoreUnknown=1")];
+    assert_eq!(code(plugin("ADD", &anonymous, &config)), Some(4));
+    assert_eq!(code(plugin("FROB", &env, &config)), Some(4));
+    // 11: ADD with the daemon unreachable; 50: STATUS likewise.
+    let mut away = config.clone();
+    away["socket"] = json!("/run/xwire-test-no-daemon.sock");
+    assert_eq!(code(plugin("ADD", &env, &away)), Some(11));
+    away["cniVersion"] = json!("1.1.0");
+    assert_eq!(code(plugin("STATUS", &[], &away)), Some(50));
+    assert_eq!(plugin("STATUS", &[], &node.net_config("1.1.0")).code, 0);
+    // CHECK of a pod the daemon never attached.
+    assert_eq!(
+        code(plugin("CHECK", &env, &config)),
+        Some(u64::from(codes::UNKNOWN_CONTAINER))
+    );
+
+    let state = node.state();
+    assert!(
+        state.attachments.is_empty() && state.wires.is_empty(),
+        "{state:?}"
+    );
+    assert_eq!(r1.ns.links().unwrap(), ["lo"]);
+}
+
+#[test]
+fn a_failed_add_undoes_every_step() {
+    let node = Node::start("n1", "");
+    let links = [
+        (0, "eth1", "10.0.0.1/30", "eth1", "10.0.0.2/30"),
+        (1, "eth2", "10.0.1.1/30", "eth2", "10.0.1.2/30"),
+    ];
+    node.apply(&pair_topology("r1", "r2", &links));
+    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
+    let config = node.net_config("1.0.0");
+    assert_eq!(r2.call("ADD", &config).code, 0);
+    // r1 already has an eth2 (another plugin's): the first link is made, the second
+    // fails, and the first is undone.
+    r1.ns
+        .exec(std::process::Command::new("ip").args([
+            "link", "add", "eth2", "type", "veth", "peer", "name", "other2",
+        ]))
+        .unwrap();
+    let failed = r1.call("ADD", &config);
+    assert_eq!(
+        failed.error_code(),
+        Some(u64::from(codes::INTERFACE_EXISTS)),
+        "{}",
+        failed.output
+    );
+    assert!(failed.output["msg"].as_str().unwrap().contains("eth2"));
+    assert!(!r1.has("eth1") && !r2.has("eth1") && !r2.has("eth2"));
+    assert!(r1.has("eth2"), "the other plugin's interface stays");
+    assert_eq!(node.state().attachments.len(), 1);
+    assert_eq!(node.wire_state("r2", 0).as_deref(), Some("pending"));
+    assert_eq!(node.wire_state("r1", 0), None);
+}
+
+#[test]
+fn gc_removes_attachments_the_runtime_no_longer_holds() {
+    let node = Node::start("n1", "");
+    node.apply(&pair_topology("r1", "r2", R1_R2));
+    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
+    let config = node.net_config("1.1.0");
+    assert_eq!(r1.call("ADD", &config).code, 0);
+    assert_eq!(r2.call("ADD", &config).code, 0);
+    let mut gc = config.clone();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": r2.container, "ifname": "eth0"}]);
+    assert_eq!(plugin("GC", &[], &gc).code, 0);
+    let state = node.state();
+    assert_eq!(state.attachments.len(), 1);
+    assert_eq!(state.attachments[0]["pod"]["name"], "r2");
+    assert!(!r1.has("eth1") && !r2.has("eth1"));
+}
+
+#[test]
+fn del_succeeds_with_the_daemon_down_and_the_daemon_forgets_gone_pods() {
+    let mut node = Node::start("n1", "");
+    node.apply(&pair_topology("r1", "r2", R1_R2));
+    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
+    let config = node.net_config("1.0.0");
+    assert_eq!(r1.call("ADD", &config).code, 0);
+    assert_eq!(r2.call("ADD", &config).code, 0);
+    r1.ns
+        .exec(std::process::Command::new("ip").args([
+            "link", "add", "keepme", "type", "veth", "peer", "name", "keepme2",
+        ]))
+        .unwrap();
+
+    node.stop();
+    assert_eq!(r1.call("DEL", &config).code, 0);
+    assert!(!r1.has("eth1") && !r2.has("eth1"));
+    assert!(r1.has("keepme"), "only xwire's interfaces go");
+    let no_netns = plugin(
+        "DEL",
+        &[("CNI_CONTAINERID", "c9"), ("CNI_IFNAME", "eth0")],
+        &config,
+    );
+    assert_eq!(no_netns.code, 0);
+
+    let r1_name = r1.name.clone();
+    drop(r1);
+    node.restart();
+    assert!(
+        eventually(Duration::from_secs(5), || node
+            .state()
+            .attachments
+            .iter()
+            .all(|a| a["pod"]["name"] != r1_name.as_str())),
+        "{:?}",
+        node.state()
+    );
+    assert_eq!(node.wire_state("r2", 0).as_deref(), Some("pending"));
+}
