@@ -28,6 +28,8 @@ pub struct Invocation {
     pub cni_version: String,
     pub socket: String,
     pub prev_result: Option<Value>,
+    /// The configuration's `reportIPs`: list the links' addresses in the ADD result.
+    pub report_ips: bool,
 }
 
 fn error(code: u32, msg: impl Into<String>) -> CniError {
@@ -93,6 +95,7 @@ impl Invocation {
                 cni_version: newest(),
                 socket: String::new(),
                 prev_result: None,
+                report_ips: false,
             });
         }
         if !supports(&version) {
@@ -127,6 +130,16 @@ impl Invocation {
                 return Err(fail(error(
                     codes::INVALID_CONFIG,
                     "\"prevResult\" must be an object",
+                )))
+            }
+        };
+        let report_ips = match config.get("reportIPs") {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(fail(error(
+                    codes::INVALID_CONFIG,
+                    "\"reportIPs\" must be true or false",
                 )))
             }
         };
@@ -180,6 +193,7 @@ impl Invocation {
             cni_version: version,
             socket,
             prev_result,
+            report_ips,
         })
     }
 }

@@ -62,6 +62,7 @@ fn execute(invocation: &Invocation) -> Result<Option<Value>, CniError> {
                     &invocation.cni_version,
                     invocation.prev_result.as_ref(),
                     &added,
+                    invocation.report_ips,
                 ))),
                 Ok(Response::NotManaged) => Ok(Some(result::pass_through(
                     &invocation.cni_version,

@@ -20,8 +20,11 @@ pub fn version_at_least(version: &str, floor: &str) -> bool {
     matches!((parts(version), parts(floor)), (Some(v), Some(f)) if v >= f)
 }
 
-/// prevResult with the daemon's interfaces and addresses appended.
-pub fn merge(version: &str, prev: Option<&Value>, added: &AddResult) -> Value {
+/// prevResult with the daemon's interfaces appended, and its addresses when
+/// `report_ips`. Addresses are left out by default because the reference plugins' CHECK
+/// (bridge, ptp) looks for every address of the result on their own interface, so a
+/// chain whose result lists the link addresses fails CHECK.
+pub fn merge(version: &str, prev: Option<&Value>, added: &AddResult, report_ips: bool) -> Value {
     let mut result = base(version, prev);
     let interfaces = list(&mut result, "interfaces");
     let offset = interfaces.len() as u64;
@@ -38,6 +41,9 @@ pub fn merge(version: &str, prev: Option<&Value>, added: &AddResult) -> Value {
             entry["sandbox"] = json!(sandbox);
         }
         interfaces.push(entry);
+    }
+    if !report_ips {
+        return result;
     }
     let ips = list(&mut result, "ips");
     for ip in &added.ips {
@@ -110,7 +116,7 @@ mod tests {
 
     #[test]
     fn appends_after_the_previous_interfaces() {
-        let r = merge("1.0.0", Some(&prev()), &added());
+        let r = merge("1.0.0", Some(&prev()), &added(), true);
         assert_eq!(r["interfaces"].as_array().unwrap().len(), 4);
         assert_eq!(r["interfaces"][3]["name"], "eth1");
         assert!(r["interfaces"][3].get("mtu").is_none());
@@ -124,10 +130,14 @@ mod tests {
 
     #[test]
     fn answers_in_the_asked_version() {
-        let r = merge("1.1.0", Some(&prev()), &added());
+        let r = merge("1.1.0", Some(&prev()), &added(), true);
+        assert_eq!(
+            merge("1.1.0", Some(&prev()), &added(), false)["ips"],
+            prev()["ips"]
+        );
         assert_eq!(r["cniVersion"], "1.1.0");
         assert_eq!(r["interfaces"][3]["mtu"], 9000);
-        let r = merge("0.3.1", None, &added());
+        let r = merge("0.3.1", None, &added(), true);
         assert_eq!(r["ips"][0]["version"], "4");
         assert_eq!(r["ips"][0]["interface"], 0);
         assert_eq!(

@@ -31,7 +31,9 @@ fn same_node_pods_get_a_veth_in_either_order_and_lose_it_on_del() {
     assert!(!r1.has("eth1"));
     assert_eq!(node.wire_state("r1", 0).as_deref(), Some("pending"));
 
-    let added = r2.call("ADD", &config);
+    let mut reporting = config.clone();
+    reporting["reportIPs"] = json!(true);
+    let added = r2.call("ADD", &reporting);
     assert_eq!(added.code, 0, "{}", added.output);
     assert_eq!(added.output["interfaces"][0]["name"], "eth1");
     assert_eq!(added.output["interfaces"][0]["sandbox"], r2.netns());
@@ -119,6 +121,7 @@ fn chained_results_append_to_prev_result_in_the_asked_version() {
     let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
     for version in ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"] {
         let mut config = node.net_config(version);
+        config["reportIPs"] = json!(true);
         config["prevResult"] = json!({"cniVersion": version, "interfaces": [{"name": "eth0"}],
                                       "ips": [{"address": "10.199.77.5/24", "interface": 0, "version": "4"}]});
         assert_eq!(r1.call("ADD", &config).code, 0);

@@ -6,7 +6,9 @@ use anyhow::{bail, Context, Result};
 
 /// Debian packages the workspace needs to build and test: libbpf/libxdp (built from source
 /// by xsk-rs) want m4, libelf, zlib, libpcap, pkg-config, clang and llvm; the tests use
-/// iproute2, ping and iperf3 (the remote-wire scenario's TCP transfer).
+/// iproute2, ping and iperf3 (the remote-wire scenario's TCP transfer); the CNI tests
+/// run podman with its CNI backend (runc, conmon, catatonit, the reference plugins, a
+/// busybox root filesystem) and build a libcni runner with Go.
 const PACKAGES: &[&str] = &[
     "build-essential",
     "pkg-config",
@@ -19,6 +21,14 @@ const PACKAGES: &[&str] = &[
     "iproute2",
     "iputils-ping",
     "iperf3",
+    "podman",
+    "runc",
+    "conmon",
+    "catatonit",
+    "containernetworking-plugins",
+    "busybox-static",
+    "golang-go",
+    "golang-github-appc-cni-dev",
 ];
 
 pub fn run(cmd: &mut Command) -> Result<()> {

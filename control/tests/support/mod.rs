@@ -3,6 +3,8 @@
 //! namespace; the plugin is this build's `xwire` binary, called as a runtime calls it.
 #![allow(dead_code)] // each test file uses its own part of this
 
+pub mod podman;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
