@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::json;
-use support::{eventually, pair_topology, plugin, plugin_raw, Node, Pod};
+use support::{call, eventually, pair_topology, plugin, plugin_raw, start_node, Pod};
 use xwire_perf::testbed::checks::ping;
 use xwire_proto::local::codes;
 
@@ -16,7 +16,7 @@ const R1_R2: &[(u64, &str, &str, &str, &str)] =
 
 #[test]
 fn same_node_pods_get_a_veth_in_either_order_and_lose_it_on_del() {
-    let node = Node::start("n1", "");
+    let node = start_node("n1", "");
     let topology = pair_topology("r1", "r2", R1_R2).replace(
         "local_ip: 10.0.0.1/30,",
         "local_ip: 10.0.0.1/30, mtu: 1500,",
@@ -26,14 +26,14 @@ fn same_node_pods_get_a_veth_in_either_order_and_lose_it_on_del() {
     let config = node.net_config("1.1.0");
 
     // r1 first: its peer is not up, so its link waits.
-    let added = r1.call("ADD", &config);
+    let added = call(&r1, "ADD", &config);
     assert_eq!(added.code, 0, "{}", added.output);
     assert!(!r1.has("eth1"));
     assert_eq!(node.wire_state("r1", 0).as_deref(), Some("pending"));
 
     let mut reporting = config.clone();
     reporting["reportIPs"] = json!(true);
-    let added = r2.call("ADD", &reporting);
+    let added = call(&r2, "ADD", &reporting);
     assert_eq!(added.code, 0, "{}", added.output);
     assert_eq!(added.output["interfaces"][0]["name"], "eth1");
     assert_eq!(added.output["interfaces"][0]["sandbox"], r2.netns());
@@ -41,11 +41,11 @@ fn same_node_pods_get_a_veth_in_either_order_and_lose_it_on_del() {
     assert!(r1.has("eth1") && r2.has("eth1"));
     assert_eq!(node.wire_state("r1", 0).as_deref(), Some("veth"));
     assert!(ping(&r1.ns, "10.0.0.2", 2).unwrap());
-    assert_eq!(r1.call("CHECK", &config).code, 0);
+    assert_eq!(call(&r1, "CHECK", &config).code, 0);
 
     // CHECK names what is wrong.
     r1.ns.set_mtu("eth1", 1400).unwrap();
-    let checked = r1.call("CHECK", &config);
+    let checked = call(&r1, "CHECK", &config);
     assert_eq!(
         checked.error_code(),
         Some(u64::from(codes::CHECK_FAILED)),
@@ -59,16 +59,16 @@ fn same_node_pods_get_a_veth_in_either_order_and_lose_it_on_del() {
     );
 
     // DEL of r1 takes the wire; r2's end waits for r1 again, which comes back on ADD.
-    assert_eq!(r1.call("DEL", &config).code, 0);
+    assert_eq!(call(&r1, "DEL", &config).code, 0);
     assert!(!r1.has("eth1") && !r2.has("eth1"));
     assert_eq!(node.wire_state("r1", 0), None);
     assert_eq!(node.wire_state("r2", 0).as_deref(), Some("pending"));
-    assert_eq!(r1.call("DEL", &config).code, 0, "DEL is idempotent");
-    assert_eq!(r1.call("ADD", &config).code, 0);
+    assert_eq!(call(&r1, "DEL", &config).code, 0, "DEL is idempotent");
+    assert_eq!(call(&r1, "ADD", &config).code, 0);
     assert!(ping(&r2.ns, "10.0.0.1", 1).unwrap());
 
     for pod in [&r1, &r2] {
-        assert_eq!(pod.call("DEL", &config).code, 0);
+        assert_eq!(call(pod, "DEL", &config).code, 0);
     }
     let state = node.state();
     assert!(
@@ -79,44 +79,44 @@ fn same_node_pods_get_a_veth_in_either_order_and_lose_it_on_del() {
 
 #[test]
 fn links_follow_a_running_topology() {
-    let node = Node::start("n1", "");
+    let node = start_node("n1", "");
     node.apply(&pair_topology("r1", "r2", R1_R2));
     let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
     let config = node.net_config("1.0.0");
-    assert_eq!(r1.call("ADD", &config).code, 0);
-    assert_eq!(r2.call("ADD", &config).code, 0);
+    assert_eq!(call(&r1, "ADD", &config).code, 0);
+    assert_eq!(call(&r2, "ADD", &config).code, 0);
 
     let two = [R1_R2[0], (1, "eth2", "10.0.1.1/30", "eth2", "10.0.1.2/30")];
     node.apply(&pair_topology("r1", "r2", &two));
     assert!(r1.has("eth2") && r2.has("eth2"));
     assert!(ping(&r1.ns, "10.0.1.2", 1).unwrap());
-    assert_eq!(r2.call("CHECK", &config).code, 0);
+    assert_eq!(call(&r2, "CHECK", &config).code, 0);
 
     node.apply(&pair_topology("r1", "r2", &two[1..]));
     assert!(!r1.has("eth1") && !r2.has("eth1"));
     assert!(r1.has("eth2"));
     assert_eq!(node.wire_state("r1", 0), None);
-    assert_eq!(r1.call("CHECK", &config).code, 0);
+    assert_eq!(call(&r1, "CHECK", &config).code, 0);
 }
 
 #[test]
 fn pods_in_no_topology_pass_through_untouched() {
-    let node = Node::start("n1", "");
+    let node = start_node("n1", "");
     let pod = Pod::new("web");
     let mut config = node.net_config("1.0.0");
     let prev = json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": pod.netns()}],
                       "ips": [{"address": "10.199.77.5/24", "interface": 0}], "dns": {}});
     config["prevResult"] = prev.clone();
-    let added = pod.call("ADD", &config);
+    let added = call(&pod, "ADD", &config);
     assert_eq!((added.code, &added.output), (0, &prev));
-    assert_eq!(pod.call("CHECK", &config).code, 0);
-    assert_eq!(pod.call("DEL", &config).code, 0);
+    assert_eq!(call(&pod, "CHECK", &config).code, 0);
+    assert_eq!(call(&pod, "DEL", &config).code, 0);
     assert!(node.state().attachments.is_empty());
 }
 
 #[test]
 fn chained_results_append_to_prev_result_in_the_asked_version() {
-    let node = Node::start("n1", "");
+    let node = start_node("n1", "");
     node.apply(&pair_topology("r1", "r2", R1_R2));
     let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
     for version in ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"] {
@@ -124,8 +124,8 @@ fn chained_results_append_to_prev_result_in_the_asked_version() {
         config["reportIPs"] = json!(true);
         config["prevResult"] = json!({"cniVersion": version, "interfaces": [{"name": "eth0"}],
                                       "ips": [{"address": "10.199.77.5/24", "interface": 0, "version": "4"}]});
-        assert_eq!(r1.call("ADD", &config).code, 0);
-        let added = r2.call("ADD", &config);
+        assert_eq!(call(&r1, "ADD", &config).code, 0);
+        let added = call(&r2, "ADD", &config);
         assert_eq!(added.code, 0, "{version}: {}", added.output);
         let out = &added.output;
         assert_eq!(out["cniVersion"], version);
@@ -141,8 +141,8 @@ fn chained_results_append_to_prev_result_in_the_asked_version() {
             version == "1.1.0",
             "{version}: {out}"
         );
-        assert_eq!(r1.call("DEL", &config).code, 0);
-        assert_eq!(r2.call("DEL", &config).code, 0);
+        assert_eq!(call(&r1, "DEL", &config).code, 0);
+        assert_eq!(call(&r2, "DEL", &config).code, 0);
     }
     let version = plugin("VERSION", &[], &json!({"cniVersion": "1.0.0"}));
     assert_eq!(version.code, 0);
@@ -157,7 +157,7 @@ fn chained_results_append_to_prev_result_in_the_asked_version() {
 
 #[test]
 fn malformed_calls_get_the_right_error_and_change_nothing() {
-    let node = Node::start("n1", "");
+    let node = start_node("n1", "");
     node.apply(&pair_topology("r1", "r2", R1_R2));
     let r1 = Pod::new("r1");
     let netns = r1.netns();
@@ -225,7 +225,7 @@ fn malformed_calls_get_the_right_error_and_change_nothing() {
 
 #[test]
 fn a_failed_add_undoes_every_step() {
-    let node = Node::start("n1", "");
+    let node = start_node("n1", "");
     let links = [
         (0, "eth1", "10.0.0.1/30", "eth1", "10.0.0.2/30"),
         (1, "eth2", "10.0.1.1/30", "eth2", "10.0.1.2/30"),
@@ -233,7 +233,7 @@ fn a_failed_add_undoes_every_step() {
     node.apply(&pair_topology("r1", "r2", &links));
     let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
     let config = node.net_config("1.0.0");
-    assert_eq!(r2.call("ADD", &config).code, 0);
+    assert_eq!(call(&r2, "ADD", &config).code, 0);
     // r1 already has an eth2 (another plugin's): the first link is made, the second
     // fails, and the first is undone.
     r1.ns
@@ -241,7 +241,7 @@ fn a_failed_add_undoes_every_step() {
             "link", "add", "eth2", "type", "veth", "peer", "name", "other2",
         ]))
         .unwrap();
-    let failed = r1.call("ADD", &config);
+    let failed = call(&r1, "ADD", &config);
     assert_eq!(
         failed.error_code(),
         Some(u64::from(codes::INTERFACE_EXISTS)),
@@ -258,12 +258,12 @@ fn a_failed_add_undoes_every_step() {
 
 #[test]
 fn gc_removes_attachments_the_runtime_no_longer_holds() {
-    let node = Node::start("n1", "");
+    let node = start_node("n1", "");
     node.apply(&pair_topology("r1", "r2", R1_R2));
     let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
     let config = node.net_config("1.1.0");
-    assert_eq!(r1.call("ADD", &config).code, 0);
-    assert_eq!(r2.call("ADD", &config).code, 0);
+    assert_eq!(call(&r1, "ADD", &config).code, 0);
+    assert_eq!(call(&r2, "ADD", &config).code, 0);
     let mut gc = config.clone();
     gc["cni.dev/valid-attachments"] = json!([{"containerID": r2.container, "ifname": "eth0"}]);
     assert_eq!(plugin("GC", &[], &gc).code, 0);
@@ -275,12 +275,12 @@ fn gc_removes_attachments_the_runtime_no_longer_holds() {
 
 #[test]
 fn del_succeeds_with_the_daemon_down_and_the_daemon_forgets_gone_pods() {
-    let mut node = Node::start("n1", "");
+    let mut node = start_node("n1", "");
     node.apply(&pair_topology("r1", "r2", R1_R2));
     let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
     let config = node.net_config("1.0.0");
-    assert_eq!(r1.call("ADD", &config).code, 0);
-    assert_eq!(r2.call("ADD", &config).code, 0);
+    assert_eq!(call(&r1, "ADD", &config).code, 0);
+    assert_eq!(call(&r2, "ADD", &config).code, 0);
     r1.ns
         .exec(std::process::Command::new("ip").args([
             "link", "add", "keepme", "type", "veth", "peer", "name", "keepme2",
@@ -288,7 +288,7 @@ fn del_succeeds_with_the_daemon_down_and_the_daemon_forgets_gone_pods() {
         .unwrap();
 
     node.stop();
-    assert_eq!(r1.call("DEL", &config).code, 0);
+    assert_eq!(call(&r1, "DEL", &config).code, 0);
     assert!(!r1.has("eth1") && !r2.has("eth1"));
     assert!(r1.has("keepme"), "only xwire's interfaces go");
     let no_netns = plugin(

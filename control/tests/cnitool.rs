@@ -7,7 +7,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use support::{pair_topology, plugin_bin, Node, Pod, TempDir};
+use support::{pair_topology, plugin_bin, start_node, Pod, TempDir};
 
 fn build_cnitool(dir: &Path) -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cnitool");
@@ -33,7 +33,7 @@ fn build_cnitool(dir: &Path) -> PathBuf {
 
 #[test]
 fn check_through_libcni_finds_a_broken_link() {
-    let node = Node::start("n1", "");
+    let node = start_node("n1", "");
     node.apply(&pair_topology(
         "r1",
         "r2",

@@ -6,11 +6,11 @@ mod support;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
-use support::{xwired, Node, TempDir};
+use support::{start_node, xwired, TempDir};
 
 #[test]
 fn the_local_api_socket_is_private() {
-    let node = Node::start("n1", "");
+    let node = start_node("n1", "");
     let mode = std::fs::metadata(&node.socket)
         .unwrap()
         .permissions()

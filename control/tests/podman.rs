@@ -6,11 +6,11 @@ mod support;
 use std::time::Duration;
 
 use support::podman::Podman;
-use support::{eventually, plugin_bin, Node};
+use support::{eventually, plugin_bin, start_node};
 
 #[test]
 fn podman_containers_are_wired_and_rm_leaves_nothing() {
-    let node = Node::start("n1", "");
+    let node = start_node("n1", "");
     let pid = std::process::id();
     let (r1, r2) = (format!("xw-r1-{pid}"), format!("xw-r2-{pid}"));
     let topology = support::pair_topology(

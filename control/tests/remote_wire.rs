@@ -5,7 +5,9 @@ mod support;
 
 use std::time::Duration;
 
-use support::{certs_toml, eventually, pair_topology, write_certs, Node, Pod, TempDir};
+use support::{
+    call, certs_toml, eventually, pair_topology, start_node_in, write_certs, Node, Pod, TempDir,
+};
 use xwire_perf::testbed::checks::ping;
 use xwire_perf::testbed::{Netns, Veth};
 
@@ -31,12 +33,12 @@ fn two_nodes(certs: &TempDir) -> (Node, Node) {
             certs_toml(&certs.0, me)
         )
     };
-    let n1 = Node::start_in(
+    let n1 = start_node_in(
         ns1,
         "n1",
         &config("n1", "192.168.77.1", "n2", "192.168.77.2"),
     );
-    let n2 = Node::start_in(
+    let n2 = start_node_in(
         ns2,
         "n2",
         &config("n2", "192.168.77.2", "n1", "192.168.77.1"),
@@ -54,10 +56,10 @@ fn pods_on_two_nodes_are_wired_whichever_starts_first() {
     let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
     let (c1, c2) = (n1.net_config("1.0.0"), n2.net_config("1.0.0"));
 
-    let added = r1.call("ADD", &c1);
+    let added = call(&r1, "ADD", &c1);
     assert_eq!(added.code, 0, "{}", added.output);
     assert!(!r1.has("eth1"), "no peer yet");
-    let added = r2.call("ADD", &c2);
+    let added = call(&r2, "ADD", &c2);
     assert_eq!(added.code, 0, "{}", added.output);
     let wired = eventually(Duration::from_secs(10), || r1.has("eth1") && r1.has("eth2"));
     assert!(wired, "n1:\n{}\nn2:\n{}", n1.log(), n2.log());
@@ -65,20 +67,20 @@ fn pods_on_two_nodes_are_wired_whichever_starts_first() {
     assert_eq!(n2.wire_state("r2", 1).as_deref(), Some("remote"));
     assert!(ping(&r1.ns, "10.0.0.2", 3).unwrap(), "n1:\n{}", n1.log());
     assert!(ping(&r2.ns, "10.0.1.1", 2).unwrap());
-    assert_eq!(r1.call("CHECK", &c1).code, 0);
-    assert_eq!(r2.call("CHECK", &c2).code, 0);
+    assert_eq!(call(&r1, "CHECK", &c1).code, 0);
+    assert_eq!(call(&r2, "CHECK", &c2).code, 0);
 
     // The far end goes: the near end's interfaces go too, and come back with it.
-    assert_eq!(r2.call("DEL", &c2).code, 0);
+    assert_eq!(call(&r2, "DEL", &c2).code, 0);
     assert!(!r2.has("eth1"));
     assert!(eventually(Duration::from_secs(10), || !r1.has("eth1")));
     assert_eq!(n1.wire_state("r1", 0).as_deref(), Some("pending"));
-    assert_eq!(r2.call("ADD", &c2).code, 0);
+    assert_eq!(call(&r2, "ADD", &c2).code, 0);
     assert!(eventually(Duration::from_secs(10), || r1.has("eth1")));
     assert!(ping(&r2.ns, "10.0.0.1", 2).unwrap());
 
     for (pod, config) in [(&r1, &c1), (&r2, &c2)] {
-        assert_eq!(pod.call("DEL", config).code, 0);
+        assert_eq!(call(pod, "DEL", config).code, 0);
     }
     for node in [&n1, &n2] {
         let state = node.state();
@@ -103,9 +105,9 @@ fn a_node_that_starts_late_learns_of_waiting_pods() {
     let (n1, mut n2) = two_nodes(&certs);
     n2.stop();
     let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
-    assert_eq!(r1.call("ADD", &n1.net_config("1.1.0")).code, 0);
+    assert_eq!(call(&r1, "ADD", &n1.net_config("1.1.0")).code, 0);
     n2.restart();
-    assert_eq!(r2.call("ADD", &n2.net_config("1.1.0")).code, 0);
+    assert_eq!(call(&r2, "ADD", &n2.net_config("1.1.0")).code, 0);
     assert!(eventually(Duration::from_secs(15), || r1.has("eth1") && r2.has("eth1")));
     assert!(ping(&r1.ns, "10.0.0.2", 2).unwrap());
 }

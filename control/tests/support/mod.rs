@@ -1,20 +1,19 @@
-//! Nodes and pods for the control plane's tests: a node is a network namespace running
-//! its own `xwired` (from this build) with a fresh state directory; a pod is a network
-//! namespace; the plugin is this build's `xwire` binary, called as a runtime calls it.
+//! The control plane's test nodes and pods (`xwire_perf::testbed::cluster`) bound to
+//! this build's binaries, and topologies the tests share.
 #![allow(dead_code)] // each test file uses its own part of this
 
 pub mod podman;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::Once;
-use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
-use xwire_fastpath::peer::ClusterCa;
-use xwire_perf::testbed::{ChildGuard, Netns};
-use xwire_proto::local::{NodeState, Request, Response, TopologyApply};
+use serde_json::Value;
+#[allow(unused_imports)]
+pub use xwire_perf::testbed::cluster::{
+    certs_toml, eventually, write_certs, Outcome, Pod, TempDir,
+};
+use xwire_perf::testbed::Netns;
 
 pub fn xwired() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_xwired"))
@@ -35,265 +34,28 @@ pub fn plugin_bin() -> PathBuf {
     path
 }
 
-/// A directory removed when dropped.
-pub struct TempDir(pub PathBuf);
+pub type Node = xwire_perf::testbed::cluster::Node;
 
-impl TempDir {
-    pub fn new(label: &str) -> TempDir {
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("xwt-{label}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
+pub fn start_node(name: &str, extra: &str) -> Node {
+    Node::start(&xwired(), name, extra)
 }
 
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+pub fn start_node_in(ns: Netns, name: &str, extra: &str) -> Node {
+    Node::start_in(&xwired(), ns, name, extra)
 }
 
-/// A node: its namespace, its daemon, and the daemon's files.
-pub struct Node {
-    pub name: String,
-    pub dir: TempDir,
-    pub socket: PathBuf,
-    pub config: PathBuf,
-    daemon: Option<ChildGuard>,
-    pub ns: Netns,
-}
-
-impl Node {
-    /// A node namespace with a daemon configured by `extra` (TOML lines added to the
-    /// name, state directory and socket).
-    pub fn start(name: &str, extra: &str) -> Node {
-        let ns = Netns::new(name).unwrap();
-        Node::start_in(ns, name, extra)
-    }
-
-    pub fn start_in(ns: Netns, name: &str, extra: &str) -> Node {
-        let dir = TempDir::new(name);
-        let socket = dir.0.join("api.sock");
-        let config = dir.0.join("xwired.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "node_name = \"{name}\"\nstate_dir = \"{}\"\napi_socket = \"{}\"\nframes_per_port = 256\n{extra}\n",
-                dir.0.join("state").display(),
-                socket.display()
-            ),
-        )
-        .unwrap();
-        let mut node = Node {
-            name: name.into(),
-            dir,
-            socket,
-            config,
-            daemon: None,
-            ns,
-        };
-        node.restart();
-        node
-    }
-
-    /// Starts the daemon (again) and waits for its socket to answer.
-    pub fn restart(&mut self) {
-        self.stop();
-        let log = std::fs::File::create(self.dir.0.join("xwired.log")).unwrap();
-        let child = self
-            .ns
-            .spawn(
-                Command::new(xwired())
-                    .arg("--config")
-                    .arg(&self.config)
-                    .stdout(Stdio::null())
-                    .stderr(log),
-            )
-            .unwrap();
-        self.daemon = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while self.ask(&Request::State).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "xwired did not come up:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Kills the daemon (as a crash would: no clean-up).
-    pub fn stop(&mut self) {
-        self.daemon = None;
-        let _ = std::fs::remove_file(&self.socket);
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.0.join("xwired.log")).unwrap_or_default()
-    }
-
-    pub fn ask(&self, request: &Request) -> std::io::Result<Response> {
-        xwire_cni::client::call(&self.socket, request, Duration::from_secs(60))
-    }
-
-    pub fn apply(&self, yaml: &str) -> Response {
-        let objects = xwire_control::topology::parse(yaml)
-            .unwrap()
-            .iter()
-            .map(|t| serde_json::to_value(t).unwrap())
-            .collect();
-        self.ask(&Request::TopologyApply(TopologyApply { objects }))
-            .unwrap()
-    }
-
-    pub fn state(&self) -> NodeState {
-        match self.ask(&Request::State).unwrap() {
-            Response::State(state) => state,
-            other => panic!("{other:?}"),
-        }
-    }
-
-    /// The state of one wire end record, e.g. "veth", "remote" or "pending".
-    pub fn wire_state(&self, pod: &str, uid: u64) -> Option<String> {
-        self.state()
-            .wires
-            .iter()
-            .find(|w| w["local_pod_name"] == pod && w["link_uid"] == uid)
-            .map(|w| w["state"].as_str().unwrap().to_owned())
-    }
-
-    /// The network configuration a runtime would pass for this node.
-    pub fn net_config(&self, version: &str) -> Value {
-        json!({
-            "cniVersion": version,
-            "name": "labnet",
-            "type": "xwire",
-            "socket": self.socket,
-            "namespace": "lab",
-        })
-    }
-}
-
-/// What the plugin printed and its exit code.
-pub struct Outcome {
-    pub code: i32,
-    pub output: Value,
-}
-
-impl Outcome {
-    pub fn error_code(&self) -> Option<u64> {
-        (self.code != 0).then(|| self.output["code"].as_u64().unwrap_or(0))
-    }
-}
-
-/// Calls the plugin as a runtime does: the CNI variables in the environment, the
-/// configuration on stdin.
 pub fn plugin(command: &str, env: &[(&str, &str)], config: &Value) -> Outcome {
-    plugin_raw(command, env, config.to_string().as_bytes())
+    xwire_perf::testbed::cluster::plugin(&plugin_bin(), command, env, config)
 }
 
 pub fn plugin_raw(command: &str, env: &[(&str, &str)], stdin: &[u8]) -> Outcome {
-    let mut child = Command::new(plugin_bin())
-        .env_clear()
-        .env("CNI_COMMAND", command)
-        .env("CNI_PATH", "/usr/lib/cni")
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let output = if text.trim().is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("plugin printed non-JSON ({e}): {text}"))
-    };
-    Outcome {
-        code: out.status.code().unwrap_or(-1),
-        output,
-    }
+    xwire_perf::testbed::cluster::plugin_raw(&plugin_bin(), command, env, stdin)
 }
 
-/// A pod: its namespace and the container id it is attached under.
-pub struct Pod {
-    pub name: String,
-    pub ns: Netns,
-    pub container: String,
+/// Calls the plugin for a pod.
+pub fn call(pod: &Pod, command: &str, config: &Value) -> Outcome {
+    pod.call(&plugin_bin(), command, config)
 }
-
-impl Pod {
-    pub fn new(name: &str) -> Pod {
-        Pod {
-            name: name.into(),
-            ns: Netns::new(name).unwrap(),
-            container: format!("ctr-{name}-{}", std::process::id()),
-        }
-    }
-
-    pub fn netns(&self) -> String {
-        self.ns.path().display().to_string()
-    }
-
-    /// Calls the plugin for this pod with `config`.
-    pub fn call(&self, command: &str, config: &Value) -> Outcome {
-        let netns = self.netns();
-        let args = format!("IgnoreUnknown=1;K8S_POD_NAME={}", self.name);
-        plugin(
-            command,
-            &[
-                ("CNI_CONTAINERID", self.container.as_str()),
-                ("CNI_NETNS", netns.as_str()),
-                ("CNI_IFNAME", "eth0"),
-                ("CNI_ARGS", args.as_str()),
-            ],
-            config,
-        )
-    }
-
-    pub fn has(&self, ifname: &str) -> bool {
-        self.ns.links().unwrap().iter().any(|l| l == ifname)
-    }
-}
-
-/// Waits up to `limit` for `f` to hold.
-pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Writes a cluster CA and certificates for `nodes` into `dir`; returns the TOML
-/// `[certs]` section for a node.
-pub fn write_certs(dir: &Path, nodes: &[&str]) {
-    let ca = ClusterCa::generate("test CA").unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.cert_pem()).unwrap();
-    for node in nodes {
-        let id = ca.issue(node).unwrap();
-        std::fs::write(dir.join(format!("{node}.pem")), id.cert_pem).unwrap();
-        std::fs::write(dir.join(format!("{node}.key")), id.key_pem).unwrap();
-    }
-}
-
-pub fn certs_toml(dir: &Path, node: &str) -> String {
-    format!(
-        "[certs]\nca = \"{0}/ca.pem\"\ncert = \"{0}/{node}.pem\"\nkey = \"{0}/{node}.key\"\n",
-        dir.display()
-    )
-}
-
 /// Two pods' Topology objects joined by one link per entry of `links`:
 /// (uid, r1's interface and address, r2's interface and address).
 pub fn pair_topology(a: &str, b: &str, links: &[(u64, &str, &str, &str, &str)]) -> String {

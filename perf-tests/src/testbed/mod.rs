@@ -20,6 +20,7 @@
 //! ```
 
 pub mod checks;
+pub mod cluster;
 mod error;
 mod link;
 mod names;
