@@ -1,6 +1,7 @@
 //! The network-namespace test bed that every xwire crate's tests use (as a
 //! dev-dependency), and the end-to-end perf scenarios of `xwire-perf`.
 
+pub mod cni_scale;
 pub mod local_fwd;
 pub mod measure;
 pub mod remote_wire;

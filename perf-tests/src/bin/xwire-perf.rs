@@ -3,6 +3,7 @@
 //!
 //!   xwire-perf local-fwd [--seconds 5] [--reps 3] [--sizes 64,1514] [--devices ...] [--json]
 //!   xwire-perf remote-wire [--seconds 5] [--reps 3] [--sizes 64,1514] [--paths ...] [--json]
+//!   xwire-perf cni-scale [--pods 50] [--bin-dir DIR] [--json]
 
 use std::time::Duration;
 
@@ -105,6 +106,19 @@ enum Scenario {
         #[arg(long)]
         verbose: bool,
     },
+    /// A lab of `pods` pods with four links each, half of them across two nodes, brought
+    /// up and torn down through the CNI plugin; p50/p99 ADD and DEL times next to the
+    /// bridge plugin's, and total bring-up and tear-down times.
+    CniScale {
+        #[arg(long, default_value_t = 50)]
+        pods: usize,
+        /// Where xwired and xwire are (default: next to this program).
+        #[arg(long)]
+        bin_dir: Option<std::path::PathBuf>,
+        /// One JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the switch as a device under test, linking two interfaces of the current
     /// network namespace, until killed or for --seconds (used by anchors/xwire-dut.sh, so
     /// that xwire is measured by the anchors' own generator and counters).
@@ -141,6 +155,27 @@ fn main() -> Result<()> {
             seconds,
         } => dut(&ports, core, busy_poll, af_packet, max_frame, seconds),
         scenario @ Scenario::RemoteWire { .. } => remote_wire(scenario),
+        Scenario::CniScale {
+            pods,
+            bin_dir,
+            json,
+        } => {
+            let dir = match bin_dir {
+                Some(dir) => dir,
+                None => std::env::current_exe()?
+                    .parent()
+                    .context("the program's directory")?
+                    .to_owned(),
+            };
+            let binaries = xwire_perf::cni_scale::Binaries::in_dir(&dir)?;
+            let report = xwire_perf::cni_scale::run(&binaries, pods)?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                xwire_perf::cni_scale::print(&report);
+            }
+            Ok(())
+        }
         scenario => local_fwd(scenario),
     }
 }

@@ -125,6 +125,11 @@ impl Node {
         for document in serde_yaml_ng::Deserializer::from_str(yaml) {
             objects.push(Value::deserialize(document).unwrap());
         }
+        self.apply_objects(objects)
+    }
+
+    /// Stores Topology objects given as JSON; panics if the daemon refuses.
+    pub fn apply_objects(&self, objects: Vec<Value>) -> Response {
         let response = self
             .ask(&Request::TopologyApply(TopologyApply { objects }))
             .unwrap();

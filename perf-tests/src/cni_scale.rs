@@ -1,0 +1,289 @@
+//! A lab coming up and going away through the CNI plugin: `pods` pods on two nodes, each
+//! with four links (to the pods one and two places either side of it in a ring; pods
+//! alternate between the nodes, so half of every pod's links cross nodes). Pods are
+//! added one after the other, as a runtime on each node would, and every call is timed
+//! from the plugin's start to its exit. The baseline, measured in the same run on the same
+//! pod namespaces, is the reference `bridge` plugin with `host-local` addresses.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Result};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::testbed::cluster::{certs_toml, plugin, write_certs, Node, Pod, TempDir};
+use crate::testbed::{Netns, Veth};
+
+/// The two binaries, found next to the running `xwire-perf` unless told otherwise.
+pub struct Binaries {
+    pub xwired: PathBuf,
+    pub plugin: PathBuf,
+}
+
+impl Binaries {
+    pub fn in_dir(dir: &Path) -> Result<Binaries> {
+        let binaries = Binaries {
+            xwired: dir.join("xwired"),
+            plugin: dir.join("xwire"),
+        };
+        for bin in [&binaries.xwired, &binaries.plugin] {
+            ensure!(
+                bin.exists(),
+                "{} is missing: build it first (cargo build --release -p xwire-control -p xwire-cni)",
+                bin.display()
+            );
+        }
+        Ok(binaries)
+    }
+}
+
+/// p50 and p99 of a set of call times, in milliseconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct CallTimes {
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub calls: usize,
+}
+
+impl CallTimes {
+    fn of(mut times: Vec<Duration>) -> CallTimes {
+        times.sort();
+        let at = |q: f64| {
+            let i = ((times.len() as f64 * q).ceil() as usize).clamp(1, times.len()) - 1;
+            times[i].as_secs_f64() * 1e3
+        };
+        CallTimes {
+            p50_ms: at(0.5),
+            p99_ms: at(0.99),
+            calls: times.len(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub pods: usize,
+    pub links: usize,
+    pub remote_links: usize,
+    pub xwire_add: CallTimes,
+    pub xwire_del: CallTimes,
+    /// From the first ADD to every link's interfaces present in both pods.
+    pub bring_up_s: f64,
+    /// From the first DEL to both nodes' stores empty.
+    pub tear_down_s: f64,
+    pub bridge_add: CallTimes,
+    pub bridge_del: CallTimes,
+}
+
+/// The ring: link (i, i+1) has uid 2i, link (i, i+2) has uid 2i+1. Pod i's interfaces:
+/// eth1 to i+1, eth2 to i-1, eth3 to i+2, eth4 to i-2.
+fn topology(pods: usize) -> Vec<Value> {
+    let name = |i: usize| format!("p{:02}", i % pods);
+    (0..pods)
+        .map(|i| {
+            let back1 = (i + pods - 1) % pods;
+            let back2 = (i + pods - 2) % pods;
+            let links = json!([
+                {"uid": 2 * i, "peer_pod": name(i + 1), "local_intf": "eth1", "peer_intf": "eth2"},
+                {"uid": 2 * back1, "peer_pod": name(back1), "local_intf": "eth2", "peer_intf": "eth1"},
+                {"uid": 2 * i + 1, "peer_pod": name(i + 2), "local_intf": "eth3", "peer_intf": "eth4"},
+                {"uid": 2 * back2 + 1, "peer_pod": name(back2), "local_intf": "eth4", "peer_intf": "eth3"},
+            ]);
+            json!({
+                "apiVersion": "networkop.co.uk/v1beta1",
+                "kind": "Topology",
+                "metadata": {"name": name(i), "namespace": "bench"},
+                "spec": {"links": links},
+            })
+        })
+        .collect()
+}
+
+pub fn run(binaries: &Binaries, pods: usize) -> Result<Report> {
+    ensure!(
+        pods >= 6 && pods % 2 == 0,
+        "--pods must be even and at least 6"
+    );
+    let certs = TempDir::new("bench-certs");
+    let (ns_a, ns_b) = (Netns::new("bench-na")?, Netns::new("bench-nb")?);
+    let underlay = Veth::new(&ns_a, &ns_b)?;
+    ns_a.add_address(underlay.a_name(), "192.168.78.1/24")?;
+    ns_b.add_address(underlay.b_name(), "192.168.78.2/24")?;
+    underlay.set_up()?;
+    std::mem::forget(underlay); // the namespaces take it with them
+    write_certs(&certs.0, &["na", "nb"]);
+    let config = |me: &str, my_ip: &str, peer: &str, peer_ip: &str| {
+        format!(
+            "node_address = \"{my_ip}:7470\"\nmax_ports = {}\n{}[[peers]]\nname = \"{peer}\"\naddress = \"{peer_ip}:7470\"\n",
+            pods + 8,
+            certs_toml(&certs.0, me)
+        )
+    };
+    let na = Node::start_in(
+        &binaries.xwired,
+        ns_a,
+        "na",
+        &config("na", "192.168.78.1", "nb", "192.168.78.2"),
+    );
+    let nb = Node::start_in(
+        &binaries.xwired,
+        ns_b,
+        "nb",
+        &config("nb", "192.168.78.2", "na", "192.168.78.1"),
+    );
+    for node in [&na, &nb] {
+        node.apply_objects(topology(pods));
+    }
+    let pod_list: Vec<Pod> = (0..pods).map(|i| Pod::new(&format!("p{i:02}"))).collect();
+    let node_of = |i: usize| if i % 2 == 0 { &na } else { &nb };
+
+    let (bridge_add, bridge_del) = bridge_baseline(&na.ns, &pod_list)?;
+
+    let mut add_times = Vec::new();
+    let started = Instant::now();
+    for (i, pod) in pod_list.iter().enumerate() {
+        let t = Instant::now();
+        let out = pod.call(
+            &binaries.plugin,
+            "ADD",
+            &node_of(i).net_config("1.1.0").with_namespace("bench"),
+        );
+        add_times.push(t.elapsed());
+        if out.code != 0 {
+            bail!("ADD {}: {}\n{}", pod.name, out.output, node_of(i).log());
+        }
+    }
+    let all_up = |deadline: Instant| loop {
+        let up = pod_list
+            .iter()
+            .all(|p| ["eth1", "eth2", "eth3", "eth4"].iter().all(|i| p.has(i)));
+        if up || Instant::now() > deadline {
+            return up;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    ensure!(
+        all_up(Instant::now() + Duration::from_secs(60)),
+        "not every wire came up in 60 s"
+    );
+    let bring_up = started.elapsed();
+
+    let mut del_times = Vec::new();
+    let started = Instant::now();
+    for (i, pod) in pod_list.iter().enumerate() {
+        let t = Instant::now();
+        let out = pod.call(
+            &binaries.plugin,
+            "DEL",
+            &node_of(i).net_config("1.1.0").with_namespace("bench"),
+        );
+        del_times.push(t.elapsed());
+        if out.code != 0 {
+            bail!("DEL {}: {}", pod.name, out.output);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let empty = [&na, &nb].iter().all(|n| {
+            let s = n.state();
+            s.attachments.is_empty() && s.wires.is_empty()
+        });
+        if empty {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the stores did not empty in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let tear_down = started.elapsed();
+
+    Ok(Report {
+        pods,
+        links: pods * 2,
+        remote_links: pods,
+        xwire_add: CallTimes::of(add_times),
+        xwire_del: CallTimes::of(del_times),
+        bring_up_s: bring_up.as_secs_f64(),
+        tear_down_s: tear_down.as_secs_f64(),
+        bridge_add,
+        bridge_del,
+    })
+}
+
+trait WithNamespace {
+    fn with_namespace(self, namespace: &str) -> Value;
+}
+
+impl WithNamespace for Value {
+    fn with_namespace(mut self, namespace: &str) -> Value {
+        self["namespace"] = json!(namespace);
+        self
+    }
+}
+
+/// ADD then DEL of every pod with bridge + host-local, the bridge in `node`.
+fn bridge_baseline(node: &Netns, pods: &[Pod]) -> Result<(CallTimes, CallTimes)> {
+    let bridge = Path::new("/usr/lib/cni/bridge");
+    ensure!(
+        bridge.exists(),
+        "the reference plugins are missing (apt-get install containernetworking-plugins)"
+    );
+    let ipam = TempDir::new("bench-ipam");
+    let config = json!({
+        "cniVersion": "1.0.0", "name": "benchbr", "type": "bridge", "bridge": "xwbench0",
+        "isGateway": false, "ipMasq": false,
+        "ipam": {"type": "host-local", "subnet": "10.199.81.0/24", "dataDir": ipam.0},
+    });
+    let mut times = [Vec::new(), Vec::new()];
+    for (step, command) in ["ADD", "DEL"].iter().enumerate() {
+        for pod in pods {
+            let netns = pod.netns();
+            let env = [
+                ("CNI_CONTAINERID", pod.container.as_str()),
+                ("CNI_NETNS", netns.as_str()),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_PATH", "/usr/lib/cni"),
+            ];
+            let t = Instant::now();
+            let out = node.run(|| plugin(bridge, command, &env, &config))?;
+            times[step].push(t.elapsed());
+            if out.code != 0 {
+                bail!("bridge {command} {}: {}", pod.name, out.output);
+            }
+        }
+    }
+    let [add, del] = times;
+    Ok((CallTimes::of(add), CallTimes::of(del)))
+}
+
+/// The report as a table with the ratios to the bridge baseline.
+pub fn print(report: &Report) {
+    println!(
+        "{} pods, {} links ({} across nodes), 2 nodes; calls one after another, timed from the plugin's start to its exit",
+        report.pods, report.links, report.remote_links
+    );
+    println!("{:<22} {:>9} {:>9}", "", "p50 ms", "p99 ms");
+    let rows = [
+        ("bridge+host-local ADD", report.bridge_add),
+        ("xwire ADD (4 links)", report.xwire_add),
+        ("bridge+host-local DEL", report.bridge_del),
+        ("xwire DEL", report.xwire_del),
+    ];
+    for (name, t) in rows {
+        println!("{name:<22} {:>9.1} {:>9.1}", t.p50_ms, t.p99_ms);
+    }
+    println!(
+        "ratios to bridge+host-local: ADD p50 {:.2}x, p99 {:.2}x; DEL p50 {:.2}x, p99 {:.2}x",
+        report.xwire_add.p50_ms / report.bridge_add.p50_ms,
+        report.xwire_add.p99_ms / report.bridge_add.p99_ms,
+        report.xwire_del.p50_ms / report.bridge_del.p50_ms,
+        report.xwire_del.p99_ms / report.bridge_del.p99_ms,
+    );
+    println!(
+        "bring-up (first ADD to every wire up): {:.2} s; tear-down (first DEL to empty stores): {:.2} s",
+        report.bring_up_s, report.tear_down_s
+    );
+}
