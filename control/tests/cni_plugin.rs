@@ -312,3 +312,32 @@ fn del_succeeds_with_the_daemon_down_and_the_daemon_forgets_gone_pods() {
     );
     assert_eq!(node.wire_state("r2", 0).as_deref(), Some("pending"));
 }
+
+#[test]
+fn a_bad_topology_is_refused_and_stores_nothing() {
+    use xwire_proto::local::{Request, Response, TopologyApply, TopologyQuery};
+    let node = start_node("n1", "");
+    let mut objects: Vec<serde_json::Value> = topology_json(&pair_topology("r1", "r2", R1_R2));
+    objects[1]["spec"]["links"][0]["peer_intf"] = json!("eth7");
+    let refused = node
+        .ask(&Request::TopologyApply(TopologyApply { objects }))
+        .unwrap();
+    let Response::Error(e) = refused else {
+        panic!("{refused:?}")
+    };
+    assert_eq!(e.code, codes::TOPOLOGY_INVALID);
+    assert!(e.msg.contains("do not describe the same wire"), "{}", e.msg);
+    let got = node
+        .ask(&Request::TopologyGet(TopologyQuery::default()))
+        .unwrap();
+    assert_eq!(got, Response::Topologies { objects: vec![] });
+}
+
+/// The topology's objects as JSON, through the same parser `xwirectl` uses.
+fn topology_json(yaml: &str) -> Vec<serde_json::Value> {
+    xwire_control::topology::parse(yaml)
+        .unwrap()
+        .iter()
+        .map(|t| serde_json::to_value(t).unwrap())
+        .collect()
+}
