@@ -140,20 +140,28 @@ pub fn run(binaries: &Binaries, pods: usize) -> Result<Report> {
 
     let (bridge_add, bridge_del) = bridge_baseline(&na.ns, &pod_list)?;
 
-    let mut add_times = Vec::new();
-    let started = Instant::now();
-    for (i, pod) in pod_list.iter().enumerate() {
-        let t = Instant::now();
-        let out = pod.call(
-            &binaries.plugin,
-            "ADD",
-            &node_of(i).net_config("1.1.0").with_namespace("bench"),
-        );
-        add_times.push(t.elapsed());
-        if out.code != 0 {
-            bail!("ADD {}: {}\n{}", pod.name, out.output, node_of(i).log());
+    // Every pod through the plugin, one after another; each call's time.
+    let call_all = |command: &str| -> Result<Vec<Duration>> {
+        let mut times = Vec::new();
+        for (i, pod) in pod_list.iter().enumerate() {
+            let config = node_of(i).net_config("1.1.0").with_namespace("bench");
+            let t = Instant::now();
+            let out = pod.call(&binaries.plugin, command, &config);
+            times.push(t.elapsed());
+            if out.code != 0 {
+                bail!(
+                    "{command} {}: {}\n{}",
+                    pod.name,
+                    out.output,
+                    node_of(i).log()
+                );
+            }
         }
-    }
+        Ok(times)
+    };
+
+    let started = Instant::now();
+    let add_times = call_all("ADD")?;
     let all_up = |deadline: Instant| loop {
         let up = pod_list
             .iter()
@@ -169,20 +177,8 @@ pub fn run(binaries: &Binaries, pods: usize) -> Result<Report> {
     );
     let bring_up = started.elapsed();
 
-    let mut del_times = Vec::new();
     let started = Instant::now();
-    for (i, pod) in pod_list.iter().enumerate() {
-        let t = Instant::now();
-        let out = pod.call(
-            &binaries.plugin,
-            "DEL",
-            &node_of(i).net_config("1.1.0").with_namespace("bench"),
-        );
-        del_times.push(t.elapsed());
-        if out.code != 0 {
-            bail!("DEL {}: {}", pod.name, out.output);
-        }
-    }
+    let del_times = call_all("DEL")?;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let empty = [&na, &nb].iter().all(|n| {

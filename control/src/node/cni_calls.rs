@@ -123,13 +123,7 @@ impl Node {
 
     pub(super) fn del(&mut self, call: CniCall) -> Result<(), CniError> {
         let key = attachment_key(&call.container_id, &call.ifname);
-        let attachment = self
-            .store
-            .attachments()
-            .map_err(store_error)?
-            .into_iter()
-            .find(|a| a.key() == key);
-        match attachment {
+        match self.store.attachment(&key).map_err(store_error)? {
             Some(attachment) => self.forget_attachment(&attachment, true),
             None => Ok(()),
         }
@@ -177,13 +171,7 @@ impl Node {
             return Ok(());
         };
         let key = attachment_key(&call.container_id, &call.ifname);
-        let Some(attachment) = self
-            .store
-            .attachments()
-            .map_err(store_error)?
-            .into_iter()
-            .find(|a| a.key() == key)
-        else {
+        let Some(attachment) = self.store.attachment(&key).map_err(store_error)? else {
             return Err(cni_error(
                 codes::UNKNOWN_CONTAINER,
                 format!(

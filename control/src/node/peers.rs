@@ -144,10 +144,7 @@ impl Node {
             },
         );
         let key = wire_key(&spec.key.namespace, &spec.receiver_pod, spec.key.link_uid);
-        let Ok(wires) = self.store.wires() else {
-            return;
-        };
-        let Some(record) = wires.into_iter().find(|w| w.key() == key) else {
+        let Ok(Some(record)) = self.store.wire(&key) else {
             return;
         };
         if record.peer_pod != spec.sender_pod {

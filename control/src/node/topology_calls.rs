@@ -147,10 +147,9 @@ impl Node {
             let key = wire_key(namespace, pod, link.uid);
             let joined = self
                 .store
-                .wires()
+                .wire(&key)
                 .map_err(store_error)?
-                .into_iter()
-                .any(|w| w.key() == key && w.state != WireState::Pending);
+                .is_some_and(|w| w.state != WireState::Pending);
             if joined {
                 continue;
             }

@@ -187,10 +187,8 @@ impl Node {
         let peer_key = wire_key(namespace, &peer.pod.name, link.uid);
         let mut peer_record = self
             .store
-            .wires()
+            .wire(&peer_key)
             .map_err(store_error)?
-            .into_iter()
-            .find(|w| w.key() == peer_key)
             .unwrap_or_else(|| {
                 let mut r = self.pending_record(peer, peer_link.as_ref().unwrap_or(link));
                 if peer_link.is_none() {
@@ -299,11 +297,9 @@ impl Node {
                     }
                 }
                 let peer_key = wire_key(&record.topo_namespace, &record.peer_pod, record.link_uid);
-                if let Ok(wires) = self.store.wires() {
-                    if let Some(peer) = wires.into_iter().find(|w| w.key() == peer_key) {
-                        if peer.state == WireState::Veth {
-                            self.set_pending(peer);
-                        }
+                if let Ok(Some(peer)) = self.store.wire(&peer_key) {
+                    if peer.state == WireState::Veth {
+                        self.set_pending(peer);
                     }
                 }
             }
@@ -349,13 +345,7 @@ impl Node {
         &mut self,
         record: &WireRecord,
     ) -> Result<Option<WireRecord>, CniError> {
-        let key = record.key();
-        let previous = self
-            .store
-            .wires()
-            .map_err(store_error)?
-            .into_iter()
-            .find(|w| w.key() == key);
+        let previous = self.store.wire(&record.key()).map_err(store_error)?;
         self.store.put_wire(record).map_err(store_error)?;
         Ok(previous)
     }

@@ -139,6 +139,10 @@ impl WireStore for EmbeddedStore {
         self.put(WIRES, &[(wire.key(), wire)])
     }
 
+    fn wire(&self, key: &str) -> Result<Option<WireRecord>, StoreError> {
+        self.get(WIRES, key)
+    }
+
     fn remove_wire(&self, key: &str) -> Result<bool, StoreError> {
         self.remove(WIRES, key)
     }
@@ -149,6 +153,10 @@ impl WireStore for EmbeddedStore {
 
     fn put_attachment(&self, attachment: &AttachmentRecord) -> Result<(), StoreError> {
         self.put(ATTACHMENTS, &[(attachment.key(), attachment)])
+    }
+
+    fn attachment(&self, key: &str) -> Result<Option<AttachmentRecord>, StoreError> {
+        self.get(ATTACHMENTS, key)
     }
 
     fn remove_attachment(&self, key: &str) -> Result<bool, StoreError> {

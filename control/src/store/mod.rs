@@ -92,10 +92,12 @@ pub fn attachment_key(container_id: &str, ifname: &str) -> String {
 /// The wire and attachment records of this node.
 pub trait WireStore {
     fn put_wire(&self, wire: &WireRecord) -> Result<(), StoreError>;
+    fn wire(&self, key: &str) -> Result<Option<WireRecord>, StoreError>;
     /// False when there was no such record.
     fn remove_wire(&self, key: &str) -> Result<bool, StoreError>;
     fn wires(&self) -> Result<Vec<WireRecord>, StoreError>;
     fn put_attachment(&self, attachment: &AttachmentRecord) -> Result<(), StoreError>;
+    fn attachment(&self, key: &str) -> Result<Option<AttachmentRecord>, StoreError>;
     fn remove_attachment(&self, key: &str) -> Result<bool, StoreError>;
     fn attachments(&self) -> Result<Vec<AttachmentRecord>, StoreError>;
 }
