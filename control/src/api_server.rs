@@ -5,7 +5,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -24,20 +24,52 @@ pub struct Job {
 
 /// How often the node looks at peer events when no request comes.
 const PEER_POLL: Duration = Duration::from_millis(20);
+/// How long the node waits, after the last request or peer message, before the
+/// reconciliation pass that follows events: a burst of CNI calls gets one pass at its
+/// end, not one per call.
+const SETTLE: Duration = Duration::from_millis(200);
 
-/// The node's thread: answers jobs in turn and pumps peer events between them. Returns
-/// when every sender is gone.
+/// The node's thread: answers jobs in turn, pumps peer events between them, and
+/// reconciles once things settle after events and on the configured timer. Returns when
+/// every sender is gone.
 pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
+    let interval = match node.config().reconcile_interval_secs {
+        0 => None,
+        secs => Some(Duration::from_secs(secs)),
+    };
+    let mut last_event: Option<Instant> = None;
+    let mut last_pass = Instant::now();
     loop {
         match jobs.recv_timeout(PEER_POLL) {
             Ok(job) => {
+                let reads_only = matches!(
+                    job.request,
+                    local::Request::State
+                        | local::Request::TopologyGet(_)
+                        | local::Request::Status(_)
+                        | local::Request::Reconcile
+                );
                 let response = node.handle(job.request);
                 let _ = job.reply.send(response);
+                if !reads_only {
+                    last_event = Some(Instant::now());
+                }
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
-        node.pump_peer_events();
+        if node.pump_peer_events() {
+            last_event = Some(Instant::now());
+        }
+        let settled = last_event.is_some_and(|t| t.elapsed() >= SETTLE);
+        let due = interval.is_some_and(|i| last_pass.elapsed() >= i);
+        if settled || due {
+            if let Err(e) = node.reconcile() {
+                tracing::error!("reconciling: {}: {}", e.msg, e.details);
+            }
+            last_event = None;
+            last_pass = Instant::now();
+        }
     }
 }
 

@@ -36,6 +36,10 @@ pub struct DaemonConfig {
     pub max_ports: usize,
     /// UMEM frames per fast-path port (4 KiB each). Default 512.
     pub frames_per_port: usize,
+    /// Seconds between reconciliation passes when nothing else triggers one (a pass also
+    /// runs at start and whenever the daemon is idle after requests or peer messages).
+    /// Default 10; 0 turns the timer off.
+    pub reconcile_interval_secs: u64,
     /// The node certificate, its key and the cluster CA. Without them the node makes
     /// only same-node wires.
     pub certs: Option<CertPaths>,
@@ -118,6 +122,7 @@ impl Default for DaemonConfig {
             api_socket: PathBuf::from(DEFAULT_API_SOCKET),
             data_cores: Vec::new(),
             busy_poll: false,
+            reconcile_interval_secs: 10,
             underlay_mtu: 1500,
             max_ports: 64,
             frames_per_port: 512,

@@ -4,6 +4,7 @@
 //! so that what xwire made can be told from what other plugins made, even with no
 //! daemon to ask (the plugin's DEL when the daemon is down).
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 
@@ -19,6 +20,10 @@ use crate::netns::{NetnsError, NetnsFd};
 
 /// Marks an interface as xwire's: `xwire:<namespace>/<pod>/<uid>`.
 pub const ALIAS_PREFIX: &str = "xwire:";
+/// Marks a node-side end of a remote wire as made by one node's daemon:
+/// `xwire-node:<node>:<namespace>/<pod>/<uid>` (several emulated nodes may share a
+/// namespace, and each clears away only its own).
+pub const NODE_ALIAS_PREFIX: &str = "xwire-node:";
 const ENODEV: i32 = 19;
 
 /// How one end of a wire is set up in its namespace.
@@ -190,26 +195,35 @@ pub fn inspect(ns: &NetnsFd, name: &str) -> Result<Option<InterfaceState>, Netns
 
 /// The names of the interfaces in `ns` whose alias starts with `prefix`.
 pub fn named_by_alias(ns: &NetnsFd, prefix: &str) -> Result<Vec<String>, NetnsError> {
+    Ok(aliases(ns)?
+        .into_iter()
+        .filter(|(_, alias)| alias.as_deref().is_some_and(|a| a.starts_with(prefix)))
+        .map(|(name, _)| name)
+        .collect())
+}
+
+/// Every interface in `ns`, by name, with its alias: one dump, for a pass over many
+/// interfaces (reconciliation) where asking for each would cost a netlink round each.
+pub fn aliases(ns: &NetnsFd) -> Result<HashMap<String, Option<String>>, NetnsError> {
     let links: Vec<LinkMessage> = ns.netlink("list interfaces", |h| async move {
         h.link().get().execute().try_collect().await
     })?;
-    let mut names = Vec::new();
+    let mut found = HashMap::new();
     for link in links {
-        let alias = link.attributes.iter().find_map(|a| match a {
-            LinkAttribute::IfAlias(alias) => Some(alias.as_str()),
-            _ => None,
-        });
-        let name = link.attributes.iter().find_map(|a| match a {
-            LinkAttribute::IfName(name) => Some(name.clone()),
-            _ => None,
-        });
-        if let (Some(alias), Some(name)) = (alias, name) {
-            if alias.starts_with(prefix) {
-                names.push(name);
+        let mut name = None;
+        let mut alias = None;
+        for attribute in link.attributes {
+            match attribute {
+                LinkAttribute::IfName(n) => name = Some(n),
+                LinkAttribute::IfAlias(a) => alias = Some(a),
+                _ => {}
             }
         }
+        if let Some(name) = name {
+            found.insert(name, alias);
+        }
     }
-    Ok(names)
+    Ok(found)
 }
 
 async fn find(handle: &Handle, name: &str) -> Result<LinkMessage, rtnetlink::Error> {

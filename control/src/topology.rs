@@ -198,6 +198,31 @@ pub fn check(t: &Topology) -> Result<(), String> {
     Ok(())
 }
 
+/// The Topology objects of an apply, parsed and checked alone and together with what is
+/// stored (an object replaces the stored one of its namespace and name). Nothing is
+/// stored here; the daemon and `xwirectl topology apply --state-dir` both store the
+/// result only when this passes.
+pub fn check_apply(
+    objects: Vec<serde_json::Value>,
+    stored: &[Topology],
+) -> Result<Vec<Topology>, String> {
+    let mut incoming = Vec::new();
+    for object in objects {
+        let t: Topology =
+            serde_json::from_value(object).map_err(|e| format!("not a Topology object: {e}"))?;
+        check(&t).map_err(|e| format!("Topology {}: {e}", t.key()))?;
+        incoming.push(t);
+    }
+    let mut merged: BTreeMap<String, Topology> =
+        stored.iter().map(|t| (t.key(), t.clone())).collect();
+    for t in &incoming {
+        merged.insert(t.key(), t.clone());
+    }
+    let all: Vec<Topology> = merged.into_values().collect();
+    check_together(&all)?;
+    Ok(incoming)
+}
+
 /// Checks objects of one namespace against each other: where both ends of a uid are
 /// given, they must name each other.
 pub fn check_together(topologies: &[Topology]) -> Result<(), String> {

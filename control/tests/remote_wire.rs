@@ -5,11 +5,8 @@ mod support;
 
 use std::time::Duration;
 
-use support::{
-    call, certs_toml, eventually, pair_topology, start_node_in, write_certs, Node, Pod, TempDir,
-};
+use support::{call, eventually, pair_topology, Node, Pod, TempDir};
 use xwire_perf::testbed::checks::ping;
-use xwire_perf::testbed::{Netns, Veth};
 
 const LINKS: &[(u64, &str, &str, &str, &str)] = &[
     (0, "eth1", "10.0.0.1/30", "eth1", "10.0.0.2/30"),
@@ -18,31 +15,7 @@ const LINKS: &[(u64, &str, &str, &str, &str)] = &[
 
 /// Two nodes that know each other, with the pair topology applied to both.
 fn two_nodes(certs: &TempDir) -> (Node, Node) {
-    let (ns1, ns2) = (Netns::new("n1").unwrap(), Netns::new("n2").unwrap());
-    let underlay = Veth::new(&ns1, &ns2).unwrap();
-    ns1.add_address(underlay.a_name(), "192.168.77.1/24")
-        .unwrap();
-    ns2.add_address(underlay.b_name(), "192.168.77.2/24")
-        .unwrap();
-    underlay.set_up().unwrap();
-    std::mem::forget(underlay); // the namespaces take it with them
-    write_certs(&certs.0, &["n1", "n2"]);
-    let config = |me: &str, my_ip: &str, peer: &str, peer_ip: &str| {
-        format!(
-            "node_address = \"{my_ip}:7470\"\n{}[[peers]]\nname = \"{peer}\"\naddress = \"{peer_ip}:7470\"\n",
-            certs_toml(&certs.0, me)
-        )
-    };
-    let n1 = start_node_in(
-        ns1,
-        "n1",
-        &config("n1", "192.168.77.1", "n2", "192.168.77.2"),
-    );
-    let n2 = start_node_in(
-        ns2,
-        "n2",
-        &config("n2", "192.168.77.2", "n1", "192.168.77.1"),
-    );
+    let (n1, n2) = support::two_nodes(certs);
     let topology = pair_topology("r1", "r2", LINKS);
     n1.apply(&topology);
     n2.apply(&topology);

@@ -76,7 +76,7 @@ impl Endpoint {
             .map_err(|e| start(&e))?;
         let count = std::num::NonZeroU32::new((ring * 4) as u32).expect("nonzero");
         let (umem, free) = Umem::new(config, count, false).map_err(|e| start(&e))?;
-        let port = XdpPort::open(&umem, ifname, mode, max_frame)?;
+        let port = XdpPort::open(&umem, ifname, mode, max_frame, None)?;
         let kind = PortKind::AfXdp(port.mode());
         let mut endpoint = Endpoint {
             io: Io::Xdp(Box::new(XdpIo {

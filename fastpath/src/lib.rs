@@ -9,6 +9,7 @@ pub mod peer;
 mod switch;
 pub mod worker;
 pub mod xdp_port;
+mod xdp_redirect;
 
 pub use counters::{Direction, DropReason, LinkCounters};
 pub use endpoint::Endpoint;

@@ -3,6 +3,7 @@
 //! control plane between batches.
 
 use std::net::SocketAddr;
+use std::os::unix::net::UnixDatagram;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -163,6 +164,8 @@ pub(crate) enum Command {
 /// The control plane's handle on a worker; dropping it stops the worker.
 pub struct Worker {
     commands: Sender<Command>,
+    /// Wakes a worker asleep in poll() for a command (one byte per command).
+    wake: UnixDatagram,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -172,13 +175,18 @@ impl Worker {
     pub fn spawn(config: WorkerConfig) -> Result<Worker, WorkerError> {
         let (commands, inbox) = bounded(64);
         let (ready_tx, ready_rx) = bounded(1);
+        let (wake, woken) = UnixDatagram::pair().map_err(|e| WorkerError::Start(e.to_string()))?;
+        for end in [&wake, &woken] {
+            end.set_nonblocking(true)
+                .map_err(|e| WorkerError::Start(e.to_string()))?;
+        }
         let thread = std::thread::Builder::new()
             .name("xwire-worker".into())
             .spawn(move || {
                 if let Some(core) = config.core {
                     core_affinity::set_for_current(core_affinity::CoreId { id: core });
                 }
-                match Switch::new(&config) {
+                match Switch::new(&config, woken) {
                     Ok(switch) => {
                         let _ = ready_tx.send(Ok(()));
                         switch.run(&config, &inbox);
@@ -192,6 +200,7 @@ impl Worker {
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(Worker {
                 commands,
+                wake,
                 thread: Some(thread),
             }),
             Ok(Err(e)) => Err(e),
@@ -304,6 +313,8 @@ impl Worker {
         self.commands
             .send(command(reply))
             .map_err(|_| WorkerError::Stopped)?;
+        // A full socket means wake-ups are already waiting: nothing is lost.
+        let _ = self.wake.send(&[1]);
         answer.recv().map_err(|_| WorkerError::Stopped)
     }
 }
@@ -311,6 +322,7 @@ impl Worker {
 impl Drop for Worker {
     fn drop(&mut self) {
         let _ = self.commands.send(Command::Stop);
+        let _ = self.wake.send(&[1]);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }

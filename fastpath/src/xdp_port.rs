@@ -11,7 +11,9 @@
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 
-use xsk_rs::config::{BindFlags, Interface, SocketConfig, XdpFlags};
+use crate::xdp_redirect::RedirectProgram;
+
+use xsk_rs::config::{BindFlags, Interface, LibxdpFlags, SocketConfig, XdpFlags};
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, TxQueue, Umem};
 
 /// How the XDP program runs on the interface.
@@ -97,25 +99,29 @@ pub(crate) struct XdpPort {
     pub(crate) in_fill: usize,
     /// Frames in the TX ring, not yet completed.
     pub(crate) in_tx: usize,
+    /// The interface index and slot of this port in the worker's program's maps.
+    redirect: Option<(u32, u32)>,
 }
 
 impl XdpPort {
     /// Opens a port on `ifname` (in the calling thread's network namespace) for frames up
     /// to `max_frame` bytes, in `mode` or, with `None`, the fastest mode that can carry
     /// such frames: native (falling back to generic), or generic alone for frames above
-    /// `NATIVE_MAX_FRAME`.
+    /// `NATIVE_MAX_FRAME`. With `redirect`, frames reach the socket through that program
+    /// (in the port's slot); without, through libxdp's default program.
     pub(crate) fn open(
         umem: &Umem,
         ifname: &str,
         mode: Option<XdpMode>,
         max_frame: usize,
+        redirect: Option<(&RedirectProgram, u32)>,
     ) -> Result<XdpPort, PortError> {
         let interface: Interface = ifname
             .parse()
             .map_err(|_| PortError::BadName(ifname.into()))?;
-        if nix::net::if_::if_nametoindex(ifname).is_err() {
+        let Ok(ifindex) = nix::net::if_::if_nametoindex(ifname) else {
             return Err(PortError::NoSuchInterface(ifname.into()));
-        }
+        };
         let modes: &[XdpMode] = match mode {
             Some(XdpMode::Native) => &[XdpMode::Native],
             Some(XdpMode::Generic) => &[XdpMode::Generic],
@@ -125,6 +131,68 @@ impl XdpPort {
             None if max_frame > NATIVE_MAX_FRAME => &[XdpMode::Generic],
             None => &[XdpMode::Native, XdpMode::Generic],
         };
+        match redirect {
+            Some((program, slot)) => {
+                XdpPort::open_redirected(umem, &interface, ifname, ifindex, modes, program, slot)
+            }
+            None => XdpPort::open_with_libxdp(umem, &interface, ifname, modes),
+        }
+    }
+
+    /// Binds the socket first (a live socket on the interface makes that fail: `Busy`),
+    /// then attaches the worker's program in the first mode the interface takes.
+    fn open_redirected(
+        umem: &Umem,
+        interface: &Interface,
+        ifname: &str,
+        ifindex: u32,
+        modes: &[XdpMode],
+        program: &RedirectProgram,
+        slot: u32,
+    ) -> Result<XdpPort, PortError> {
+        let config = SocketConfig::builder()
+            .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
+            .bind_flags(BindFlags::XDP_USE_NEED_WAKEUP | BindFlags::XDP_USE_SG)
+            .build();
+        // SAFETY: as in `open_with_libxdp`.
+        let (tx, rx, rings) = unsafe { xsk_rs::Socket::new(config, umem, interface, 0) }
+            .map_err(|e| socket_error(ifname, "bind", &e))?;
+        let Some((fill, completion)) = rings else {
+            return Err(PortError::AlreadyOpen(ifname.into()));
+        };
+        let mut last_error = None;
+        for &mode in modes {
+            match program.attach(ifindex, mode) {
+                Ok(()) => {
+                    program
+                        .register(ifindex, slot, rx.fd().as_raw_fd())
+                        .map_err(|source| PortError::Socket {
+                            ifname: ifname.into(),
+                            mode: mode.name(),
+                            source,
+                        })?;
+                    let rings = (tx, rx, fill, completion);
+                    return Ok(XdpPort::opened(ifname, mode, rings, Some((ifindex, slot))));
+                }
+                Err(source) => {
+                    tracing::info!(ifname, mode = mode.name(), error = %source, "XDP program refused");
+                    last_error = Some(PortError::Socket {
+                        ifname: ifname.into(),
+                        mode: mode.name(),
+                        source,
+                    });
+                }
+            }
+        }
+        Err(last_error.expect("at least one mode was tried"))
+    }
+
+    fn open_with_libxdp(
+        umem: &Umem,
+        interface: &Interface,
+        ifname: &str,
+        modes: &[XdpMode],
+    ) -> Result<XdpPort, PortError> {
         let mut last_error = None;
         for &mode in modes {
             // XDP_USE_SG: a frame larger than one UMEM frame (jumbo MTU) arrives as a chain
@@ -136,39 +204,40 @@ impl XdpPort {
             // SAFETY: xsk-rs requires that the UMEM outlive the socket's use of its frames;
             // the socket keeps a clone of the UMEM, and the worker drops its ports before
             // its UMEM.
-            match unsafe { xsk_rs::Socket::new(config, umem, &interface, 0) } {
+            match unsafe { xsk_rs::Socket::new(config, umem, interface, 0) } {
                 Ok((tx, rx, Some((fill, completion)))) => {
-                    tracing::info!(ifname, mode = mode.name(), "AF_XDP port open");
-                    return Ok(XdpPort {
-                        mode,
-                        tx,
-                        rx,
-                        fill,
-                        completion,
-                        in_fill: 0,
-                        in_tx: 0,
-                    });
+                    let rings = (tx, rx, fill, completion);
+                    return Ok(XdpPort::opened(ifname, mode, rings, None));
                 }
                 Ok((_, _, None)) => return Err(PortError::AlreadyOpen(ifname.into())),
-                Err(e) => {
-                    let source = std::error::Error::source(&e)
-                        .and_then(|s| s.downcast_ref::<io::Error>())
-                        .map(|s| io::Error::new(s.kind(), s.to_string()))
-                        .unwrap_or_else(|| io::Error::other(e.to_string()));
-                    tracing::info!(ifname, mode = mode.name(), error = %source, "AF_XDP socket refused");
-                    last_error = Some(if source.kind() == io::ErrorKind::ResourceBusy {
-                        PortError::Busy(ifname.into())
-                    } else {
-                        PortError::Socket {
-                            ifname: ifname.into(),
-                            mode: mode.name(),
-                            source,
-                        }
-                    });
-                }
+                Err(e) => last_error = Some(socket_error(ifname, mode.name(), &e)),
             }
         }
         Err(last_error.expect("at least one mode was tried"))
+    }
+
+    fn opened(
+        ifname: &str,
+        mode: XdpMode,
+        (tx, rx, fill, completion): (TxQueue, RxQueue, FillQueue, CompQueue),
+        redirect: Option<(u32, u32)>,
+    ) -> XdpPort {
+        tracing::info!(ifname, mode = mode.name(), "AF_XDP port open");
+        XdpPort {
+            mode,
+            tx,
+            rx,
+            fill,
+            completion,
+            in_fill: 0,
+            in_tx: 0,
+            redirect,
+        }
+    }
+
+    /// The interface and slot the worker's program sends this port's frames by, if any.
+    pub(crate) fn redirect(&self) -> Option<(u32, u32)> {
+        self.redirect
     }
 
     pub(crate) fn mode(&self) -> XdpMode {
@@ -293,6 +362,25 @@ impl XdpPort {
             let _ = self.fill.wakeup(self.rx.fd_mut(), 0);
         }
         n
+    }
+}
+
+/// The port error for a socket xsk-rs could not make or bind.
+fn socket_error(ifname: &str, mode: &'static str, e: &dyn std::error::Error) -> PortError {
+    let source = e
+        .source()
+        .and_then(|s| s.downcast_ref::<io::Error>())
+        .map(|s| io::Error::new(s.kind(), s.to_string()))
+        .unwrap_or_else(|| io::Error::other(e.to_string()));
+    tracing::info!(ifname, mode, error = %source, "AF_XDP socket refused");
+    if source.kind() == io::ErrorKind::ResourceBusy {
+        PortError::Busy(ifname.into())
+    } else {
+        PortError::Socket {
+            ifname: ifname.into(),
+            mode,
+            source,
+        }
     }
 }
 

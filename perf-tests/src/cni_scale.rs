@@ -12,8 +12,8 @@ use anyhow::{bail, ensure, Result};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::testbed::cluster::{certs_toml, plugin, write_certs, Node, Pod, TempDir};
-use crate::testbed::{Netns, Veth};
+use crate::testbed::cluster::{node_pair, plugin, Pod, TempDir};
+use crate::testbed::Netns;
 
 /// The two binaries, found next to the running `xwire-perf` unless told otherwise.
 pub struct Binaries {
@@ -106,32 +106,13 @@ pub fn run(binaries: &Binaries, pods: usize) -> Result<Report> {
         "--pods must be even and at least 6"
     );
     let certs = TempDir::new("bench-certs");
-    let (ns_a, ns_b) = (Netns::new("bench-na")?, Netns::new("bench-nb")?);
-    let underlay = Veth::new(&ns_a, &ns_b)?;
-    ns_a.add_address(underlay.a_name(), "192.168.78.1/24")?;
-    ns_b.add_address(underlay.b_name(), "192.168.78.2/24")?;
-    underlay.set_up()?;
-    std::mem::forget(underlay); // the namespaces take it with them
-    write_certs(&certs.0, &["na", "nb"]);
-    let config = |me: &str, my_ip: &str, peer: &str, peer_ip: &str| {
-        format!(
-            "node_address = \"{my_ip}:7470\"\nmax_ports = {}\n{}[[peers]]\nname = \"{peer}\"\naddress = \"{peer_ip}:7470\"\n",
-            pods + 8,
-            certs_toml(&certs.0, me)
-        )
-    };
-    let na = Node::start_in(
+    let (na, nb) = node_pair(
         &binaries.xwired,
-        ns_a,
-        "na",
-        &config("na", "192.168.78.1", "nb", "192.168.78.2"),
-    );
-    let nb = Node::start_in(
-        &binaries.xwired,
-        ns_b,
-        "nb",
-        &config("nb", "192.168.78.2", "na", "192.168.78.1"),
-    );
+        &certs,
+        ["na", "nb"],
+        "192.168.78",
+        pods + 8,
+    )?;
     for node in [&na, &nb] {
         node.apply_objects(topology(pods));
     }
@@ -209,7 +190,8 @@ pub fn run(binaries: &Binaries, pods: usize) -> Result<Report> {
     })
 }
 
-trait WithNamespace {
+/// A network configuration for another topology namespace than the default `lab`.
+pub trait WithNamespace {
     fn with_namespace(self, namespace: &str) -> Value;
 }
 

@@ -5,4 +5,5 @@ pub mod cni_scale;
 pub mod local_fwd;
 pub mod measure;
 pub mod remote_wire;
+pub mod restart;
 pub mod testbed;

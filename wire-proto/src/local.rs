@@ -115,6 +115,8 @@ pub enum Request {
     TopologyDelete(TopologyQuery),
     /// The node's attachments and wire records, for `xwirectl wires` and tests.
     State,
+    /// `xwirectl reconcile`: converge the node on its store now, and say what changed.
+    Reconcile,
 }
 
 /// What `Request::State` answers: the store's records, as JSON.
@@ -179,10 +181,15 @@ pub enum Response {
         objects: Vec<Value>,
     },
     State(NodeState),
+    /// What a reconcile pass changed, one line per change (empty: nothing to do).
+    Reconciled {
+        changes: Vec<String>,
+        failures: Vec<String>,
+    },
 }
 
 /// The `type` values of `Request`, for telling an unknown type from a malformed one.
-const REQUEST_TYPES: [&str; 9] = [
+const REQUEST_TYPES: [&str; 10] = [
     "add",
     "del",
     "check",
@@ -192,8 +199,17 @@ const REQUEST_TYPES: [&str; 9] = [
     "topology_get",
     "topology_delete",
     "state",
+    "reconcile",
 ];
-const RESPONSE_TYPES: [&str; 6] = ["added", "not_managed", "ok", "error", "topologies", "state"];
+const RESPONSE_TYPES: [&str; 7] = [
+    "added",
+    "not_managed",
+    "ok",
+    "error",
+    "topologies",
+    "state",
+    "reconciled",
+];
 
 #[derive(Serialize)]
 struct EnvelopeOut<'a, T> {
@@ -321,6 +337,7 @@ mod tests {
             Request::TopologyGet(TopologyQuery::default()),
             Request::TopologyDelete(TopologyQuery::default()),
             Request::State,
+            Request::Reconcile,
         ];
         for r in requests {
             let v = serde_json::to_value(&r).unwrap();
@@ -331,6 +348,10 @@ mod tests {
             Response::Ok,
             Response::Topologies { objects: vec![] },
             Response::State(NodeState::default()),
+            Response::Reconciled {
+                changes: vec![],
+                failures: vec![],
+            },
         ];
         for r in responses {
             let v = serde_json::to_value(&r).unwrap();

@@ -8,6 +8,7 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
 use xwire_cni::client as api_client;
 use xwire_control::config::DEFAULT_API_SOCKET;
+use xwire_control::store::{EmbeddedStore, TopologySource};
 use xwire_control::topology;
 use xwire_fastpath::peer::ClusterCa;
 use xwire_proto::local::{Request, Response, TopologyApply, TopologyQuery};
@@ -31,6 +32,9 @@ enum Command {
     },
     /// The node's attachments and wire records, as JSON.
     Wires,
+    /// Runs a reconciliation pass now and prints what it changed (nothing, on a node
+    /// that is as its store says).
+    Reconcile,
     /// Makes a cluster CA and a certificate and key for each node, as PEM files in DIR:
     /// ca.pem, NODE.pem and NODE.key.
     Certs {
@@ -46,7 +50,14 @@ enum Command {
 enum TopologyCommand {
     /// Stores the Topology objects in FILE (YAML or JSON; `-` reads standard input).
     /// Links of running pods follow: added links appear, removed ones disappear.
-    Apply { file: PathBuf },
+    Apply {
+        file: PathBuf,
+        /// Write into the store in this state directory instead of asking the daemon,
+        /// for a node whose daemon is down; its next start joins the links. Refused
+        /// while a daemon holds the store.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
     /// Prints stored objects: all, a namespace's, or one.
     Get {
         #[arg(long, short)]
@@ -83,13 +94,32 @@ fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&state)?);
             Ok(())
         }
+        Command::Reconcile => {
+            let response = ask(&args.socket, &Request::Reconcile)?;
+            let Response::Reconciled { changes, failures } = response else {
+                bail!("unexpected answer: {response:?}");
+            };
+            if changes.is_empty() && failures.is_empty() {
+                println!("nothing to change");
+            }
+            for change in &changes {
+                println!("changed: {change}");
+            }
+            for failure in &failures {
+                println!("failed: {failure}");
+            }
+            if !failures.is_empty() {
+                bail!("{} change(s) could not be made", failures.len());
+            }
+            Ok(())
+        }
         Command::Certs { out, nodes } => certs(&out, &nodes),
     }
 }
 
 fn topology_command(socket: &Path, command: TopologyCommand) -> anyhow::Result<()> {
     match command {
-        TopologyCommand::Apply { file } => {
+        TopologyCommand::Apply { file, state_dir } => {
             let text = if file == Path::new("-") {
                 let mut text = String::new();
                 std::io::stdin().read_to_string(&mut text)?;
@@ -104,6 +134,18 @@ fn topology_command(socket: &Path, command: TopologyCommand) -> anyhow::Result<(
                 .iter()
                 .map(serde_json::to_value)
                 .collect::<Result<_, _>>()?;
+            if let Some(dir) = state_dir {
+                let store = EmbeddedStore::open_existing(&dir)
+                    .with_context(|| "the store (is its daemon still running?)".to_string())?;
+                let stored = store.topologies()?;
+                let incoming = topology::check_apply(objects, &stored)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+                store.put_topologies(&incoming)?;
+                for t in &incoming {
+                    println!("topology/{} stored in {}", t.key(), store.path().display());
+                }
+                return Ok(());
+            }
             let response = ask(socket, &Request::TopologyApply(TopologyApply { objects }))?;
             for name in object_names(response)? {
                 println!("topology/{name} applied");

@@ -6,11 +6,11 @@
 mod cni_calls;
 mod journal;
 mod peers;
+mod reconcile;
 mod topology_calls;
 mod wiring;
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use xwire_fastpath::link_table::PortId;
 use xwire_fastpath::peer::{NodeIdentity, PeerConfig, PeerId};
@@ -23,6 +23,7 @@ use crate::netns::NetnsFd;
 use crate::store::{AttachmentRecord, EmbeddedStore, StoreError, TopologySource, WireStore};
 
 pub use journal::{Journal, Step};
+pub use reconcile::Reconciled;
 
 /// The fast path of a node that has peers: one worker and the peers declared to it.
 struct Fastpath {
@@ -77,7 +78,19 @@ impl Node {
             remote_ends: HashMap::new(),
             ports: HashMap::new(),
         };
-        node.recover();
+        // A start that finds records is a restart: this pass re-attaches to what the last
+        // run made. What it cannot do now (a peer not up yet) a later pass or the peer's
+        // Sync finishes.
+        let started = std::time::Instant::now();
+        match node.reconcile() {
+            Ok(done) => tracing::info!(
+                changes = done.changes.len(),
+                failures = done.failures.len(),
+                took_ms = started.elapsed().as_millis() as u64,
+                "start: reconciled with the store"
+            ),
+            Err(e) => tracing::error!("start: reconciling failed: {}: {}", e.msg, e.details),
+        }
         Ok(node)
     }
 
@@ -96,6 +109,10 @@ impl Node {
             Request::TopologyGet(query) => self.get_topologies(&query),
             Request::TopologyDelete(query) => self.delete_topologies(&query),
             Request::State => self.state().map(Response::State),
+            Request::Reconcile => self.reconcile().map(|done| Response::Reconciled {
+                changes: done.changes,
+                failures: done.failures,
+            }),
         };
         result.unwrap_or_else(Response::Error)
     }
@@ -118,44 +135,6 @@ impl Node {
                 .map(to_json)
                 .collect(),
         })
-    }
-
-    /// After a start: forgets attachments whose pod namespace is gone, and puts the
-    /// others' wire ends back to pending where their interfaces are gone or went through
-    /// a fast path that died with the last run (they are joined again as peers answer).
-    /// Re-attaching without a flap is reconciliation's job (issue 6).
-    fn recover(&mut self) {
-        let Ok(attachments) = self.store.attachments() else {
-            return;
-        };
-        for attachment in attachments {
-            if NetnsFd::open(Path::new(&attachment.netns)).is_err() {
-                tracing::info!(pod = %attachment.pod.name, "pod namespace gone: forgetting its wires");
-                let _ = self.forget_attachment(&attachment, false);
-            }
-        }
-        let Ok(wires) = self.store.wires() else {
-            return;
-        };
-        for wire in wires {
-            match wire.state {
-                crate::store::WireState::Remote => {
-                    let _ = crate::interfaces::delete(&self.node_ns, &wire.wire_ifname);
-                    self.set_pending(wire);
-                }
-                crate::store::WireState::Veth => {
-                    let present = NetnsFd::open(Path::new(&wire.local_pod_netns))
-                        .ok()
-                        .and_then(|ns| crate::interfaces::inspect(&ns, &wire.local_pod_ifname).ok())
-                        .flatten()
-                        .is_some();
-                    if !present {
-                        self.set_pending(wire);
-                    }
-                }
-                crate::store::WireState::Pending => {}
-            }
-        }
     }
 
     fn attachment_of_pod(

@@ -15,18 +15,19 @@ use crate::netns::NetnsFd;
 use crate::store::{wire_key, WireRecord, WireState, WireStore};
 
 impl Node {
-    /// Takes the fast path's peer events and acts on them.
-    pub fn pump_peer_events(&mut self) {
+    /// Takes the fast path's peer events and acts on them; says whether there were any.
+    pub fn pump_peer_events(&mut self) -> bool {
         let Some(fastpath) = &self.fastpath else {
-            return;
+            return false;
         };
         let events = match fastpath.worker.peer_status() {
             Ok((_, events)) => events,
             Err(e) => {
                 tracing::error!("reading peer events: {e}");
-                return;
+                return false;
             }
         };
+        let any = !events.is_empty();
         for event in events {
             match event {
                 PeerEvent::Up { name, .. } => {
@@ -55,6 +56,7 @@ impl Node {
                 }
             }
         }
+        any
     }
 
     fn peer_name(&self, peer: PeerId) -> Option<String> {
@@ -223,12 +225,28 @@ impl Node {
         for spec in wires {
             self.on_add_wire(from, spec);
         }
-        let gone: Vec<WireKey> = self
+        // What this node believes it shares with `from`: the ends it heard of, and (after
+        // a restart, when it has heard nothing yet) the ends its records join to `from`.
+        let mut shared: HashSet<WireKey> = self
             .remote_ends
             .iter()
-            .filter(|(key, end)| end.node == from && !listed.contains(*key))
+            .filter(|(_, end)| end.node == from)
             .map(|(key, _)| key.clone())
             .collect();
+        if let Ok(records) = self.store.wires() {
+            shared.extend(
+                records
+                    .iter()
+                    .filter(|w| {
+                        w.state == WireState::Remote && w.peer_node.as_deref() == Some(from)
+                    })
+                    .map(|w| WireKey {
+                        namespace: w.topo_namespace.clone(),
+                        link_uid: w.link_uid,
+                    }),
+            );
+        }
+        let gone: Vec<WireKey> = shared.difference(&listed).cloned().collect();
         for key in gone {
             self.on_del_wire(from, &key);
         }

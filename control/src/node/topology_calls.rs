@@ -14,30 +14,14 @@ use crate::topology::{self, Link, Topology};
 
 impl Node {
     pub(super) fn apply_topologies(&mut self, apply: TopologyApply) -> Result<Response, CniError> {
-        let invalid = |msg: String| cni_error(codes::TOPOLOGY_INVALID, msg, "");
-        let mut incoming = Vec::new();
-        for object in apply.objects {
-            let t: Topology = serde_json::from_value(object)
-                .map_err(|e| invalid(format!("not a Topology object: {e}")))?;
-            topology::check(&t).map_err(|e| invalid(format!("Topology {}: {e}", t.key())))?;
-            incoming.push(t);
-        }
-        // Checked against what is stored too: a new object must agree with its peers'.
-        let mut merged: BTreeMap<String, Topology> = self
-            .store
-            .topologies()
-            .map_err(store_error)?
+        let stored = self.store.topologies().map_err(store_error)?;
+        let incoming = topology::check_apply(apply.objects, &stored)
+            .map_err(|msg| cni_error(codes::TOPOLOGY_INVALID, msg, ""))?;
+        let old: BTreeMap<String, Topology> = stored
             .into_iter()
+            .filter(|t| incoming.iter().any(|i| i.key() == t.key()))
             .map(|t| (t.key(), t))
             .collect();
-        let mut old = BTreeMap::new();
-        for t in &incoming {
-            if let Some(previous) = merged.insert(t.key(), t.clone()) {
-                old.insert(t.key(), previous);
-            }
-        }
-        let all: Vec<Topology> = merged.into_values().collect();
-        topology::check_together(&all).map_err(invalid)?;
         self.store.put_topologies(&incoming).map_err(store_error)?;
 
         let mut failures = Vec::new();

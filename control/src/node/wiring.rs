@@ -5,11 +5,12 @@
 
 use std::path::Path;
 
+use xwire_fastpath::peer::PeerId;
 use xwire_proto::control::{ControlBody, ControlMessage, WireKey};
 use xwire_proto::local::{codes, CniError};
 
 use super::{cni_error, store_error, Journal, Node, Step};
-use crate::interfaces::{self, EndSettings, ALIAS_PREFIX};
+use crate::interfaces::{self, EndSettings, ALIAS_PREFIX, NODE_ALIAS_PREFIX};
 use crate::netns::NetnsFd;
 use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState, WireStore};
 use crate::topology::{parse_cidr, parse_mac, Link};
@@ -219,32 +220,17 @@ impl Node {
         record: &mut WireRecord,
         journal: &mut Journal,
     ) -> Result<(), CniError> {
-        let fastpath_error = |what: String, e: &dyn std::fmt::Display| {
-            cni_error(codes::FASTPATH_FAILED, what, e.to_string())
-        };
-        let Some(fastpath) = &self.fastpath else {
-            return Err(cni_error(
-                codes::FASTPATH_FAILED,
-                format!(
-                    "the peer pod {} is on node {node}, but this node has no peers configured",
-                    link.peer_pod
-                ),
-                "",
-            ));
-        };
-        let Some(&peer_id) = fastpath.peers.get(node) else {
-            return Err(cni_error(
-                codes::FASTPATH_FAILED,
-                format!("node {node} is not among this node's peers"),
-                "",
-            ));
-        };
+        self.peer_of(node, &link.peer_pod)?;
         let namespace = record.topo_namespace.clone();
         let mut own = own_end(&namespace, &record.local_pod_name, link);
         own.checksum_off = true;
         let node_end = EndSettings {
             mtu: link.mtu,
             checksum_off: true,
+            alias: Some(format!(
+                "{NODE_ALIAS_PREFIX}{}:{namespace}/{}/{}",
+                self.config.node_name, record.local_pod_name, link.uid
+            )),
             ..EndSettings::named(&node_ifname(&namespace, &record.local_pod_name, link.uid))
         };
         interfaces::create_veth(pod_ns, &own, &self.node_ns, &node_end).map_err(|e| {
@@ -260,28 +246,72 @@ impl Node {
             netns: String::new(),
             name: node_end.name.clone(),
         });
-        let max_frame = link.mtu.unwrap_or(1500) as usize + 18;
+        record.state = WireState::Remote;
+        record.wire_ifname = node_end.name;
+        record.peer_intf_id = wire_id(&namespace, link.uid);
+        record.peer_node = Some(node.to_owned());
+        record.peer_node_ip = self
+            .fastpath
+            .as_ref()
+            .and_then(|f| f.addresses.get(node).cloned());
+        self.open_remote_port(record, link.mtu, journal)
+    }
+
+    /// Opens the fast-path port on a remote wire's node end (which exists) and joins it
+    /// to the record's peer node: at a join, and when a restart finds the end in place.
+    pub(super) fn open_remote_port(
+        &mut self,
+        record: &WireRecord,
+        mtu: Option<u32>,
+        journal: &mut Journal,
+    ) -> Result<(), CniError> {
+        let fastpath_error = |what: String, e: &dyn std::fmt::Display| {
+            cni_error(codes::FASTPATH_FAILED, what, e.to_string())
+        };
+        let node = record.peer_node.as_deref().unwrap_or_default();
+        let peer_id = self.peer_of(node, &record.peer_pod)?;
+        let fastpath = self.fastpath.as_ref().expect("peer_of found the fast path");
+        let max_frame = mtu.unwrap_or(1500) as usize + 18;
         let port = fastpath
             .worker
-            .add_port(&node_end.name, max_frame)
-            .map_err(|e| fastpath_error(format!("open a port on {}", node_end.name), &e))?;
+            .add_port(&record.wire_ifname, max_frame)
+            .map_err(|e| fastpath_error(format!("open a port on {}", record.wire_ifname), &e))?;
         journal.record(Step::Port {
             key: record.key(),
             id: port.id,
         });
         self.ports.insert(record.key(), port.id);
-        let id = wire_id(&namespace, link.uid);
         fastpath
             .worker
-            .add_remote_link(id, port.id, peer_id)
-            .map_err(|e| fastpath_error(format!("join {} to node {node}", node_end.name), &e))?;
-        journal.record(Step::RemoteLink { wire_id: id });
-        record.state = WireState::Remote;
-        record.wire_ifname = node_end.name;
-        record.peer_intf_id = id;
-        record.peer_node = Some(node.to_owned());
-        record.peer_node_ip = fastpath.addresses.get(node).cloned();
+            .add_remote_link(record.peer_intf_id, port.id, peer_id)
+            .map_err(|e| {
+                fastpath_error(format!("join {} to node {node}", record.wire_ifname), &e)
+            })?;
+        journal.record(Step::RemoteLink {
+            wire_id: record.peer_intf_id,
+        });
         Ok(())
+    }
+
+    /// The fast path's id for peer `node`, or why a wire to `peer_pod` there cannot be.
+    fn peer_of(&self, node: &str, peer_pod: &str) -> Result<PeerId, CniError> {
+        let Some(fastpath) = &self.fastpath else {
+            return Err(cni_error(
+                codes::FASTPATH_FAILED,
+                format!(
+                    "the peer pod {peer_pod} is on node {node}, but this node has no peers configured"
+                ),
+                "",
+            ));
+        };
+        match fastpath.peers.get(node) {
+            Some(&id) => Ok(id),
+            None => Err(cni_error(
+                codes::FASTPATH_FAILED,
+                format!("node {node} is not among this node's peers"),
+                "",
+            )),
+        }
     }
 
     /// Takes a wire end apart (its interfaces, port and link) and tells the peer node

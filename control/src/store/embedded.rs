@@ -6,6 +6,7 @@
 // path, so boxing it would buy nothing.
 #![allow(clippy::result_large_err)]
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableTable, TableDefinition};
@@ -28,7 +29,8 @@ pub struct EmbeddedStore {
 }
 
 impl EmbeddedStore {
-    /// Opens (or creates) `DB_FILE` in `state_dir`, creating the directory too.
+    /// Opens (or creates) `DB_FILE` in `state_dir`, creating the directory too. A file
+    /// that exists but cannot be read is an error, and is left exactly as it is.
     pub fn open(state_dir: &Path) -> Result<EmbeddedStore, StoreError> {
         let path = state_dir.join(DB_FILE);
         let fail = |message: String| StoreError::Backend {
@@ -36,7 +38,45 @@ impl EmbeddedStore {
             message,
         };
         std::fs::create_dir_all(state_dir).map_err(|e| fail(e.to_string()))?;
+        if path.exists() {
+            return EmbeddedStore::open_existing(state_dir);
+        }
         let db = Database::create(&path).map_err(|e| fail(e.to_string()))?;
+        EmbeddedStore::with_tables(db, path)
+    }
+
+    /// Opens the store in `state_dir`, which must exist; refused while another process
+    /// (a running daemon) holds it. Every record is read once, so that a store that
+    /// cannot be read fails here rather than part-way through a start.
+    pub fn open_existing(state_dir: &Path) -> Result<EmbeddedStore, StoreError> {
+        let path = state_dir.join(DB_FILE);
+        let fail = |message: String| StoreError::Backend {
+            path: path.display().to_string(),
+            message,
+        };
+        let metadata = std::fs::metadata(&path).map_err(|e| fail(e.to_string()))?;
+        if !metadata.is_file() {
+            return Err(fail("not a regular file".into()));
+        }
+        // Root reads and writes whatever the mode says; an owner without read and write
+        // permission on its own store means someone meant to keep the daemon out.
+        let mode = metadata.permissions().mode() & 0o777;
+        if mode & 0o600 != 0o600 {
+            return Err(fail(format!(
+                "its mode is {mode:03o}, and the daemon needs to read and write it (chmod 600 to allow)"
+            )));
+        }
+        // `Database::open`, never `create`: a file redb cannot read is reported, not
+        // replaced.
+        let db = Database::open(&path).map_err(|e| fail(e.to_string()))?;
+        let store = EmbeddedStore::with_tables(db, path)?;
+        store.wires()?;
+        store.attachments()?;
+        store.topologies()?;
+        Ok(store)
+    }
+
+    fn with_tables(db: Database, path: PathBuf) -> Result<EmbeddedStore, StoreError> {
         let store = EmbeddedStore { db, path };
         // Reads of a table that was never written fail, so make all of them now.
         store.write(|tx| {
@@ -252,6 +292,49 @@ mod tests {
         assert!(store.remove_topology("lab", "r1").unwrap());
         assert!(store.topologies().unwrap().is_empty());
         drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_store_that_cannot_be_read_is_refused_and_left_as_it_is() {
+        let dir = temp_dir("unreadable");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(DB_FILE);
+        let garbage: Vec<u8> = (0..8192u32).map(|i| (i * 31 % 251) as u8).collect();
+        std::fs::write(&path, &garbage).unwrap();
+        let err = EmbeddedStore::open(&dir).err().expect("garbage is refused");
+        assert!(err.to_string().contains(DB_FILE), "{err}");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            garbage,
+            "the file was changed"
+        );
+
+        std::fs::remove_file(&path).unwrap();
+        EmbeddedStore::open(&dir)
+            .unwrap()
+            .put_wire(&wire(3))
+            .unwrap();
+        let before = std::fs::read(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000)).unwrap();
+        let err = EmbeddedStore::open(&dir)
+            .err()
+            .expect("mode 000 is refused");
+        assert!(err.to_string().contains("mode is 000"), "{err}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        assert_eq!(
+            EmbeddedStore::open(&dir).unwrap().wires().unwrap(),
+            vec![wire(3)]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_second_opener_is_refused_while_the_first_holds_the_store() {
+        let dir = temp_dir("held");
+        let _first = EmbeddedStore::open(&dir).unwrap();
+        assert!(EmbeddedStore::open_existing(&dir).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

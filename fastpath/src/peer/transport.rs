@@ -16,6 +16,7 @@ use xwire_proto::control::{
     Capabilities, ControlBody, ControlMessage, ErrorBody, ErrorCode, Hello,
 };
 
+use super::pki::NodeIdentity;
 use super::session::{Inbound, Session};
 use super::udp::Udp;
 use super::{tls, Carrier, PeerConfig, PeerCounters, PeerError, PeerEvent, PeerId};
@@ -80,7 +81,17 @@ impl PeerTransport {
         let server = tls::server_config(&config.identity, mtu)?;
         let client = tls::client_config(&config.identity, mtu)?;
         let udp = Udp::bind(config.listen)?;
-        let mut endpoint_config = EndpointConfig::default();
+        // The stateless-reset key is derived from the node's private key, so that it is
+        // the same after a restart: a node that restarts answers its peers' packets for
+        // the old connection with a reset they accept, and they redial at once instead
+        // of waiting out the idle timeout.
+        // The connection-id key must be stable too: the endpoint answers with a reset
+        // only packets whose connection id it recognizes as one it could have issued.
+        let mut endpoint_config = EndpointConfig::new(Arc::new(reset_key(&config.identity)));
+        let cid_key = cid_key(&config.identity);
+        endpoint_config.cid_generator(move || {
+            Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+        });
         // The largest packet this node accepts, announced to peers; quinn's default is
         // for a 1500-byte path and would cap a jumbo underlay at 1472.
         endpoint_config
@@ -348,7 +359,7 @@ impl PeerTransport {
             match event {
                 // The dialing side speaks first.
                 Event::Connected if session.peer.is_some() => session.send_hello(self.hello()),
-                Event::ConnectionLost { reason } => self.lost(&session, reason.to_string()),
+                Event::ConnectionLost { reason } => self.lost(handle, &session, reason.to_string()),
                 Event::Stream(StreamEvent::Opened { .. }) => {
                     for id in session.accept_streams() {
                         session.adopt_control_stream(id);
@@ -503,9 +514,13 @@ impl PeerTransport {
         self.events.push(PeerEvent::Refused { remote, reason });
     }
 
-    fn lost(&mut self, session: &Session, reason: String) {
+    fn lost(&mut self, handle: ConnectionHandle, session: &Session, reason: String) {
         let remote = session.conn.remote_address();
         match session.peer {
+            // A connection that a newer one replaced goes quietly: the peer is up.
+            Some(peer) if session.hello_done && self.peers[peer].session != Some(handle) => {
+                tracing::debug!(peer = %self.peers[peer].name, %reason, "replaced connection closed");
+            }
             Some(peer) if session.hello_done => {
                 tracing::info!(peer = %self.peers[peer].name, %remote, %reason, "peer down");
                 self.events.push(PeerEvent::Down {
@@ -554,6 +569,27 @@ impl PeerTransport {
             self.transmit(&mut session, now);
         }
     }
+}
+
+/// An HMAC key for stateless-reset tokens that only this node's private key yields.
+fn reset_key(identity: &NodeIdentity) -> ring::hmac::Key {
+    let secret = derived(identity, "stateless reset");
+    ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_ref())
+}
+
+/// The key of the hash that marks this node's connection ids as its own.
+fn cid_key(identity: &NodeIdentity) -> u64 {
+    let secret = derived(identity, "connection ids");
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&secret.as_ref()[..8]);
+    u64::from_le_bytes(first)
+}
+
+fn derived(identity: &NodeIdentity, purpose: &str) -> ring::digest::Digest {
+    ring::digest::digest(
+        &ring::digest::SHA256,
+        format!("xwire {purpose}\n{}", identity.key_pem).as_bytes(),
+    )
 }
 
 /// Whether the peer's certificate (checked against the CA in the handshake) is for `name`.

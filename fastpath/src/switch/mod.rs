@@ -7,7 +7,6 @@
 //! list, one kernel ring, one port's partial RX chain, or one pending TX batch.
 
 use std::os::fd::{BorrowedFd, RawFd};
-use std::time::Duration;
 
 use crossbeam_channel::{Receiver, TryRecvError};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -20,6 +19,9 @@ use crate::packet_port::PacketPort;
 use crate::peer::PeerTransport;
 use crate::worker::{Command, PortChoice, PortInfo, PortKind, WorkerConfig, WorkerError};
 use crate::xdp_port::{frame_data, write_frame, PortError, XdpPort, UMEM_FRAME_DATA};
+use crate::xdp_redirect::RedirectProgram;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixDatagram;
 
 /// A descriptor on its way out, the link it is counted on, and whether it is the last
 /// (or only) descriptor of its frame.
@@ -72,11 +74,15 @@ pub(crate) struct Switch {
     free: Vec<FrameDesc>,
     scratch: Vec<FrameDesc>,
     tx_scratch: Vec<FrameDesc>,
+    /// The XDP program of this worker's AF_XDP ports, loaded with the first of them.
+    redirect: Option<RedirectProgram>,
+    /// Readable when the control plane has sent a command: part of the idle poll().
+    woken: UnixDatagram,
     umem: Umem,
 }
 
 impl Switch {
-    pub(crate) fn new(config: &WorkerConfig) -> Result<Switch, WorkerError> {
+    pub(crate) fn new(config: &WorkerConfig, woken: UnixDatagram) -> Result<Switch, WorkerError> {
         let start = |e: &dyn std::fmt::Display| WorkerError::Start(e.to_string());
         let frames = (config.max_ports * config.frames_per_port).max(1) as u32;
         let umem_config = UmemConfig::builder()
@@ -95,6 +101,8 @@ impl Switch {
             free,
             scratch: vec![FrameDesc::default(); config.batch.max(1)],
             tx_scratch: Vec::with_capacity(config.batch.max(1)),
+            redirect: None,
+            woken,
             umem,
         })
     }
@@ -137,11 +145,9 @@ impl Switch {
     fn sleep_until_traffic(&self) {
         let mut fds: Vec<RawFd> = self.ports.iter().flatten().map(Port::raw_fd).collect();
         fds.extend(self.peers.as_ref().map(PeerTransport::raw_fd));
-        if fds.is_empty() {
-            std::thread::sleep(Duration::from_millis(u64::from(SLEEP_MS)));
-            return;
-        }
-        // SAFETY: each fd belongs to a port in `self.ports`, open for this whole call.
+        fds.push(self.woken.as_raw_fd());
+        // SAFETY: each fd belongs to a port in `self.ports`, the peer transport or the
+        // wake-up socket, all open for this whole call.
         let borrowed: Vec<BorrowedFd<'_>> = fds
             .iter()
             .map(|&fd| unsafe { BorrowedFd::borrow_raw(fd) })
@@ -151,6 +157,8 @@ impl Switch {
             .map(|fd| PollFd::new(*fd, PollFlags::POLLIN))
             .collect();
         let _ = poll(&mut poll_fds, PollTimeout::from(SLEEP_MS));
+        let mut drain = [0u8; 64];
+        while self.woken.recv(&mut drain).is_ok() {}
     }
 
     fn apply(&mut self, command: Command, config: &WorkerConfig) {
@@ -256,33 +264,37 @@ impl Switch {
     /// AF_PACKET when AF_XDP cannot be had (but not when another program holds the
     /// interface, which AF_PACKET would not fix).
     fn open_port(
-        &self,
+        &mut self,
         ifname: &str,
         max_frame: usize,
         choice: PortChoice,
         config: &WorkerConfig,
+        slot: usize,
     ) -> Result<(Port, PortKind), PortError> {
         let packet = || {
             PacketPort::open(ifname, max_frame, config.frames_per_port)
                 .map(|p| (Port::Packet(p), PortKind::AfPacket))
         };
-        match choice {
-            PortChoice::AfPacket => packet(),
-            PortChoice::AfXdp => XdpPort::open(&self.umem, ifname, config.xdp_mode, max_frame)
-                .map(|p| (PortKind::AfXdp(p.mode()), p))
-                .map(|(kind, p)| (Port::Xdp(p), kind)),
-            PortChoice::Auto => match XdpPort::open(&self.umem, ifname, config.xdp_mode, max_frame)
-            {
-                Ok(p) => {
-                    let kind = PortKind::AfXdp(p.mode());
-                    Ok((Port::Xdp(p), kind))
-                }
-                Err(e @ (PortError::Socket { .. } | PortError::AlreadyOpen(_))) => {
-                    tracing::warn!(ifname, reason = %e, "AF_XDP unavailable, using AF_PACKET");
-                    packet()
-                }
-                Err(e) => Err(e),
-            },
+        if choice == PortChoice::AfPacket {
+            return packet();
+        }
+        if self.redirect.is_none() {
+            match RedirectProgram::load(config.max_ports as u32) {
+                Ok(program) => self.redirect = Some(program),
+                // Ports still open through libxdp's program, one per interface.
+                Err(e) => tracing::warn!(error = %e, "the worker's XDP program did not load"),
+            }
+        }
+        let redirect = self.redirect.as_ref().map(|p| (p, slot as u32));
+        let opened = XdpPort::open(&self.umem, ifname, config.xdp_mode, max_frame, redirect)
+            .map(|p| (PortKind::AfXdp(p.mode()), p))
+            .map(|(kind, p)| (Port::Xdp(p), kind));
+        match (choice, opened) {
+            (PortChoice::Auto, Err(e @ (PortError::Socket { .. } | PortError::AlreadyOpen(_)))) => {
+                tracing::warn!(ifname, reason = %e, "AF_XDP unavailable, using AF_PACKET");
+                packet()
+            }
+            (_, opened) => opened,
         }
     }
 
@@ -303,7 +315,7 @@ impl Switch {
             }
             None => return Err(PortError::NoRoom(config.max_ports).into()),
         };
-        let (port, kind) = self.open_port(ifname, max_frame, choice, config)?;
+        let (port, kind) = self.open_port(ifname, max_frame, choice, config, slot)?;
         let id = PortId(slot as u16);
         self.ports[slot] = Some(port);
         self.table.set_max_frame(id, max_frame);
@@ -325,6 +337,11 @@ impl Switch {
             self.free.push(out.desc);
         }
         self.free.append(&mut self.rx_chains[slot]);
+        if let (Port::Xdp(xdp), Some(program)) = (&port, &self.redirect) {
+            if let Some((ifindex, slot)) = xdp.redirect() {
+                program.release(ifindex, slot, xdp.mode());
+            }
+        }
         // Frames still in a closed AF_XDP socket's rings cannot be taken back one by one;
         // they are lost to this UMEM (a bounded leak of at most frames_per_port).
         drop(port);

@@ -4,6 +4,7 @@
 //!   xwire-perf local-fwd [--seconds 5] [--reps 3] [--sizes 64,1514] [--devices ...] [--json]
 //!   xwire-perf remote-wire [--seconds 5] [--reps 3] [--sizes 64,1514] [--paths ...] [--json]
 //!   xwire-perf cni-scale [--pods 50] [--bin-dir DIR] [--json]
+//!   xwire-perf restart [--wires 10,100,1000] [--bin-dir DIR] [--json]
 
 use std::time::Duration;
 
@@ -119,6 +120,19 @@ enum Scenario {
         #[arg(long)]
         json: bool,
     },
+    /// Restart reconciliation: time from a killed daemon's start to all its wires
+    /// forwarding again, next to the cold bring-up of the same wires, and frames lost on
+    /// wires that do not go through it (needs release builds of xwired and xwire).
+    Restart {
+        #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
+        wires: Vec<usize>,
+        /// Where xwired and xwire are (default: next to this program).
+        #[arg(long)]
+        bin_dir: Option<std::path::PathBuf>,
+        /// One JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the switch as a device under test, linking two interfaces of the current
     /// network namespace, until killed or for --seconds (used by anchors/xwire-dut.sh, so
     /// that xwire is measured by the anchors' own generator and counters).
@@ -160,14 +174,7 @@ fn main() -> Result<()> {
             bin_dir,
             json,
         } => {
-            let dir = match bin_dir {
-                Some(dir) => dir,
-                None => std::env::current_exe()?
-                    .parent()
-                    .context("the program's directory")?
-                    .to_owned(),
-            };
-            let binaries = xwire_perf::cni_scale::Binaries::in_dir(&dir)?;
+            let binaries = xwire_perf::cni_scale::Binaries::in_dir(&bin_dir_or_own(bin_dir)?)?;
             let report = xwire_perf::cni_scale::run(&binaries, pods)?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
@@ -176,7 +183,35 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+        Scenario::Restart {
+            wires,
+            bin_dir,
+            json,
+        } => {
+            let binaries = xwire_perf::cni_scale::Binaries::in_dir(&bin_dir_or_own(bin_dir)?)?;
+            let mut reports = Vec::new();
+            for n in wires {
+                reports.push(xwire_perf::restart::run(&binaries, n)?);
+            }
+            if json {
+                println!("{}", serde_json::to_string(&reports)?);
+            } else {
+                xwire_perf::restart::print(&reports);
+            }
+            Ok(())
+        }
         scenario => local_fwd(scenario),
+    }
+}
+
+/// The directory given, or the one this program is in.
+fn bin_dir_or_own(dir: Option<std::path::PathBuf>) -> Result<std::path::PathBuf> {
+    match dir {
+        Some(dir) => Ok(dir),
+        None => Ok(std::env::current_exe()?
+            .parent()
+            .context("the program's directory")?
+            .to_owned()),
     }
 }
 

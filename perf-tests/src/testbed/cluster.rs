@@ -283,3 +283,42 @@ pub fn certs_toml(dir: &Path, node: &str) -> String {
         dir.display()
     )
 }
+
+/// Two nodes named `names`, each a namespace with its own daemon, joined by an underlay
+/// veth on `subnet` (`.1` and `.2`, a /24 given as its first three octets), peers of
+/// each other, with room for `max_ports` fast-path ports; certificates go in `certs`.
+pub fn node_pair(
+    xwired: &Path,
+    certs: &TempDir,
+    names: [&str; 2],
+    subnet: &str,
+    max_ports: usize,
+) -> Result<(Node, Node), super::Error> {
+    let (ns_a, ns_b) = (Netns::new(names[0])?, Netns::new(names[1])?);
+    let underlay = super::Veth::new(&ns_a, &ns_b)?;
+    ns_a.add_address(underlay.a_name(), &format!("{subnet}.1/24"))?;
+    ns_b.add_address(underlay.b_name(), &format!("{subnet}.2/24"))?;
+    underlay.set_up()?;
+    std::mem::forget(underlay); // the namespaces take it with them
+    write_certs(&certs.0, &names);
+    let config = |me: &str, my_ip: &str, peer: &str, peer_ip: &str| {
+        format!(
+            "node_address = \"{my_ip}:7470\"\nmax_ports = {max_ports}\n{}[[peers]]\nname = \"{peer}\"\naddress = \"{peer_ip}:7470\"\n",
+            certs_toml(&certs.0, me)
+        )
+    };
+    let (ip_a, ip_b) = (format!("{subnet}.1"), format!("{subnet}.2"));
+    let a = Node::start_in(
+        xwired,
+        ns_a,
+        names[0],
+        &config(names[0], &ip_a, names[1], &ip_b),
+    );
+    let b = Node::start_in(
+        xwired,
+        ns_b,
+        names[1],
+        &config(names[1], &ip_b, names[0], &ip_a),
+    );
+    Ok((a, b))
+}

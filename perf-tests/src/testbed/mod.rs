@@ -22,6 +22,7 @@
 pub mod checks;
 pub mod cluster;
 mod error;
+mod flow;
 mod link;
 mod names;
 mod netns;
@@ -29,7 +30,8 @@ mod offload;
 mod raw;
 
 pub use error::Error;
+pub use flow::{Flow, FlowCounts};
 pub use link::{LinkState, LinkStats, Mac, Veth};
 pub use names::unique_ifname;
 pub use netns::{sweep_stale_namespaces, ChildGuard, Netns};
-pub use raw::RawSocket;
+pub use raw::{PacketSocket, RawSocket};

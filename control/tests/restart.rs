@@ -1,0 +1,394 @@
+//! Wires outlive the daemon: two nodes with local and remote wires, traffic flowing on
+//! every wire, and a daemon killed (`kill -9`) and started again in the middle of it.
+//! After each, every wire forwards again, the pods' interfaces are the very ones they had
+//! (never recreated), wires that do not go through the restarted daemon lose nothing,
+//! and the store says exactly what exists on the node.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{call, eventually, Node, Pod, TempDir};
+use xwire_perf::testbed::Flow;
+use xwire_proto::local::{Request, Response};
+
+/// (uid, pod, interface, pod, interface)
+type LinkSpec = (u64, &'static str, &'static str, &'static str, &'static str);
+
+/// r1 and r2 on n1, r3 and r4 on n2: a local wire on each node, two across them.
+const LINKS: &[LinkSpec] = &[
+    (1, "r1", "eth1", "r2", "eth1"),
+    (2, "r3", "eth1", "r4", "eth1"),
+    (3, "r1", "eth2", "r3", "eth2"),
+    (4, "r4", "eth2", "r2", "eth2"),
+];
+const PODS: &[(&str, &str)] = &[("r1", "n1"), ("r2", "n1"), ("r3", "n2"), ("r4", "n2")];
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Topology objects (YAML) for every pod named in `links` (and in `pods`).
+fn topology(pods: &[&str], links: &[LinkSpec]) -> String {
+    let mut docs = Vec::new();
+    for pod in pods {
+        let mut text = format!(
+            "apiVersion: networkop.co.uk/v1beta1\nkind: Topology\nmetadata: {{name: {pod}, namespace: lab}}\nspec:\n  links:\n"
+        );
+        for &(uid, a, a_if, b, b_if) in links {
+            let (me, peer, peer_if) = match (a == *pod, b == *pod) {
+                (true, _) => (a_if, b, b_if),
+                (_, true) => (b_if, a, a_if),
+                _ => continue,
+            };
+            text += &format!(
+                "  - {{uid: {uid}, peer_pod: {peer}, local_intf: {me}, peer_intf: {peer_if}}}\n"
+            );
+        }
+        if !text.ends_with("links:\n") {
+            docs.push(text);
+        } else {
+            docs.push(text.replace("  links:\n", "  links: []\n"));
+        }
+    }
+    docs.join("---\n")
+}
+
+struct Lab {
+    _certs: TempDir,
+    nodes: BTreeMap<&'static str, Node>,
+    pods: BTreeMap<&'static str, (Pod, &'static str)>,
+}
+
+impl Lab {
+    /// Two nodes, the four pods attached and every wire joined.
+    fn up(links: &[LinkSpec], extra_pods: &[&str]) -> Lab {
+        let certs = TempDir::new("certs");
+        let (n1, n2) = support::two_nodes(&certs);
+        let mut names: Vec<&str> = PODS.iter().map(|(p, _)| *p).collect();
+        names.extend_from_slice(extra_pods);
+        let yaml = topology(&names, links);
+        n1.apply(&yaml);
+        n2.apply(&yaml);
+        let mut lab = Lab {
+            _certs: certs,
+            nodes: BTreeMap::from([("n1", n1), ("n2", n2)]),
+            pods: BTreeMap::new(),
+        };
+        for &(pod, node) in PODS {
+            lab.pods.insert(pod, (Pod::new(pod), node));
+            lab.add(pod);
+        }
+        let between_pods: Vec<LinkSpec> = links
+            .iter()
+            .copied()
+            .filter(|(_, a, _, b, _)| lab.pods.contains_key(a) && lab.pods.contains_key(b))
+            .collect();
+        lab.wait_joined(&between_pods);
+        lab
+    }
+
+    fn node(&self, name: &str) -> &Node {
+        &self.nodes[name]
+    }
+
+    fn node_mut(&mut self, name: &str) -> &mut Node {
+        self.nodes.get_mut(name).unwrap()
+    }
+
+    fn pod(&self, name: &str) -> &Pod {
+        &self.pods[name].0
+    }
+
+    fn add(&self, pod: &str) {
+        let (p, node) = &self.pods[pod];
+        let added = call(p, "ADD", &self.node(node).net_config("1.1.0"));
+        assert_eq!(added.code, 0, "{}", added.output);
+    }
+
+    fn wait_joined(&self, links: &[LinkSpec]) {
+        let joined = eventually(TIMEOUT, || {
+            links
+                .iter()
+                .all(|&(_, a, a_if, b, b_if)| self.pod(a).has(a_if) && self.pod(b).has(b_if))
+        });
+        assert!(joined, "{}", self.logs());
+    }
+
+    fn flow(&self, (uid, a, a_if, b, b_if): LinkSpec) -> Flow {
+        Flow::start(
+            &format!("uid {uid}"),
+            (&self.pod(a).ns, a_if),
+            (&self.pod(b).ns, b_if),
+            uid as u8,
+            Duration::from_millis(2),
+        )
+        .unwrap()
+    }
+
+    /// Every pod's interfaces and their indexes: an interface made again gets a new one.
+    fn interface_indexes(&self) -> BTreeMap<String, u32> {
+        let mut found = BTreeMap::new();
+        for (name, (pod, _)) in &self.pods {
+            for ifname in pod.ns.links().unwrap() {
+                if ifname != "lo" {
+                    let index = pod.ns.ifindex(&ifname).unwrap();
+                    found.insert(format!("{name}:{ifname}"), index);
+                }
+            }
+        }
+        found
+    }
+
+    /// After a restart that brought a new link (the last of `links`): it forwards, the
+    /// old wires' flows forward, and both stores match their nodes.
+    fn converged_with_new_link(&self, links: &[LinkSpec], flows: &[Flow]) {
+        self.wait_joined(links);
+        let new = self.flow(*links.last().expect("a new link"));
+        assert!(new.forwards(20, TIMEOUT), "{}", self.logs());
+        for flow in flows {
+            assert!(flow.forwards(20, TIMEOUT), "{}: {}", flow.name, self.logs());
+        }
+        for node in ["n1", "n2"] {
+            self.assert_store_matches(node);
+        }
+    }
+
+    fn logs(&self) -> String {
+        self.nodes
+            .values()
+            .map(|n| format!("--- {}\n{}", n.name, n.log()))
+            .collect()
+    }
+
+    /// The store of `node` says exactly what exists there, and a reconcile pass finds
+    /// nothing to change.
+    fn assert_store_matches(&self, node: &str) {
+        let n = self.node(node);
+        let state = n.state();
+        let mut expected_pod_ifs = BTreeSet::new();
+        let mut expected_node_ifs = BTreeSet::new();
+        for wire in &state.wires {
+            let text = |k: &str| wire[k].as_str().unwrap_or_default().to_owned();
+            let (pod, ifname) = (text("local_pod_name"), text("local_pod_ifname"));
+            let present = self.pod(&pod).has(&ifname);
+            match text("state").as_str() {
+                "pending" => assert!(!present, "{pod}:{ifname} exists for a pending wire"),
+                "veth" => {
+                    assert!(present, "{pod}:{ifname} missing");
+                    expected_pod_ifs.insert(format!("{pod}:{ifname}"));
+                }
+                "remote" => {
+                    assert!(present, "{pod}:{ifname} missing");
+                    expected_pod_ifs.insert(format!("{pod}:{ifname}"));
+                    expected_node_ifs.insert(text("wire_ifname"));
+                }
+                other => panic!("state {other}"),
+            }
+        }
+        let attached: BTreeSet<String> = state
+            .attachments
+            .iter()
+            .map(|a| a["pod"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        let actual_pod_ifs: BTreeSet<String> = self
+            .pods
+            .iter()
+            .filter(|(name, _)| attached.contains(**name))
+            .flat_map(|(name, (pod, _))| {
+                pod.ns
+                    .links()
+                    .unwrap()
+                    .into_iter()
+                    .filter(|l| l != "lo")
+                    .map(move |l| format!("{name}:{l}"))
+            })
+            .collect();
+        assert_eq!(actual_pod_ifs, expected_pod_ifs, "{node}: pod interfaces");
+        let actual_node_ifs: BTreeSet<String> =
+            n.ns.links()
+                .unwrap()
+                .into_iter()
+                .filter(|l| l.starts_with("xw"))
+                .collect();
+        assert_eq!(
+            actual_node_ifs, expected_node_ifs,
+            "{node}: node interfaces"
+        );
+        assert_eq!(
+            reconcile(n),
+            (vec![], vec![]),
+            "{node}: a pass changed something"
+        );
+    }
+}
+
+fn reconcile(node: &Node) -> (Vec<String>, Vec<String>) {
+    match node.ask(&Request::Reconcile).unwrap() {
+        Response::Reconciled { changes, failures } => (changes, failures),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn wire_record(node: &Node, pod: &str, uid: u64) -> Option<Value> {
+    node.state()
+        .wires
+        .into_iter()
+        .find(|w| w["local_pod_name"] == pod && w["link_uid"] == uid)
+}
+
+/// Kills the daemons of `nodes` while traffic flows on every wire, starts them again,
+/// and checks what the module's doc promises.
+fn kill_and_restart(nodes: &[&str]) {
+    let mut lab = Lab::up(LINKS, &[]);
+    let flows: Vec<Flow> = LINKS.iter().map(|&l| lab.flow(l)).collect();
+    for flow in &flows {
+        assert!(
+            flow.forwards(20, TIMEOUT),
+            "{} before: {}",
+            flow.name,
+            lab.logs()
+        );
+    }
+    let before = lab.interface_indexes();
+    for node in nodes {
+        lab.node_mut(node).stop();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for node in nodes {
+        lab.node_mut(node).restart();
+    }
+    for flow in &flows {
+        assert!(
+            flow.forwards(20, TIMEOUT),
+            "{} after: {}",
+            flow.name,
+            lab.logs()
+        );
+    }
+    assert_eq!(
+        lab.interface_indexes(),
+        before,
+        "pod interfaces were made again"
+    );
+    for node in ["n1", "n2"] {
+        lab.assert_store_matches(node);
+    }
+    for flow in flows {
+        let name = flow.name.clone();
+        let counts = flow.stop();
+        assert_eq!(counts.send_errors, 0, "{name}: {counts:?}");
+        // The local wires (uid 1 and 2) are veths between pods: no daemon is on their path.
+        if name == "uid 1" || name == "uid 2" {
+            assert_eq!(counts.lost(), 0, "{name}: {counts:?}");
+        }
+    }
+}
+
+#[test]
+fn kill_9_of_one_daemon() {
+    kill_and_restart(&["n2"]);
+}
+
+#[test]
+fn kill_9_of_both_daemons() {
+    kill_and_restart(&["n1", "n2"]);
+}
+
+#[test]
+fn a_pod_deleted_while_its_daemon_is_down_is_forgotten_here_and_at_the_peer() {
+    let mut lab = Lab::up(LINKS, &[]);
+    let kept = lab.flow(LINKS[1]);
+    let across = lab.flow((3, "r1", "eth2", "r3", "eth2"));
+    lab.node_mut("n1").stop();
+    // r2's container goes while n1's daemon is down: its namespace with it.
+    let (r2, _) = lab.pods.remove("r2").unwrap();
+    drop(r2);
+    lab.node_mut("n1").restart();
+    let forgotten = eventually(TIMEOUT, || {
+        wire_record(lab.node("n1"), "r2", 1).is_none()
+            && wire_record(lab.node("n2"), "r4", 4).is_some_and(|w| w["state"] == "pending")
+    });
+    assert!(forgotten, "{}", lab.logs());
+    assert_eq!(
+        wire_record(lab.node("n1"), "r1", 1).unwrap()["state"],
+        "pending"
+    );
+    assert!(eventually(TIMEOUT, || !lab.pod("r4").has("eth2")));
+    assert!(across.forwards(20, TIMEOUT), "{}", lab.logs());
+    for node in ["n1", "n2"] {
+        lab.assert_store_matches(node);
+    }
+    let counts = kept.stop();
+    assert_eq!(counts.lost(), 0, "{counts:?}");
+}
+
+#[test]
+fn a_pod_added_on_the_peer_while_a_daemon_is_down_is_joined_when_it_returns() {
+    let mut links = LINKS.to_vec();
+    links.push((5, "r1", "eth5", "r5", "eth1"));
+    let mut lab = Lab::up(&links, &["r5"]);
+    let flows: Vec<Flow> = LINKS.iter().map(|&l| lab.flow(l)).collect();
+    lab.node_mut("n1").stop();
+    lab.pods.insert("r5", (Pod::new("r5"), "n2"));
+    lab.add("r5");
+    lab.node_mut("n1").restart();
+    lab.converged_with_new_link(&links, &flows);
+}
+
+#[test]
+fn a_link_added_while_its_daemon_is_down_is_joined_when_it_returns() {
+    let mut lab = Lab::up(LINKS, &[]);
+    let flows: Vec<Flow> = LINKS.iter().map(|&l| lab.flow(l)).collect();
+    lab.node_mut("n2").stop();
+    let mut links = LINKS.to_vec();
+    links.push((6, "r2", "eth3", "r4", "eth3"));
+    let names: Vec<&str> = PODS.iter().map(|(p, _)| *p).collect();
+    let yaml = topology(&names, &links);
+    lab.node("n1").apply(&yaml);
+    // n2's daemon is down: the operator writes its store directly.
+    let file = lab.node("n2").dir.0.join("topology.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_xwirectl"))
+        .args(["topology", "apply", "--state-dir"])
+        .arg(lab.node("n2").dir.0.join("state"))
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lab.node_mut("n2").restart();
+    lab.converged_with_new_link(&links, &flows);
+}
+
+#[test]
+fn reconcile_repairs_once_and_then_has_nothing_to_do() {
+    let lab = Lab::up(LINKS, &[]);
+    let n1 = lab.node("n1");
+    // Someone deletes the local wire's veth, and the node end of a remote wire.
+    lab.pod("r1").ns.delete_link("eth1").unwrap();
+    let node_end = wire_record(n1, "r1", 3).unwrap()["wire_ifname"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    n1.ns.delete_link(&node_end).unwrap();
+    let (changes, failures) = reconcile(n1);
+    assert!(failures.is_empty(), "{failures:?}");
+    assert!(
+        changes.iter().any(|c| c.contains("lab/r1/1")),
+        "{changes:?}"
+    );
+    assert!(
+        changes.iter().any(|c| c.contains("lab/r1/3")),
+        "{changes:?}"
+    );
+    assert_eq!(reconcile(n1), (vec![], vec![]));
+    for (uid, a, a_if, b, b_if) in [LINKS[0], LINKS[2]] {
+        let flow = lab.flow((uid, a, a_if, b, b_if));
+        assert!(flow.forwards(20, TIMEOUT), "uid {uid}: {}", lab.logs());
+    }
+    lab.assert_store_matches("n1");
+}

@@ -1,0 +1,284 @@
+//! How fast wires come back when a daemon restarts. Two nodes, `na` and `nb`; `wires`
+//! remote wires between pods on `na` and pods on `nb` (up to 50 per pod pair), plus a
+//! local wire on each node with a steady flow on it. `nb`'s daemon is killed (`kill -9`)
+//! and started again; a prober sends a numbered frame into every wire on `na`'s side
+//! until each has arrived on `nb`'s side, which says when each wire forwards again. The
+//! baseline, measured in the same run on the same pods, is the cold bring-up of the same
+//! wires through the CNI plugin. The local wires' flows count what was lost on wires that
+//! do not go through the restarted daemon (the target: nothing).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Result};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::cni_scale::{Binaries, WithNamespace};
+use crate::testbed::checks::test_frame;
+use crate::testbed::cluster::{node_pair, Node, Pod, TempDir};
+use crate::testbed::{Flow, PacketSocket};
+
+const LINKS_PER_POD: usize = 50;
+/// The probes' EtherType: not the flows' (`checks::TEST_ETHERTYPE`).
+const PROBE_ETHERTYPE: [u8; 2] = [0x88, 0xb6];
+const PROBE_LIMIT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub wires: usize,
+    /// Cold start (baseline): from the first ADD on `nb` to every wire forwarding.
+    pub cold_bring_up_s: f64,
+    /// From the restarted daemon's start to its API socket answering.
+    pub daemon_ready_s: f64,
+    /// The daemon's own figure for its start's reconciliation pass (from its log).
+    pub start_reconcile_s: f64,
+    /// From the restarted daemon's start to every wire forwarding again.
+    pub all_forwarding_s: f64,
+    /// The median wire's time to forward again, from the daemon's start.
+    pub median_forwarding_s: f64,
+    /// `all_forwarding_s / cold_bring_up_s`.
+    pub ratio_to_cold: f64,
+    /// Frames sent and lost on the local wires (one per node) during the restart.
+    pub untouched_sent: u64,
+    pub untouched_lost: u64,
+}
+
+/// One remote wire: where its probe goes in and comes out.
+struct Wire {
+    a_pod: usize,
+    a_ifindex: u32,
+}
+
+fn topology(pairs: usize, per_pair: usize, wires: usize) -> Vec<Value> {
+    let mut objects = Vec::new();
+    let object = |name: String, links: Vec<Value>| {
+        json!({
+            "apiVersion": "networkop.co.uk/v1beta1",
+            "kind": "Topology",
+            "metadata": {"name": name, "namespace": "restart"},
+            "spec": {"links": links},
+        })
+    };
+    for pair in 0..pairs {
+        let uids = (pair * per_pair..((pair + 1) * per_pair).min(wires)).collect::<Vec<_>>();
+        for (me, peer) in [("a", "b"), ("b", "a")] {
+            let links = uids
+                .iter()
+                .enumerate()
+                .map(|(j, uid)| {
+                    json!({"uid": uid, "peer_pod": format!("{peer}{pair}"),
+                           "local_intf": format!("eth{}", j + 1), "peer_intf": format!("eth{}", j + 1)})
+                })
+                .collect();
+            objects.push(object(format!("{me}{pair}"), links));
+        }
+    }
+    // The untouched local wires: l0-l1 on na, l2-l3 on nb.
+    for (me, peer, uid) in [
+        ("l0", "l1", 900_000),
+        ("l1", "l0", 900_000),
+        ("l2", "l3", 900_001),
+        ("l3", "l2", 900_001),
+    ] {
+        let link = json!({"uid": uid, "peer_pod": peer, "local_intf": "eth1", "peer_intf": "eth1"});
+        objects.push(object(me.into(), vec![link]));
+    }
+    objects
+}
+
+pub fn run(binaries: &Binaries, wires: usize) -> Result<Report> {
+    ensure!(wires >= 1, "--wires must be at least 1");
+    let per_pair = wires.min(LINKS_PER_POD);
+    let pairs = wires.div_ceil(per_pair);
+    let certs = TempDir::new("restart-certs");
+    let (na, mut nb) = node_pair(
+        &binaries.xwired,
+        &certs,
+        ["na", "nb"],
+        "192.168.79",
+        wires + 8,
+    )?;
+    for node in [&na, &nb] {
+        node.apply_objects(topology(pairs, per_pair, wires));
+    }
+    let a_pods: Vec<Pod> = (0..pairs).map(|i| Pod::new(&format!("a{i}"))).collect();
+    let b_pods: Vec<Pod> = (0..pairs).map(|i| Pod::new(&format!("b{i}"))).collect();
+    let locals: Vec<Pod> = (0..4).map(|i| Pod::new(&format!("l{i}"))).collect();
+    let add = |pod: &Pod, node: &Node| -> Result<()> {
+        let config = node.net_config("1.1.0").with_namespace("restart");
+        let out = pod.call(&binaries.plugin, "ADD", &config);
+        if out.code != 0 {
+            bail!("ADD {}: {}\n{}", pod.name, out.output, node.log());
+        }
+        Ok(())
+    };
+    for (i, pod) in locals.iter().enumerate() {
+        add(pod, if i < 2 { &na } else { &nb })?;
+    }
+    for pod in &a_pods {
+        add(pod, &na)?;
+    }
+
+    let mut wire_list = Vec::new();
+    let senders: Vec<PacketSocket> = a_pods
+        .iter()
+        .map(|p| PacketSocket::open(&p.ns, PROBE_ETHERTYPE))
+        .collect::<Result<_, _>>()?;
+    let receivers: Vec<PacketSocket> = b_pods
+        .iter()
+        .map(|p| PacketSocket::open(&p.ns, PROBE_ETHERTYPE))
+        .collect::<Result<_, _>>()?;
+
+    // The baseline: the same wires brought up cold.
+    let started = Instant::now();
+    for pod in &b_pods {
+        add(pod, &nb)?;
+    }
+    for uid in 0..wires {
+        let (pair, j) = (uid / per_pair, uid % per_pair);
+        let ifname = format!("eth{}", j + 1);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !a_pods[pair].has(&ifname) {
+            ensure!(Instant::now() < deadline, "wire {uid} did not come up");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        wire_list.push(Wire {
+            a_pod: pair,
+            a_ifindex: a_pods[pair].ns.ifindex(&ifname)?,
+        });
+    }
+    let cold = probe(&wire_list, &senders, &receivers, started)?;
+    let cold_bring_up = cold.iter().copied().fold(Duration::ZERO, Duration::max);
+
+    let flows = [
+        Flow::start(
+            "na local",
+            (&locals[0].ns, "eth1"),
+            (&locals[1].ns, "eth1"),
+            1,
+            Duration::from_millis(1),
+        )?,
+        Flow::start(
+            "nb local",
+            (&locals[2].ns, "eth1"),
+            (&locals[3].ns, "eth1"),
+            2,
+            Duration::from_millis(1),
+        )?,
+    ];
+    for flow in &flows {
+        ensure!(
+            flow.forwards(20, Duration::from_secs(10)),
+            "{} does not forward",
+            flow.name
+        );
+    }
+
+    nb.stop();
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let (times, ready) = std::thread::scope(|s| {
+        let prober = s.spawn(|| probe(&wire_list, &senders, &receivers, started));
+        nb.restart();
+        let ready = started.elapsed();
+        (prober.join().expect("the prober does not panic"), ready)
+    });
+    let mut times = times?;
+    let start_reconcile_ms: f64 = nb
+        .log()
+        .lines()
+        .rev()
+        .filter(|l| l.contains("start: reconciled"))
+        .filter_map(|l| l.split("took_ms=").nth(1))
+        .find_map(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN);
+    times.sort();
+    let all = *times.last().expect("at least one wire");
+    let median = times[times.len() / 2];
+    let (mut untouched_sent, mut untouched_lost) = (0, 0);
+    for flow in flows {
+        let counts = flow.stop();
+        untouched_sent += counts.sent;
+        untouched_lost += counts.lost();
+    }
+    Ok(Report {
+        wires,
+        cold_bring_up_s: cold_bring_up.as_secs_f64(),
+        daemon_ready_s: ready.as_secs_f64(),
+        start_reconcile_s: start_reconcile_ms / 1e3,
+        all_forwarding_s: all.as_secs_f64(),
+        median_forwarding_s: median.as_secs_f64(),
+        ratio_to_cold: all.as_secs_f64() / cold_bring_up.as_secs_f64(),
+        untouched_sent,
+        untouched_lost,
+    })
+}
+
+/// Sends a numbered frame into every wire not yet seen to forward, every few
+/// milliseconds, until each has arrived once; returns each wire's time since `since`.
+fn probe(
+    wires: &[Wire],
+    senders: &[PacketSocket],
+    receivers: &[PacketSocket],
+    since: Instant,
+) -> Result<Vec<Duration>> {
+    let mut arrived: Vec<Option<Duration>> = vec![None; wires.len()];
+    let mut waiting = wires.len();
+    while waiting > 0 {
+        ensure!(
+            since.elapsed() < PROBE_LIMIT,
+            "{waiting} of {} wires did not forward within {PROBE_LIMIT:?}",
+            wires.len()
+        );
+        for (index, wire) in wires.iter().enumerate() {
+            if arrived[index].is_none() {
+                let mut frame = test_frame(64, 0x7e, index as u16);
+                frame[12..14].copy_from_slice(&PROBE_ETHERTYPE);
+                // A send refused now (a full queue) is simply tried again next round.
+                let _ = senders[wire.a_pod].send_on(wire.a_ifindex, &frame);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        for receiver in receivers {
+            while let Some(frame) = receiver.try_recv()? {
+                if frame.len() < 16 || frame[11] != 0x7e {
+                    continue;
+                }
+                let index = usize::from(u16::from_be_bytes([frame[14], frame[15]]));
+                if index < wires.len() && arrived[index].is_none() {
+                    arrived[index] = Some(since.elapsed());
+                    waiting -= 1;
+                }
+            }
+        }
+    }
+    Ok(arrived.into_iter().map(|t| t.unwrap_or_default()).collect())
+}
+
+pub fn print(reports: &[Report]) {
+    println!(
+        "{:>6} {:>10} {:>9} {:>11} {:>11} {:>11} {:>9} {:>16}",
+        "wires",
+        "cold s",
+        "ready s",
+        "reconcile s",
+        "median s",
+        "all s",
+        "all/cold",
+        "untouched lost"
+    );
+    for r in reports {
+        println!(
+            "{:>6} {:>10.3} {:>9.3} {:>11.3} {:>11.3} {:>11.3} {:>9.3} {:>9} of {:<6}",
+            r.wires,
+            r.cold_bring_up_s,
+            r.daemon_ready_s,
+            r.start_reconcile_s,
+            r.median_forwarding_s,
+            r.all_forwarding_s,
+            r.ratio_to_cold,
+            r.untouched_lost,
+            r.untouched_sent
+        );
+    }
+}

@@ -1,0 +1,179 @@
+//! A steady stream of numbered test frames from one interface to another, counted where
+//! it arrives: what restart tests watch to see that a wire kept forwarding, or how long
+//! it stopped. The sender and the receiver are threads holding raw sockets on the two
+//! interfaces; both stop when the flow is stopped or dropped, or after `MAX_RUN`.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::checks::{test_frame, TEST_ETHERTYPE};
+use super::{Error, Netns, RawSocket};
+
+/// The longest a flow runs, whatever its owner does.
+const MAX_RUN: Duration = Duration::from_secs(300);
+const FRAME_LEN: usize = 96;
+
+/// What a flow has counted so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowCounts {
+    pub sent: u64,
+    /// Sends the kernel refused (the sending interface went away, for one).
+    pub send_errors: u64,
+    pub received: u64,
+    /// The longest time between two frames arriving (or from the start to the first).
+    pub longest_gap: Duration,
+}
+
+impl FlowCounts {
+    /// Frames sent and never seen (those still in flight when counted included).
+    pub fn lost(&self) -> u64 {
+        self.sent.saturating_sub(self.received)
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    stop_sending: AtomicBool,
+    stop: AtomicBool,
+    sent: AtomicU64,
+    send_errors: AtomicU64,
+    received: AtomicU64,
+    arrivals: Mutex<Arrivals>,
+}
+
+struct Arrivals {
+    last: Instant,
+    longest_gap: Duration,
+}
+
+impl Default for Arrivals {
+    fn default() -> Self {
+        Arrivals {
+            last: Instant::now(),
+            longest_gap: Duration::ZERO,
+        }
+    }
+}
+
+/// Frames from `from:from_if` to `to:to_if`, one every `interval`.
+pub struct Flow {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    pub name: String,
+}
+
+impl Flow {
+    /// Starts the flow; `sender` tells its frames from other flows' on the same wire.
+    pub fn start(
+        name: &str,
+        (from, from_if): (&Netns, &str),
+        (to, to_if): (&Netns, &str),
+        sender: u8,
+        interval: Duration,
+    ) -> Result<Flow, Error> {
+        let tx = RawSocket::open(from, from_if)?;
+        let rx = RawSocket::open(to, to_if)?;
+        let shared = Arc::new(Shared::default());
+        let started = Instant::now();
+        let receiving = {
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                while !shared.stop.load(Ordering::Relaxed) && started.elapsed() < MAX_RUN {
+                    let Ok(Some(frame)) = rx.recv(Duration::from_millis(50)) else {
+                        continue;
+                    };
+                    if frame.len() < 14 || frame[12..14] != TEST_ETHERTYPE || frame[11] != sender {
+                        continue;
+                    }
+                    shared.received.fetch_add(1, Ordering::Relaxed);
+                    let mut arrivals = shared.arrivals.lock().unwrap();
+                    let now = Instant::now();
+                    arrivals.longest_gap = arrivals.longest_gap.max(now - arrivals.last);
+                    arrivals.last = now;
+                }
+            })
+        };
+        let sending = {
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                let mut seq: u16 = 0;
+                let mut next = Instant::now();
+                while !shared.stop_sending.load(Ordering::Relaxed) && started.elapsed() < MAX_RUN {
+                    match tx.send(&test_frame(FRAME_LEN, sender, seq)) {
+                        Ok(()) => shared.sent.fetch_add(1, Ordering::Relaxed),
+                        Err(_) => shared.send_errors.fetch_add(1, Ordering::Relaxed),
+                    };
+                    seq = seq.wrapping_add(1);
+                    next += interval;
+                    if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                }
+            })
+        };
+        Ok(Flow {
+            shared,
+            threads: vec![sending, receiving],
+            name: name.into(),
+        })
+    }
+
+    pub fn counts(&self) -> FlowCounts {
+        let arrivals = self.shared.arrivals.lock().unwrap();
+        FlowCounts {
+            sent: self.shared.sent.load(Ordering::Relaxed),
+            send_errors: self.shared.send_errors.load(Ordering::Relaxed),
+            received: self.shared.received.load(Ordering::Relaxed),
+            longest_gap: arrivals.longest_gap,
+        }
+    }
+
+    /// Restarts the gap measurement from now (after the flow is known to forward).
+    pub fn reset_gap(&self) {
+        let mut arrivals = self.shared.arrivals.lock().unwrap();
+        arrivals.longest_gap = Duration::ZERO;
+    }
+
+    /// Waits up to `limit` for `more` frames to arrive beyond what has arrived now.
+    pub fn forwards(&self, more: u64, limit: Duration) -> bool {
+        let start = self.counts().received;
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if self.counts().received >= start + more {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// Stops sending, lets what is in flight arrive, and returns the final counts.
+    pub fn stop(mut self) -> FlowCounts {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> FlowCounts {
+        self.shared.stop_sending.store(true, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(20));
+        let sent = self.shared.sent.load(Ordering::Relaxed);
+        let settle = Instant::now() + Duration::from_millis(500);
+        while self.shared.received.load(Ordering::Relaxed) < sent && Instant::now() < settle {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.shared.stop.store(true, Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+        self.counts()
+    }
+}
+
+impl Drop for Flow {
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            self.finish();
+        }
+    }
+}
