@@ -5,7 +5,7 @@
 //! again whenever the node is idle after events, and on a timer. A second pass over an
 //! unchanged node changes nothing.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use xwire_proto::control::WireKey;
@@ -311,7 +311,7 @@ impl Node {
                 remote_keys.insert(wire.key());
             }
         }
-        let stray_ports: BTreeMap<String, _> = self
+        let stray_ports: Vec<(String, _)> = self
             .ports
             .iter()
             .filter(|(key, _)| !remote_keys.contains(*key))

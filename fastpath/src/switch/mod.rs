@@ -6,7 +6,8 @@
 //! and out of them on send. Each descriptor is in exactly one place at a time: the free
 //! list, one kernel ring, one port's partial RX chain, or one pending TX batch.
 
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::net::UnixDatagram;
 
 use crossbeam_channel::{Receiver, TryRecvError};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -20,8 +21,6 @@ use crate::peer::PeerTransport;
 use crate::worker::{Command, PortChoice, PortInfo, PortKind, WorkerConfig, WorkerError};
 use crate::xdp_port::{frame_data, write_frame, PortError, XdpPort, UMEM_FRAME_DATA};
 use crate::xdp_redirect::RedirectProgram;
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixDatagram;
 
 /// A descriptor on its way out, the link it is counted on, and whether it is the last
 /// (or only) descriptor of its frame.
@@ -74,7 +73,8 @@ pub(crate) struct Switch {
     free: Vec<FrameDesc>,
     scratch: Vec<FrameDesc>,
     tx_scratch: Vec<FrameDesc>,
-    /// The XDP program of this worker's AF_XDP ports, loaded with the first of them.
+    /// The XDP program of this worker's AF_XDP ports (`None`: libxdp's program, one per
+    /// interface, when this one could not be loaded or the worker opens no AF_XDP port).
     redirect: Option<RedirectProgram>,
     /// Readable when the control plane has sent a command: part of the idle poll().
     woken: UnixDatagram,
@@ -101,7 +101,14 @@ impl Switch {
             free,
             scratch: vec![FrameDesc::default(); config.batch.max(1)],
             tx_scratch: Vec::with_capacity(config.batch.max(1)),
-            redirect: None,
+            redirect: match config.ports {
+                PortChoice::AfPacket => None,
+                _ => RedirectProgram::load(config.max_ports as u32)
+                    .map_err(
+                        |e| tracing::warn!(error = %e, "the worker's XDP program did not load"),
+                    )
+                    .ok(),
+            },
             woken,
             umem,
         })
@@ -264,7 +271,7 @@ impl Switch {
     /// AF_PACKET when AF_XDP cannot be had (but not when another program holds the
     /// interface, which AF_PACKET would not fix).
     fn open_port(
-        &mut self,
+        &self,
         ifname: &str,
         max_frame: usize,
         choice: PortChoice,
@@ -277,13 +284,6 @@ impl Switch {
         };
         if choice == PortChoice::AfPacket {
             return packet();
-        }
-        if self.redirect.is_none() {
-            match RedirectProgram::load(config.max_ports as u32) {
-                Ok(program) => self.redirect = Some(program),
-                // Ports still open through libxdp's program, one per interface.
-                Err(e) => tracing::warn!(error = %e, "the worker's XDP program did not load"),
-            }
         }
         let redirect = self.redirect.as_ref().map(|p| (p, slot as u32));
         let opened = XdpPort::open(&self.umem, ifname, config.xdp_mode, max_frame, redirect)

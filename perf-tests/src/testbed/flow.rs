@@ -4,7 +4,7 @@
 //! interfaces; both stop when the flow is stopped or dropped, or after `MAX_RUN`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -22,8 +22,6 @@ pub struct FlowCounts {
     /// Sends the kernel refused (the sending interface went away, for one).
     pub send_errors: u64,
     pub received: u64,
-    /// The longest time between two frames arriving (or from the start to the first).
-    pub longest_gap: Duration,
 }
 
 impl FlowCounts {
@@ -40,21 +38,6 @@ struct Shared {
     sent: AtomicU64,
     send_errors: AtomicU64,
     received: AtomicU64,
-    arrivals: Mutex<Arrivals>,
-}
-
-struct Arrivals {
-    last: Instant,
-    longest_gap: Duration,
-}
-
-impl Default for Arrivals {
-    fn default() -> Self {
-        Arrivals {
-            last: Instant::now(),
-            longest_gap: Duration::ZERO,
-        }
-    }
 }
 
 /// Frames from `from:from_if` to `to:to_if`, one every `interval`.
@@ -88,10 +71,6 @@ impl Flow {
                         continue;
                     }
                     shared.received.fetch_add(1, Ordering::Relaxed);
-                    let mut arrivals = shared.arrivals.lock().unwrap();
-                    let now = Instant::now();
-                    arrivals.longest_gap = arrivals.longest_gap.max(now - arrivals.last);
-                    arrivals.last = now;
                 }
             })
         };
@@ -121,19 +100,11 @@ impl Flow {
     }
 
     pub fn counts(&self) -> FlowCounts {
-        let arrivals = self.shared.arrivals.lock().unwrap();
         FlowCounts {
             sent: self.shared.sent.load(Ordering::Relaxed),
             send_errors: self.shared.send_errors.load(Ordering::Relaxed),
             received: self.shared.received.load(Ordering::Relaxed),
-            longest_gap: arrivals.longest_gap,
         }
-    }
-
-    /// Restarts the gap measurement from now (after the flow is known to forward).
-    pub fn reset_gap(&self) {
-        let mut arrivals = self.shared.arrivals.lock().unwrap();
-        arrivals.longest_gap = Duration::ZERO;
     }
 
     /// Waits up to `limit` for `more` frames to arrive beyond what has arrived now.
