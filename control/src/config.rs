@@ -32,9 +32,11 @@ pub struct DaemonConfig {
     pub busy_poll: bool,
     /// The underlay MTU between nodes. Default 1500.
     pub underlay_mtu: u16,
-    /// The most fast-path ports (remote wire ends) this node holds. Default 64.
+    /// The most fast-path ports (remote wire ends) this node holds. Default 4096. A port
+    /// costs memory only while it is open.
     pub max_ports: usize,
-    /// UMEM frames per fast-path port (4 KiB each). Default 512.
+    /// UMEM frames per fast-path port (4 KiB each, pinned while the port is open).
+    /// Default 512 (2 MiB per port).
     pub frames_per_port: usize,
     /// Seconds between reconciliation passes when nothing else triggers one (a pass also
     /// runs at start and whenever the daemon is idle after requests or peer messages).
@@ -124,7 +126,7 @@ impl Default for DaemonConfig {
             busy_poll: false,
             reconcile_interval_secs: 10,
             underlay_mtu: 1500,
-            max_ports: 64,
+            max_ports: 4096,
             frames_per_port: 512,
             certs: None,
             topology: TopologySource::default(),
@@ -196,6 +198,18 @@ impl DaemonConfig {
                 format!("{} is below QUIC's minimum of 1280", config.underlay_mtu),
             ));
         }
+        if !(1..=usize::from(u16::MAX)).contains(&config.max_ports) {
+            return Err(invalid(
+                "max_ports",
+                format!("{} is not between 1 and 65535", config.max_ports),
+            ));
+        }
+        if !(2..=1 << 20).contains(&config.frames_per_port) {
+            return Err(invalid(
+                "frames_per_port",
+                format!("{} is not between 2 and 1048576", config.frames_per_port),
+            ));
+        }
         if !config.peers.is_empty() && config.certs.is_none() {
             return Err(invalid(
                 "certs",
@@ -227,6 +241,20 @@ mod tests {
         assert_eq!(config.state_dir, Path::new("/var/lib/xwire"));
         assert_eq!(config.node_address.port(), 7470);
         assert!(!config.busy_poll && config.peers.is_empty() && config.certs.is_none());
+    }
+
+    #[test]
+    fn port_limits_out_of_range_are_refused_by_name() {
+        for (text, field) in [
+            ("max_ports = 0", "max_ports"),
+            ("max_ports = 70000", "max_ports"),
+            ("frames_per_port = 1", "frames_per_port"),
+        ] {
+            match parse(text) {
+                Err(ConfigError::Invalid { field: f, .. }) => assert_eq!(f, field, "{text}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -4,21 +4,17 @@
 
 use std::os::fd::RawFd;
 
-use xsk_rs::config::{FrameSize, UmemConfig};
-use xsk_rs::{FrameDesc, Umem};
+use xsk_rs::FrameDesc;
 
 use crate::packet_port::PacketPort;
 use crate::worker::{PortChoice, PortKind, WorkerError};
-use crate::xdp_port::{frame_data, write_frame, PortError, XdpMode, XdpPort, UMEM_FRAME_DATA};
+use crate::xdp_port::{PortError, XdpMode, XdpPort, UMEM_FRAME_DATA};
 
 struct XdpIo {
-    // Field order matters: the port drops before its UMEM.
     port: XdpPort,
-    free: Vec<FrameDesc>,
+    /// Frames lent by the port, written, waiting for its TX ring.
     outgoing: Vec<FrameDesc>,
     scratch: Vec<FrameDesc>,
-    fill_target: usize,
-    umem: Umem,
 }
 
 enum Io {
@@ -69,28 +65,19 @@ impl Endpoint {
         ring: usize,
         mode: Option<XdpMode>,
     ) -> Result<Endpoint, WorkerError> {
-        let start = |e: &dyn std::fmt::Display| WorkerError::Start(e.to_string());
-        let config = UmemConfig::builder()
-            .frame_size(FrameSize::new(4096).map_err(|e| start(&e))?)
-            .build()
-            .map_err(|e| start(&e))?;
-        let count = std::num::NonZeroU32::new((ring * 4) as u32).expect("nonzero");
-        let (umem, free) = Umem::new(config, count, false).map_err(|e| start(&e))?;
-        let port = XdpPort::open(&umem, ifname, mode, max_frame, None)?;
+        let mut port = XdpPort::open(ifname, mode, max_frame, ring * 4, None)?;
+        // A quarter of the frames wait in the fill ring; the rest are for sending.
+        port.set_fill_target(ring);
+        port.refill();
         let kind = PortKind::AfXdp(port.mode());
-        let mut endpoint = Endpoint {
+        Ok(Endpoint {
             io: Io::Xdp(Box::new(XdpIo {
                 port,
-                free,
                 outgoing: Vec::with_capacity(ring),
                 scratch: vec![FrameDesc::default(); 64],
-                fill_target: ring,
-                umem,
             })),
             kind,
-        };
-        endpoint.refill();
-        Ok(endpoint)
+        })
     }
 
     pub fn kind(&self) -> PortKind {
@@ -109,21 +96,15 @@ impl Endpoint {
     pub fn queue(&mut self, frame: &[u8]) -> bool {
         match &mut self.io {
             Io::Xdp(x) => {
-                let XdpIo {
-                    free,
-                    outgoing,
-                    umem,
-                    ..
-                } = &mut **x;
                 if frame.len() > UMEM_FRAME_DATA {
                     return false;
                 }
-                let Some(mut desc) = free.pop() else {
+                let Some(mut desc) = x.port.take_free() else {
                     return false;
                 };
-                // SAFETY: taken from the free list, so owned here alone.
-                unsafe { write_frame(umem, &mut desc, frame, false) };
-                outgoing.push(desc);
+                // SAFETY: just lent by the port; it waits in `outgoing` alone.
+                unsafe { x.port.write_frame(&mut desc, frame, false) };
+                x.outgoing.push(desc);
                 true
             }
             Io::Packet(port) => port.queue(std::iter::once(frame)),
@@ -137,17 +118,15 @@ impl Endpoint {
             Io::Xdp(x) => {
                 let XdpIo {
                     port,
-                    free,
                     outgoing,
                     scratch,
-                    ..
                 } = &mut **x;
                 let room = port.tx_room(outgoing.len());
-                // SAFETY: `outgoing` holds descriptors owned here alone.
+                // SAFETY: `outgoing` holds descriptors lent by the port, in no ring.
                 let sent = unsafe { port.send(&outgoing[..room]) };
                 outgoing.drain(..sent);
                 port.kick();
-                port.reclaim(scratch, free);
+                port.reclaim(scratch);
             }
             Io::Packet(port) => port.flush(),
         }
@@ -157,21 +136,16 @@ impl Endpoint {
     pub fn receive(&mut self, budget: usize, mut take: impl FnMut(&[u8])) -> usize {
         let taken = match &mut self.io {
             Io::Xdp(x) => {
-                let XdpIo {
-                    port,
-                    free,
-                    scratch,
-                    umem,
-                    ..
-                } = &mut **x;
+                let XdpIo { port, scratch, .. } = &mut **x;
                 let want = budget.min(scratch.len());
-                // SAFETY: `scratch` is this endpoint's own buffer.
-                let n = unsafe { port.receive(&mut scratch[..want]) };
+                let n = port.receive(&mut scratch[..want]);
                 for desc in &scratch[..n] {
-                    // SAFETY: just received, owned here until it rejoins the free list.
-                    take(unsafe { frame_data(umem, desc) });
+                    // SAFETY: just lent by `receive`, given back right after.
+                    take(unsafe { port.frame_data(desc) });
+                    // SAFETY: as above; `take` has returned.
+                    unsafe { port.recycle_one(*desc) };
                 }
-                free.extend_from_slice(&scratch[..n]);
+                port.refill();
                 n
             }
             Io::Packet(port) => port.receive(budget, |frame, whole| {
@@ -180,25 +154,6 @@ impl Endpoint {
                 }
             }),
         };
-        self.refill();
         taken
-    }
-
-    fn refill(&mut self) {
-        if let Io::Xdp(x) = &mut self.io {
-            let XdpIo {
-                port,
-                free,
-                fill_target,
-                ..
-            } = &mut **x;
-            let want = fill_target.saturating_sub(port.in_fill).min(free.len());
-            if want > 0 {
-                let from = free.len() - want;
-                // SAFETY: free descriptors are owned here alone.
-                let given = unsafe { port.fill(&free[from..]) };
-                free.drain(from..from + given);
-            }
-        }
     }
 }

@@ -1,5 +1,5 @@
-//! A poll-mode worker: one thread, optionally pinned to a core, that owns its ports and
-//! their shared UMEM, forwards frames between linked ports, and applies commands from the
+//! A poll-mode worker: one thread, optionally pinned to a core, that owns its ports (each
+//! with its own UMEM), forwards frames between linked ports, and applies commands from the
 //! control plane between batches.
 
 use std::net::SocketAddr;
@@ -53,7 +53,7 @@ pub struct WorkerConfig {
     pub busy_poll: bool,
     /// Frames taken from one port's RX ring at a time.
     pub batch: usize,
-    /// The most ports this worker serves (the UMEM is sized for them up front).
+    /// The most ports this worker serves. Ports take memory only while open.
     pub max_ports: usize,
     /// UMEM frames per port; half of them wait in the port's fill ring. The default,
     /// 2048, lets a port ride out a stall of the worker of about 3 ms at 300 kpps (a

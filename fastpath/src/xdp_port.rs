@@ -1,19 +1,30 @@
-//! An AF_XDP port: one socket on a node-side veth end, with its RX and TX rings and its
-//! own fill and completion rings, on a UMEM that every port of the worker shares (so a
-//! frame received on one port is sent on another by passing its descriptor: no copy).
+//! An AF_XDP port: one socket on a node-side veth end, with its RX, TX, fill and
+//! completion rings, on a UMEM of its own.
+//!
+//! A UMEM per port, not one per worker: the kernel gives every socket bound to another
+//! interface of a shared UMEM a buffer pool sized to the whole UMEM, so a shared UMEM costs
+//! kernel memory in the square of the ports (about 26 GB for 1000 ports of 256 frames),
+//! and it pins every port's frames at start whether or not the port ever opens. With one
+//! per port both grow with the ports actually open, closing a port returns all of its
+//! frames, and the switch copies a frame once from one port's UMEM into the other's (the
+//! kernel copies it on the way in and out anyway: veth has no zero-copy AF_XDP).
 //!
 //! Every `unsafe` call into xsk-rs in the crate is in this file. xsk-rs leaves one thing to
 //! the caller: a descriptor handed to a ring must belong to the ring's UMEM and must not be
-//! in any other ring or in use elsewhere. The worker keeps each descriptor in exactly one
-//! place (its free list, one kernel ring, or one pending batch), which is the contract of
-//! the `unsafe fn`s here.
+//! in any other ring or in use elsewhere. A port's descriptors are in exactly one place:
+//! its free list, one of its kernel rings, or (lent out by `receive` and `take_free`) the
+//! worker's RX chain or pending batch for this port, until `recycle` or `send` takes them
+//! back. That is the contract of the `unsafe fn`s here.
 
+use std::error::Error as _;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 
 use crate::xdp_redirect::RedirectProgram;
 
-use xsk_rs::config::{BindFlags, Interface, LibxdpFlags, SocketConfig, XdpFlags};
+use xsk_rs::config::{
+    BindFlags, FrameSize, Interface, LibxdpFlags, SocketConfig, UmemConfig, XdpFlags,
+};
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, TxQueue, Umem};
 
 /// How the XDP program runs on the interface.
@@ -66,6 +77,12 @@ pub enum PortError {
     AlreadyOpen(String),
     #[error("no room for another port (the worker has {0})")]
     NoRoom(usize),
+    #[error("{ifname}: no UMEM of {frames} frames: {reason}")]
+    Umem {
+        ifname: String,
+        frames: usize,
+        reason: String,
+    },
 }
 
 /// Frames the kernel dropped at a port before the worker could see them: the drops that
@@ -88,7 +105,15 @@ impl KernelDrops {
     }
 }
 
-/// One AF_XDP socket and the frames it holds in kernel rings.
+/// A port's mode, its four rings, and its interface and slot in the redirect program.
+type Opened = (
+    XdpMode,
+    (TxQueue, RxQueue, FillQueue, CompQueue),
+    Option<(u32, u32)>,
+);
+
+/// One AF_XDP socket, the frames it holds in kernel rings, and its UMEM.
+/// Field order matters: the rings drop before the UMEM.
 pub(crate) struct XdpPort {
     mode: XdpMode,
     tx: TxQueue,
@@ -96,24 +121,31 @@ pub(crate) struct XdpPort {
     fill: FillQueue,
     completion: CompQueue,
     /// Frames in the fill ring, waiting for received data.
-    pub(crate) in_fill: usize,
+    in_fill: usize,
     /// Frames in the TX ring, not yet completed.
-    pub(crate) in_tx: usize,
+    in_tx: usize,
     /// The interface index and slot of this port in the worker's program's maps.
     redirect: Option<(u32, u32)>,
+    ifindex: u32,
+    /// Frames in no ring and lent to no one.
+    free: Vec<FrameDesc>,
+    /// How many frames the fill ring is kept topped up to.
+    fill_target: usize,
+    umem: Umem,
 }
 
 impl XdpPort {
-    /// Opens a port on `ifname` (in the calling thread's network namespace) for frames up
-    /// to `max_frame` bytes, in `mode` or, with `None`, the fastest mode that can carry
-    /// such frames: native (falling back to generic), or generic alone for frames above
-    /// `NATIVE_MAX_FRAME`. With `redirect`, frames reach the socket through that program
-    /// (in the port's slot); without, through libxdp's default program.
+    /// Opens a port on `ifname` (in the calling thread's network namespace) with `frames`
+    /// UMEM frames for frames up to `max_frame` bytes, in `mode` or, with `None`, the
+    /// fastest mode that can carry such frames: native (falling back to generic), or
+    /// generic alone for frames above `NATIVE_MAX_FRAME`. With `redirect`, frames reach the
+    /// socket through that program (in the port's slot); without, through libxdp's
+    /// default program.
     pub(crate) fn open(
-        umem: &Umem,
         ifname: &str,
         mode: Option<XdpMode>,
         max_frame: usize,
+        frames: usize,
         redirect: Option<(&RedirectProgram, u32)>,
     ) -> Result<XdpPort, PortError> {
         let interface: Interface = ifname
@@ -122,6 +154,7 @@ impl XdpPort {
         let Ok(ifindex) = nix::net::if_::if_nametoindex(ifname) else {
             return Err(PortError::NoSuchInterface(ifname.into()));
         };
+        let (umem, free) = new_umem(ifname, frames)?;
         let modes: &[XdpMode] = match mode {
             Some(XdpMode::Native) => &[XdpMode::Native],
             Some(XdpMode::Generic) => &[XdpMode::Generic],
@@ -131,12 +164,28 @@ impl XdpPort {
             None if max_frame > NATIVE_MAX_FRAME => &[XdpMode::Generic],
             None => &[XdpMode::Native, XdpMode::Generic],
         };
-        match redirect {
+        let (mode, rings, redirect) = match redirect {
             Some((program, slot)) => {
-                XdpPort::open_redirected(umem, &interface, ifname, ifindex, modes, program, slot)
+                XdpPort::open_redirected(&umem, &interface, ifname, ifindex, modes, program, slot)?
             }
-            None => XdpPort::open_with_libxdp(umem, &interface, ifname, modes),
-        }
+            None => XdpPort::open_with_libxdp(&umem, &interface, ifname, modes)?,
+        };
+        tracing::info!(ifname, mode = mode.name(), frames, "AF_XDP port open");
+        let (tx, rx, fill, completion) = rings;
+        Ok(XdpPort {
+            mode,
+            tx,
+            rx,
+            fill,
+            completion,
+            in_fill: 0,
+            in_tx: 0,
+            redirect,
+            ifindex,
+            fill_target: free.len() / 2,
+            free,
+            umem,
+        })
     }
 
     /// Binds the socket first (a live socket on the interface makes that fail: `Busy`),
@@ -149,7 +198,7 @@ impl XdpPort {
         modes: &[XdpMode],
         program: &RedirectProgram,
         slot: u32,
-    ) -> Result<XdpPort, PortError> {
+    ) -> Result<Opened, PortError> {
         let config = SocketConfig::builder()
             .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
             .bind_flags(BindFlags::XDP_USE_NEED_WAKEUP | BindFlags::XDP_USE_SG)
@@ -172,7 +221,7 @@ impl XdpPort {
                             source,
                         })?;
                     let rings = (tx, rx, fill, completion);
-                    return Ok(XdpPort::opened(ifname, mode, rings, Some((ifindex, slot))));
+                    return Ok((mode, rings, Some((ifindex, slot))));
                 }
                 Err(source) => {
                     tracing::info!(ifname, mode = mode.name(), error = %source, "XDP program refused");
@@ -192,7 +241,7 @@ impl XdpPort {
         interface: &Interface,
         ifname: &str,
         modes: &[XdpMode],
-    ) -> Result<XdpPort, PortError> {
+    ) -> Result<Opened, PortError> {
         let mut last_error = None;
         for &mode in modes {
             // XDP_USE_SG: a frame larger than one UMEM frame (jumbo MTU) arrives as a chain
@@ -202,12 +251,10 @@ impl XdpPort {
                 .bind_flags(BindFlags::XDP_USE_NEED_WAKEUP | BindFlags::XDP_USE_SG)
                 .build();
             // SAFETY: xsk-rs requires that the UMEM outlive the socket's use of its frames;
-            // the socket keeps a clone of the UMEM, and the worker drops its ports before
-            // its UMEM.
+            // the socket keeps a clone of the UMEM, and the port drops its rings first.
             match unsafe { xsk_rs::Socket::new(config, umem, interface, 0) } {
                 Ok((tx, rx, Some((fill, completion)))) => {
-                    let rings = (tx, rx, fill, completion);
-                    return Ok(XdpPort::opened(ifname, mode, rings, None));
+                    return Ok((mode, (tx, rx, fill, completion), None));
                 }
                 Ok((_, _, None)) => return Err(PortError::AlreadyOpen(ifname.into())),
                 Err(e) => last_error = Some(socket_error(ifname, mode.name(), &e)),
@@ -216,28 +263,13 @@ impl XdpPort {
         Err(last_error.expect("at least one mode was tried"))
     }
 
-    fn opened(
-        ifname: &str,
-        mode: XdpMode,
-        (tx, rx, fill, completion): (TxQueue, RxQueue, FillQueue, CompQueue),
-        redirect: Option<(u32, u32)>,
-    ) -> XdpPort {
-        tracing::info!(ifname, mode = mode.name(), "AF_XDP port open");
-        XdpPort {
-            mode,
-            tx,
-            rx,
-            fill,
-            completion,
-            in_fill: 0,
-            in_tx: 0,
-            redirect,
-        }
-    }
-
     /// The interface and slot the worker's program sends this port's frames by, if any.
     pub(crate) fn redirect(&self) -> Option<(u32, u32)> {
         self.redirect
+    }
+
+    pub(crate) fn ifindex(&self) -> u32 {
+        self.ifindex
     }
 
     pub(crate) fn mode(&self) -> XdpMode {
@@ -263,15 +295,65 @@ impl XdpPort {
         })
     }
 
-    /// Takes up to `into.len()` received frames; returns how many.
-    ///
-    /// # Safety
-    /// `into` must be descriptors the caller owns (they are overwritten).
-    pub(crate) unsafe fn receive(&mut self, into: &mut [FrameDesc]) -> usize {
-        // SAFETY: the caller owns `into`; the ring yields descriptors of this port's UMEM.
+    /// Takes up to `into.len()` received frames (overwriting `into`); returns how many.
+    /// Their descriptors are lent to the caller until it gives them back with `recycle`
+    /// or `send`.
+    pub(crate) fn receive(&mut self, into: &mut [FrameDesc]) -> usize {
+        // SAFETY: `into` is the caller's buffer, only written; the ring yields descriptors
+        // of this port's UMEM, which pass from the kernel to the caller.
         let n = unsafe { self.rx.consume(into) };
         self.in_fill -= n;
         n
+    }
+
+    /// Lends a free frame to the caller (to write with `write_frame`), if one is left.
+    pub(crate) fn take_free(&mut self) -> Option<FrameDesc> {
+        self.free.pop()
+    }
+
+    /// Free frames left.
+    pub(crate) fn free_frames(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Gives back frames this port lent (by `receive` or `take_free`), emptying `frames`.
+    ///
+    /// # Safety
+    /// Every descriptor must have been lent by this port and be in use nowhere else.
+    pub(crate) unsafe fn recycle(&mut self, frames: &mut Vec<FrameDesc>) {
+        self.free.append(frames);
+    }
+
+    /// Gives back one frame this port lent.
+    ///
+    /// # Safety
+    /// As for `recycle`.
+    pub(crate) unsafe fn recycle_one(&mut self, frame: FrameDesc) {
+        self.free.push(frame);
+    }
+
+    /// Writes `bytes` (at most `UMEM_FRAME_DATA`) as the data of `desc`, marked as
+    /// continued in the next descriptor when `more`.
+    ///
+    /// # Safety
+    /// `desc` must have been lent by this port and be in use nowhere else.
+    pub(crate) unsafe fn write_frame(&self, desc: &mut FrameDesc, bytes: &[u8], more: bool) {
+        desc.set_options(if more { XDP_PKT_CONTD } else { 0 });
+        // SAFETY: as the caller promises; nothing else reads or writes this frame now.
+        let mut data = unsafe { self.umem.data_mut(desc) };
+        let mut cursor = data.cursor();
+        cursor.set_pos(0);
+        // The cursor writes into the frame's fixed buffer; `bytes` fits by the contract.
+        let _ = std::io::Write::write_all(&mut cursor, bytes);
+    }
+
+    /// The data of `desc`.
+    ///
+    /// # Safety
+    /// As for `write_frame`; the slice must be dropped before `desc` is given back.
+    pub(crate) unsafe fn frame_data(&self, desc: &FrameDesc) -> &[u8] {
+        // SAFETY: as the caller promises.
+        unsafe { self.umem.data(desc) }.contents()
     }
 
     /// Free slots in the TX ring, up to `wanted`.
@@ -281,10 +363,10 @@ impl XdpPort {
 
     /// Queues frames for sending (`kick` then asks the kernel to send them); returns how
     /// many the TX ring took: all of them, or none when it has less room (see `tx_room`).
+    /// The ones taken go back to the kernel, and return to the free list once sent.
     ///
     /// # Safety
-    /// Every descriptor must belong to this port's UMEM and be owned by the caller; the
-    /// ones taken pass to the kernel until they come back through `completed`.
+    /// Every descriptor must have been lent by this port and be in use nowhere else.
     pub(crate) unsafe fn send(&mut self, frames: &[FrameDesc]) -> usize {
         // SAFETY: as the caller promises.
         let n = unsafe { self.tx.produce(frames) };
@@ -305,64 +387,82 @@ impl XdpPort {
     /// frames on Linux 6.x) and completes it before returning, so a pass that queued more
     /// than that needs several; with a zero-copy driver the first kick completes nothing
     /// at once, and the loop stops there.
-    pub(crate) fn drain_tx(
-        &mut self,
-        scratch: &mut [FrameDesc],
-        free: &mut Vec<FrameDesc>,
-        max_kicks: usize,
-    ) {
+    pub(crate) fn drain_tx(&mut self, scratch: &mut [FrameDesc], max_kicks: usize) {
         for _ in 0..max_kicks {
             if self.in_tx == 0 {
                 break;
             }
             self.kick();
-            let before = free.len();
-            self.reclaim(scratch, free);
-            if free.len() == before {
+            if self.reclaim(scratch) == 0 {
                 break;
             }
         }
     }
 
-    /// Takes back frames the kernel finished sending; returns how many.
-    ///
-    /// # Safety
-    /// As for `receive`.
-    pub(crate) unsafe fn completed(&mut self, into: &mut [FrameDesc]) -> usize {
-        // SAFETY: the caller owns `into`; the ring yields descriptors it was given by `send`.
-        let n = unsafe { self.completion.consume(into) };
-        self.in_tx -= n;
-        n
-    }
-
-    /// Moves every frame the kernel finished sending to `free`, reading the completion
-    /// ring in batches of `scratch.len()`.
-    pub(crate) fn reclaim(&mut self, scratch: &mut [FrameDesc], free: &mut Vec<FrameDesc>) {
+    /// Moves every frame the kernel finished sending to the free list, reading the
+    /// completion ring in batches of `scratch.len()`; returns how many.
+    pub(crate) fn reclaim(&mut self, scratch: &mut [FrameDesc]) -> usize {
+        let mut total = 0;
         loop {
-            // SAFETY: `scratch` is the caller's own buffer, overwritten here; what comes
-            // back are descriptors this port sent, now owned by the caller again.
-            let n = unsafe { self.completed(scratch) };
-            free.extend_from_slice(&scratch[..n]);
+            // SAFETY: `scratch` is the caller's buffer, only written; what comes back are
+            // descriptors this port sent, now in no ring.
+            let n = unsafe { self.completion.consume(scratch) };
+            self.in_tx -= n;
+            total += n;
+            self.free.extend_from_slice(&scratch[..n]);
             if n < scratch.len() {
-                break;
+                return total;
             }
         }
     }
 
-    /// Gives frames to the fill ring; returns how many it took: all, or none.
-    ///
-    /// # Safety
-    /// As for `send`.
-    pub(crate) unsafe fn fill(&mut self, frames: &[FrameDesc]) -> usize {
-        // SAFETY: as the caller promises.
-        let n = unsafe { self.fill.produce(frames) };
-        self.in_fill += n;
+    /// Keeps `frames` in the fill ring from now on (half the port's frames by default).
+    pub(crate) fn set_fill_target(&mut self, frames: usize) {
+        self.fill_target = frames;
+    }
+
+    /// Tops the fill ring up to its target, from the free list.
+    pub(crate) fn refill(&mut self) {
+        let want = self
+            .fill_target
+            .saturating_sub(self.in_fill)
+            .min(self.free.len());
+        if want == 0 {
+            return;
+        }
+        let from = self.free.len() - want;
+        // SAFETY: free frames are this port's and in no ring.
+        let given = unsafe { self.fill.produce(&self.free[from..]) };
+        self.in_fill += given;
+        // The ring took all it was offered, or nothing.
+        self.free.truncate(self.free.len() - given);
         if self.fill.needs_wakeup() {
             // Non-blocking poll: tells the kernel the fill ring has frames again.
             let _ = self.fill.wakeup(self.rx.fd_mut(), 0);
         }
-        n
     }
+}
+
+/// A UMEM of `frames` 4 KiB frames (the free list holds them all).
+fn new_umem(ifname: &str, frames: usize) -> Result<(Umem, Vec<FrameDesc>), PortError> {
+    let fail = |reason: String| PortError::Umem {
+        ifname: ifname.into(),
+        frames,
+        reason,
+    };
+    let config = UmemConfig::builder()
+        .frame_size(FrameSize::new(4096).map_err(|e| fail(e.to_string()))?)
+        .build()
+        .map_err(|e| fail(e.to_string()))?;
+    let count = u32::try_from(frames.max(2))
+        .ok()
+        .and_then(std::num::NonZeroU32::new)
+        .ok_or_else(|| fail("too many frames".into()))?;
+    let (umem, free) = Umem::new(config, count, false).map_err(|e| {
+        let detail = e.source().map(|s| format!(": {s}")).unwrap_or_default();
+        fail(format!("{e}{detail}"))
+    })?;
+    Ok((umem, free))
 }
 
 /// The port error for a socket xsk-rs could not make or bind.
@@ -388,27 +488,3 @@ fn socket_error(ifname: &str, mode: &'static str, e: &dyn std::error::Error) -> 
 pub(crate) const UMEM_FRAME_DATA: usize = 4096 - 256;
 /// The descriptor option that says "the frame continues in the next descriptor".
 const XDP_PKT_CONTD: u32 = 1;
-
-/// Writes `bytes` (at most `UMEM_FRAME_DATA`) as the data of `desc`, marked as continued
-/// in the next descriptor when `more`.
-///
-/// # Safety
-/// `desc` must be a descriptor of `umem` that the caller owns (not in any ring).
-pub(crate) unsafe fn write_frame(umem: &Umem, desc: &mut FrameDesc, bytes: &[u8], more: bool) {
-    desc.set_options(if more { XDP_PKT_CONTD } else { 0 });
-    // SAFETY: as the caller promises; nothing else reads or writes this frame now.
-    let mut data = unsafe { umem.data_mut(desc) };
-    let mut cursor = data.cursor();
-    cursor.set_pos(0);
-    // The cursor writes into the frame's fixed buffer; `bytes` fits by the contract.
-    let _ = std::io::Write::write_all(&mut cursor, bytes);
-}
-
-/// The data of `desc`.
-///
-/// # Safety
-/// As for `write_frame`; the slice must be dropped before `desc` is handed to a ring.
-pub(crate) unsafe fn frame_data<'a>(umem: &'a Umem, desc: &FrameDesc) -> &'a [u8] {
-    // SAFETY: as the caller promises.
-    unsafe { umem.data(desc) }.contents()
-}

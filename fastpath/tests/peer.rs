@@ -272,6 +272,59 @@ fn a_restarted_node_reconnects_and_the_wire_resumes() {
 }
 
 #[test]
+fn a_crashed_node_that_is_dialed_knocks_when_it_returns_and_is_dialed_at_once() {
+    let net = Underlay::new("pkn");
+    let ca = ClusterCa::generate("xwire-test-ca").unwrap();
+    let (id_a, id_b) = (ca.issue("node-a").unwrap(), ca.issue("node-b").unwrap());
+    // node-a sorts first, so it dials; node-b only ever answers.
+    let mut a = bind(&net.a, id_a, "198.51.100.1:0");
+    let mut b = bind(&net.b, id_b.clone(), "198.51.100.2:0");
+    let (a_addr, b_addr) = (a.local_addr(), b.local_addr());
+    let to_b = a.add_peer("node-b", b_addr, Carrier::Datagram).unwrap();
+    let to_a = b.add_peer("node-a", a_addr, Carrier::Datagram).unwrap();
+    let (mut got_a, mut got_b) = (Delivered::new(), Delivered::new());
+    assert!(run_until(
+        &mut [(&mut a, &mut got_a), (&mut b, &mut got_b)],
+        &[7],
+        Duration::from_secs(15),
+        |n| n[0].0.is_up(to_b) && n[1].0.is_up(to_a),
+    ));
+    a.take_events();
+
+    // A crash: no close frame. node-a sends nothing, so only node-b's knock (or, without
+    // one, node-a's next keep-alive meeting a stateless reset) tells it.
+    drop(b);
+    b = bind(&net.b, id_b, &b_addr.to_string());
+    let to_a = b.add_peer("node-a", a_addr, Carrier::Datagram).unwrap();
+    let mut events = Vec::new();
+    let up = run_until(
+        &mut [(&mut a, &mut got_a), (&mut b, &mut got_b)],
+        &[7],
+        Duration::from_secs(10),
+        |n| {
+            events.extend(n[0].0.take_events());
+            n[1].0.is_up(to_a) && events.iter().any(|e| matches!(e, PeerEvent::Up { .. }))
+        },
+    );
+    assert!(up, "up again; node-a saw {events:?}");
+    let down = events.iter().find_map(|e| match e {
+        PeerEvent::Down { reason, .. } => Some(reason.as_str()),
+        _ => None,
+    });
+    assert!(
+        down.is_some_and(|r| r.contains("knocked")),
+        "node-a learned of the restart from: {down:?}"
+    );
+    assert!(a.send_frame(to_b, 7, &test_frame(200, 0xa, 1)));
+    assert!(run_until(
+        &mut [(&mut a, &mut got_a), (&mut b, &mut got_b)],
+        &[7],
+        Duration::from_secs(5),
+        |n| !n[1].1.is_empty(),
+    ));
+}
+
+#[test]
 fn a_peer_that_speaks_another_version_gets_an_error_and_a_closed_connection() {
     let net = Underlay::new("pvr");
     let ca = ClusterCa::generate("xwire-test-ca").unwrap();

@@ -52,6 +52,8 @@ pub(crate) struct Session {
     /// The peer, once known (from the dial, or from its Hello).
     pub(crate) peer: Option<usize>,
     pub(crate) hello_done: bool,
+    /// Dialed only to tell a peer that dials this node that it should dial now.
+    pub(crate) knock: bool,
     control_out: Outgoing,
     data_out: Outgoing,
     incoming: HashMap<StreamId, Incoming>,
@@ -73,6 +75,7 @@ impl Session {
             conn,
             peer,
             hello_done: false,
+            knock: false,
             control_out: Outgoing::default(),
             data_out: Outgoing::default(),
             incoming: HashMap::new(),

@@ -25,6 +25,10 @@ use super::{tls, Carrier, PeerConfig, PeerCounters, PeerError, PeerEvent, PeerId
 const CLOSE_PROTOCOL: u32 = 1;
 const CLOSE_NAME: u32 = 2;
 const CLOSE_SHUTDOWN: u32 = 3;
+/// A knock was heard: the node that dials is dialing now.
+const CLOSE_KNOCK_HEARD: u32 = 4;
+/// Why a connection ended when its peer knocked (it restarted).
+const KNOCK_REASON: &str = "the peer restarted (it knocked)";
 
 /// The longest a frame waits for more to share its datagram (or stream write) while the
 /// caller says more frames are coming.
@@ -56,6 +60,10 @@ struct Peer {
     session: Option<ConnectionHandle>,
     next_dial: Instant,
     backoff: Duration,
+    /// A knock is owed: this node does not dial the peer, but has just (re)started, and the
+    /// peer would otherwise learn of it only when its old connection next sends (after a
+    /// loss-recovery timeout that backs off to hundreds of milliseconds).
+    knock: bool,
 }
 
 pub struct PeerTransport {
@@ -145,6 +153,7 @@ impl PeerTransport {
         peer.addr = Some(addr);
         peer.carrier = carrier;
         peer.dials = self.name.as_str() < name;
+        peer.knock = !peer.dials && peer.session.is_none();
         Ok(PeerId(index as u32))
     }
 
@@ -161,6 +170,7 @@ impl PeerTransport {
             session: None,
             next_dial: Instant::now(),
             backoff: MIN_BACKOFF,
+            knock: false,
         });
         self.peers.len() - 1
     }
@@ -319,6 +329,21 @@ impl PeerTransport {
     fn dial(&mut self, now: Instant) {
         for index in 0..self.peers.len() {
             let peer = &mut self.peers[index];
+            if let (Some(addr), true) = (peer.addr, peer.knock) {
+                peer.knock = false;
+                match self
+                    .endpoint
+                    .connect(now, self.client.clone(), addr, &peer.name)
+                {
+                    Ok((handle, conn)) => {
+                        let mut session = Session::new(conn, Some(index));
+                        session.knock = true;
+                        self.sessions.insert(handle, session);
+                    }
+                    Err(e) => tracing::warn!(peer = %peer.name, %addr, error = %e, "cannot knock"),
+                }
+                continue;
+            }
             let (Some(addr), true, None) = (peer.addr, peer.dials, peer.session) else {
                 continue;
             };
@@ -357,6 +382,17 @@ impl PeerTransport {
         let mut inbound = Vec::new();
         while let Some(event) = session.conn.poll() {
             match event {
+                // A knock is moot once the peer has connected.
+                Event::Connected
+                    if session.knock
+                        && session
+                            .peer
+                            .is_some_and(|p| self.peers[p].session.is_some()) =>
+                {
+                    session
+                        .conn
+                        .close(now, CLOSE_KNOCK_HEARD.into(), "connected".into());
+                }
                 // The dialing side speaks first.
                 Event::Connected if session.peer.is_some() => session.send_hello(self.hello()),
                 Event::ConnectionLost { reason } => self.lost(handle, &session, reason.to_string()),
@@ -483,6 +519,41 @@ impl PeerTransport {
         }
         let index = match session.peer {
             Some(index) => index,
+            None if self
+                .peers
+                .iter()
+                .any(|p| p.name == hello.node_name && p.dials) =>
+            {
+                // A knock from a peer that this node dials: the peer (re)started, so an
+                // established connection to it is stale. Dial it now. A dial still in
+                // its handshake is left to finish: the peer knocked before it saw that
+                // dial (it sends no knock once it has a connection, and its packets
+                // arrive in the order it sent them).
+                let index = self.peer_index(&hello.node_name);
+                let peer = &mut self.peers[index];
+                tracing::debug!(peer = %peer.name, "knock heard");
+                let current = peer.session.and_then(|h| self.sessions.get(&h));
+                if current.is_some_and(|s| s.hello_done) {
+                    let old = peer.session.take().expect("checked above");
+                    tracing::info!(peer = %peer.name, "peer down: it restarted");
+                    self.events.push(PeerEvent::Down {
+                        peer: PeerId(index as u32),
+                        reason: KNOCK_REASON.into(),
+                    });
+                    if let Some(old) = self.sessions.get_mut(&old) {
+                        old.conn
+                            .close(now, CLOSE_SHUTDOWN.into(), KNOCK_REASON.into());
+                    }
+                }
+                if peer.session.is_none() {
+                    peer.next_dial = now;
+                    peer.backoff = MIN_BACKOFF;
+                }
+                session
+                    .conn
+                    .close(now, CLOSE_KNOCK_HEARD.into(), "dialing".into());
+                return;
+            }
             None => {
                 // Accepted side: the peer is who its Hello (and certificate) say.
                 let index = self.peer_index(&hello.node_name);
@@ -517,6 +588,10 @@ impl PeerTransport {
     fn lost(&mut self, handle: ConnectionHandle, session: &Session, reason: String) {
         let remote = session.conn.remote_address();
         match session.peer {
+            // A knock ends when it is heard (or when no one answers): the peer dials.
+            Some(peer) if session.knock && !session.hello_done => {
+                tracing::debug!(peer = %self.peers[peer].name, %reason, "knock closed");
+            }
             // A connection that a newer one replaced goes quietly: the peer is up.
             Some(peer) if session.hello_done && self.peers[peer].session != Some(handle) => {
                 tracing::debug!(peer = %self.peers[peer].name, %reason, "replaced connection closed");

@@ -5,7 +5,8 @@ use crate::counters::DropReason;
 use crate::link_table::{LinkTable, Verdict};
 use crate::peer::{Flush, PeerCounters, PeerEvent, PeerTransport};
 
-use super::{count_drop, queue_copy, Switch};
+use super::forward::{count_drop, deliver};
+use super::Switch;
 
 /// Hands one frame with a `Verdict::Remote` to the transport, counted on its link.
 pub(super) fn send(
@@ -42,8 +43,8 @@ pub(super) fn send(
 }
 
 impl Switch {
-    /// Runs the peer transport once: frames it received go to their ports' pending
-    /// batches (copied into UMEM frames). `ports_busy` says this pass took frames from the
+    /// Runs the peer transport once: frames it received are copied out through their
+    /// ports (see `deliver`). `ports_busy` says this pass took frames from the
     /// ports, so frames for peers may wait a little for more to share their datagram.
     /// Returns the UDP datagrams that arrived.
     pub(super) fn poll_peers(&mut self, ports_busy: bool) -> usize {
@@ -55,8 +56,7 @@ impl Switch {
         let Some(peers) = self.peers.as_mut() else {
             return 0;
         };
-        let (table, free, pending, umem) =
-            (&self.table, &mut self.free, &mut self.pending, &self.umem);
+        let (table, slots) = (&self.table, &mut self.slots);
         peers.poll(
             flush,
             &mut |peer, uid, frame| match table.decide_remote(peer, uid, frame.len()) {
@@ -65,7 +65,8 @@ impl Switch {
                     link,
                     direction,
                 } => {
-                    queue_copy(table, free, pending, umem, frame, out, (link, direction));
+                    let slot = slots.get_mut(usize::from(out.0)).and_then(Option::as_mut);
+                    deliver(table, slot, frame, (link, direction));
                     true
                 }
                 verdict @ Verdict::Drop { link: Some(_), .. } => {

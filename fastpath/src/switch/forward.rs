@@ -1,0 +1,269 @@
+//! One pass of the worker over its ports: receive, decide, copy to the outgoing port (or
+//! hand to a peer), send, and recycle.
+
+use xsk_rs::FrameDesc;
+
+use crate::counters::{Direction, DropReason};
+use crate::link_table::{LinkTable, PortId, Verdict};
+use crate::peer::PeerTransport;
+use crate::worker::WorkerConfig;
+use crate::xdp_port::UMEM_FRAME_DATA;
+
+use super::{remote, Port, Slot, Switch};
+
+/// A descriptor on its way out, the link it is counted on, and whether it is the last
+/// (or only) descriptor of its frame.
+#[derive(Clone, Copy)]
+pub(super) struct Outgoing {
+    desc: FrameDesc,
+    link: usize,
+    direction: Direction,
+    ends_frame: bool,
+}
+
+/// The longest descriptor chain: a 64 KiB frame in 4 KiB UMEM frames.
+pub(super) const MAX_CHAIN: usize = 17;
+
+/// Kicks per AF_XDP port per pass: enough for a pass that queued a few hundred frames
+/// (a burst from a peer node) while bounding the time one port can take.
+const MAX_KICKS_PER_PASS: usize = 16;
+
+impl Switch {
+    /// One pass over every port; returns the frames moved.
+    pub(super) fn poll_once(&mut self, config: &WorkerConfig) -> usize {
+        let mut moved = 0;
+        for index in 0..self.slots.len() {
+            moved += self.receive_from(index, config.batch);
+        }
+        moved += self.poll_peers(moved > 0);
+        for index in 0..self.slots.len() {
+            self.flush_to(index);
+        }
+        for slot in self.slots.iter_mut().flatten() {
+            let Port::Xdp(port) = &mut slot.port else {
+                continue;
+            };
+            port.drain_tx(&mut self.scratch, MAX_KICKS_PER_PASS);
+            port.refill();
+        }
+        moved
+    }
+
+    fn receive_from(&mut self, index: usize, batch: usize) -> usize {
+        let Switch {
+            slots,
+            peers,
+            table,
+            frame_buf,
+            scratch,
+            ..
+        } = self;
+        let (this, mut others) = split_slot(slots, index);
+        let Some(slot) = this.as_mut() else {
+            return 0;
+        };
+        let in_port = PortId(index as u16);
+        match &mut slot.port {
+            Port::Xdp(port) => {
+                let n = port.receive(scratch);
+                for &desc in &scratch[..n] {
+                    slot.rx_chain.push(desc);
+                    if desc.has_more_frames() && slot.rx_chain.len() < MAX_CHAIN {
+                        continue;
+                    }
+                    // A whole frame: one descriptor, or a chain of them (jumbo frames).
+                    let len: usize = slot.rx_chain.iter().map(|d| d.lengths().data()).sum();
+                    let verdict = if desc.has_more_frames() {
+                        // Longer than any frame can be: drop it whole.
+                        Verdict::Drop {
+                            reason: DropReason::TooLarge,
+                            link: None,
+                        }
+                    } else {
+                        table.decide(in_port, len)
+                    };
+                    if let Verdict::Drop { .. } = verdict {
+                        count_drop(table, verdict);
+                    } else {
+                        let frame: &[u8] = match slot.rx_chain.as_slice() {
+                            // SAFETY: the chain's descriptors were lent by `receive` and
+                            // are given back below, after the last use of `frame`.
+                            [one] => unsafe { port.frame_data(one) },
+                            chain => {
+                                frame_buf.clear();
+                                for desc in chain {
+                                    // SAFETY: as above.
+                                    frame_buf.extend_from_slice(unsafe { port.frame_data(desc) });
+                                }
+                                frame_buf
+                            }
+                        };
+                        route(table, peers, &mut others, verdict, frame);
+                    }
+                    // SAFETY: lent by this port's `receive`; nothing refers to them now.
+                    unsafe { port.recycle(&mut slot.rx_chain) };
+                }
+                n
+            }
+            Port::Packet(port) => port.receive(batch, |frame, whole| {
+                let verdict = match table.decide(in_port, frame.len()) {
+                    Verdict::Forward {
+                        link, direction, ..
+                    } if !whole => Verdict::Drop {
+                        reason: DropReason::TooLarge,
+                        link: Some((link, direction)),
+                    },
+                    v => v,
+                };
+                route(table, peers, &mut others, verdict, frame);
+            }),
+        }
+    }
+
+    /// Sends what waits for the port at `index`: whole frames, as many as its TX ring has
+    /// room for; the rest are dropped (counted as `TxFull`).
+    fn flush_to(&mut self, index: usize) {
+        let Some(slot) = self.slots[index].as_mut() else {
+            return;
+        };
+        let port = match &mut slot.port {
+            Port::Packet(port) => return port.flush(),
+            Port::Xdp(_) if slot.pending.is_empty() => return,
+            Port::Xdp(port) => port,
+        };
+        let pending = &mut slot.pending;
+        let room = port.tx_room(pending.len());
+        let cut = pending[..room]
+            .iter()
+            .rposition(|o| o.ends_frame)
+            .map_or(0, |i| i + 1);
+        self.tx_scratch.clear();
+        self.tx_scratch
+            .extend(pending[..cut].iter().map(|o| o.desc));
+        // SAFETY: pending descriptors were lent by this port (`take_free`) and are in no
+        // ring; those the TX ring takes pass to the kernel until they complete.
+        let sent = unsafe { port.send(&self.tx_scratch) };
+        for (i, out) in pending.drain(..).enumerate() {
+            let ends = u64::from(out.ends_frame);
+            match self.table.counters(out.link) {
+                Some(c) if i < sent => {
+                    c.forwarded(out.direction, ends, out.desc.lengths().data() as u64)
+                }
+                Some(c) => c.dropped(out.direction, DropReason::TxFull, ends),
+                // The link went away since this frame was received.
+                None => {}
+            }
+            if i >= sent {
+                // SAFETY: as above; this one stayed out of the ring.
+                unsafe { port.recycle_one(out.desc) };
+            }
+        }
+    }
+}
+
+/// Every slot but one, which the caller holds on its own: frames received on that one go
+/// to these.
+pub(super) struct OtherSlots<'a> {
+    before: &'a mut [Option<Slot>],
+    after: &'a mut [Option<Slot>],
+}
+
+impl OtherSlots<'_> {
+    /// The slot of port `id`, if it is open (and not the one held apart).
+    pub(super) fn get_mut(&mut self, id: PortId) -> Option<&mut Slot> {
+        let index = usize::from(id.0);
+        match index.checked_sub(self.before.len()) {
+            None => self.before[index].as_mut(),
+            Some(0) => None,
+            Some(k) => self.after.get_mut(k - 1)?.as_mut(),
+        }
+    }
+}
+
+/// The slot at `index`, and all the others.
+fn split_slot(slots: &mut [Option<Slot>], index: usize) -> (&mut Option<Slot>, OtherSlots<'_>) {
+    let (before, rest) = slots.split_at_mut(index);
+    let (this, after) = rest.split_first_mut().expect("index is a slot");
+    (this, OtherSlots { before, after })
+}
+
+/// Sends one received frame where its verdict says.
+fn route(
+    table: &LinkTable,
+    peers: &mut Option<PeerTransport>,
+    others: &mut OtherSlots<'_>,
+    verdict: Verdict,
+    frame: &[u8],
+) {
+    match verdict {
+        Verdict::Forward {
+            out,
+            link,
+            direction,
+        } => deliver(table, others.get_mut(out), frame, (link, direction)),
+        Verdict::Remote { .. } => remote::send(peers, table, verdict, frame),
+        Verdict::Drop { .. } => count_drop(table, verdict),
+    }
+}
+
+/// Copies `frame` out through the port of `out`: into free frames of its UMEM (a chain
+/// when the frame is longer than one), queued to send, or into its AF_PACKET TX ring.
+/// Counted on `link`; without room it is dropped and counted.
+pub(super) fn deliver(
+    table: &LinkTable,
+    out: Option<&mut Slot>,
+    frame: &[u8],
+    (link, direction): (usize, Direction),
+) {
+    let reason = match out.map(|slot| (&mut slot.port, &mut slot.pending)) {
+        // The port closed since the link table decided.
+        None => DropReason::NoLink,
+        Some((Port::Xdp(port), pending)) => {
+            let parts = frame.len().div_ceil(UMEM_FRAME_DATA);
+            if port.free_frames() < parts {
+                DropReason::NoBuffer
+            } else {
+                for (k, bytes) in frame.chunks(UMEM_FRAME_DATA).enumerate() {
+                    let mut desc = port.take_free().expect("checked above");
+                    // SAFETY: just lent by this port; it goes to the port's pending batch.
+                    unsafe { port.write_frame(&mut desc, bytes, k + 1 < parts) };
+                    pending.push(Outgoing {
+                        desc,
+                        link,
+                        direction,
+                        ends_frame: k + 1 == parts,
+                    });
+                }
+                return;
+            }
+        }
+        Some((Port::Packet(port), _)) => {
+            if port.queue(std::iter::once(frame)) {
+                if let Some(counters) = table.counters(link) {
+                    counters.forwarded(direction, 1, frame.len() as u64);
+                }
+                return;
+            }
+            DropReason::TxFull
+        }
+    };
+    count_drop(
+        table,
+        Verdict::Drop {
+            reason,
+            link: Some((link, direction)),
+        },
+    );
+}
+
+pub(super) fn count_drop(table: &LinkTable, verdict: Verdict) {
+    if let Verdict::Drop {
+        reason,
+        link: Some((link, direction)),
+    } = verdict
+    {
+        if let Some(counters) = table.counters(link) {
+            counters.dropped(direction, reason, 1);
+        }
+    }
+}
