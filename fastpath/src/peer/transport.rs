@@ -11,24 +11,21 @@ use quinn_proto::{
     ClientConfig, ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, Event, ServerConfig,
     StreamEvent,
 };
-use rustls::pki_types::{CertificateDer, ServerName};
-use xwire_proto::control::{
-    Capabilities, ControlBody, ControlMessage, ErrorBody, ErrorCode, Hello,
-};
+use rustls::pki_types::ServerName;
+use xwire_proto::control::ControlMessage;
 
 use super::pki::NodeIdentity;
 use super::session::{Inbound, Session};
 use super::udp::Udp;
 use super::{tls, Carrier, PeerConfig, PeerCounters, PeerError, PeerEvent, PeerId};
 
-/// QUIC application close codes.
-const CLOSE_PROTOCOL: u32 = 1;
-const CLOSE_NAME: u32 = 2;
+mod lifecycle;
+
+use lifecycle::CLOSE_KNOCK_HEARD;
+
+/// The QUIC application close code for a connection closed on purpose (others are in
+/// `lifecycle`).
 const CLOSE_SHUTDOWN: u32 = 3;
-/// A knock was heard: the node that dials is dialing now.
-const CLOSE_KNOCK_HEARD: u32 = 4;
-/// Why a connection ended when its peer knocked (it restarted).
-const KNOCK_REASON: &str = "the peer restarted (it knocked)";
 
 /// The longest a frame waits for more to share its datagram (or stream write) while the
 /// caller says more frames are coming.
@@ -326,46 +323,6 @@ impl PeerTransport {
         }
     }
 
-    fn dial(&mut self, now: Instant) {
-        for index in 0..self.peers.len() {
-            let peer = &mut self.peers[index];
-            if let (Some(addr), true) = (peer.addr, peer.knock) {
-                peer.knock = false;
-                match self
-                    .endpoint
-                    .connect(now, self.client.clone(), addr, &peer.name)
-                {
-                    Ok((handle, conn)) => {
-                        let mut session = Session::new(conn, Some(index));
-                        session.knock = true;
-                        self.sessions.insert(handle, session);
-                    }
-                    Err(e) => tracing::warn!(peer = %peer.name, %addr, error = %e, "cannot knock"),
-                }
-                continue;
-            }
-            let (Some(addr), true, None) = (peer.addr, peer.dials, peer.session) else {
-                continue;
-            };
-            if now < peer.next_dial {
-                continue;
-            }
-            peer.next_dial = now + peer.backoff;
-            peer.backoff = (peer.backoff * 2).min(MAX_BACKOFF);
-            match self
-                .endpoint
-                .connect(now, self.client.clone(), addr, &peer.name)
-            {
-                Ok((handle, conn)) => {
-                    peer.session = Some(handle);
-                    self.sessions
-                        .insert(handle, Session::new(conn, Some(index)));
-                }
-                Err(e) => tracing::warn!(peer = %peer.name, %addr, error = %e, "cannot dial"),
-            }
-        }
-    }
-
     /// Everything one connection has to do this round.
     fn drive(
         &mut self,
@@ -459,159 +416,6 @@ impl PeerTransport {
         session.read_stream(id, &mut self.counters, &mut deliver, inbound);
     }
 
-    fn hello(&self) -> Hello {
-        Hello {
-            min_version: *self.versions.start(),
-            max_version: *self.versions.end(),
-            ..Hello::current(
-                self.name.clone(),
-                Capabilities::DATAGRAM.union(Capabilities::STREAM),
-            )
-        }
-    }
-
-    fn on_inbound(
-        &mut self,
-        handle: ConnectionHandle,
-        session: &mut Session,
-        inbound: Inbound,
-        now: Instant,
-    ) {
-        let message = match inbound {
-            Inbound::Control(message) => message,
-            Inbound::Broken(e) => {
-                self.refuse(session, now, CLOSE_PROTOCOL, format!("undecodable: {e}"));
-                return;
-            }
-        };
-        let ControlBody::Hello(hello) = &message.body else {
-            if let (Some(peer), true) = (session.peer, session.hello_done) {
-                self.events.push(PeerEvent::Control {
-                    peer: PeerId(peer as u32),
-                    message,
-                });
-            }
-            return;
-        };
-        if hello.negotiate(&self.hello()).is_none() {
-            session.send_control(&ControlMessage {
-                request_id: message.request_id,
-                body: ControlBody::Error(ErrorBody {
-                    code: ErrorCode::UNSUPPORTED_VERSION,
-                    message: format!(
-                        "this node speaks versions {}..={}",
-                        self.versions.start(),
-                        self.versions.end()
-                    ),
-                }),
-            });
-            let reason = format!(
-                "{} speaks versions {}..={}",
-                hello.node_name, hello.min_version, hello.max_version
-            );
-            self.refuse(session, now, CLOSE_PROTOCOL, reason);
-            return;
-        }
-        if !certificate_names(session, &hello.node_name) {
-            let reason = format!("Hello names {:?}, not its certificate", hello.node_name);
-            self.refuse(session, now, CLOSE_NAME, reason);
-            return;
-        }
-        let index = match session.peer {
-            Some(index) => index,
-            None if self
-                .peers
-                .iter()
-                .any(|p| p.name == hello.node_name && p.dials) =>
-            {
-                // A knock from a peer that this node dials: the peer (re)started, so an
-                // established connection to it is stale. Dial it now. A dial still in
-                // its handshake is left to finish: the peer knocked before it saw that
-                // dial (it sends no knock once it has a connection, and its packets
-                // arrive in the order it sent them).
-                let index = self.peer_index(&hello.node_name);
-                let peer = &mut self.peers[index];
-                tracing::debug!(peer = %peer.name, "knock heard");
-                let current = peer.session.and_then(|h| self.sessions.get(&h));
-                if current.is_some_and(|s| s.hello_done) {
-                    let old = peer.session.take().expect("checked above");
-                    tracing::info!(peer = %peer.name, "peer down: it restarted");
-                    self.events.push(PeerEvent::Down {
-                        peer: PeerId(index as u32),
-                        reason: KNOCK_REASON.into(),
-                    });
-                    if let Some(old) = self.sessions.get_mut(&old) {
-                        old.conn
-                            .close(now, CLOSE_SHUTDOWN.into(), KNOCK_REASON.into());
-                    }
-                }
-                if peer.session.is_none() {
-                    peer.next_dial = now;
-                    peer.backoff = MIN_BACKOFF;
-                }
-                session
-                    .conn
-                    .close(now, CLOSE_KNOCK_HEARD.into(), "dialing".into());
-                return;
-            }
-            None => {
-                // Accepted side: the peer is who its Hello (and certificate) say.
-                let index = self.peer_index(&hello.node_name);
-                session.peer = Some(index);
-                session.send_hello(self.hello());
-                index
-            }
-        };
-        let peer = &mut self.peers[index];
-        if let Some(old) = peer.session.replace(handle).filter(|&old| old != handle) {
-            // A newer connection (the peer restarted) replaces the old one.
-            if let Some(old) = self.sessions.get_mut(&old) {
-                old.conn
-                    .close(now, CLOSE_SHUTDOWN.into(), "replaced".into());
-            }
-        }
-        peer.backoff = MIN_BACKOFF;
-        session.hello_done = true;
-        self.events.push(PeerEvent::Up {
-            peer: PeerId(index as u32),
-            name: hello.node_name.clone(),
-        });
-    }
-
-    fn refuse(&mut self, session: &mut Session, now: Instant, code: u32, reason: String) {
-        let remote = session.conn.remote_address();
-        tracing::warn!(%remote, %reason, "peer connection refused");
-        session.conn.close(now, code.into(), reason.clone().into());
-        self.events.push(PeerEvent::Refused { remote, reason });
-    }
-
-    fn lost(&mut self, handle: ConnectionHandle, session: &Session, reason: String) {
-        let remote = session.conn.remote_address();
-        match session.peer {
-            // A knock ends when it is heard (or when no one answers): the peer dials.
-            Some(peer) if session.knock && !session.hello_done => {
-                tracing::debug!(peer = %self.peers[peer].name, %reason, "knock closed");
-            }
-            // A connection that a newer one replaced goes quietly: the peer is up.
-            Some(peer) if session.hello_done && self.peers[peer].session != Some(handle) => {
-                tracing::debug!(peer = %self.peers[peer].name, %reason, "replaced connection closed");
-            }
-            Some(peer) if session.hello_done => {
-                tracing::info!(peer = %self.peers[peer].name, %remote, %reason, "peer down");
-                self.events.push(PeerEvent::Down {
-                    peer: PeerId(peer as u32),
-                    reason,
-                });
-            }
-            _ => {
-                // A handshake that failed: most often a certificate this node does not
-                // trust, or a peer that does not trust this node's.
-                tracing::warn!(%remote, %reason, "peer connection failed");
-                self.events.push(PeerEvent::Refused { remote, reason });
-            }
-        }
-    }
-
     fn transmit(&mut self, session: &mut Session, now: Instant) {
         // One GSO send carries at most 64 KiB of UDP payload; quinn-proto fills as many
         // segments as it is allowed, so allow only what fits at this path's MTU (with
@@ -665,22 +469,4 @@ fn derived(identity: &NodeIdentity, purpose: &str) -> ring::digest::Digest {
         &ring::digest::SHA256,
         format!("xwire {purpose}\n{}", identity.key_pem).as_bytes(),
     )
-}
-
-/// Whether the peer's certificate (checked against the CA in the handshake) is for `name`.
-fn certificate_names(session: &Session, name: &str) -> bool {
-    let Some(identity) = session.conn.crypto_session().peer_identity() else {
-        return false;
-    };
-    let Ok(chain) = identity.downcast::<Vec<CertificateDer<'static>>>() else {
-        return false;
-    };
-    let (Some(cert), Ok(server_name)) = (chain.first(), ServerName::try_from(name.to_owned()))
-    else {
-        return false;
-    };
-    match rustls::server::ParsedCertificate::try_from(cert) {
-        Ok(parsed) => rustls::client::verify_server_name(&parsed, &server_name).is_ok(),
-        Err(_) => false,
-    }
 }
