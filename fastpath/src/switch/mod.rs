@@ -392,6 +392,8 @@ impl Switch {
             if let (Some(program), Some((ifindex, index))) = (&self.redirect, xdp.redirect()) {
                 program.release(ifindex, index, xdp.mode());
             }
+            self.recently_closed
+                .retain(|(_, at)| at.elapsed() < RELEASE_GRACE);
             self.recently_closed.push((xdp.ifindex(), Instant::now()));
         }
         Ok(())
