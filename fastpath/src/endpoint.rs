@@ -8,7 +8,7 @@ use xsk_rs::FrameDesc;
 
 use crate::packet_port::PacketPort;
 use crate::worker::{PortChoice, PortKind, WorkerError};
-use crate::xdp_port::{PortError, XdpMode, XdpPort, UMEM_FRAME_DATA};
+use crate::xdp_port::{PortError, XdpMode, XdpPort, MAX_FRAME_ROOM};
 
 struct XdpIo {
     port: XdpPort,
@@ -46,7 +46,7 @@ impl Endpoint {
                 kind: PortKind::AfPacket,
             })
         };
-        if choice == PortChoice::AfPacket || max_frame > UMEM_FRAME_DATA {
+        if choice == PortChoice::AfPacket || max_frame > MAX_FRAME_ROOM {
             return packet();
         }
         match Self::open_xdp(ifname, max_frame, ring, xdp_mode) {
@@ -96,7 +96,7 @@ impl Endpoint {
     pub fn queue(&mut self, frame: &[u8]) -> bool {
         match &mut self.io {
             Io::Xdp(x) => {
-                if frame.len() > UMEM_FRAME_DATA {
+                if frame.len() > x.port.frame_room() {
                     return false;
                 }
                 let Some(mut desc) = x.port.take_free() else {

@@ -23,7 +23,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use crate::xdp_redirect::RedirectProgram;
 
 use xsk_rs::config::{
-    BindFlags, FrameSize, Interface, LibxdpFlags, SocketConfig, UmemConfig, XdpFlags,
+    BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig, XdpFlags,
 };
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, TxQueue, Umem};
 
@@ -131,6 +131,8 @@ pub(crate) struct XdpPort {
     free: Vec<FrameDesc>,
     /// How many frames the fill ring is kept topped up to.
     fill_target: usize,
+    /// Bytes of frame data one UMEM frame holds.
+    frame_room: usize,
     umem: Umem,
 }
 
@@ -154,7 +156,8 @@ impl XdpPort {
         let Ok(ifindex) = nix::net::if_::if_nametoindex(ifname) else {
             return Err(PortError::NoSuchInterface(ifname.into()));
         };
-        let (umem, free) = new_umem(ifname, frames)?;
+        let layout = UmemLayout::for_port(ifname, max_frame, frames)?;
+        let (umem, free) = new_umem(ifname, &layout)?;
         let modes: &[XdpMode] = match mode {
             Some(XdpMode::Native) => &[XdpMode::Native],
             Some(XdpMode::Generic) => &[XdpMode::Generic],
@@ -166,11 +169,25 @@ impl XdpPort {
         };
         let (mode, rings, redirect) = match redirect {
             Some((program, slot)) => {
-                XdpPort::open_redirected(&umem, &interface, ifname, ifindex, modes, program, slot)?
+                let config = SocketConfig::builder()
+                    .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
+                    .bind_flags(BindFlags::XDP_USE_NEED_WAKEUP | BindFlags::XDP_USE_SG)
+                    .rx_queue_size(layout.ring)
+                    .tx_queue_size(layout.ring)
+                    .build();
+                let at = (&interface, ifname, ifindex);
+                XdpPort::open_redirected(&umem, config, at, modes, program, slot)?
             }
-            None => XdpPort::open_with_libxdp(&umem, &interface, ifname, modes)?,
+            None => XdpPort::open_with_libxdp(&umem, &layout, &interface, ifname, modes)?,
         };
-        tracing::info!(ifname, mode = mode.name(), frames, "AF_XDP port open");
+        let frame_size = layout.frame_size;
+        tracing::info!(
+            ifname,
+            mode = mode.name(),
+            frames,
+            frame_size,
+            "AF_XDP port open"
+        );
         let (tx, rx, fill, completion) = rings;
         Ok(XdpPort {
             mode,
@@ -183,6 +200,7 @@ impl XdpPort {
             redirect,
             ifindex,
             fill_target: free.len() / 2,
+            frame_room: layout.frame_room(),
             free,
             umem,
         })
@@ -192,17 +210,12 @@ impl XdpPort {
     /// then attaches the worker's program in the first mode the interface takes.
     fn open_redirected(
         umem: &Umem,
-        interface: &Interface,
-        ifname: &str,
-        ifindex: u32,
+        config: SocketConfig,
+        (interface, ifname, ifindex): (&Interface, &str, u32),
         modes: &[XdpMode],
         program: &RedirectProgram,
         slot: u32,
     ) -> Result<Opened, PortError> {
-        let config = SocketConfig::builder()
-            .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
-            .bind_flags(BindFlags::XDP_USE_NEED_WAKEUP | BindFlags::XDP_USE_SG)
-            .build();
         // SAFETY: as in `open_with_libxdp`.
         let (tx, rx, rings) = unsafe { xsk_rs::Socket::new(config, umem, interface, 0) }
             .map_err(|e| socket_error(ifname, "bind", &e))?;
@@ -238,6 +251,7 @@ impl XdpPort {
 
     fn open_with_libxdp(
         umem: &Umem,
+        layout: &UmemLayout,
         interface: &Interface,
         ifname: &str,
         modes: &[XdpMode],
@@ -249,6 +263,8 @@ impl XdpPort {
             let config = SocketConfig::builder()
                 .xdp_flags(mode.flags() | XdpFlags::XDP_FLAGS_UPDATE_IF_NOEXIST)
                 .bind_flags(BindFlags::XDP_USE_NEED_WAKEUP | BindFlags::XDP_USE_SG)
+                .rx_queue_size(layout.ring)
+                .tx_queue_size(layout.ring)
                 .build();
             // SAFETY: xsk-rs requires that the UMEM outlive the socket's use of its frames;
             // the socket keeps a clone of the UMEM, and the port drops its rings first.
@@ -311,6 +327,12 @@ impl XdpPort {
         self.free.pop()
     }
 
+    /// Bytes of frame data one of this port's UMEM frames holds: longer frames take a
+    /// chain of them.
+    pub(crate) fn frame_room(&self) -> usize {
+        self.frame_room
+    }
+
     /// Free frames left.
     pub(crate) fn free_frames(&self) -> usize {
         self.free.len()
@@ -332,7 +354,7 @@ impl XdpPort {
         self.free.push(frame);
     }
 
-    /// Writes `bytes` (at most `UMEM_FRAME_DATA`) as the data of `desc`, marked as
+    /// Writes `bytes` (at most `frame_room`) as the data of `desc`, marked as
     /// continued in the next descriptor when `more`.
     ///
     /// # Safety
@@ -444,17 +466,19 @@ impl XdpPort {
 }
 
 /// A UMEM of `frames` 4 KiB frames (the free list holds them all).
-fn new_umem(ifname: &str, frames: usize) -> Result<(Umem, Vec<FrameDesc>), PortError> {
+fn new_umem(ifname: &str, layout: &UmemLayout) -> Result<(Umem, Vec<FrameDesc>), PortError> {
     let fail = |reason: String| PortError::Umem {
         ifname: ifname.into(),
-        frames,
+        frames: layout.frames,
         reason,
     };
     let config = UmemConfig::builder()
-        .frame_size(FrameSize::new(4096).map_err(|e| fail(e.to_string()))?)
+        .frame_size(FrameSize::new(layout.frame_size).map_err(|e| fail(e.to_string()))?)
+        .fill_queue_size(layout.ring)
+        .comp_queue_size(layout.ring)
         .build()
         .map_err(|e| fail(e.to_string()))?;
-    let count = u32::try_from(frames.max(2))
+    let count = u32::try_from(layout.frames)
         .ok()
         .and_then(std::num::NonZeroU32::new)
         .ok_or_else(|| fail("too many frames".into()))?;
@@ -484,7 +508,51 @@ fn socket_error(ifname: &str, mode: &'static str, e: &dyn std::error::Error) -> 
     }
 }
 
-/// Bytes of frame data one UMEM frame holds (4 KiB less XDP's headroom).
-pub(crate) const UMEM_FRAME_DATA: usize = 4096 - 256;
+/// The kernel's headroom before the data in every UMEM frame (XDP_PACKET_HEADROOM).
+const XDP_HEADROOM: usize = 256;
+/// The UMEM frame sizes: the kernel's smallest, for frames up to a 1500-byte MTU and a
+/// few tags, and a page for larger ones. The kernel pins and the daemon faults in every
+/// byte of a UMEM when the port opens, so at a restart of a node with many ports the
+/// smaller frame halves the time spent there (and the memory).
+const SMALL_FRAME: usize = 2048;
+const LARGE_FRAME: usize = 4096;
+/// The most frame data one UMEM frame holds, in the larger frame size.
+pub(crate) const MAX_FRAME_ROOM: usize = LARGE_FRAME - XDP_HEADROOM;
+
+/// The shape of one port's UMEM and rings.
+struct UmemLayout {
+    frames: usize,
+    frame_size: u32,
+    /// The size of all four rings: no ring ever holds more than the port's frames.
+    ring: QueueSize,
+}
+
+impl UmemLayout {
+    fn for_port(ifname: &str, max_frame: usize, frames: usize) -> Result<UmemLayout, PortError> {
+        let frames = frames.max(2);
+        let frame_size = if max_frame <= SMALL_FRAME - XDP_HEADROOM {
+            SMALL_FRAME
+        } else {
+            LARGE_FRAME
+        };
+        let ring = u32::try_from(frames.next_power_of_two())
+            .ok()
+            .and_then(|n| QueueSize::new(n).ok())
+            .ok_or_else(|| PortError::Umem {
+                ifname: ifname.into(),
+                frames,
+                reason: "too many frames for a ring".into(),
+            })?;
+        Ok(UmemLayout {
+            frames,
+            frame_size: frame_size as u32,
+            ring,
+        })
+    }
+
+    fn frame_room(&self) -> usize {
+        self.frame_size as usize - XDP_HEADROOM
+    }
+}
 /// The descriptor option that says "the frame continues in the next descriptor".
 const XDP_PKT_CONTD: u32 = 1;

@@ -7,7 +7,6 @@ use crate::counters::{Direction, DropReason};
 use crate::link_table::{LinkTable, PortId, Verdict};
 use crate::peer::PeerTransport;
 use crate::worker::WorkerConfig;
-use crate::xdp_port::UMEM_FRAME_DATA;
 
 use super::{remote, Port, Slot, Switch};
 
@@ -21,7 +20,8 @@ pub(super) struct Outgoing {
     ends_frame: bool,
 }
 
-/// The longest descriptor chain: a 64 KiB frame in 4 KiB UMEM frames.
+/// The longest descriptor chain: a 64 KiB frame in 4 KiB UMEM frames (ports that take
+/// frames that large have 4 KiB frames), and the most the kernel sends as one.
 pub(super) const MAX_CHAIN: usize = 17;
 
 /// Kicks per AF_XDP port per pass: enough for a pass that queued a few hundred frames
@@ -219,11 +219,12 @@ pub(super) fn deliver(
         // The port closed since the link table decided.
         None => DropReason::NoLink,
         Some((Port::Xdp(port), pending)) => {
-            let parts = frame.len().div_ceil(UMEM_FRAME_DATA);
+            let room = port.frame_room();
+            let parts = frame.len().div_ceil(room);
             if port.free_frames() < parts {
                 DropReason::NoBuffer
             } else {
-                for (k, bytes) in frame.chunks(UMEM_FRAME_DATA).enumerate() {
+                for (k, bytes) in frame.chunks(room).enumerate() {
                     let mut desc = port.take_free().expect("checked above");
                     // SAFETY: just lent by this port; it goes to the port's pending batch.
                     unsafe { port.write_frame(&mut desc, bytes, k + 1 < parts) };

@@ -111,6 +111,19 @@ impl Node {
         let _ = std::fs::remove_file(&self.socket);
     }
 
+    /// The CPU time (user and system, all threads) the running daemon has used so far.
+    pub fn daemon_cpu(&mut self) -> Option<Duration> {
+        let pid = self.daemon.as_mut()?.child().id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The fields after the command name (which may hold spaces), from field 3 on.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        // SAFETY: sysconf reads a constant of the C library; it touches no memory of ours.
+        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        (per_second > 0).then(|| Duration::from_secs_f64(ticks as f64 / per_second as f64))
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.0.join("xwired.log")).unwrap_or_default()
     }
