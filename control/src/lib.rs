@@ -4,6 +4,7 @@
 pub mod api_server;
 pub mod config;
 pub mod interfaces;
+pub mod lab;
 pub mod netns;
 pub mod node;
 pub mod store;

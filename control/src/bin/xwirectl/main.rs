@@ -1,5 +1,7 @@
 //! `xwirectl`: the operator's CLI. Talks to the node's daemon over the local API.
 
+mod lab;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -44,6 +46,11 @@ enum Command {
         #[arg(required = true)]
         nodes: Vec<String>,
     },
+    /// The standalone lab: nodes and pods in network namespaces on this machine.
+    Lab {
+        #[command(subcommand)]
+        command: lab::LabCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -82,8 +89,15 @@ enum Format {
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<std::process::ExitCode> {
     let args = Args::parse();
+    if let Command::Lab { command } = args.command {
+        return lab::run(command);
+    }
+    command(args).map(|()| std::process::ExitCode::SUCCESS)
+}
+
+fn command(args: Args) -> anyhow::Result<()> {
     match args.command {
         Command::Topology { command } => topology_command(&args.socket, command),
         Command::Wires => {
@@ -114,6 +128,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Certs { out, nodes } => certs(&out, &nodes),
+        Command::Lab { .. } => unreachable!("handled in main"),
     }
 }
 

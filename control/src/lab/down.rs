@@ -1,0 +1,141 @@
+//! `xwirectl lab down`: removes everything a lab made, found from its name alone, so it
+//! works after a crash or a `kill -9` of any part: the supervisor, every process started
+//! for the lab or running in one of its namespaces, the namespaces (which take their
+//! interfaces with them), and the lab's directory.
+
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use super::namespaces;
+use super::paths::{self, LabPaths};
+
+const SUPERVISOR_GRACE: Duration = Duration::from_secs(8);
+
+/// What `down` removed.
+#[derive(Debug, Default)]
+pub struct Removed {
+    pub processes: usize,
+    pub namespaces: usize,
+}
+
+/// Takes the lab `name` down; without a name, the only lab that is up.
+pub fn down(name: Option<&str>) -> Result<(String, Removed)> {
+    let name = match name {
+        Some(name) => name.to_owned(),
+        None => {
+            let up = labs_present();
+            match up.as_slice() {
+                [one] => one.clone(),
+                [] => bail!("no lab is up"),
+                many => bail!("several labs are up ({}): name one", many.join(", ")),
+            }
+        }
+    };
+    let paths = LabPaths::new(&name);
+    let owned = namespaces::all().into_iter().any(|n| paths.owns_netns(&n));
+    if !paths.dir.exists() && !owned {
+        bail!("no lab named {name} is up");
+    }
+    Ok((name, clear(&paths)))
+}
+
+/// Labs with a directory or a namespace left.
+pub fn labs_present() -> Vec<String> {
+    let mut names: HashSet<String> = paths::labs_up().into_iter().collect();
+    for ns in namespaces::all() {
+        if let Some(rest) = ns.strip_prefix("xl.") {
+            names.insert(rest.split('.').next().unwrap_or(rest).to_owned());
+        }
+    }
+    let mut names: Vec<String> = names.into_iter().collect();
+    names.sort();
+    names
+}
+
+/// Removes everything of the lab at `paths`; never fails (what cannot be removed now is
+/// left for the next `down`).
+pub fn clear(paths: &LabPaths) -> Removed {
+    let mut removed = Removed::default();
+    // The supervisor first, so that it does not start again what is stopped next.
+    if let Some(pid) = supervisor_pid(paths) {
+        let _ = kill(pid, Signal::SIGTERM);
+        let deadline = Instant::now() + SUPERVISOR_GRACE;
+        while alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if alive(pid) {
+            let _ = kill(pid, Signal::SIGKILL);
+        }
+        removed.processes += 1;
+    }
+    let lab_namespaces: Vec<String> = namespaces::all()
+        .into_iter()
+        .filter(|n| paths.owns_netns(n))
+        .collect();
+    let inodes: HashSet<u64> = lab_namespaces
+        .iter()
+        .filter_map(|n| std::fs::metadata(namespaces::netns_path(n)).ok())
+        .map(|m| m.ino())
+        .collect();
+    let dir_mark = format!("{}/", paths.dir.display());
+    for pid in other_processes() {
+        let in_lab_netns = std::fs::metadata(format!("/proc/{pid}/ns/net"))
+            .map(|m| inodes.contains(&m.ino()))
+            .unwrap_or(false);
+        let started_for_lab = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).contains(&dir_mark))
+            .unwrap_or(false);
+        if in_lab_netns || started_for_lab {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            removed.processes += 1;
+        }
+    }
+    for ns in &lab_namespaces {
+        namespaces::remove(ns);
+        removed.namespaces += 1;
+    }
+    let _ = std::fs::remove_dir_all(&paths.dir);
+    removed
+}
+
+/// The supervisor's pid, if the file names a live supervisor of this lab (a pid can be
+/// reused by another process after a crash).
+fn supervisor_pid(paths: &LabPaths) -> Option<Pid> {
+    let pid: i32 = std::fs::read_to_string(paths.supervisor_pid())
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    let is_ours = args
+        .windows(2)
+        .any(|w| w[0] == b"supervise" && w[1] == paths.name.as_bytes());
+    is_ours.then(|| Pid::from_raw(pid))
+}
+
+fn alive(pid: Pid) -> bool {
+    // A zombie still answers kill(0); its state says it is gone.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, None | Some(Some('Z')) | Some(None))
+}
+
+fn other_processes() -> Vec<i32> {
+    let me = std::process::id() as i32;
+    std::fs::read_dir(Path::new("/proc"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+        .collect()
+}

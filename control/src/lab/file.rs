@@ -1,0 +1,400 @@
+//! The lab file (docs/lab-file.md): nodes, pods on them, and links between pod interfaces.
+//! Parsed with spans (marked-yaml) so that every refusal names the line and column it is
+//! about; checking is pure and makes nothing. `topologies` turns a checked lab into the
+//! Topology objects a Kubernetes cluster would hold, so a lab and a cluster go through the
+//! same daemon code.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+
+use marked_yaml::{Marker, Span, Spanned};
+use serde::{Deserialize, Serialize};
+
+use crate::topology::{self, Link, Metadata, Topology, TopologySpec};
+
+/// The longest lab name: it goes into namespace names and paths.
+pub const MAX_LAB_NAME: usize = 24;
+
+/// A checked lab.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Lab {
+    pub name: String,
+    pub nodes: Vec<String>,
+    /// Pod name to the node it runs on.
+    pub pods: BTreeMap<String, String>,
+    pub links: Vec<LabLink>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LabLink {
+    pub uid: u64,
+    pub endpoints: [Endpoint; 2],
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ips: Option<[String; 2]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carrier: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub pod: String,
+    pub ifname: String,
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.pod, self.ifname)
+    }
+}
+
+/// Why a lab file was refused, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabFileError {
+    /// 1-based; 0 when the error has no place in the file.
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+impl fmt::Display for LabFileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}", self.message)
+        } else {
+            write!(
+                f,
+                "line {}, column {}: {}",
+                self.line, self.column, self.message
+            )
+        }
+    }
+}
+
+impl std::error::Error for LabFileError {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLab {
+    name: Spanned<String>,
+    nodes: Vec<Spanned<String>>,
+    #[serde(default)]
+    pods: HashMap<Spanned<String>, Spanned<RawPod>>,
+    #[serde(default)]
+    links: Vec<Spanned<RawLink>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPod {
+    node: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLink {
+    endpoints: Spanned<Vec<Spanned<String>>>,
+    uid: Option<Spanned<u64>>,
+    ips: Option<Spanned<Vec<Spanned<String>>>>,
+    mtu: Option<Spanned<u32>>,
+    carrier: Option<Spanned<String>>,
+}
+
+fn at(span: &Span, message: impl Into<String>) -> LabFileError {
+    let (line, column) = span
+        .start()
+        .map(|m: &Marker| (m.line(), m.column()))
+        .unwrap_or((0, 0));
+    LabFileError {
+        line,
+        column,
+        message: message.into(),
+    }
+}
+
+/// Parses and checks a lab file. `previous`, the lab as it runs now (for `lab edit`),
+/// keeps the uids it assigned to links that have none in the file, so an unchanged link
+/// keeps its wire.
+pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
+    let options = marked_yaml::LoaderOptions::default().error_on_duplicate_keys(true);
+    let raw: RawLab =
+        marked_yaml::from_yaml_with_options(0, text, options).map_err(|e| yaml_error(&e, text))?;
+    check_name(&raw.name, "lab name", MAX_LAB_NAME)?;
+    let mut nodes: Vec<String> = Vec::new();
+    for node in &raw.nodes {
+        check_name(node, "node name", 63)?;
+        if nodes.iter().any(|n| n == node.as_str()) {
+            return Err(at(
+                node.span(),
+                format!("node {} is listed twice", node.as_str()),
+            ));
+        }
+        nodes.push(node.to_string());
+    }
+    if nodes.is_empty() {
+        return Err(at(raw.name.span(), "a lab needs at least one node"));
+    }
+    let mut pods = BTreeMap::new();
+    for (name, pod) in &raw.pods {
+        check_name(name, "pod name", 63)?;
+        if !nodes.iter().any(|n| n == pod.node.as_str()) {
+            let message = format!(
+                "pod {} is on node {}, which is not in `nodes`",
+                name.as_str(),
+                pod.node.as_str()
+            );
+            return Err(at(pod.node.span(), message));
+        }
+        pods.insert(name.to_string(), pod.node.to_string());
+    }
+    let links = check_links(&raw.links, &pods, previous)?;
+    let lab = Lab {
+        name: raw.name.to_string(),
+        nodes,
+        pods,
+        links,
+    };
+    // What the daemons will be given must pass their own checks too.
+    for t in topologies(&lab) {
+        topology::check(&t).map_err(|message| LabFileError {
+            line: 0,
+            column: 0,
+            message: format!("pod {}: {message}", t.metadata.name),
+        })?;
+    }
+    Ok(lab)
+}
+
+fn check_links(
+    raw: &[Spanned<RawLink>],
+    pods: &BTreeMap<String, String>,
+    previous: Option<&Lab>,
+) -> Result<Vec<LabLink>, LabFileError> {
+    let mut used_ends: BTreeSet<Endpoint> = BTreeSet::new();
+    let mut uids: BTreeSet<u64> = raw
+        .iter()
+        .filter_map(|l| l.uid.as_ref().map(|u| **u))
+        .collect();
+    let mut seen_uids = BTreeSet::new();
+    let mut links = Vec::new();
+    for link in raw {
+        let [a, b] = link.endpoints.as_slice() else {
+            return Err(at(
+                link.endpoints.span(),
+                "a link has exactly two endpoints, as [pod:interface, pod:interface]",
+            ));
+        };
+        let endpoints = [endpoint(a, pods)?, endpoint(b, pods)?];
+        if endpoints[0].pod == endpoints[1].pod {
+            return Err(at(b.span(), "a link joins two different pods"));
+        }
+        for (end, spanned) in endpoints.iter().zip([a, b]) {
+            if !used_ends.insert(end.clone()) {
+                return Err(at(
+                    spanned.span(),
+                    format!("interface {end} is used by another link"),
+                ));
+            }
+        }
+        if let Some(uid) = &link.uid {
+            if !seen_uids.insert(**uid) {
+                return Err(at(
+                    uid.span(),
+                    format!("uid {} is used by another link", **uid),
+                ));
+            }
+        }
+        let ips = match &link.ips {
+            None => None,
+            Some(ips) => {
+                let [ip_a, ip_b] = ips.as_slice() else {
+                    return Err(at(
+                        ips.span(),
+                        "ips has one address per endpoint, as [a/len, b/len]",
+                    ));
+                };
+                for ip in [ip_a, ip_b] {
+                    topology::parse_cidr(ip).map_err(|e| at(ip.span(), e))?;
+                }
+                Some([ip_a.to_string(), ip_b.to_string()])
+            }
+        };
+        if let Some(mtu) = &link.mtu {
+            if !(68..=65535).contains(&**mtu) {
+                return Err(at(
+                    mtu.span(),
+                    format!("mtu {} is outside 68..=65535", **mtu),
+                ));
+            }
+        }
+        if let Some(carrier) = &link.carrier {
+            crate::config::carrier_name::parse(carrier).map_err(|e| at(carrier.span(), e))?;
+        }
+        let uid = match &link.uid {
+            Some(uid) => **uid,
+            None => {
+                let kept = previous
+                    .and_then(|p| p.links.iter().find(|l| same_ends(&l.endpoints, &endpoints)));
+                let uid = match kept.map(|l| l.uid) {
+                    Some(uid) if !uids.contains(&uid) => uid,
+                    _ => (0..).find(|u| !uids.contains(u)).expect("a free uid"),
+                };
+                uids.insert(uid);
+                uid
+            }
+        };
+        links.push(LabLink {
+            uid,
+            endpoints,
+            ips,
+            mtu: link.mtu.as_ref().map(|m| **m),
+            carrier: link.carrier.as_ref().map(|c| c.to_string()),
+        });
+    }
+    Ok(links)
+}
+
+fn same_ends(a: &[Endpoint; 2], b: &[Endpoint; 2]) -> bool {
+    a == b || (a[0] == b[1] && a[1] == b[0])
+}
+
+fn endpoint(
+    text: &Spanned<String>,
+    pods: &BTreeMap<String, String>,
+) -> Result<Endpoint, LabFileError> {
+    let Some((pod, ifname)) = text.split_once(':') else {
+        return Err(at(
+            text.span(),
+            format!("endpoint {:?} is not pod:interface", text.as_str()),
+        ));
+    };
+    if !pods.contains_key(pod) {
+        return Err(at(text.span(), format!("pod {pod} is not in `pods`")));
+    }
+    topology::check_ifname(ifname).map_err(|e| at(text.span(), e))?;
+    Ok(Endpoint {
+        pod: pod.into(),
+        ifname: ifname.into(),
+    })
+}
+
+/// Lower-case letters, digits and '-', starting with a letter: names that fit namespace
+/// names, certificate names and Kubernetes names alike.
+fn check_name(name: &Spanned<String>, what: &str, max: usize) -> Result<(), LabFileError> {
+    let ok = name.len() <= max
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(at(
+            name.span(),
+            format!("{what} {:?} must be lower-case letters, digits and '-', start with a letter, and be at most {max} long", name.as_str()),
+        ))
+    }
+}
+
+fn yaml_error(e: &marked_yaml::FromYamlError, text: &str) -> LabFileError {
+    use marked_yaml::LoadError;
+    let marker = match e {
+        marked_yaml::FromYamlError::ParseYaml(load) => match load {
+            LoadError::TopLevelMustBeMapping(m)
+            | LoadError::TopLevelMustBeSequence(m)
+            | LoadError::UnexpectedAnchor(m)
+            | LoadError::MappingKeyMustBeScalar(m)
+            | LoadError::UnexpectedTag(m)
+            | LoadError::ScanError(m, _) => Some(*m),
+            LoadError::DuplicateKey(keys) => keys.key.span().start().copied(),
+        },
+        marked_yaml::FromYamlError::FromNode(node) => match &**node {
+            // marked-yaml places an unknown field at the mapping that holds it when that
+            // mapping is itself a `Spanned` value; the key is the better place.
+            marked_yaml::Error::UnknownFieldError(field, _, _) => {
+                let from = node.start_mark();
+                key_after(text, field, from).or(from)
+            }
+            _ => node.start_mark(),
+        },
+    };
+    let mut message = e.to_string();
+    let (line, column) = match marker {
+        Some(m) => {
+            // The loader's messages start with the place; it is said once, in front.
+            if let Some(rest) = message.strip_prefix(&format!("{m}: ")) {
+                message = rest.to_owned();
+            }
+            (m.line(), m.column())
+        }
+        None => (0, 0),
+    };
+    LabFileError {
+        line,
+        column,
+        message,
+    }
+}
+
+/// Where `key:` first appears as a mapping key at or after `from`.
+fn key_after(text: &str, key: &str, from: Option<Marker>) -> Option<Marker> {
+    let first_line = from.map_or(1, |m| m.line());
+    text.lines()
+        .enumerate()
+        .skip(first_line - 1)
+        .find_map(|(i, line)| {
+            line.match_indices(key).find_map(|(at, _)| {
+                let before = line[..at].trim_end().chars().last();
+                let after = line[at + key.len()..].trim_start();
+                let is_key =
+                    matches!(before, None | Some('{' | ',' | '-')) && after.starts_with(':');
+                is_key.then(|| Marker::new(0, 0, i + 1, line[..at].chars().count() + 1))
+            })
+        })
+}
+
+/// The Topology objects of a lab: one per pod, in the namespace named after the lab.
+pub fn topologies(lab: &Lab) -> Vec<Topology> {
+    lab.pods
+        .keys()
+        .map(|pod| {
+            let mut links = Vec::new();
+            for link in &lab.links {
+                for (me, peer) in [(0, 1), (1, 0)] {
+                    let (local, remote) = (&link.endpoints[me], &link.endpoints[peer]);
+                    if &local.pod != pod {
+                        continue;
+                    }
+                    let ip = |i: usize| link.ips.as_ref().map(|ips| ips[i].clone());
+                    links.push(Link {
+                        uid: link.uid,
+                        peer_pod: remote.pod.clone(),
+                        local_intf: local.ifname.clone(),
+                        peer_intf: remote.ifname.clone(),
+                        local_ip: ip(me),
+                        peer_ip: ip(peer),
+                        mtu: link.mtu,
+                        local_mac: None,
+                        peer_mac: None,
+                        carrier: link.carrier.clone(),
+                    });
+                }
+            }
+            Topology {
+                api_version: topology::API_VERSION.into(),
+                kind: topology::KIND.into(),
+                metadata: Metadata {
+                    name: pod.clone(),
+                    namespace: lab.name.clone(),
+                    other: BTreeMap::new(),
+                },
+                spec: TopologySpec { links },
+                status: None,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

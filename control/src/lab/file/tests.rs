@@ -1,0 +1,181 @@
+use super::*;
+
+const DEMO: &str = "\
+name: demo
+nodes: [node-a, node-b]
+pods:
+  r1: {node: node-a}
+  r2: {node: node-a}
+  r3: {node: node-b}
+links:
+  - endpoints: [r1:eth1, r2:eth1]
+  - endpoints: [r1:eth2, r3:eth1]
+    uid: 7
+    ips: [192.0.2.1/30, 192.0.2.2/30]
+    mtu: 9000
+    carrier: datagram
+  - endpoints: [r2:eth2, r3:eth2]
+";
+
+/// Parses `DEMO` with `from` replaced by `to` and returns the refusal.
+fn refused(from: &str, to: &str) -> LabFileError {
+    assert!(DEMO.contains(from), "{from:?} is not in the demo");
+    parse(&DEMO.replacen(from, to, 1), None).expect_err("the file is refused")
+}
+
+#[test]
+fn the_demo_lab_parses_and_links_without_uid_get_the_smallest_free_ones() {
+    let lab = parse(DEMO, None).unwrap();
+    assert_eq!(lab.name, "demo");
+    assert_eq!(lab.nodes, ["node-a", "node-b"]);
+    assert_eq!(lab.pods["r3"], "node-b");
+    let uids: Vec<u64> = lab.links.iter().map(|l| l.uid).collect();
+    assert_eq!(uids, [0, 7, 1]);
+    assert_eq!(lab.links[1].mtu, Some(9000));
+    assert_eq!(lab.links[1].endpoints[1].to_string(), "r3:eth1");
+    assert_eq!(
+        lab.links[1].ips.as_ref().unwrap()[0],
+        "192.0.2.1/30".to_string()
+    );
+}
+
+#[test]
+fn the_topologies_are_one_per_pod_and_describe_each_wire_from_both_ends() {
+    let lab = parse(DEMO, None).unwrap();
+    let objects = topologies(&lab);
+    let names: Vec<&str> = objects.iter().map(|t| t.metadata.name.as_str()).collect();
+    assert_eq!(names, ["r1", "r2", "r3"]);
+    assert!(objects.iter().all(|t| t.metadata.namespace == "demo"));
+    topology::check_together(&objects).unwrap();
+    let r3 = &objects[2];
+    let link = r3.link(7).unwrap();
+    assert_eq!(
+        (link.peer_pod.as_str(), link.local_intf.as_str()),
+        ("r1", "eth1")
+    );
+    assert_eq!(link.local_ip.as_deref(), Some("192.0.2.2/30"));
+    assert_eq!(link.peer_ip.as_deref(), Some("192.0.2.1/30"));
+    assert_eq!(link.carrier.as_deref(), Some("datagram"));
+    // The same objects, as JSON, are what `xwirectl topology apply` takes.
+    let json = serde_json::to_string(&objects).unwrap();
+    assert_eq!(topology::parse(&json).unwrap(), objects);
+}
+
+#[test]
+fn an_unknown_pod_in_a_link_is_refused_at_its_endpoint() {
+    let e = refused("[r1:eth2, r3:eth1]", "[r1:eth2, r9:eth1]");
+    assert_eq!((e.line, e.column), (9, 26), "{e}");
+    assert!(e.message.contains("pod r9 is not in `pods`"), "{e}");
+}
+
+#[test]
+fn an_interface_used_twice_is_refused_at_its_second_use() {
+    let e = refused("[r2:eth2, r3:eth2]", "[r2:eth1, r3:eth2]");
+    assert_eq!((e.line, e.column), (14, 17), "{e}");
+    assert!(e.message.contains("r2:eth1 is used by another link"), "{e}");
+}
+
+#[test]
+fn a_reused_uid_is_refused_at_its_second_use() {
+    let e = refused(
+        "  - endpoints: [r2:eth2, r3:eth2]\n",
+        "  - endpoints: [r2:eth2, r3:eth2]\n    uid: 7\n",
+    );
+    assert_eq!((e.line, e.column), (15, 10), "{e}");
+    assert!(e.message.contains("uid 7 is used by another link"), "{e}");
+}
+
+#[test]
+fn unknown_fields_are_refused_where_they_are() {
+    let e = refused("    mtu: 9000\n", "    mtu: 9000\n    speed: 10G\n");
+    assert_eq!((e.line, e.column), (13, 5), "{e}");
+    assert!(e.message.contains("speed"), "{e}");
+    let e = refused("name: demo\n", "name: demo\ncolour: blue\n");
+    assert_eq!(e.line, 2, "{e}");
+    assert!(e.message.contains("colour"), "{e}");
+    let e = refused("r3: {node: node-b}", "r3: {node: node-b, image: frr}");
+    assert_eq!(e.line, 6, "{e}");
+    assert!(e.message.contains("image"), "{e}");
+}
+
+#[test]
+fn other_mistakes_are_refused_with_their_place() {
+    let cases = [
+        (
+            "r3: {node: node-b}",
+            "r3: {node: node-c}",
+            6,
+            "not in `nodes`",
+        ),
+        (
+            "r2: {node: node-a}",
+            "r1: {node: node-b}",
+            5,
+            "Duplicate key",
+        ),
+        (
+            "[r1:eth1, r2:eth1]",
+            "[r1:eth1, r2-eth1]",
+            8,
+            "not pod:interface",
+        ),
+        (
+            "[r1:eth1, r2:eth1]",
+            "[r1:eth1, r1:eth9]",
+            8,
+            "two different pods",
+        ),
+        (
+            "[r1:eth1, r2:eth1]",
+            "[r1:eth1]",
+            8,
+            "exactly two endpoints",
+        ),
+        (
+            "[r1:eth1, r2:eth1]",
+            "[r1:eth1, r2:averyveryverylongname]",
+            8,
+            "not a valid interface name",
+        ),
+        ("192.0.2.2/30]", "192.0.2.2]", 11, "prefix length"),
+        ("mtu: 9000", "mtu: 20", 12, "outside 68..=65535"),
+        ("mtu: 9000", "mtu: lots", 12, "invalid digit"),
+        ("carrier: datagram", "carrier: pigeon", 13, "pigeon"),
+        ("name: demo", "name: Demo_1", 1, "lab name"),
+        (
+            "nodes: [node-a, node-b]",
+            "nodes: [node-a, node-a]",
+            2,
+            "listed twice",
+        ),
+        ("  r3: {node: node-b}", "\tr3: {node: node-b}", 6, ""),
+    ];
+    for (from, to, line, says) in cases {
+        let e = refused(from, to);
+        assert_eq!(e.line, line, "{to:?}: {e}");
+        assert!(e.column > 0, "{to:?}: {e}");
+        assert!(e.message.contains(says), "{to:?}: {e}");
+    }
+    let e = parse("name: x\nnodes: []\n", None).unwrap_err();
+    assert!(e.message.contains("at least one node"), "{e}");
+    let e = parse("nodes: [a]\n", None).unwrap_err();
+    assert!(e.message.contains("name"), "{e}");
+}
+
+#[test]
+fn a_changed_file_keeps_the_uids_its_unchanged_links_were_given() {
+    let before = parse(DEMO, None).unwrap();
+    // The first link goes; the last keeps uid 1 rather than taking the freed 0, and a
+    // new link takes 0.
+    let changed = DEMO
+        .replace("  - endpoints: [r1:eth1, r2:eth1]\n", "")
+        .replace("pods:\n", "pods:\n  r4: {node: node-b}\n")
+        + "  - endpoints: [r4:eth1, r1:eth1]\n";
+    let after = parse(&changed, Some(&before)).unwrap();
+    let uids: Vec<u64> = after.links.iter().map(|l| l.uid).collect();
+    assert_eq!(uids, [7, 1, 0]);
+    // Endpoints given the other way round are the same link.
+    let swapped = DEMO.replace("[r2:eth2, r3:eth2]", "[r3:eth2, r2:eth2]");
+    let again = parse(&swapped, Some(&before)).unwrap();
+    assert_eq!(again.links[2].uid, 1);
+}

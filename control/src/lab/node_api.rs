@@ -1,0 +1,50 @@
+//! Questions a lab asks its nodes' daemons over their local API sockets.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use serde_json::Value;
+use xwire_proto::local::{Request, Response};
+
+use super::file::Lab;
+use super::paths::LabPaths;
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Asks a daemon; its error answer becomes an error.
+pub fn ask(socket: &Path, request: &Request) -> Result<Response> {
+    let response = xwire_cni::client::call(socket, request, TIMEOUT)?;
+    if let Response::Error(e) = response {
+        bail!("{} (code {}) {}", e.msg, e.code, e.details);
+    }
+    Ok(response)
+}
+
+/// The wire records of this lab on every node that answers.
+pub fn wire_records(lab: &Lab, paths: &LabPaths) -> Vec<Value> {
+    lab.nodes
+        .iter()
+        .filter_map(
+            |node| match ask(&paths.node_socket(node), &Request::State) {
+                Ok(Response::State(state)) => Some(state.wires),
+                _ => None,
+            },
+        )
+        .flatten()
+        .filter(|w| w["topo_namespace"] == lab.name.as_str())
+        .collect()
+}
+
+/// Each wire end's state ("pending", "veth", "remote") by (pod, uid).
+pub fn wire_states(lab: &Lab, paths: &LabPaths) -> HashMap<(String, u64), String> {
+    wire_records(lab, paths)
+        .iter()
+        .filter_map(|w| {
+            let pod = w["local_pod_name"].as_str()?.to_owned();
+            let uid = w["link_uid"].as_u64()?;
+            Some(((pod, uid), w["state"].as_str()?.to_owned()))
+        })
+        .collect()
+}

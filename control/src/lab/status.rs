@@ -1,0 +1,220 @@
+//! `xwirectl lab status`: the lab's nodes, pods, and every wire with its state, carrier
+//! and counters. A wire's state is what the daemons of its two ends record; its counters
+//! are the kernel's counters of the pod interfaces at its two ends (what went into the
+//! wire at one end and came out at the other).
+
+use std::collections::HashMap;
+
+use anyhow::{Context, Result};
+use netlink_packet_route::link::LinkAttribute;
+use serde::Serialize;
+use xwire_proto::local::Request;
+
+use super::file::{Lab, LabLink};
+use super::namespaces;
+use super::node_api;
+use super::paths::{self, LabPaths};
+
+#[derive(Debug, Serialize)]
+pub struct LabStatus {
+    pub name: String,
+    pub nodes: Vec<NodeStatus>,
+    pub pods: Vec<PodStatus>,
+    pub wires: Vec<WireStatus>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NodeStatus {
+    pub name: String,
+    pub underlay_address: String,
+    /// Whether the node's daemon answers on its API socket.
+    pub daemon_up: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PodStatus {
+    pub name: String,
+    pub node: String,
+    pub netns: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WireStatus {
+    pub uid: u64,
+    pub endpoints: [String; 2],
+    /// `local` (both pods on one node: a veth pair) or `remote` (through the fast path
+    /// and QUIC).
+    pub kind: &'static str,
+    /// `veth`, or the QUIC carrier: `datagram` or `stream`.
+    pub carrier: String,
+    /// `up` when both ends are joined; otherwise what is missing.
+    pub state: String,
+    /// Each end's record on its node ("veth", "remote", "pending"), or "none".
+    pub end_states: [String; 2],
+    pub counters: [EndCounters; 2],
+}
+
+/// The kernel's counters of one pod interface.
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub struct EndCounters {
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub rx_dropped: u64,
+    pub tx_dropped: u64,
+}
+
+pub fn read_lab(name: &str) -> Result<Lab> {
+    let paths = LabPaths::new(name);
+    let bytes = std::fs::read(paths.lab_file()).with_context(|| format!("lab {name} is not up"))?;
+    Ok(serde_json::from_slice(&bytes)?)
+}
+
+pub fn status(lab: &Lab) -> LabStatus {
+    let paths = LabPaths::new(&lab.name);
+    let nodes = lab
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(index, node)| NodeStatus {
+            name: node.clone(),
+            underlay_address: paths::underlay_address(index),
+            daemon_up: node_api::ask(&paths.node_socket(node), &Request::State).is_ok(),
+        })
+        .collect();
+    let pods = lab
+        .pods
+        .iter()
+        .map(|(pod, node)| PodStatus {
+            name: pod.clone(),
+            node: node.clone(),
+            netns: paths.pod_netns(pod),
+        })
+        .collect();
+    let states = node_api::wire_states(lab, &paths);
+    let wires = lab
+        .links
+        .iter()
+        .map(|link| wire_status(lab, &paths, &states, link))
+        .collect();
+    LabStatus {
+        name: lab.name.clone(),
+        nodes,
+        pods,
+        wires,
+    }
+}
+
+fn wire_status(
+    lab: &Lab,
+    paths: &LabPaths,
+    states: &HashMap<(String, u64), String>,
+    link: &LabLink,
+) -> WireStatus {
+    let [a, b] = &link.endpoints;
+    let local = lab.pods.get(&a.pod) == lab.pods.get(&b.pod);
+    let end_state = |pod: &str| {
+        states
+            .get(&(pod.to_owned(), link.uid))
+            .cloned()
+            .unwrap_or_else(|| "none".into())
+    };
+    let end_states = [end_state(&a.pod), end_state(&b.pod)];
+    let joined = |s: &str| s == "veth" || s == "remote";
+    let state = if end_states.iter().all(|s| joined(s)) {
+        "up".to_owned()
+    } else {
+        let missing: Vec<String> = link
+            .endpoints
+            .iter()
+            .zip(&end_states)
+            .filter(|(_, s)| !joined(s))
+            .map(|(end, s)| format!("{end} {s}"))
+            .collect();
+        format!("down ({})", missing.join(", "))
+    };
+    let counters =
+        [a, b].map(|end| end_counters(&paths.pod_netns(&end.pod), &end.ifname).unwrap_or_default());
+    WireStatus {
+        uid: link.uid,
+        endpoints: [a.to_string(), b.to_string()],
+        kind: if local { "local" } else { "remote" },
+        carrier: if local {
+            "veth".into()
+        } else {
+            link.carrier.clone().unwrap_or_else(|| "datagram".into())
+        },
+        state,
+        end_states,
+        counters,
+    }
+}
+
+fn end_counters(netns: &str, ifname: &str) -> Option<EndCounters> {
+    let ns = namespaces::open(netns).ok()?;
+    let ifname = ifname.to_owned();
+    let message = ns
+        .netlink("read interface counters", |h| async move {
+            use futures::TryStreamExt;
+            h.link().get().match_name(ifname).execute().try_next().await
+        })
+        .ok()??;
+    message.attributes.iter().find_map(|a| match a {
+        LinkAttribute::Stats64(s) => Some(EndCounters {
+            tx_packets: s.tx_packets,
+            tx_bytes: s.tx_bytes,
+            rx_packets: s.rx_packets,
+            rx_bytes: s.rx_bytes,
+            rx_dropped: s.rx_dropped,
+            tx_dropped: s.tx_dropped,
+        }),
+        _ => None,
+    })
+}
+
+/// The status as a table, for people.
+pub fn render(status: &LabStatus) -> String {
+    let mut out = format!(
+        "lab {}: {} nodes, {} pods, {} wires\n\n",
+        status.name,
+        status.nodes.len(),
+        status.pods.len(),
+        status.wires.len()
+    );
+    out.push_str(&format!("{:<16} {:<14} {}\n", "NODE", "UNDERLAY", "DAEMON"));
+    for n in &status.nodes {
+        let daemon = if n.daemon_up { "up" } else { "DOWN" };
+        out.push_str(&format!(
+            "{:<16} {:<14} {daemon}\n",
+            n.name, n.underlay_address
+        ));
+    }
+    out.push_str(&format!("\n{:<16} {:<16} {}\n", "POD", "NODE", "NETNS"));
+    for p in &status.pods {
+        out.push_str(&format!("{:<16} {:<16} {}\n", p.name, p.node, p.netns));
+    }
+    out.push_str(&format!(
+        "\n{:>5}  {:<33} {:<7} {:<9} {:>12} {:>12} {:>8}  {}\n",
+        "UID", "ENDPOINTS", "KIND", "CARRIER", "A->B FRAMES", "B->A FRAMES", "DROPS", "STATE"
+    ));
+    for w in &status.wires {
+        let [a, b] = &w.counters;
+        let drops = a.rx_dropped + a.tx_dropped + b.rx_dropped + b.tx_dropped;
+        out.push_str(&format!(
+            "{:>5}  {:<33} {:<7} {:<9} {:>12} {:>12} {:>8}  {}\n",
+            w.uid,
+            format!("{} <-> {}", w.endpoints[0], w.endpoints[1]),
+            w.kind,
+            w.carrier,
+            format!("{}/{}", a.tx_packets, b.rx_packets),
+            format!("{}/{}", b.tx_packets, a.rx_packets),
+            drops,
+            w.state
+        ));
+    }
+    out.push_str(
+        "\n(frames: sent at one end / received at the other, from the pod interfaces' counters)\n",
+    );
+    out
+}

@@ -1,0 +1,349 @@
+//! `xwirectl lab up`: namespaces, the underlay, a CA, one supervised `xwired` per node,
+//! the lab's Topology objects in every node's store, and the CNI plugin called for every
+//! pod as a runtime would call it. On any failure everything made so far is removed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{json, Value};
+use xwire_fastpath::peer::ClusterCa;
+use xwire_proto::local::{Request, TopologyApply};
+
+use super::file::{self, Lab};
+use super::paths::{self, LabPaths, NODE_PORT, UNDERLAY_MTU};
+use super::{down, namespaces, node_api};
+use crate::interfaces::{create_veth, EndSettings};
+
+/// Where to look first for xwired, the plugin and xwire-pktgen (another build, say).
+pub const BIN_DIR_VARIABLE: &str = "XWIRE_LAB_BIN_DIR";
+/// How long a node's daemon has to answer after it starts.
+const DAEMON_START_LIMIT: Duration = Duration::from_secs(30);
+/// How long every wire has to come up after the last pod is added.
+const WIRES_UP_LIMIT: Duration = Duration::from_secs(60);
+
+/// The programs a lab runs: found in `$XWIRE_LAB_BIN_DIR` when it is set, else next to
+/// the running `xwirectl`, else on PATH.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    pub xwirectl: PathBuf,
+    pub xwired: PathBuf,
+    pub plugin: PathBuf,
+}
+
+impl Binaries {
+    pub fn find() -> Result<Binaries> {
+        let xwirectl = std::env::current_exe().context("where is xwirectl")?;
+        let anchor = match std::env::var_os(BIN_DIR_VARIABLE) {
+            Some(dir) => PathBuf::from(dir).join("xwirectl"),
+            None => xwirectl.clone(),
+        };
+        Ok(Binaries {
+            xwired: sibling_or_path(&anchor, "xwired")?,
+            plugin: sibling_or_path(&anchor, "xwire")?,
+            xwirectl,
+        })
+    }
+}
+
+/// `name` next to `exe`, or on PATH.
+pub fn sibling_or_path(exe: &Path, name: &str) -> Result<PathBuf> {
+    let beside = exe.with_file_name(name);
+    if beside.is_file() {
+        return Ok(beside);
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .with_context(|| {
+            format!(
+                "cannot find {name} next to {} or on PATH (build it: cargo build --workspace)",
+                exe.display()
+            )
+        })
+}
+
+/// Brings the lab in `file` up; returns it once every wire is up.
+pub fn up(file: &Path, binaries: &Binaries) -> Result<Lab> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?;
+    let lab = file::parse(&text, None).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let paths = LabPaths::new(&lab.name);
+    if paths.dir.exists() || namespaces::all().iter().any(|n| paths.owns_netns(n)) {
+        bail!(
+            "a lab named {0} is already up (or was not cleared away): `xwirectl lab down {0}` first",
+            lab.name
+        );
+    }
+    let steps = 4 + lab.nodes.len() * 2 + lab.pods.len() * 2;
+    let progress = ProgressBar::new(steps as u64).with_style(
+        ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {msg}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    progress.enable_steady_tick(Duration::from_millis(100));
+    match build(&lab, &paths, binaries, &progress) {
+        Ok(()) => {
+            progress.finish_and_clear();
+            Ok(lab)
+        }
+        Err(e) => {
+            progress.abandon_with_message(format!("failed: {e:#}"));
+            down::clear(&paths);
+            Err(e.context(format!(
+                "lab {} did not come up; everything it made is removed",
+                lab.name
+            )))
+        }
+    }
+}
+
+fn build(lab: &Lab, paths: &LabPaths, binaries: &Binaries, progress: &ProgressBar) -> Result<()> {
+    let step = |message: String| {
+        progress.set_message(message);
+        progress.inc(1);
+    };
+    step(format!("lab directory {}", paths.dir.display()));
+    std::fs::create_dir_all(&paths.dir)?;
+    std::fs::write(paths.lab_file(), serde_json::to_vec_pretty(lab)?)?;
+
+    step("underlay".into());
+    let lab_ns = namespaces::create(&paths.lab_netns())?;
+    lab_ns.netlink("add the underlay bridge", |h| async move {
+        h.link()
+            .add(
+                rtnetlink::LinkBridge::new("br0")
+                    .mtu(UNDERLAY_MTU)
+                    .up()
+                    .build(),
+            )
+            .execute()
+            .await
+    })?;
+    for (index, node) in lab.nodes.iter().enumerate() {
+        step(format!("node {node}: namespace"));
+        let node_ns = namespaces::create(&paths.node_netns(node))?;
+        let port = format!("n{index}");
+        let mut bridge_end = EndSettings::named(&port);
+        bridge_end.mtu = Some(UNDERLAY_MTU);
+        let mut node_end = EndSettings::named("underlay0");
+        node_end.mtu = Some(UNDERLAY_MTU);
+        node_end.address = Some((paths::underlay_address(index).parse()?, 24));
+        create_veth(&lab_ns, &bridge_end, &node_ns, &node_end)?;
+        lab_ns.netlink("attach a node to the underlay bridge", |h| async move {
+            use futures::TryStreamExt;
+            let find = |name: String| h.link().get().match_name(name).execute();
+            let bridge = find("br0".into()).try_next().await?.map(|l| l.header.index);
+            let port = find(port).try_next().await?.map(|l| l.header.index);
+            if let (Some(bridge), Some(port)) = (bridge, port) {
+                let attach = rtnetlink::LinkUnspec::new_with_index(port)
+                    .controller(bridge)
+                    .build();
+                h.link().set(attach).execute().await?;
+            }
+            Ok(())
+        })?;
+    }
+    for pod in lab.pods.keys() {
+        step(format!("pod {pod}: namespace"));
+        namespaces::create(&paths.pod_netns(pod))?;
+    }
+
+    step("certificates and node configurations".into());
+    write_node_files(lab, paths)?;
+    start_supervisor(paths, binaries)?;
+    for node in &lab.nodes {
+        step(format!("node {node}: xwired starting"));
+        wait_for_daemon(paths, node)?;
+    }
+
+    step("topology".into());
+    let objects: Vec<Value> = file::topologies(lab)
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<_, _>>()?;
+    for node in &lab.nodes {
+        node_api::ask(
+            &paths.node_socket(node),
+            &Request::TopologyApply(TopologyApply {
+                objects: objects.clone(),
+            }),
+        )
+        .with_context(|| format!("apply the topology on node {node}"))?;
+    }
+    for (pod, node) in &lab.pods {
+        step(format!("pod {pod}: CNI ADD on {node}"));
+        add_pod(paths, binaries, pod, node)?;
+    }
+    step("waiting for every wire".into());
+    wait_for_wires(lab, paths)
+}
+
+fn write_node_files(lab: &Lab, paths: &LabPaths) -> Result<()> {
+    let certs = paths.certs_dir();
+    std::fs::create_dir_all(&certs)?;
+    let ca = ClusterCa::generate(&format!("xwire lab {} CA", lab.name))?;
+    std::fs::write(certs.join("ca.pem"), ca.cert_pem())?;
+    for (index, node) in lab.nodes.iter().enumerate() {
+        let identity = ca.issue(node)?;
+        std::fs::write(certs.join(format!("{node}.pem")), &identity.cert_pem)?;
+        let key = certs.join(format!("{node}.key"));
+        std::fs::write(&key, &identity.key_pem)?;
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        std::fs::create_dir_all(paths.node_dir(node))?;
+        let mut config = format!(
+            "node_name = \"{node}\"\n\
+             node_address = \"{}:{NODE_PORT}\"\n\
+             state_dir = \"{}\"\n\
+             api_socket = \"{}\"\n\
+             underlay_mtu = {UNDERLAY_MTU}\n\
+             frames_per_port = 256\n\
+             [certs]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+            paths::underlay_address(index),
+            paths.node_dir(node).join("state").display(),
+            paths.node_socket(node).display(),
+            certs.join("ca.pem").display(),
+            certs.join(format!("{node}.pem")).display(),
+            key.display(),
+        );
+        for (peer_index, peer) in lab.nodes.iter().enumerate() {
+            if peer != node {
+                config.push_str(&format!(
+                    "[[peers]]\nname = \"{peer}\"\naddress = \"{}:{NODE_PORT}\"\n",
+                    paths::underlay_address(peer_index)
+                ));
+            }
+        }
+        std::fs::write(paths.node_config(node), config)?;
+    }
+    Ok(())
+}
+
+/// Starts `xwirectl lab supervise NAME` in its own process group (a Ctrl-C at the
+/// terminal that ran `lab up` must not reach it), with its output in the lab's directory.
+fn start_supervisor(paths: &LabPaths, binaries: &Binaries) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let log = std::fs::File::create(paths.supervisor_log())?;
+    let child = Command::new(&binaries.xwirectl)
+        .args(["lab", "supervise", &paths.name])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("start the lab supervisor")?;
+    std::fs::write(paths.supervisor_pid(), child.id().to_string())?;
+    Ok(())
+}
+
+fn wait_for_daemon(paths: &LabPaths, node: &str) -> Result<()> {
+    let deadline = Instant::now() + DAEMON_START_LIMIT;
+    while node_api::ask(&paths.node_socket(node), &Request::State).is_err() {
+        if Instant::now() > deadline {
+            bail!(
+                "xwired on node {node} did not answer within {DAEMON_START_LIMIT:?}; its log ends:\n{}",
+                log_tail(&paths.node_log(node))
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+pub fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+/// The CNI call a runtime makes for a pod, with the plugin's configuration on stdin.
+pub fn call_plugin(
+    paths: &LabPaths,
+    binaries: &Binaries,
+    command: &str,
+    pod: &str,
+    node: &str,
+) -> Result<Value> {
+    use std::io::Write;
+    let config = json!({
+        "cniVersion": "1.1.0",
+        "name": "xwire-lab",
+        "type": "xwire",
+        "socket": paths.node_socket(node),
+    });
+    let netns = namespaces::netns_path(&paths.pod_netns(pod));
+    let mut child = Command::new(&binaries.plugin)
+        .env_clear()
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", paths.container_id(pod))
+        .env("CNI_NETNS", &netns)
+        .env("CNI_IFNAME", "eth0")
+        .env(
+            "CNI_ARGS",
+            format!(
+                "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={pod}",
+                paths.name
+            ),
+        )
+        .env(
+            "CNI_PATH",
+            binaries.plugin.parent().unwrap_or(Path::new("/")),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("run {}", binaries.plugin.display()))?;
+    child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(config.to_string().as_bytes())?;
+    let out = child.wait_with_output()?;
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    if !out.status.success() {
+        bail!(
+            "CNI {command} for pod {pod} failed: {} {}",
+            printed["msg"].as_str().unwrap_or("(no message)"),
+            printed["details"].as_str().unwrap_or(""),
+        );
+    }
+    Ok(printed)
+}
+
+fn add_pod(paths: &LabPaths, binaries: &Binaries, pod: &str, node: &str) -> Result<()> {
+    call_plugin(paths, binaries, "ADD", pod, node).map(|_| ())
+}
+
+/// Waits until every link's both ends are joined (no end pending) on their nodes.
+fn wait_for_wires(lab: &Lab, paths: &LabPaths) -> Result<()> {
+    let deadline = Instant::now() + WIRES_UP_LIMIT;
+    loop {
+        let states = node_api::wire_states(lab, paths);
+        let waiting: Vec<String> = lab
+            .links
+            .iter()
+            .flat_map(|link| link.endpoints.iter().map(move |end| (link.uid, end)))
+            .filter(|(uid, end)| {
+                !matches!(
+                    states.get(&(end.pod.clone(), *uid)).map(String::as_str),
+                    Some("veth" | "remote")
+                )
+            })
+            .map(|(uid, end)| format!("{end} (uid {uid})"))
+            .collect();
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "wire ends still not joined after {WIRES_UP_LIMIT:?}: {}",
+                waiting.join(", ")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,0 +1,394 @@
+//! `xwirectl lab`: the real CLI, daemons, plugin and namespaces. Every lab a test makes
+//! has a unique name and is taken down when the test ends, also when it fails.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{eventually, plugin_bin, TempDir};
+
+fn xwirectl() -> Command {
+    plugin_bin(); // the lab finds the plugin next to xwirectl
+    Command::new(env!("CARGO_BIN_EXE_xwirectl"))
+}
+
+fn run(args: &[&str]) -> Output {
+    xwirectl().args(args).output().expect("run xwirectl")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A unique lab name: `label` and this process's id.
+fn unique(label: &str) -> String {
+    format!("{label}{}", std::process::id())
+}
+
+/// The demo's shape, named `name`.
+fn demo(name: &str) -> String {
+    format!(
+        "name: {name}
+nodes: [node-a, node-b]
+pods:
+  r1: {{node: node-a}}
+  r2: {{node: node-a}}
+  r3: {{node: node-b}}
+links:
+  - endpoints: [r1:eth1, r2:eth1]
+    ips: [10.0.12.1/30, 10.0.12.2/30]
+  - endpoints: [r1:eth2, r3:eth1]
+    ips: [10.0.13.1/30, 10.0.13.2/30]
+    mtu: 9000
+  - endpoints: [r2:eth2, r3:eth2]
+    ips: [10.0.23.1/30, 10.0.23.2/30]
+    carrier: stream
+"
+    )
+}
+
+/// A lab brought up from `yaml`, taken down on drop.
+struct Lab {
+    name: String,
+    _dir: TempDir,
+    file: PathBuf,
+}
+
+impl Lab {
+    fn write(name: &str, yaml: &str) -> Lab {
+        let dir = TempDir::new(name);
+        let file = dir.0.join("lab.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        Lab {
+            name: name.into(),
+            _dir: dir,
+            file,
+        }
+    }
+
+    fn up(name: &str, yaml: &str) -> Lab {
+        let lab = Lab::write(name, yaml);
+        let out = run(&["lab", "up", lab.file.to_str().unwrap()]);
+        assert!(out.status.success(), "lab up failed:\n{}", text(&out));
+        lab
+    }
+
+    fn status(&self) -> Value {
+        let out = run(&["lab", "status", &self.name, "--json"]);
+        assert!(out.status.success(), "{}", text(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    fn exec(&self, pod: &str, command: &[&str]) -> Output {
+        let mut args = vec!["lab", "exec", "--lab", &self.name, pod, "--"];
+        args.extend_from_slice(command);
+        run(&args)
+    }
+
+    /// One ping from `pod` to `address` answers (within a few tries).
+    fn pings(&self, pod: &str, address: &str, size: usize) -> bool {
+        let size = size.to_string();
+        eventually(Duration::from_secs(15), || {
+            self.exec(
+                pod,
+                &[
+                    "ping", "-c", "1", "-W", "1", "-M", "do", "-s", &size, address,
+                ],
+            )
+            .status
+            .success()
+        })
+    }
+
+    fn pids(&self) -> Vec<i32> {
+        processes_mentioning(&format!("/run/xwire/labs/{}/", self.name))
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = run(&["lab", "down", &self.name]);
+    }
+}
+
+fn processes_mentioning(mark: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(mark))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+fn namespaces_of(name: &str) -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n == &format!("xl.{name}") || n.starts_with(&format!("xl.{name}.")))
+        .collect()
+}
+
+/// Nothing of lab `name` is left: no namespace, no directory, no process.
+fn assert_gone(name: &str) {
+    assert_eq!(namespaces_of(name), Vec::<String>::new());
+    assert!(!Path::new("/run/xwire/labs").join(name).exists());
+    let mark = format!("/run/xwire/labs/{name}/");
+    assert!(
+        eventually(Duration::from_secs(5), || processes_mentioning(&mark)
+            .is_empty()),
+        "processes of lab {name} are left"
+    );
+}
+
+fn daemon_pid(lab: &Lab, node: &str) -> Option<i32> {
+    processes_mentioning(&format!(
+        "/run/xwire/labs/{}/nodes/{node}/xwired.toml",
+        lab.name
+    ))
+    .into_iter()
+    .find(|pid| {
+        std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map(|exe| exe.ends_with("xwired"))
+            .unwrap_or(false)
+    })
+}
+
+fn wires_up(status: &Value) -> bool {
+    status["wires"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|w| w["state"] == "up")
+}
+
+#[test]
+fn a_lab_comes_up_forwards_on_every_wire_and_goes_down_without_a_trace() {
+    let name = unique("tup");
+    let lab = Lab::up(&name, &demo(&name));
+    let status = lab.status();
+    assert!(wires_up(&status), "{status:#}");
+    assert!(status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|n| n["daemon_up"] == true));
+    let kinds: Vec<(&str, &str)> = status["wires"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| (w["kind"].as_str().unwrap(), w["carrier"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("local", "veth"),
+            ("remote", "datagram"),
+            ("remote", "stream")
+        ]
+    );
+
+    assert!(lab.pings("r1", "10.0.12.2", 56), "local wire");
+    assert!(lab.pings("r1", "10.0.13.2", 56), "remote wire, datagrams");
+    assert!(
+        lab.pings("r1", "10.0.13.2", 8000),
+        "remote wire, jumbo frames"
+    );
+    assert!(lab.pings("r3", "10.0.23.1", 56), "remote wire, stream");
+    let counters = &lab.status()["wires"][1]["counters"];
+    assert!(
+        counters[0]["tx_packets"].as_u64().unwrap() >= 3,
+        "{counters}"
+    );
+    assert!(
+        counters[1]["rx_packets"].as_u64().unwrap() >= 3,
+        "{counters}"
+    );
+    let table = text(&run(&["lab", "status", &name]));
+    assert!(table.contains("r1:eth2 <-> r3:eth1"), "{table}");
+
+    // exec passes the command's exit code on.
+    assert_eq!(
+        lab.exec("r2", &["sh", "-c", "exit 3"]).status.code(),
+        Some(3)
+    );
+    let missing = lab.exec("r2", &["no-such-program-here"]);
+    assert!(!missing.status.success());
+    assert!(
+        text(&missing).contains("no-such-program-here"),
+        "{}",
+        text(&missing)
+    );
+
+    let out = run(&["lab", "down", &name]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_gone(&name);
+    let again = run(&["lab", "down", &name]);
+    assert!(!again.status.success());
+    assert!(text(&again).contains("no lab named"), "{}", text(&again));
+}
+
+#[test]
+fn lab_file_mistakes_are_refused_with_their_place_and_nothing_is_made() {
+    let name = unique("tbad");
+    let good = demo(&name);
+    let cases = [
+        (
+            "[r1:eth2, r3:eth1]",
+            "[r1:eth2, r9:eth1]",
+            "line 10, column 26",
+            "pod r9",
+        ),
+        (
+            "[r2:eth2, r3:eth2]",
+            "[r2:eth1, r3:eth2]",
+            "line 13, column 17",
+            "used by another link",
+        ),
+        (
+            "    carrier: stream",
+            "    carrier: stream\n    uid: 0\n  - endpoints: [r1:eth3, r2:eth3]\n    uid: 0",
+            "line 18, column 10",
+            "uid 0",
+        ),
+        (
+            "    mtu: 9000",
+            "    mtu: 9000\n    colour: red",
+            "line 13, column 5",
+            "colour",
+        ),
+    ];
+    for (from, to, place, says) in cases {
+        let lab = Lab::write(&name, &good.replacen(from, to, 1));
+        let out = run(&["lab", "up", lab.file.to_str().unwrap()]);
+        assert!(!out.status.success(), "{to:?} was taken");
+        let said = text(&out);
+        assert!(
+            said.contains(place) && said.contains(says),
+            "{to:?}: {said}"
+        );
+        assert_gone(&name);
+    }
+}
+
+#[test]
+fn two_labs_with_the_same_node_and_pod_names_run_side_by_side() {
+    let (one, two) = (unique("tone"), unique("ttwo"));
+    let first = Lab::up(&one, &demo(&one));
+    let second = Lab::up(&two, &demo(&two));
+    for lab in [&first, &second] {
+        assert!(lab.pings("r1", "10.0.13.2", 56), "lab {}", lab.name);
+        assert!(lab.pings("r2", "10.0.23.2", 56), "lab {}", lab.name);
+    }
+    // Without --lab, a pod name both labs have is ambiguous.
+    let out = run(&["lab", "exec", "r1", "--", "true"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("several labs"), "{}", text(&out));
+
+    let out = run(&["lab", "down", &one]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_gone(&one);
+    assert!(
+        second.pings("r1", "10.0.13.2", 56),
+        "the other lab stopped forwarding"
+    );
+    assert!(wires_up(&second.status()));
+}
+
+#[test]
+fn a_killed_daemon_is_started_again_and_its_wires_come_back() {
+    let name = unique("tsup");
+    let lab = Lab::up(&name, &demo(&name));
+    assert!(lab.pings("r1", "10.0.13.2", 56));
+    let old = daemon_pid(&lab, "node-b").expect("node-b's daemon runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            daemon_pid(&lab, "node-b").is_some_and(|pid| pid != old)
+        }),
+        "node-b's daemon was not started again"
+    );
+    assert!(
+        lab.pings("r1", "10.0.13.2", 56),
+        "the datagram wire did not come back"
+    );
+    assert!(
+        lab.pings("r2", "10.0.23.2", 56),
+        "the stream wire did not come back"
+    );
+    assert!(lab.pings("r1", "10.0.12.2", 56), "the local wire");
+    let log = std::fs::read_to_string(format!("/run/xwire/labs/{name}/supervisor.log")).unwrap();
+    assert!(log.contains("xwired on node node-b exited"), "{log}");
+}
+
+#[test]
+fn down_clears_a_lab_whose_supervisor_and_daemon_were_killed() {
+    let name = unique("tkill");
+    let lab = Lab::up(&name, &demo(&name));
+    let supervisor: i32 = std::fs::read_to_string(format!("/run/xwire/labs/{name}/supervisor.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let daemon = daemon_pid(&lab, "node-a").unwrap();
+    // A process left running inside a pod holds its namespace too.
+    let mut sleeper = xwirectl()
+        .args(["lab", "exec", "--lab", &name, "r3", "--", "sleep", "300"])
+        .spawn()
+        .unwrap();
+    for pid in [supervisor, daemon] {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let out = run(&["lab", "down", &name]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_gone(&name);
+    assert!(lab.pids().is_empty());
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+}
+
+#[test]
+fn a_lab_that_fails_half_way_removes_what_it_made() {
+    let name = unique("tfail");
+    let bin = TempDir::new("lab-bin");
+    std::os::unix::fs::symlink(support::xwired(), bin.0.join("xwired")).unwrap();
+    let plugin = bin.0.join("xwire");
+    std::fs::write(
+        &plugin,
+        "#!/bin/sh\necho '{\"cniVersion\":\"1.1.0\",\"code\":999,\"msg\":\"refused by the test\"}'\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let lab = Lab::write(&name, &demo(&name));
+    let out = xwirectl()
+        .env("XWIRE_LAB_BIN_DIR", &bin.0)
+        .args(["lab", "up", lab.file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = text(&out);
+    assert!(said.contains("refused by the test"), "{said}");
+    assert!(said.contains("everything it made is removed"), "{said}");
+    assert_gone(&name);
+}
