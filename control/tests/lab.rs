@@ -15,6 +15,18 @@ fn xwirectl() -> Command {
     Command::new(env!("CARGO_BIN_EXE_xwirectl"))
 }
 
+/// `xwire-pktgen`, built next to xwirectl (another package's binary).
+fn build_pktgen() {
+    static BUILD: std::sync::Once = std::sync::Once::new();
+    BUILD.call_once(|| {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-q", "-p", "xwire-bench", "--bin", "xwire-pktgen"])
+            .status()
+            .expect("run cargo");
+        assert!(status.success(), "building xwire-pktgen failed");
+    });
+}
+
 fn run(args: &[&str]) -> Output {
     xwirectl().args(args).output().expect("run xwirectl")
 }
@@ -391,4 +403,191 @@ fn a_lab_that_fails_half_way_removes_what_it_made() {
     assert!(said.contains("refused by the test"), "{said}");
     assert!(said.contains("everything it made is removed"), "{said}");
     assert_gone(&name);
+}
+
+#[test]
+fn edit_adds_and_removes_links_and_pods_while_the_other_wires_carry_traffic() {
+    let name = unique("tedit");
+    let lab = Lab::up(&name, &demo(&name));
+    assert!(lab.pings("r1", "10.0.13.2", 56));
+    assert!(lab.pings("r1", "10.0.12.2", 56));
+    let uid_before = lab.status()["wires"][1]["uid"].clone();
+
+    // Steady traffic on a remote and a local wire that the edit leaves alone.
+    let flows: Vec<_> = [("r1", "10.0.13.2"), ("r2", "10.0.12.1")]
+        .iter()
+        .map(|(pod, address)| {
+            xwirectl()
+                .args(["lab", "exec", "--lab", &name, pod, "--"])
+                .args(["ping", "-q", "-c", "300", "-i", "0.01", "-W", "1", address])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+
+    // The stream wire goes; a wire r1-r3 and a pod r4 with a wire to r2 come.
+    let stream_link = "  - endpoints: [r2:eth2, r3:eth2]\n    ips: [10.0.23.1/30, 10.0.23.2/30]\n    carrier: stream\n";
+    let edited = demo(&name)
+        .replace(stream_link, "")
+        .replace("pods:\n", "pods:\n  r4: {node: node-b}\n")
+        + "  - endpoints: [r1:eth3, r3:eth3]\n    ips: [10.0.31.1/30, 10.0.31.2/30]\n"
+        + "  - endpoints: [r4:eth1, r2:eth3]\n    ips: [10.0.42.1/30, 10.0.42.2/30]\n";
+    std::fs::write(&lab.file, edited).unwrap();
+    let out = run(&["lab", "edit", lab.file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("pods added [r4]"), "{}", text(&out));
+
+    for flow in flows {
+        let out = flow.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            said.contains(" 0% packet loss"),
+            "traffic was lost during the edit:\n{said}"
+        );
+    }
+    assert!(lab.pings("r1", "10.0.31.2", 56), "the added link");
+    assert!(lab.pings("r4", "10.0.42.2", 56), "the added pod's link");
+    assert!(
+        !lab.exec("r2", &["ip", "link", "show", "eth2"])
+            .status
+            .success(),
+        "r2:eth2 is left"
+    );
+    assert!(
+        !lab.exec("r3", &["ip", "link", "show", "eth2"])
+            .status
+            .success(),
+        "r3:eth2 is left"
+    );
+    let status = lab.status();
+    assert!(wires_up(&status), "{status:#}");
+    assert_eq!(status["wires"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        status["wires"][1]["uid"], uid_before,
+        "a link that stayed got a new uid"
+    );
+
+    // Removing the pod again takes its namespace away; nodes cannot change.
+    let without_r4 = std::fs::read_to_string(&lab.file)
+        .unwrap()
+        .replace("  r4: {node: node-b}\n", "")
+        .replace(
+            "  - endpoints: [r4:eth1, r2:eth3]\n    ips: [10.0.42.1/30, 10.0.42.2/30]\n",
+            "",
+        );
+    std::fs::write(&lab.file, &without_r4).unwrap();
+    let out = run(&["lab", "edit", lab.file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!namespaces_of(&name).contains(&format!("xl.{name}.p.r4")));
+    std::fs::write(
+        &lab.file,
+        without_r4.replace("[node-a, node-b]", "[node-a, node-b, node-c]"),
+    )
+    .unwrap();
+    let out = run(&["lab", "edit", lab.file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("nodes cannot change"), "{}", text(&out));
+    assert!(lab.pings("r1", "10.0.31.2", 56));
+}
+
+#[test]
+fn bench_measures_every_wire_or_one_and_draws_the_chart() {
+    build_pktgen();
+    let name = unique("tbench");
+    let lab = Lab::up(&name, &demo(&name));
+    let charts = TempDir::new("lab-chart");
+    let chart = charts.0.join("all.png");
+    let out = run(&[
+        "lab",
+        "bench",
+        &name,
+        "--seconds",
+        "0.3",
+        "--json",
+        "--chart",
+        chart.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let results: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = results.as_array().unwrap();
+    assert_eq!(results.len(), 3);
+    for r in results {
+        assert!(r["throughput"]["delivered"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["latency"]["delivered"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["latency"]["p50_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    // The jumbo wire is measured with the frame size asked for, within its MTU.
+    assert_eq!(results[1]["throughput"]["frame_bytes"], 1514);
+    let png = std::fs::read(&chart).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+
+    let one = charts.0.join("one.png");
+    let out = run(&[
+        "lab",
+        "bench",
+        &name,
+        "--link",
+        "2",
+        "--seconds",
+        "0.3",
+        "--chart",
+        one.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let table = text(&out);
+    assert!(
+        table.contains("r2:eth2 -> r3:eth2") && !table.contains("r1:eth1 -> r2:eth1"),
+        "{table}"
+    );
+    assert!(one.exists());
+    let out = run(&["lab", "bench", &name, "--link", "99"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("no link with uid 99"), "{}", text(&out));
+    drop(lab);
+}
+
+#[test]
+fn every_example_lab_comes_up_and_forwards_on_every_wire() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&examples)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty());
+    for (i, file) in files.iter().enumerate() {
+        let yaml = std::fs::read_to_string(file).unwrap();
+        // The example's own name, made unique so a lab a person has up is not touched.
+        let name = unique(&format!("tex{i}x"));
+        let yaml: String = yaml
+            .lines()
+            .map(|l| {
+                if l.starts_with("name:") {
+                    format!("name: {name}")
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let lab = Lab::up(&name, &yaml);
+        let status = lab.status();
+        assert!(wires_up(&status), "{}: {status:#}", file.display());
+        for wire in status["wires"].as_array().unwrap() {
+            let pod = wire["endpoints"][0]
+                .as_str()
+                .unwrap()
+                .split(':')
+                .next()
+                .unwrap();
+            if let Some(ip) = wire["ips"][1].as_str() {
+                let ip = ip.split('/').next().unwrap();
+                assert!(lab.pings(pod, ip, 56), "{}: {pod} -> {ip}", file.display());
+            }
+        }
+    }
 }

@@ -9,12 +9,25 @@ use xsk_rs::FrameDesc;
 use crate::packet_port::PacketPort;
 use crate::worker::{PortChoice, PortKind, WorkerError};
 use crate::xdp_port::{PortError, XdpMode, XdpPort, MAX_FRAME_ROOM};
+use crate::xdp_redirect::RedirectProgram;
 
 struct XdpIo {
+    /// The program that steers the interface's frames to the port: the worker's, with
+    /// this port in slot 0. Unlike libxdp's default program without a bpffs, it is
+    /// detached when the endpoint goes, so a run that fails leaves no program behind.
+    program: RedirectProgram,
     port: XdpPort,
     /// Frames lent by the port, written, waiting for its TX ring.
     outgoing: Vec<FrameDesc>,
     scratch: Vec<FrameDesc>,
+}
+
+impl Drop for XdpIo {
+    fn drop(&mut self) {
+        if let Some((ifindex, slot)) = self.port.redirect() {
+            self.program.release(ifindex, slot, self.port.mode());
+        }
+    }
 }
 
 enum Io {
@@ -65,13 +78,19 @@ impl Endpoint {
         ring: usize,
         mode: Option<XdpMode>,
     ) -> Result<Endpoint, WorkerError> {
-        let mut port = XdpPort::open(ifname, mode, max_frame, ring * 4, None)?;
+        let program = RedirectProgram::load(1).map_err(|source| PortError::Socket {
+            ifname: ifname.into(),
+            mode: "load the XDP program",
+            source,
+        })?;
+        let mut port = XdpPort::open(ifname, mode, max_frame, ring * 4, Some((&program, 0)))?;
         // A quarter of the frames wait in the fill ring; the rest are for sending.
         port.set_fill_target(ring);
         port.refill();
         let kind = PortKind::AfXdp(port.mode());
         Ok(Endpoint {
             io: Io::Xdp(Box::new(XdpIo {
+                program,
                 port,
                 outgoing: Vec::with_capacity(ring),
                 scratch: vec![FrameDesc::default(); 64],
@@ -120,6 +139,7 @@ impl Endpoint {
                     port,
                     outgoing,
                     scratch,
+                    ..
                 } = &mut **x;
                 let room = port.tx_room(outgoing.len());
                 // SAFETY: `outgoing` holds descriptors lent by the port, in no ring.

@@ -15,4 +15,4 @@ pub use counters::{Direction, DropReason, LinkCounters};
 pub use endpoint::Endpoint;
 pub use link_table::PortId;
 pub use worker::{PortChoice, PortInfo, PortKind, Worker, WorkerConfig, WorkerError};
-pub use xdp_port::{KernelDrops, PortError, XdpMode};
+pub use xdp_port::{KernelDrops, PortError, XdpMode, NATIVE_MAX_FRAME};

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::counters::{Direction, DropReason, LinkCounters};
 use crate::peer::PeerId;
+use xwire_proto::control::Carrier;
 
 /// A port's index in its worker (`PortId(3)` is the worker's fourth port slot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -18,7 +19,8 @@ pub const MIN_FRAME_LEN: usize = 14;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Far {
     Port(PortId),
-    Peer(PeerId),
+    /// A peer node, and the carrier this link's frames take to it (`None`: the peer's).
+    Peer(PeerId, Option<Carrier>),
 }
 
 /// Where the frames of one port go.
@@ -45,10 +47,12 @@ pub enum Verdict {
         link: usize,
         direction: Direction,
     },
-    /// To the peer node, tagged with the link's UID.
+    /// To the peer node, tagged with the link's UID, on the link's carrier (`None`: the
+    /// peer's).
     Remote {
         peer: PeerId,
         uid: u64,
+        carrier: Option<Carrier>,
         link: usize,
         direction: Direction,
     },
@@ -110,8 +114,9 @@ impl LinkTable {
         uid: u64,
         port: PortId,
         peer: PeerId,
+        carrier: Option<Carrier>,
     ) -> Result<Arc<LinkCounters>, LinkError> {
-        self.insert(uid, port, Far::Peer(peer))
+        self.insert(uid, port, Far::Peer(peer, carrier))
     }
 
     fn insert(&mut self, uid: u64, a: PortId, b: Far) -> Result<Arc<LinkCounters>, LinkError> {
@@ -159,7 +164,7 @@ impl LinkTable {
                     link: index,
                 }),
             ),
-            Far::Peer(peer) => {
+            Far::Peer(peer, _) => {
                 self.remote.insert((peer, uid), index);
             }
         }
@@ -179,7 +184,7 @@ impl LinkTable {
             self.set_route(link.a, None);
             match link.b {
                 Far::Port(b) => self.set_route(b, None),
-                Far::Peer(peer) => {
+                Far::Peer(peer, _) => {
                     self.remote.remove(&(peer, link.uid));
                 }
             }
@@ -219,7 +224,7 @@ impl LinkTable {
         }
         let out = match route.out {
             Far::Port(out) => out,
-            Far::Peer(peer) => {
+            Far::Peer(peer, carrier) => {
                 if len > xwire_proto::data::MAX_FRAME_LEN {
                     return Verdict::Drop {
                         reason: DropReason::TooLarge,
@@ -230,6 +235,7 @@ impl LinkTable {
                 return Verdict::Remote {
                     peer,
                     uid,
+                    carrier,
                     link: route.link,
                     direction: route.direction,
                 };
@@ -427,7 +433,7 @@ mod tests {
     fn remote_links_send_to_the_peer_and_take_its_frames_by_uid() {
         let mut t = table();
         let peer = PeerId(3);
-        t.add_remote_link(9, P0, peer).unwrap();
+        t.add_remote_link(9, P0, peer, None).unwrap();
         assert!(matches!(
             t.decide(P0, 9000),
             Verdict::Remote {
@@ -475,7 +481,7 @@ mod tests {
             LinkError::DuplicateUid(9)
         );
         assert_eq!(
-            t.add_remote_link(10, P0, peer).unwrap_err(),
+            t.add_remote_link(10, P0, peer, None).unwrap_err(),
             LinkError::PortInUse(P0, 9)
         );
         assert!(t.remove_link(9));

@@ -144,6 +144,8 @@ pub(crate) enum Command {
         uid: u64,
         port: PortId,
         peer: PeerId,
+        /// The link's own carrier; `None` takes the peer's.
+        carrier: Option<Carrier>,
         reply: Sender<Result<Arc<LinkCounters>, WorkerError>>,
     },
     PeerStatus {
@@ -278,11 +280,13 @@ impl Worker {
         uid: u64,
         port: PortId,
         peer: PeerId,
+        carrier: Option<Carrier>,
     ) -> Result<Arc<LinkCounters>, WorkerError> {
         self.ask(|reply| Command::AddRemoteLink {
             uid,
             port,
             peer,
+            carrier,
             reply,
         })?
     }

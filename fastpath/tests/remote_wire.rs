@@ -32,6 +32,16 @@ fn nodes(label: &str) -> [Node; 2] {
 }
 
 fn lab<'a>(nodes: &'a [Node; 2], carrier: Carrier, pod_mtu: u32) -> Lab<'a> {
+    lab_with_link_carrier(nodes, carrier, pod_mtu, None)
+}
+
+/// As `lab`, with the wire on `link_carrier` (its own) rather than the peers' carrier.
+fn lab_with_link_carrier<'a>(
+    nodes: &'a [Node; 2],
+    carrier: Carrier,
+    pod_mtu: u32,
+    link_carrier: Option<Carrier>,
+) -> Lab<'a> {
     let underlay = Veth::named(&nodes[0].ns, "ul0", &nodes[1].ns, "ul0").unwrap();
     underlay.set_mtu(9000).unwrap();
     underlay.set_up().unwrap();
@@ -82,7 +92,11 @@ fn lab<'a>(nodes: &'a [Node; 2], carrier: Carrier, pod_mtu: u32) -> Lab<'a> {
                 carrier,
             )
             .unwrap();
-        counters.push(workers[i].add_remote_link(UID, ports[i].id, peer).unwrap());
+        counters.push(
+            workers[i]
+                .add_remote_link(UID, ports[i].id, peer, link_carrier)
+                .unwrap(),
+        );
     }
     let start = Instant::now();
     let up = |w: &Worker| {
@@ -179,6 +193,29 @@ fn frames_of_60_to_9014_bytes_cross_both_ways_unchanged() {
                 *frame == test_frame(len, sender, seq as u16),
                 "frame {seq} ({len} bytes) from {sender:x} changed"
             );
+        }
+    }
+}
+
+#[test]
+fn a_wire_takes_its_own_carrier_over_its_peers() {
+    for (peer_carrier, link_carrier, label) in [
+        (Carrier::Datagram, Carrier::Stream, "xrw-lcs"),
+        (Carrier::Stream, Carrier::Datagram, "xrw-lcd"),
+    ] {
+        let nodes = nodes(label);
+        let lab = lab_with_link_carrier(&nodes, peer_carrier, 1500, Some(link_carrier));
+        assert!(ping(&lab.nodes[0].pod, "192.0.2.2", 3).unwrap(), "{label}");
+        let (counters, _) = lab.workers[0].peer_status().unwrap();
+        assert!(counters.frames_sent >= 3, "{label}: {counters:?}");
+        match link_carrier {
+            Carrier::Stream => assert_eq!(
+                counters.stream_frames_sent, counters.frames_sent,
+                "{label}: {counters:?}"
+            ),
+            Carrier::Datagram => {
+                assert_eq!(counters.stream_frames_sent, 0, "{label}: {counters:?}")
+            }
         }
     }
 }

@@ -2,6 +2,7 @@
 //! Both install the Debian packages they need first when they run as root, and otherwise
 //! say what to install.
 
+mod demo;
 mod libtest;
 mod system;
 
@@ -34,7 +35,7 @@ fn main() -> ExitCode {
 fn demo() -> Result<()> {
     ensure_packages()?;
     ensure_root("the demo makes network namespaces")?;
-    run(cargo().args(["run", "--quiet", "-p", "xwire-perf", "--example", "demo"]))
+    demo::demo()
 }
 
 fn test() -> Result<()> {

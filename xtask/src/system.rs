@@ -29,6 +29,8 @@ const PACKAGES: &[&str] = &[
     "busybox-static",
     "golang-go",
     "golang-github-appc-cni-dev",
+    // The font `xwirectl lab bench` writes its chart in.
+    "fonts-dejavu-core",
 ];
 
 pub fn run(cmd: &mut Command) -> Result<()> {

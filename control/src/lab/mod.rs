@@ -4,7 +4,10 @@
 //! namespace wired by the same CNI plugin binary a runtime would call. The lab file
 //! becomes the Topology objects a cluster would hold, so both take the same path.
 
+pub mod bench;
+mod chart;
 pub mod down;
+pub mod edit;
 pub mod file;
 pub mod namespaces;
 pub mod node_api;

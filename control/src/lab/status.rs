@@ -47,6 +47,9 @@ pub struct WireStatus {
     pub kind: &'static str,
     /// `veth`, or the QUIC carrier: `datagram` or `stream`.
     pub carrier: String,
+    /// The endpoints' addresses, when the lab file gives them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ips: Option<[String; 2]>,
     /// `up` when both ends are joined; otherwise what is missing.
     pub state: String,
     /// Each end's record on its node ("veth", "remote", "pending"), or "none".
@@ -145,6 +148,7 @@ fn wire_status(
         } else {
             link.carrier.clone().unwrap_or_else(|| "datagram".into())
         },
+        ips: link.ips.clone(),
         state,
         end_states,
         counters,

@@ -319,7 +319,7 @@ fn add_pod(paths: &LabPaths, binaries: &Binaries, pod: &str, node: &str) -> Resu
 }
 
 /// Waits until every link's both ends are joined (no end pending) on their nodes.
-fn wait_for_wires(lab: &Lab, paths: &LabPaths) -> Result<()> {
+pub(super) fn wait_for_wires(lab: &Lab, paths: &LabPaths) -> Result<()> {
     let deadline = Instant::now() + WIRES_UP_LIMIT;
     loop {
         let states = node_api::wire_states(lab, paths);

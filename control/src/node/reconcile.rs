@@ -259,7 +259,7 @@ impl Node {
             if self.ports.contains_key(&record.key()) {
                 return Ok(None);
             }
-            return match self.open_remote_port(&record, link.mtu, &mut journal) {
+            return match self.open_remote_port(&record, link, &mut journal) {
                 Ok(()) => Ok(Some("re-attached to its interfaces")),
                 Err(e) => {
                     self.rollback(journal);

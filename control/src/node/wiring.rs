@@ -254,7 +254,7 @@ impl Node {
             .fastpath
             .as_ref()
             .and_then(|f| f.addresses.get(node).cloned());
-        self.open_remote_port(record, link.mtu, journal)
+        self.open_remote_port(record, link, journal)
     }
 
     /// Opens the fast-path port on a remote wire's node end (which exists) and joins it
@@ -262,9 +262,16 @@ impl Node {
     pub(super) fn open_remote_port(
         &mut self,
         record: &WireRecord,
-        mtu: Option<u32>,
+        link: &Link,
         journal: &mut Journal,
     ) -> Result<(), CniError> {
+        let mtu = link.mtu;
+        // The topology's carrier was checked when it was stored; anything else is the
+        // peer's default.
+        let carrier = link
+            .carrier
+            .as_deref()
+            .and_then(|c| crate::config::carrier_name::parse(c).ok());
         let fastpath_error = |what: String, e: &dyn std::fmt::Display| {
             cni_error(codes::FASTPATH_FAILED, what, e.to_string())
         };
@@ -283,7 +290,7 @@ impl Node {
         self.ports.insert(record.key(), port.id);
         fastpath
             .worker
-            .add_remote_link(record.peer_intf_id, port.id, peer_id)
+            .add_remote_link(record.peer_intf_id, port.id, peer_id, carrier)
             .map_err(|e| {
                 fastpath_error(format!("join {} to node {node}", record.wire_ifname), &e)
             })?;

@@ -189,14 +189,25 @@ impl PeerTransport {
             .map(|_| handle)
     }
 
-    /// Queues one frame for the peer (it leaves on the next `poll`). False when dropped:
-    /// the peer is not up, or its carrier has no room.
+    /// Queues one frame for the peer (it leaves on the next `poll`) on the peer's
+    /// carrier. False when dropped: the peer is not up, or its carrier has no room.
     pub fn send_frame(&mut self, peer: PeerId, link_uid: u64, frame: &[u8]) -> bool {
+        self.send_frame_on(peer, link_uid, frame, None)
+    }
+
+    /// As `send_frame`, on `carrier` (a link's own) or, with `None`, the peer's.
+    pub fn send_frame_on(
+        &mut self,
+        peer: PeerId,
+        link_uid: u64,
+        frame: &[u8],
+        carrier: Option<Carrier>,
+    ) -> bool {
         let Some(handle) = self.live_session(peer) else {
             self.counters.dropped_no_peer += 1;
             return false;
         };
-        let carrier = self.peers[peer.0 as usize].carrier;
+        let carrier = carrier.unwrap_or(self.peers[peer.0 as usize].carrier);
         let session = self.sessions.get_mut(&handle).expect("live session");
         let sent = session.send_frame(carrier, link_uid, frame, &mut self.counters, Instant::now);
         if sent {

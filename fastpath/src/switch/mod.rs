@@ -261,6 +261,7 @@ impl Switch {
                 uid,
                 port,
                 peer,
+                carrier,
                 reply,
             } => {
                 let result = match self.port(port) {
@@ -268,7 +269,7 @@ impl Switch {
                     Some(_) if self.peers.is_none() => Err(WorkerError::NoPeers),
                     Some(_) => self
                         .table
-                        .add_remote_link(uid, port, peer)
+                        .add_remote_link(uid, port, peer, carrier)
                         .map_err(WorkerError::from),
                 };
                 let _ = reply.send(result);

@@ -18,6 +18,7 @@ pub(super) fn send(
     let Verdict::Remote {
         peer,
         uid,
+        carrier,
         link,
         direction,
     } = verdict
@@ -26,7 +27,7 @@ pub(super) fn send(
     };
     let sent = peers
         .as_mut()
-        .is_some_and(|p| p.send_frame(peer, uid, frame));
+        .is_some_and(|p| p.send_frame_on(peer, uid, frame, carrier));
     if sent {
         if let Some(counters) = table.counters(link) {
             counters.forwarded(direction, 1, frame.len() as u64);

@@ -197,7 +197,7 @@ pub fn start(
             for i in 0..2 {
                 let other = 1 - i;
                 let peer = workers[i].add_peer(nodes[other].name, listening[other], carrier)?;
-                links.push(workers[i].add_remote_link(UID, ports[i].id, peer)?);
+                links.push(workers[i].add_remote_link(UID, ports[i].id, peer, None)?);
             }
             for (worker, node) in workers.iter().zip(&nodes) {
                 wait_for_peer(worker, node.name)?;

@@ -1,0 +1,148 @@
+//! `xwirectl lab edit FILE`: applies a changed lab file to the running lab. Links and
+//! pods added appear and those removed disappear; pods that stay are not restarted, and
+//! their other wires carry on. A link that stays keeps its uid (its wire), also when the
+//! file gives it none. The nodes cannot change while the lab runs.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+use xwire_proto::local::{Request, TopologyApply, TopologyQuery};
+
+use super::file::{self, Lab, LabLink};
+use super::paths::LabPaths;
+use super::up::{call_plugin, wait_for_wires, Binaries};
+use super::{namespaces, node_api, status};
+
+/// What an edit changed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub links_added: Vec<u64>,
+    pub links_removed: Vec<u64>,
+    pub pods_added: Vec<String>,
+    pub pods_removed: Vec<String>,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        *self == Changes::default()
+    }
+}
+
+/// What turns `old` into `new`, or why it cannot be done on a running lab.
+pub fn plan(old: &Lab, new: &Lab) -> Result<Changes> {
+    if new.nodes != old.nodes {
+        bail!(
+            "the nodes changed ({} -> {}): nodes cannot change while the lab runs; take it down and up again",
+            old.nodes.join(", "),
+            new.nodes.join(", ")
+        );
+    }
+    for (pod, node) in &new.pods {
+        if let Some(was) = old.pods.get(pod) {
+            if was != node {
+                bail!("pod {pod} moved from {was} to {node}: remove it in one edit and add it in the next");
+            }
+        }
+    }
+    let same = |a: &LabLink, b: &LabLink| a == b;
+    Ok(Changes {
+        links_added: new
+            .links
+            .iter()
+            .filter(|l| !old.links.iter().any(|o| same(o, l)))
+            .map(|l| l.uid)
+            .collect(),
+        links_removed: old
+            .links
+            .iter()
+            .filter(|o| !new.links.iter().any(|l| same(o, l)))
+            .map(|l| l.uid)
+            .collect(),
+        pods_added: new
+            .pods
+            .keys()
+            .filter(|p| !old.pods.contains_key(*p))
+            .cloned()
+            .collect(),
+        pods_removed: old
+            .pods
+            .keys()
+            .filter(|p| !new.pods.contains_key(*p))
+            .cloned()
+            .collect(),
+    })
+}
+
+/// Stores the lab's Topology objects on every node.
+fn apply(paths: &LabPaths, lab: &Lab) -> Result<()> {
+    let objects: Vec<Value> = file::topologies(lab)
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<_, _>>()?;
+    for node in &lab.nodes {
+        let request = Request::TopologyApply(TopologyApply {
+            objects: objects.clone(),
+        });
+        node_api::ask(&paths.node_socket(node), &request)
+            .with_context(|| format!("apply the topology on node {node}"))?;
+    }
+    Ok(())
+}
+
+pub fn edit(file: &Path, binaries: &Binaries) -> Result<(Lab, Changes)> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?;
+    // The name first, to find the running lab whose uids the new file keeps.
+    let name = file::parse(&text, None)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?
+        .name;
+    let old = status::read_lab(&name)?;
+    let new =
+        file::parse(&text, Some(&old)).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let changes = plan(&old, &new)?;
+    if changes.is_empty() {
+        return Ok((new, changes));
+    }
+    let paths = LabPaths::new(&name);
+    for pod in &changes.pods_removed {
+        call_plugin(&paths, binaries, "DEL", pod, &old.pods[pod])?;
+    }
+    for pod in &changes.pods_added {
+        namespaces::create(&paths.pod_netns(pod))?;
+    }
+    // A link whose settings changed (same uid) goes first and comes back changed: the
+    // daemons join and part wires by uid.
+    let changed: Vec<u64> = changes
+        .links_added
+        .iter()
+        .filter(|uid| changes.links_removed.contains(uid))
+        .copied()
+        .collect();
+    if !changed.is_empty() {
+        let mut without = new.clone();
+        without.links.retain(|l| !changed.contains(&l.uid));
+        without.pods.retain(|p, _| old.pods.contains_key(p));
+        apply(&paths, &without)?;
+    }
+    apply(&paths, &new)?;
+    for node in &new.nodes {
+        let socket = paths.node_socket(node);
+        for pod in &changes.pods_removed {
+            let query = TopologyQuery {
+                namespace: Some(name.clone()),
+                name: Some(pod.clone()),
+            };
+            node_api::ask(&socket, &Request::TopologyDelete(query))
+                .with_context(|| format!("remove pod {pod}'s topology on node {node}"))?;
+        }
+    }
+    for pod in &changes.pods_removed {
+        namespaces::remove(&paths.pod_netns(pod));
+    }
+    for pod in &changes.pods_added {
+        call_plugin(&paths, binaries, "ADD", pod, &new.pods[pod])?;
+    }
+    std::fs::write(paths.lab_file(), serde_json::to_vec_pretty(&new)?)?;
+    wait_for_wires(&new, &paths)?;
+    Ok((new, changes))
+}
