@@ -15,6 +15,9 @@ use crate::topology::{self, Link, Metadata, Topology, TopologySpec};
 /// The longest lab name: it goes into namespace names and paths.
 pub const MAX_LAB_NAME: usize = 24;
 
+/// The most nodes a lab has: each takes an address on the lab's /24 underlay.
+pub const MAX_NODES: usize = 250;
+
 /// A checked lab.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Lab {
@@ -134,6 +137,10 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
     }
     if nodes.is_empty() {
         return Err(at(raw.name.span(), "a lab needs at least one node"));
+    }
+    if nodes.len() > MAX_NODES {
+        let message = format!("{} nodes; a lab has at most {MAX_NODES}", nodes.len());
+        return Err(at(raw.nodes[MAX_NODES].span(), message));
     }
     let mut pods = BTreeMap::new();
     for (name, pod) in &raw.pods {

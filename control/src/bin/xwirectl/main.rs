@@ -27,6 +27,18 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Command {
+    #[command(flatten)]
+    Node(NodeCommand),
+    /// The standalone lab: nodes and pods in network namespaces on this machine.
+    Lab {
+        #[command(subcommand)]
+        command: lab::LabCommand,
+    },
+}
+
+/// The commands that talk to one node's daemon (or make its certificates).
+#[derive(Subcommand)]
+enum NodeCommand {
     /// Topology objects (meshnet's Topology resource) in the node's store.
     Topology {
         #[command(subcommand)]
@@ -45,11 +57,6 @@ enum Command {
         /// Node names.
         #[arg(required = true)]
         nodes: Vec<String>,
-    },
-    /// The standalone lab: nodes and pods in network namespaces on this machine.
-    Lab {
-        #[command(subcommand)]
-        command: lab::LabCommand,
     },
 }
 
@@ -91,25 +98,27 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 fn main() -> anyhow::Result<std::process::ExitCode> {
     let args = Args::parse();
-    if let Command::Lab { command } = args.command {
-        return lab::run(command);
+    match args.command {
+        Command::Lab { command } => lab::run(command),
+        Command::Node(command) => {
+            node_command(&args.socket, command).map(|()| std::process::ExitCode::SUCCESS)
+        }
     }
-    command(args).map(|()| std::process::ExitCode::SUCCESS)
 }
 
-fn command(args: Args) -> anyhow::Result<()> {
-    match args.command {
-        Command::Topology { command } => topology_command(&args.socket, command),
-        Command::Wires => {
-            let response = ask(&args.socket, &Request::State)?;
+fn node_command(socket: &Path, command: NodeCommand) -> anyhow::Result<()> {
+    match command {
+        NodeCommand::Topology { command } => topology_command(socket, command),
+        NodeCommand::Wires => {
+            let response = ask(socket, &Request::State)?;
             let Response::State(state) = response else {
                 bail!("unexpected answer: {response:?}");
             };
             println!("{}", serde_json::to_string_pretty(&state)?);
             Ok(())
         }
-        Command::Reconcile => {
-            let response = ask(&args.socket, &Request::Reconcile)?;
+        NodeCommand::Reconcile => {
+            let response = ask(socket, &Request::Reconcile)?;
             let Response::Reconciled { changes, failures } = response else {
                 bail!("unexpected answer: {response:?}");
             };
@@ -127,8 +136,7 @@ fn command(args: Args) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Certs { out, nodes } => certs(&out, &nodes),
-        Command::Lab { .. } => unreachable!("handled in main"),
+        NodeCommand::Certs { out, nodes } => certs(&out, &nodes),
     }
 }
 

@@ -158,6 +158,9 @@ fn other_mistakes_are_refused_with_their_place() {
     }
     let e = parse("name: x\nnodes: []\n", None).unwrap_err();
     assert!(e.message.contains("at least one node"), "{e}");
+    let many: Vec<String> = (0..=MAX_NODES).map(|i| format!("n{i}")).collect();
+    let e = parse(&format!("name: x\nnodes: [{}]\n", many.join(", ")), None).unwrap_err();
+    assert!(e.message.contains("at most 250"), "{e}");
     let e = parse("nodes: [a]\n", None).unwrap_err();
     assert!(e.message.contains("name"), "{e}");
 }
