@@ -30,6 +30,9 @@ pub struct DaemonConfig {
     /// Keep the worker spinning when idle (benchmarks); otherwise it backs off and sleeps.
     /// Default false.
     pub busy_poll: bool,
+    /// Without busy_poll: microseconds the worker keeps spinning after the last frame
+    /// before it sleeps until the next. Default 200.
+    pub idle_spin_us: u64,
     /// The underlay MTU between nodes. Default 1500.
     pub underlay_mtu: u16,
     /// The most fast-path ports (remote wire ends) this node holds. Default 4096. A port
@@ -124,6 +127,7 @@ impl Default for DaemonConfig {
             api_socket: PathBuf::from(DEFAULT_API_SOCKET),
             data_cores: Vec::new(),
             busy_poll: false,
+            idle_spin_us: 200,
             reconcile_interval_secs: 10,
             underlay_mtu: 1500,
             max_ports: 4096,

@@ -174,6 +174,7 @@ fn start_fastpath(
     let worker = Worker::spawn(WorkerConfig {
         core: config.data_cores.first().copied(),
         busy_poll: config.busy_poll,
+        idle_spin: std::time::Duration::from_micros(config.idle_spin_us),
         max_ports: config.max_ports,
         frames_per_port: config.frames_per_port,
         ..WorkerConfig::default()

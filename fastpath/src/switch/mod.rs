@@ -36,11 +36,9 @@ const RELEASE_GRACE: Duration = Duration::from_secs(5);
 /// Pause between binds while a port waits out `RELEASE_GRACE`.
 const REBIND_PAUSE: Duration = Duration::from_millis(2);
 
-/// How long a non-busy worker keeps passing over its ports after the last frame or
-/// command before it sleeps in poll(), and how long it sleeps there at most. A time, not
-/// a count of passes: a pass over a thousand ports takes a hundred times longer than one
-/// over ten.
-const SPIN_BEFORE_SLEEP: Duration = Duration::from_millis(2);
+/// How long a worker sleeps in poll() at most. How long it spins first is
+/// `WorkerConfig::idle_spin`: a time, not a count of passes, since a pass over a thousand
+/// ports takes a hundred times longer than one over ten.
 const SLEEP_MS: u16 = 10;
 /// The longest a pass spends on commands before it serves the ports again.
 const COMMAND_BUDGET: Duration = Duration::from_millis(2);
@@ -163,7 +161,7 @@ impl Switch {
                 idle_since = Instant::now();
                 continue;
             }
-            if config.busy_poll || idle_since.elapsed() < SPIN_BEFORE_SLEEP {
+            if config.busy_poll || idle_since.elapsed() < config.idle_spin {
                 // The kernel work our sends start (the receiving veth's softirq) runs on
                 // this CPU; once it overflows into ksoftirqd, a worker that spins keeps it
                 // waiting for a scheduler slice, which costs milliseconds and drops. An
