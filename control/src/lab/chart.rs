@@ -4,6 +4,9 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
+use plotters::coord::ranged1d::SegmentedCoord;
+use plotters::coord::types::{RangedCoordf64, RangedCoordi32};
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::bench::WireBench;
@@ -25,6 +28,40 @@ fn register_font() -> Result<()> {
         })
         .clone()
         .map_err(|e| anyhow!(e))
+}
+
+/// The end of a panel's axis: a little past the largest value, and never zero.
+fn top(values: impl Iterator<Item = f64>, least: f64) -> f64 {
+    values.fold(0.0_f64, f64::max).max(least) * 1.15
+}
+
+type Panel<'a, 'b> = ChartContext<
+    'a,
+    BitMapBackend<'b>,
+    Cartesian2d<RangedCoordf64, SegmentedCoord<RangedCoordi32>>,
+>;
+
+/// One half of the chart: a bar per wire, from 0 to `top`, with the wires' labels.
+fn panel<'a, 'b>(
+    area: &'a DrawingArea<BitMapBackend<'b>, Shift>,
+    caption: &str,
+    top: f64,
+    rows: i32,
+    label: &dyn Fn(&SegmentValue<i32>) -> String,
+) -> Result<Panel<'a, 'b>, Box<dyn std::error::Error>> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, (FONT, 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(120)
+        .build_cartesian_2d(0.0..top, (0..rows).into_segmented())?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_label_formatter(label)
+        .label_style((FONT, 13))
+        .draw()?;
+    Ok(chart)
 }
 
 pub fn write(lab: &str, results: &[WireBench], path: &Path) -> Result<()> {
@@ -57,24 +94,11 @@ pub fn write(lab: &str, results: &[WireBench], path: &Path) -> Result<()> {
                 rectangle
             };
 
-        let top_mpps = results
-            .iter()
-            .map(|r| r.throughput.delivered_pps / 1e6)
-            .fold(0.0_f64, f64::max)
-            .max(0.001)
-            * 1.15;
-        let mut chart = ChartBuilder::on(&left)
-            .caption("throughput (Mpps)", (FONT, 18))
-            .margin(10)
-            .x_label_area_size(30)
-            .y_label_area_size(120)
-            .build_cartesian_2d(0.0..top_mpps, (0..rows).into_segmented())?;
-        chart
-            .configure_mesh()
-            .disable_y_mesh()
-            .y_label_formatter(&label)
-            .label_style((FONT, 13))
-            .draw()?;
+        let top_mpps = top(
+            results.iter().map(|r| r.throughput.delivered_pps / 1e6),
+            0.001,
+        );
+        let mut chart = panel(&left, "throughput (Mpps)", top_mpps, rows, &label)?;
         chart.draw_series(
             results
                 .iter()
@@ -82,24 +106,14 @@ pub fn write(lab: &str, results: &[WireBench], path: &Path) -> Result<()> {
                 .map(|(i, r)| bar(i, r.throughput.delivered_pps / 1e6, BLUE.mix(0.6).filled())),
         )?;
 
-        let top_us = results
-            .iter()
-            .map(|r| r.latency.p99_us)
-            .fold(0.0_f64, f64::max)
-            .max(1.0)
-            * 1.15;
-        let mut chart = ChartBuilder::on(&right)
-            .caption("latency (µs): p50 dark, p99 light", (FONT, 18))
-            .margin(10)
-            .x_label_area_size(30)
-            .y_label_area_size(120)
-            .build_cartesian_2d(0.0..top_us, (0..rows).into_segmented())?;
-        chart
-            .configure_mesh()
-            .disable_y_mesh()
-            .y_label_formatter(&label)
-            .label_style((FONT, 13))
-            .draw()?;
+        let top_us = top(results.iter().map(|r| r.latency.p99_us), 1.0);
+        let mut chart = panel(
+            &right,
+            "latency (µs): p50 dark, p99 light",
+            top_us,
+            rows,
+            &label,
+        )?;
         chart.draw_series(
             (results.iter().enumerate())
                 .map(|(i, r)| bar(i, r.latency.p99_us, RED.mix(0.3).filled())),

@@ -176,7 +176,7 @@ fn build(lab: &Lab, paths: &LabPaths, binaries: &Binaries, progress: &ProgressBa
     }
     for (pod, node) in &lab.pods {
         step(format!("pod {pod}: CNI ADD on {node}"));
-        add_pod(paths, binaries, pod, node)?;
+        call_plugin(paths, binaries, "ADD", pod, node)?;
     }
     step("waiting for every wire".into());
     wait_for_wires(lab, paths)
@@ -312,10 +312,6 @@ pub fn call_plugin(
         );
     }
     Ok(printed)
-}
-
-fn add_pod(paths: &LabPaths, binaries: &Binaries, pod: &str, node: &str) -> Result<()> {
-    call_plugin(paths, binaries, "ADD", pod, node).map(|_| ())
 }
 
 /// Waits until every link's both ends are joined (no end pending) on their nodes.
