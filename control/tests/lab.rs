@@ -591,3 +591,37 @@ fn every_example_lab_comes_up_and_forwards_on_every_wire() {
         }
     }
 }
+
+#[test]
+fn an_interrupted_up_removes_what_it_made() {
+    use std::os::unix::process::CommandExt;
+    let name = unique("tint");
+    let bin = TempDir::new("lab-bin-slow");
+    std::os::unix::fs::symlink(support::xwired(), bin.0.join("xwired")).unwrap();
+    // A plugin that hangs, as one waiting on a stuck runtime would.
+    let plugin = bin.0.join("xwire");
+    std::fs::write(&plugin, "#!/bin/sh\nsleep 60\n").unwrap();
+    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let lab = Lab::write(&name, &demo(&name));
+    // Its own process group, as a shell gives a foreground job: Ctrl-C goes to the group.
+    let child = xwirectl()
+        .env("XWIRE_LAB_BIN_DIR", &bin.0)
+        .args(["lab", "up", lab.file.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let group = nix::unistd::Pid::from_raw(child.id() as i32);
+    let supervisor = format!("/run/xwire/labs/{name}/supervisor.pid");
+    assert!(
+        eventually(Duration::from_secs(20), || Path::new(&supervisor).exists()),
+        "lab up did not get as far as its daemons"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("did not come up"), "{}", text(&out));
+    assert_gone(&name);
+}

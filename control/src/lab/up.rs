@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -67,6 +68,27 @@ pub fn sibling_or_path(exe: &Path, name: &str) -> Result<PathBuf> {
         })
 }
 
+/// Set by SIGINT or SIGTERM while `up` works: it stops at the next step and removes what
+/// it made, rather than dying half way.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+fn check_interrupted() -> Result<()> {
+    if INTERRUPTED.load(Ordering::Relaxed) {
+        bail!("interrupted");
+    }
+    Ok(())
+}
+
+fn catch_interrupts() -> Result<()> {
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            signal_hook::low_level::register(signal, || INTERRUPTED.store(true, Ordering::Relaxed))
+        }?;
+    }
+    Ok(())
+}
+
 /// Brings the lab in `file` up; returns it once every wire is up.
 pub fn up(file: &Path, binaries: &Binaries) -> Result<Lab> {
     let text = std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?;
@@ -78,6 +100,7 @@ pub fn up(file: &Path, binaries: &Binaries) -> Result<Lab> {
             lab.name
         );
     }
+    catch_interrupts()?;
     let steps = 4 + lab.nodes.len() * 2 + lab.pods.len() * 2;
     let progress = ProgressBar::new(steps as u64).with_style(
         ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {msg}")
@@ -105,12 +128,13 @@ fn build(lab: &Lab, paths: &LabPaths, binaries: &Binaries, progress: &ProgressBa
     let step = |message: String| {
         progress.set_message(message);
         progress.inc(1);
+        check_interrupted()
     };
-    step(format!("lab directory {}", paths.dir.display()));
+    step(format!("lab directory {}", paths.dir.display()))?;
     std::fs::create_dir_all(&paths.dir)?;
     std::fs::write(paths.lab_file(), serde_json::to_vec_pretty(lab)?)?;
 
-    step("underlay".into());
+    step("underlay".into())?;
     let lab_ns = namespaces::create(&paths.lab_netns())?;
     lab_ns.netlink("add the underlay bridge", |h| async move {
         h.link()
@@ -124,7 +148,7 @@ fn build(lab: &Lab, paths: &LabPaths, binaries: &Binaries, progress: &ProgressBa
             .await
     })?;
     for (index, node) in lab.nodes.iter().enumerate() {
-        step(format!("node {node}: namespace"));
+        step(format!("node {node}: namespace"))?;
         let node_ns = namespaces::create(&paths.node_netns(node))?;
         let port = format!("n{index}");
         let mut bridge_end = EndSettings::named(&port);
@@ -148,19 +172,19 @@ fn build(lab: &Lab, paths: &LabPaths, binaries: &Binaries, progress: &ProgressBa
         })?;
     }
     for pod in lab.pods.keys() {
-        step(format!("pod {pod}: namespace"));
+        step(format!("pod {pod}: namespace"))?;
         namespaces::create(&paths.pod_netns(pod))?;
     }
 
-    step("certificates and node configurations".into());
+    step("certificates and node configurations".into())?;
     write_node_files(lab, paths)?;
     start_supervisor(paths, binaries)?;
     for node in &lab.nodes {
-        step(format!("node {node}: xwired starting"));
+        step(format!("node {node}: xwired starting"))?;
         wait_for_daemon(paths, node)?;
     }
 
-    step("topology".into());
+    step("topology".into())?;
     let objects: Vec<Value> = file::topologies(lab)
         .iter()
         .map(serde_json::to_value)
@@ -175,10 +199,10 @@ fn build(lab: &Lab, paths: &LabPaths, binaries: &Binaries, progress: &ProgressBa
         .with_context(|| format!("apply the topology on node {node}"))?;
     }
     for (pod, node) in &lab.pods {
-        step(format!("pod {pod}: CNI ADD on {node}"));
+        step(format!("pod {pod}: CNI ADD on {node}"))?;
         call_plugin(paths, binaries, "ADD", pod, node)?;
     }
-    step("waiting for every wire".into());
+    step("waiting for every wire".into())?;
     wait_for_wires(lab, paths)
 }
 
@@ -242,6 +266,7 @@ fn start_supervisor(paths: &LabPaths, binaries: &Binaries) -> Result<()> {
 fn wait_for_daemon(paths: &LabPaths, node: &str) -> Result<()> {
     let deadline = Instant::now() + DAEMON_START_LIMIT;
     while node_api::ask(&paths.node_socket(node), &Request::State).is_err() {
+        check_interrupted()?;
         if Instant::now() > deadline {
             bail!(
                 "xwired on node {node} did not answer within {DAEMON_START_LIMIT:?}; its log ends:\n{}",
@@ -334,6 +359,7 @@ pub(super) fn wait_for_wires(lab: &Lab, paths: &LabPaths) -> Result<()> {
         if waiting.is_empty() {
             return Ok(());
         }
+        check_interrupted()?;
         if Instant::now() > deadline {
             bail!(
                 "wire ends still not joined after {WIRES_UP_LIMIT:?}: {}",
