@@ -15,18 +15,6 @@ fn xwirectl() -> Command {
     Command::new(env!("CARGO_BIN_EXE_xwirectl"))
 }
 
-/// `xwire-pktgen`, built next to xwirectl (another package's binary).
-fn build_pktgen() {
-    static BUILD: std::sync::Once = std::sync::Once::new();
-    BUILD.call_once(|| {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "xwire-bench", "--bin", "xwire-pktgen"])
-            .status()
-            .expect("run cargo");
-        assert!(status.success(), "building xwire-pktgen failed");
-    });
-}
-
 fn run(args: &[&str]) -> Output {
     xwirectl().args(args).output().expect("run xwirectl")
 }
@@ -494,7 +482,7 @@ fn edit_adds_and_removes_links_and_pods_while_the_other_wires_carry_traffic() {
 
 #[test]
 fn bench_measures_every_wire_or_one_and_draws_the_chart() {
-    build_pktgen();
+    support::pktgen_bin(); // the lab finds it next to xwirectl
     let name = unique("tbench");
     let lab = Lab::up(&name, &demo(&name));
     let charts = TempDir::new("lab-chart");

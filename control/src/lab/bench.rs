@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::file::{Lab, LabLink};
 use super::namespaces::netns_path;
 use super::paths::LabPaths;
-use super::up::sibling_or_path;
+use super::up::find_binary;
 
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
@@ -49,7 +49,7 @@ pub struct WireBench {
 }
 
 pub fn bench(lab: &Lab, options: &BenchOptions) -> Result<Vec<WireBench>> {
-    let pktgen = sibling_or_path(&std::env::current_exe()?, "xwire-pktgen")?;
+    let pktgen = find_binary("xwire-pktgen")?;
     let links: Vec<&LabLink> = lab
         .links
         .iter()

@@ -6,8 +6,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use serde_json::Value;
-use xwire_proto::local::{Request, TopologyApply, TopologyQuery};
+use xwire_proto::local::{Request, TopologyQuery};
 
 use super::file::{self, Lab, LabLink};
 use super::paths::LabPaths;
@@ -74,22 +73,6 @@ pub fn plan(old: &Lab, new: &Lab) -> Result<Changes> {
     })
 }
 
-/// Stores the lab's Topology objects on every node.
-fn apply(paths: &LabPaths, lab: &Lab) -> Result<()> {
-    let objects: Vec<Value> = file::topologies(lab)
-        .iter()
-        .map(serde_json::to_value)
-        .collect::<Result<_, _>>()?;
-    for node in &lab.nodes {
-        let request = Request::TopologyApply(TopologyApply {
-            objects: objects.clone(),
-        });
-        node_api::ask(&paths.node_socket(node), &request)
-            .with_context(|| format!("apply the topology on node {node}"))?;
-    }
-    Ok(())
-}
-
 pub fn edit(file: &Path, binaries: &Binaries) -> Result<(Lab, Changes)> {
     let text = std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?;
     // The name first, to find the running lab whose uids the new file keeps.
@@ -122,9 +105,9 @@ pub fn edit(file: &Path, binaries: &Binaries) -> Result<(Lab, Changes)> {
         let mut without = new.clone();
         without.links.retain(|l| !changed.contains(&l.uid));
         without.pods.retain(|p, _| old.pods.contains_key(p));
-        apply(&paths, &without)?;
+        node_api::apply_topology(&without, &paths)?;
     }
-    apply(&paths, &new)?;
+    node_api::apply_topology(&new, &paths)?;
     for node in &new.nodes {
         let socket = paths.node_socket(node);
         for pod in &changes.pods_removed {

@@ -4,9 +4,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use serde_json::Value;
-use xwire_proto::local::{Request, Response};
+use xwire_proto::local::{Request, Response, TopologyApply};
 
 use super::file::Lab;
 use super::paths::LabPaths;
@@ -20,6 +20,23 @@ pub fn ask(socket: &Path, request: &Request) -> Result<Response> {
         bail!("{} (code {}) {}", e.msg, e.code, e.details);
     }
     Ok(response)
+}
+
+/// Stores the lab's Topology objects on every node, as every node of a cluster sees
+/// all of them.
+pub fn apply_topology(lab: &Lab, paths: &LabPaths) -> Result<()> {
+    let objects: Vec<Value> = super::file::topologies(lab)
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<_, _>>()?;
+    for node in &lab.nodes {
+        let request = Request::TopologyApply(TopologyApply {
+            objects: objects.clone(),
+        });
+        ask(&paths.node_socket(node), &request)
+            .with_context(|| format!("apply the topology on node {node}"))?;
+    }
+    Ok(())
 }
 
 /// The wire records of this lab on every node that answers.

@@ -134,11 +134,11 @@ fn stop_all(daemons: &mut [Supervised]) {
 
 fn say(line: &str) {
     let mut err = std::io::stderr();
-    let _ = writeln!(err, "{} {line}", humantime_now());
+    let _ = writeln!(err, "{} {line}", epoch_seconds());
 }
 
 /// Seconds since the epoch, enough to order the log's lines.
-fn humantime_now() -> String {
+fn epoch_seconds() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 use xwire_fastpath::peer::ClusterCa;
-use xwire_proto::local::{Request, TopologyApply};
+use xwire_proto::local::Request;
 
 use super::file::{self, Lab};
 use super::paths::{self, LabPaths, NODE_PORT, UNDERLAY_MTU};
@@ -36,21 +36,21 @@ pub struct Binaries {
 
 impl Binaries {
     pub fn find() -> Result<Binaries> {
-        let xwirectl = std::env::current_exe().context("where is xwirectl")?;
-        let anchor = match std::env::var_os(BIN_DIR_VARIABLE) {
-            Some(dir) => PathBuf::from(dir).join("xwirectl"),
-            None => xwirectl.clone(),
-        };
         Ok(Binaries {
-            xwired: sibling_or_path(&anchor, "xwired")?,
-            plugin: sibling_or_path(&anchor, "xwire")?,
-            xwirectl,
+            xwirectl: std::env::current_exe().context("where is xwirectl")?,
+            xwired: find_binary("xwired")?,
+            plugin: find_binary("xwire")?,
         })
     }
 }
 
-/// `name` next to `exe`, or on PATH.
-pub fn sibling_or_path(exe: &Path, name: &str) -> Result<PathBuf> {
+/// The program `name`: in `$XWIRE_LAB_BIN_DIR` when it is set, else next to the running
+/// `xwirectl`, else on PATH.
+pub fn find_binary(name: &str) -> Result<PathBuf> {
+    let exe = match std::env::var_os(BIN_DIR_VARIABLE) {
+        Some(dir) => PathBuf::from(dir).join("xwirectl"),
+        None => std::env::current_exe().context("where is xwirectl")?,
+    };
     let beside = exe.with_file_name(name);
     if beside.is_file() {
         return Ok(beside);
@@ -185,19 +185,7 @@ fn build(lab: &Lab, paths: &LabPaths, binaries: &Binaries, progress: &ProgressBa
     }
 
     step("topology".into())?;
-    let objects: Vec<Value> = file::topologies(lab)
-        .iter()
-        .map(serde_json::to_value)
-        .collect::<Result<_, _>>()?;
-    for node in &lab.nodes {
-        node_api::ask(
-            &paths.node_socket(node),
-            &Request::TopologyApply(TopologyApply {
-                objects: objects.clone(),
-            }),
-        )
-        .with_context(|| format!("apply the topology on node {node}"))?;
-    }
+    node_api::apply_topology(lab, paths)?;
     for (pod, node) in &lab.pods {
         step(format!("pod {pod}: CNI ADD on {node}"))?;
         call_plugin(paths, binaries, "ADD", pod, node)?;

@@ -19,19 +19,29 @@ pub fn xwired() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_xwired"))
 }
 
-/// The plugin binary, built next to `xwired` (another package's binary, so cargo does
-/// not build it for these tests by itself).
+/// The plugin binary, built next to `xwired`.
 pub fn plugin_bin() -> PathBuf {
     static BUILD: Once = Once::new();
-    let path = xwired().with_file_name("xwire");
-    BUILD.call_once(|| {
+    built_beside_xwired(&BUILD, "xwire-cni", "xwire")
+}
+
+/// `xwire-pktgen`, built next to `xwired`.
+pub fn pktgen_bin() -> PathBuf {
+    static BUILD: Once = Once::new();
+    built_beside_xwired(&BUILD, "xwire-bench", "xwire-pktgen")
+}
+
+/// Another package's binary, which cargo does not build for these tests by itself: built
+/// once per test process, into the same target directory as `xwired`.
+fn built_beside_xwired(once: &Once, package: &str, bin: &str) -> PathBuf {
+    once.call_once(|| {
         let status = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "xwire-cni", "--bin", "xwire"])
+            .args(["build", "-q", "-p", package, "--bin", bin])
             .status()
             .expect("run cargo");
-        assert!(status.success(), "building the plugin failed");
+        assert!(status.success(), "building {bin} failed");
     });
-    path
+    xwired().with_file_name(bin)
 }
 
 pub type Node = xwire_perf::testbed::cluster::Node;
