@@ -14,5 +14,5 @@ mod xdp_redirect;
 pub use counters::{Direction, DropReason, LinkCounters};
 pub use endpoint::Endpoint;
 pub use link_table::PortId;
-pub use worker::{PortChoice, PortInfo, PortKind, Worker, WorkerConfig, WorkerError};
+pub use worker::{PortChoice, PortInfo, PortKind, RemotePort, Worker, WorkerConfig, WorkerError};
 pub use xdp_port::{KernelDrops, PortError, XdpMode, NATIVE_MAX_FRAME};

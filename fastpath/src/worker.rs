@@ -56,10 +56,11 @@ pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(200);
 pub struct WorkerConfig {
     /// The core to pin the worker to; `None` leaves it to the scheduler.
     pub core: Option<usize>,
-    /// Keep spinning when idle (for benchmarks); otherwise back off and sleep in poll().
+    /// Keep spinning when idle (for benchmarks); otherwise back off and sleep until a
+    /// socket is readable.
     pub busy_poll: bool,
     /// Without `busy_poll`: how long the worker keeps passing over its ports after the
-    /// last frame or command before it sleeps in poll(), where a frame wakes it. Traffic
+    /// last frame or command before it sleeps (in epoll), where a frame wakes it. Traffic
     /// with gaps longer than this (fewer than 5000 frames a second at the default) wakes
     /// it per frame, which costs tens of microseconds of latency but no core: a lab with
     /// little traffic leaves the CPU to the lab's other nodes and pods.
@@ -123,11 +124,33 @@ pub enum WorkerError {
     NoPeers,
 }
 
+/// A port to open and join to a peer node by link UID, as one command (see
+/// `Worker::add_remote_ports`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemotePort {
+    pub ifname: String,
+    pub max_frame: usize,
+    pub uid: u64,
+    pub peer: PeerId,
+    /// The link's own carrier; `None` takes the peer's.
+    pub carrier: Option<Carrier>,
+}
+
+/// The remote link a newly opened port joins (`Command::AddPort`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Join {
+    pub(crate) uid: u64,
+    pub(crate) peer: PeerId,
+    pub(crate) carrier: Option<Carrier>,
+}
+
 pub(crate) enum Command {
     AddPort {
         ifname: String,
         max_frame: usize,
         choice: Option<PortChoice>,
+        /// Join the port to a peer at once; a port that cannot join is closed again.
+        join: Option<Join>,
         reply: Sender<Result<PortInfo, WorkerError>>,
     },
     RemovePort {
@@ -180,7 +203,7 @@ pub(crate) enum Command {
 /// The control plane's handle on a worker; dropping it stops the worker.
 pub struct Worker {
     commands: Sender<Command>,
-    /// Wakes a worker asleep in poll() for a command (one byte per command).
+    /// Wakes a sleeping worker for a command (one byte per command).
     wake: UnixDatagram,
     thread: Option<JoinHandle<()>>,
 }
@@ -241,8 +264,47 @@ impl Worker {
             ifname: ifname.into(),
             max_frame,
             choice,
+            join: None,
             reply,
         })?
+    }
+
+    /// Opens a port for each of `ports` and joins it to its peer by link UID; returns a
+    /// result per port, in order. A port that opens but cannot join is closed again.
+    ///
+    /// The commands are all queued before the first answer is awaited, so the worker
+    /// goes from one port to the next without waiting for the caller (a restart
+    /// re-opens every remote wire's port this way). It still forwards between them: it
+    /// takes commands for at most `COMMAND_BUDGET` per pass.
+    pub fn add_remote_ports(&self, ports: &[RemotePort]) -> Vec<Result<PortInfo, WorkerError>> {
+        let mut answers = Vec::with_capacity(ports.len());
+        for port in ports {
+            let (reply, answer) = bounded(1);
+            let command = Command::AddPort {
+                ifname: port.ifname.clone(),
+                max_frame: port.max_frame,
+                choice: None,
+                join: Some(Join {
+                    uid: port.uid,
+                    peer: port.peer,
+                    carrier: port.carrier,
+                }),
+                reply,
+            };
+            // A full queue blocks here until the worker takes commands again.
+            let sent = self.commands.send(command).is_ok();
+            let _ = self.wake.send(&[1]);
+            answers.push(sent.then_some(answer));
+        }
+        answers
+            .into_iter()
+            .map(|answer| {
+                answer
+                    .ok_or(WorkerError::Stopped)?
+                    .recv()
+                    .map_err(|_| WorkerError::Stopped)?
+            })
+            .collect()
     }
 
     pub fn remove_port(&self, id: PortId) -> Result<(), WorkerError> {

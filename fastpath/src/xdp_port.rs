@@ -75,6 +75,12 @@ pub enum PortError {
     Busy(String),
     #[error("{0}: the UMEM already has rings on this interface (a port opened twice)")]
     AlreadyOpen(String),
+    #[error("{ifname}: the worker cannot watch the port's socket: {source}")]
+    Unwatched {
+        ifname: String,
+        #[source]
+        source: nix::Error,
+    },
     #[error("no room for another port (the worker has {0})")]
     NoRoom(usize),
     #[error("{ifname}: no UMEM of {frames} frames: {reason}")]

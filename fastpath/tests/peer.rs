@@ -76,6 +76,93 @@ fn run_until(
     false
 }
 
+/// node-a and node-b on the underlay, each declaring the other. node-a sorts first, so
+/// it dials; node-b only ever answers (and knocks when it starts).
+struct Pair {
+    a: PeerTransport,
+    /// `None` while node-b is down.
+    b: Option<PeerTransport>,
+    b_addr: std::net::SocketAddr,
+    to_b: PeerId,
+    to_a: PeerId,
+    got_a: Delivered,
+    got_b: Delivered,
+    id_b: NodeIdentity,
+}
+
+impl Pair {
+    /// The two, connected.
+    fn connected(net: &Underlay) -> Pair {
+        let ca = ClusterCa::generate("xwire-test-ca").unwrap();
+        let (id_a, id_b) = (ca.issue("node-a").unwrap(), ca.issue("node-b").unwrap());
+        let mut a = bind(&net.a, id_a, "198.51.100.1:0");
+        let mut b = bind(&net.b, id_b.clone(), "198.51.100.2:0");
+        let b_addr = b.local_addr();
+        let to_b = a.add_peer("node-b", b_addr, Carrier::Datagram).unwrap();
+        let to_a = b
+            .add_peer("node-a", a.local_addr(), Carrier::Datagram)
+            .unwrap();
+        let mut pair = Pair {
+            a,
+            b: Some(b),
+            b_addr,
+            to_b,
+            to_a,
+            got_a: Delivered::new(),
+            got_b: Delivered::new(),
+            id_b,
+        };
+        assert!(
+            pair.run(Duration::from_secs(15), Pair::both_up),
+            "the peers came up"
+        );
+        pair
+    }
+
+    /// node-b crashes: no close frame.
+    fn crash_b(&mut self) {
+        self.b = None;
+    }
+
+    /// node-b starts again on its address, knowing node-a.
+    fn start_b(&mut self, net: &Underlay) {
+        let mut b = bind(&net.b, self.id_b.clone(), &self.b_addr.to_string());
+        self.to_a = b
+            .add_peer("node-a", self.a.local_addr(), Carrier::Datagram)
+            .unwrap();
+        self.b = Some(b);
+    }
+
+    fn both_up(&mut self) -> bool {
+        self.a.is_up(self.to_b) && self.b.as_ref().is_some_and(|b| b.is_up(self.to_a))
+    }
+
+    /// Polls the transports up (link UID 7 is known) until `done` or `limit`.
+    fn run(&mut self, limit: Duration, mut done: impl FnMut(&mut Pair) -> bool) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            let nodes = [
+                (Some(&mut self.a), &mut self.got_a),
+                (self.b.as_mut(), &mut self.got_b),
+            ];
+            for (transport, delivered) in nodes {
+                let Some(transport) = transport else { continue };
+                transport.poll(Flush::Now, &mut |peer, uid, frame| {
+                    if uid == 7 {
+                        delivered.push((peer, uid, frame.to_vec()));
+                    }
+                    uid == 7
+                });
+            }
+            if done(self) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        false
+    }
+}
+
 fn frames_cross(carrier: Carrier, label: &str) {
     let net = Underlay::new(label);
     let ca = ClusterCa::generate("xwire-test-ca").unwrap();
@@ -274,38 +361,18 @@ fn a_restarted_node_reconnects_and_the_wire_resumes() {
 #[test]
 fn a_crashed_node_that_is_dialed_knocks_when_it_returns_and_is_dialed_at_once() {
     let net = Underlay::new("pkn");
-    let ca = ClusterCa::generate("xwire-test-ca").unwrap();
-    let (id_a, id_b) = (ca.issue("node-a").unwrap(), ca.issue("node-b").unwrap());
-    // node-a sorts first, so it dials; node-b only ever answers.
-    let mut a = bind(&net.a, id_a, "198.51.100.1:0");
-    let mut b = bind(&net.b, id_b.clone(), "198.51.100.2:0");
-    let (a_addr, b_addr) = (a.local_addr(), b.local_addr());
-    let to_b = a.add_peer("node-b", b_addr, Carrier::Datagram).unwrap();
-    let to_a = b.add_peer("node-a", a_addr, Carrier::Datagram).unwrap();
-    let (mut got_a, mut got_b) = (Delivered::new(), Delivered::new());
-    assert!(run_until(
-        &mut [(&mut a, &mut got_a), (&mut b, &mut got_b)],
-        &[7],
-        Duration::from_secs(15),
-        |n| n[0].0.is_up(to_b) && n[1].0.is_up(to_a),
-    ));
-    a.take_events();
+    let mut pair = Pair::connected(&net);
+    pair.a.take_events();
 
-    // A crash: no close frame. node-a sends nothing, so only node-b's knock (or, without
-    // one, node-a's next keep-alive meeting a stateless reset) tells it.
-    drop(b);
-    b = bind(&net.b, id_b, &b_addr.to_string());
-    let to_a = b.add_peer("node-a", a_addr, Carrier::Datagram).unwrap();
+    // node-a sends nothing, so only node-b's knock (or, without one, node-a's next
+    // keep-alive meeting a stateless reset) tells it of the crash.
+    pair.crash_b();
+    pair.start_b(&net);
     let mut events = Vec::new();
-    let up = run_until(
-        &mut [(&mut a, &mut got_a), (&mut b, &mut got_b)],
-        &[7],
-        Duration::from_secs(10),
-        |n| {
-            events.extend(n[0].0.take_events());
-            n[1].0.is_up(to_a) && events.iter().any(|e| matches!(e, PeerEvent::Up { .. }))
-        },
-    );
+    let up = pair.run(Duration::from_secs(10), |p| {
+        events.extend(p.a.take_events());
+        p.both_up() && events.iter().any(|e| matches!(e, PeerEvent::Up { .. }))
+    });
     assert!(up, "up again; node-a saw {events:?}");
     let down = events.iter().find_map(|e| match e {
         PeerEvent::Down { reason, .. } => Some(reason.as_str()),
@@ -315,13 +382,39 @@ fn a_crashed_node_that_is_dialed_knocks_when_it_returns_and_is_dialed_at_once() 
         down.is_some_and(|r| r.contains("knocked")),
         "node-a learned of the restart from: {down:?}"
     );
-    assert!(a.send_frame(to_b, 7, &test_frame(200, 0xa, 1)));
-    assert!(run_until(
-        &mut [(&mut a, &mut got_a), (&mut b, &mut got_b)],
-        &[7],
-        Duration::from_secs(5),
-        |n| !n[1].1.is_empty(),
-    ));
+    assert_frame_crosses(&mut pair, 1);
+}
+
+#[test]
+fn a_knock_replaces_a_dial_that_went_out_while_the_peer_was_down() {
+    let net = Underlay::new("pkd");
+    let mut pair = Pair::connected(&net);
+
+    // node-a notices the crash (its idle timeout) and dials a node that is not there:
+    // that dial's first packet is lost.
+    pair.crash_b();
+    let dials_before = pair.a.counters().dials;
+    assert!(
+        pair.run(Duration::from_secs(15), |p| p.a.counters().dials
+            > dials_before),
+        "node-a dials node-b again after losing it"
+    );
+    let stale_dials = pair.a.counters().dials;
+    pair.start_b(&net);
+    assert!(pair.run(Duration::from_secs(10), Pair::both_up));
+    // The connection that came up is the one node-a dialed on hearing the knock, not the
+    // stale dial (which would have come up only when QUIC resent its first packet).
+    assert_eq!(pair.a.counters().dials, stale_dials + 1);
+    assert_frame_crosses(&mut pair, 2);
+}
+
+fn assert_frame_crosses(pair: &mut Pair, seq: u16) {
+    let before = pair.got_b.len();
+    assert!(pair.a.send_frame(pair.to_b, 7, &test_frame(200, 0xa, seq)));
+    assert!(
+        pair.run(Duration::from_secs(5), |p| p.got_b.len() > before),
+        "a frame crosses from node-a to node-b"
+    );
 }
 
 #[test]

@@ -261,6 +261,69 @@ fn auto_chooses_af_xdp_and_reports_the_mode() {
 }
 
 #[test]
+fn a_batch_of_remote_ports_opens_each_and_closes_one_that_cannot_join() {
+    use xwire_fastpath::peer::{Carrier, ClusterCa, PeerConfig};
+    use xwire_fastpath::RemotePort;
+
+    let bed = Bed::new("xsw-rpb");
+    let wires = [bed.wire(&bed.pod_a), bed.wire(&bed.pod_b)];
+    let lonely = bed.worker();
+    let worker = bed.worker();
+    let ca = ClusterCa::generate("xwire-test-ca").unwrap();
+    let config = PeerConfig::new(ca.issue("node-a").unwrap(), "127.0.0.1:0".parse().unwrap());
+    worker.attach_peers(config).unwrap();
+    // Nobody listens there: the ports only need a peer to be joined to.
+    let peer = worker
+        .add_peer("node-b", "127.0.0.1:9".parse().unwrap(), Carrier::Datagram)
+        .unwrap();
+    let spec = |ifname: &str, uid| RemotePort {
+        ifname: ifname.into(),
+        max_frame: 1514,
+        uid,
+        peer,
+        carrier: None,
+    };
+    let results = worker.add_remote_ports(&[
+        spec(wires[0].b_name(), 7),
+        spec("no-such-if0", 8),
+        // The UID is taken: the port opens, cannot join, and is closed again.
+        spec(wires[1].b_name(), 7),
+    ]);
+    assert_eq!(results.len(), 3);
+    assert_eq!(results[0].as_ref().unwrap().ifname, wires[0].b_name());
+    assert!(
+        matches!(
+            &results[1],
+            Err(WorkerError::Port(PortError::NoSuchInterface(_)))
+        ),
+        "{:?}",
+        results[1]
+    );
+    assert!(
+        matches!(&results[2], Err(WorkerError::Link(_))),
+        "{:?}",
+        results[2]
+    );
+    // Closed again: the interface can be had, once the kernel has released it.
+    let again = worker.add_remote_ports(&[spec(wires[1].b_name(), 9)]);
+    assert!(again[0].is_ok(), "{:?}", again[0]);
+    // A worker with no peer transport opens nothing it cannot join (on an interface
+    // no other worker has had: the kernel releases a closed socket's interface a moment
+    // later, and only the worker that closed it knows to wait for that).
+    let pod_c = Netns::new("xsw-rpb-c").unwrap();
+    let third = Veth::named(&pod_c, "eth1", &bed.node, &unique_ifname()).unwrap();
+    third.set_up().unwrap();
+    let orphan = lonely.add_remote_ports(&[spec(third.b_name(), 7)]);
+    assert!(
+        matches!(&orphan[0], Err(WorkerError::NoPeers)),
+        "{:?}",
+        orphan[0]
+    );
+    let port = lonely.add_port(third.b_name(), 1514);
+    assert!(port.is_ok(), "the port was closed again: {port:?}");
+}
+
+#[test]
 fn a_bad_port_is_a_clear_error_and_the_worker_keeps_serving() {
     let bed = Bed::new("xsw-bad");
     let linked = link(&bed);

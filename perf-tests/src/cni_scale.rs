@@ -12,7 +12,7 @@ use anyhow::{bail, ensure, Result};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::testbed::cluster::{node_pair, plugin, Pod, TempDir};
+use crate::testbed::cluster::{node_pair, plugin, Pod, TempDir, TEST_FRAMES_PER_PORT};
 use crate::testbed::Netns;
 
 /// The two binaries, found next to the running `xwire-perf` unless told otherwise.
@@ -111,7 +111,7 @@ pub fn run(binaries: &Binaries, pods: usize) -> Result<Report> {
         &certs,
         ["na", "nb"],
         "192.168.78",
-        pods + 8,
+        (pods + 8, TEST_FRAMES_PER_PORT),
     )?;
     for node in [&na, &nb] {
         node.apply_objects(topology(pods));

@@ -212,7 +212,6 @@ fn write_node_files(lab: &Lab, paths: &LabPaths) -> Result<()> {
              state_dir = \"{}\"\n\
              api_socket = \"{}\"\n\
              underlay_mtu = {UNDERLAY_MTU}\n\
-             frames_per_port = 256\n\
              [certs]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
             paths::underlay_address(index),
             paths.node_dir(node).join("state").display(),

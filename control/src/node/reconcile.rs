@@ -37,6 +37,14 @@ impl Reconciled {
     }
 }
 
+/// One pass as it goes: its report, and the remote ends that need only their fast-path
+/// port again (a restart), opened together at the end of the pass.
+#[derive(Default)]
+struct Pass {
+    report: Reconciled,
+    reattach: Vec<(WireRecord, Link)>,
+}
+
 /// Interface names (and aliases) of one namespace, read once per pass.
 type Interfaces = HashMap<String, Option<String>>;
 
@@ -45,7 +53,7 @@ impl Node {
     /// their peers told), every attached pod's wire ends follow its topology, and what
     /// no record accounts for is removed.
     pub fn reconcile(&mut self) -> Result<Reconciled, CniError> {
-        let mut report = Reconciled::default();
+        let mut pass = Pass::default();
         let attachments = self.store.attachments().map_err(store_error)?;
         let mut alive = Vec::new();
         for attachment in attachments {
@@ -54,8 +62,10 @@ impl Node {
                 Err(_) => {
                     let pod = format!("{}/{}", attachment.pod.namespace, attachment.pod.name);
                     match self.forget_attachment(&attachment, true) {
-                        Ok(()) => report.changed(&pod, "the pod's namespace is gone: forgotten"),
-                        Err(e) => report.failed(&pod, &e),
+                        Ok(()) => pass
+                            .report
+                            .changed(&pod, "the pod's namespace is gone: forgotten"),
+                        Err(e) => pass.report.failed(&pod, &e),
                     }
                 }
             }
@@ -88,14 +98,48 @@ impl Node {
                 wires,
                 &pod_interfaces,
                 &node_interfaces,
-                &mut report,
+                &mut pass,
             )?;
         }
+        self.reattach_ports(&mut pass);
+        let mut report = pass.report;
         if !report.changes.is_empty() {
             node_interfaces = self.node_interfaces()?;
         }
         self.remove_orphans(&alive, &node_interfaces, &mut report)?;
         Ok(report)
+    }
+
+    /// Opens the ports of the remote ends found with both interfaces in place, all in
+    /// one batch: the worker opens each while this thread waits for them all, instead
+    /// of the two threads taking turns for each port (at a restart of a node with 1000
+    /// remote wires, that halved the time the two spent waiting on each other).
+    fn reattach_ports(&mut self, pass: &mut Pass) {
+        let mut records = Vec::new();
+        let mut specs = Vec::new();
+        for (record, link) in std::mem::take(&mut pass.reattach) {
+            match self.remote_port(&record, &link) {
+                Ok(spec) => {
+                    records.push(record);
+                    specs.push(spec);
+                }
+                Err(e) => pass.report.failed(&record.key(), &e),
+            }
+        }
+        let Some(fastpath) = &self.fastpath else {
+            return; // `remote_port` refused every end: there are no peers.
+        };
+        let opened = fastpath.worker.add_remote_ports(&specs);
+        for ((record, spec), opened) in records.iter().zip(&specs).zip(opened) {
+            // Nothing to undo on failure: a port that could not join was closed again.
+            let mut journal = Journal::default();
+            match self.adopt_remote_port(record, spec, opened, &mut journal) {
+                Ok(()) => pass
+                    .report
+                    .changed(&record.key(), "re-attached to its interfaces"),
+                Err(e) => pass.report.failed(&record.key(), &e),
+            }
+        }
     }
 
     fn node_interfaces(&self) -> Result<Interfaces, CniError> {
@@ -117,7 +161,7 @@ impl Node {
         wires: Vec<WireRecord>,
         pod_interfaces: &Interfaces,
         node_interfaces: &Interfaces,
-        report: &mut Reconciled,
+        pass: &mut Pass,
     ) -> Result<(), CniError> {
         let (namespace, pod) = (&attachment.pod.namespace, &attachment.pod.name);
         let mut links: Vec<Link> = self
@@ -131,7 +175,8 @@ impl Node {
             if !links.iter().any(|l| l.uid == wire.link_uid) {
                 self.disconnect_end(&wire, true);
                 self.store.remove_wire(&wire.key()).map_err(store_error)?;
-                report.changed(&wire.key(), "not in the topology any more: removed");
+                pass.report
+                    .changed(&wire.key(), "not in the topology any more: removed");
             }
         }
         for link in &links {
@@ -159,14 +204,20 @@ impl Node {
                         }
                     }
                     WireState::Remote => {
-                        self.repair_remote(pod_ns, link, record, pod_interfaces, node_interfaces)
+                        let in_place = pod_interfaces.contains_key(&record.local_pod_ifname)
+                            && node_interfaces.contains_key(&record.wire_ifname);
+                        if in_place && !self.ports.contains_key(&key) {
+                            pass.reattach.push((record, link.clone()));
+                            continue;
+                        }
+                        self.repair_remote(pod_ns, link, record, pod_interfaces, in_place)
                     }
                 },
             };
             match result {
-                Ok(Some(change)) => report.changed(&key, change),
+                Ok(Some(change)) => pass.report.changed(&key, change),
                 Ok(None) => {}
-                Err(e) => report.failed(&key, &e),
+                Err(e) => pass.report.failed(&key, &e),
             }
         }
         Ok(())
@@ -242,31 +293,22 @@ impl Node {
         }
     }
 
-    /// A remote end: with both of its interfaces in place it only needs its fast-path
-    /// port (gone with the run that opened it); with either gone it is made again.
+    /// A remote end whose port is open (`in_place`: both its interfaces are there) needs
+    /// nothing (one with only its port missing is re-attached at the end of the pass);
+    /// with either interface gone it is made again.
     fn repair_remote(
         &mut self,
         pod_ns: &NetnsFd,
         link: &Link,
         record: WireRecord,
         pod_interfaces: &Interfaces,
-        node_interfaces: &Interfaces,
+        in_place: bool,
     ) -> Result<Option<&'static str>, CniError> {
-        let in_pod = pod_interfaces.contains_key(&record.local_pod_ifname);
-        let on_node = node_interfaces.contains_key(&record.wire_ifname);
-        let mut journal = Journal::default();
-        if in_pod && on_node {
-            if self.ports.contains_key(&record.key()) {
-                return Ok(None);
-            }
-            return match self.open_remote_port(&record, link, &mut journal) {
-                Ok(()) => Ok(Some("re-attached to its interfaces")),
-                Err(e) => {
-                    self.rollback(journal);
-                    Err(e)
-                }
-            };
+        if in_place {
+            return Ok(None);
         }
+        let in_pod = pod_interfaces.contains_key(&record.local_pod_ifname);
+        let mut journal = Journal::default();
         // Half a veth cannot be: what is left of it is taken away with the rest.
         self.disconnect_end(&record, false);
         if in_pod {

@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use xwire_fastpath::peer::PeerId;
+use xwire_fastpath::{PortInfo, RemotePort, WorkerError};
 use xwire_proto::control::{ControlBody, ControlMessage, WireKey};
 use xwire_proto::local::{codes, CniError};
 
@@ -265,38 +266,66 @@ impl Node {
         link: &Link,
         journal: &mut Journal,
     ) -> Result<(), CniError> {
-        let mtu = link.mtu;
+        let spec = self.remote_port(record, link)?;
+        let fastpath = self
+            .fastpath
+            .as_ref()
+            .expect("remote_port found the fast path");
+        let opened = fastpath
+            .worker
+            .add_remote_ports(std::slice::from_ref(&spec))
+            .pop()
+            .expect("one answer per port");
+        self.adopt_remote_port(record, &spec, opened, journal)
+    }
+
+    /// What the fast path needs to open the port of remote end `record` and join it to
+    /// the peer node.
+    pub(super) fn remote_port(
+        &self,
+        record: &WireRecord,
+        link: &Link,
+    ) -> Result<RemotePort, CniError> {
         // The topology's carrier was checked when it was stored; anything else is the
         // peer's default.
         let carrier = link
             .carrier
             .as_deref()
             .and_then(|c| crate::config::carrier_name::parse(c).ok());
-        let fastpath_error = |what: String, e: &dyn std::fmt::Display| {
-            cni_error(codes::FASTPATH_FAILED, what, e.to_string())
-        };
         let node = record.peer_node.as_deref().unwrap_or_default();
-        let peer_id = self.peer_of(node, &record.peer_pod)?;
-        let fastpath = self.fastpath.as_ref().expect("peer_of found the fast path");
-        let max_frame = mtu.unwrap_or(1500) as usize + 18;
-        let port = fastpath
-            .worker
-            .add_port(&record.wire_ifname, max_frame)
-            .map_err(|e| fastpath_error(format!("open a port on {}", record.wire_ifname), &e))?;
+        let peer = self.peer_of(node, &record.peer_pod)?;
+        Ok(RemotePort {
+            ifname: record.wire_ifname.clone(),
+            max_frame: link.mtu.unwrap_or(1500) as usize + 18,
+            uid: record.peer_intf_id,
+            peer,
+            carrier,
+        })
+    }
+
+    /// Takes note of a port the fast path opened (and joined) for `record`, or says why
+    /// it could not.
+    pub(super) fn adopt_remote_port(
+        &mut self,
+        record: &WireRecord,
+        spec: &RemotePort,
+        opened: Result<PortInfo, WorkerError>,
+        journal: &mut Journal,
+    ) -> Result<(), CniError> {
+        let port = opened.map_err(|e| {
+            let node = record.peer_node.as_deref().unwrap_or_default();
+            cni_error(
+                codes::FASTPATH_FAILED,
+                format!("open {} and join it to node {node}", spec.ifname),
+                e.to_string(),
+            )
+        })?;
         journal.record(Step::Port {
             key: record.key(),
             id: port.id,
         });
+        journal.record(Step::RemoteLink { wire_id: spec.uid });
         self.ports.insert(record.key(), port.id);
-        fastpath
-            .worker
-            .add_remote_link(record.peer_intf_id, port.id, peer_id, carrier)
-            .map_err(|e| {
-                fastpath_error(format!("join {} to node {node}", record.wire_ifname), &e)
-            })?;
-        journal.record(Step::RemoteLink {
-            wire_id: record.peer_intf_id,
-        });
         Ok(())
     }
 

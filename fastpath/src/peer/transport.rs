@@ -127,7 +127,7 @@ impl PeerTransport {
             .expect("a bound socket has an address")
     }
 
-    /// The UDP socket, for a caller that sleeps in poll() until something arrives.
+    /// The UDP socket, for a caller that sleeps until something arrives on it.
     pub fn raw_fd(&self) -> std::os::fd::RawFd {
         self.udp.raw_fd()
     }

@@ -8,25 +8,28 @@
 //! port's free list, one of its port's kernel rings, its port's partial RX chain, or its
 //! port's pending TX batch.
 
-use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixDatagram;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, TryRecvError};
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use xsk_rs::FrameDesc;
 
+use crate::counters::LinkCounters;
 use crate::link_table::{LinkTable, PortId};
 use crate::packet_port::PacketPort;
 use crate::peer::PeerTransport;
-use crate::worker::{Command, PortChoice, PortInfo, PortKind, WorkerConfig, WorkerError};
+use crate::worker::{Command, Join, PortChoice, PortInfo, PortKind, WorkerConfig, WorkerError};
 use crate::xdp_port::{PortError, XdpPort};
 use crate::xdp_redirect::RedirectProgram;
 
 mod forward;
 mod remote;
+mod sleep;
 
 use forward::{Outgoing, MAX_CHAIN};
+use sleep::Sleeper;
 
 /// How long after closing an AF_XDP port the kernel may still hold its interface's queue:
 /// it releases a socket's buffer pool in a work item that takes the RTNL lock, and a bind
@@ -36,10 +39,10 @@ const RELEASE_GRACE: Duration = Duration::from_secs(5);
 /// Pause between binds while a port waits out `RELEASE_GRACE`.
 const REBIND_PAUSE: Duration = Duration::from_millis(2);
 
-/// How long a worker sleeps in poll() at most. How long it spins first is
+/// How long a worker sleeps at most. How long it spins first is
 /// `WorkerConfig::idle_spin`: a time, not a count of passes, since a pass over a thousand
 /// ports takes a hundred times longer than one over ten.
-const SLEEP_MS: u16 = 10;
+const SLEEP: Duration = Duration::from_millis(10);
 /// The longest a pass spends on commands before it serves the ports again.
 const COMMAND_BUDGET: Duration = Duration::from_millis(2);
 
@@ -75,6 +78,7 @@ struct WaitingPort {
     ifname: String,
     max_frame: usize,
     choice: PortChoice,
+    join: Option<Join>,
     reply: crossbeam_channel::Sender<Result<PortInfo, WorkerError>>,
 }
 
@@ -92,8 +96,10 @@ pub(crate) struct Switch {
     /// The XDP program of this worker's AF_XDP ports (`None`: libxdp's program, one per
     /// interface, when this one could not be loaded or the worker opens no AF_XDP port).
     redirect: Option<RedirectProgram>,
-    /// Readable when the control plane has sent a command: part of the idle poll().
+    /// Readable when the control plane has sent a command; `sleeper` watches it.
     woken: UnixDatagram,
+    /// Where the worker sleeps when idle: it watches every socket the worker reads.
+    sleeper: Sleeper,
     /// Interfaces whose AF_XDP port closed less than `RELEASE_GRACE` ago, and when.
     recently_closed: Vec<(u32, Instant)>,
     waiting: Vec<WaitingPort>,
@@ -108,7 +114,11 @@ impl Switch {
                 config.frames_per_port
             )));
         }
+        let sleeper = Sleeper::new()
+            .and_then(|s| s.watch(woken.as_raw_fd()).map(|()| s))
+            .map_err(|e| WorkerError::Start(format!("an epoll set to sleep on: {e}")))?;
         Ok(Switch {
+            sleeper,
             slots: Vec::new(),
             peers: None,
             frame_buf: Vec::with_capacity(64 * 1024),
@@ -173,32 +183,15 @@ impl Switch {
         }
     }
 
-    /// Blocks in poll() on every port's socket; a frame wakes the worker at once.
+    /// Sleeps until a port or the peer transport has something to read, or a command
+    /// arrives; a frame wakes the worker at once.
     fn sleep_until_traffic(&self) {
-        let mut fds: Vec<RawFd> = self
-            .slots
-            .iter()
-            .flatten()
-            .map(|s| s.port.raw_fd())
-            .collect();
-        fds.extend(self.peers.as_ref().map(PeerTransport::raw_fd));
-        fds.push(self.woken.as_raw_fd());
-        // SAFETY: each fd belongs to a port in `self.slots`, the peer transport or the
-        // wake-up socket, all open for this whole call.
-        let borrowed: Vec<BorrowedFd<'_>> = fds
-            .iter()
-            .map(|&fd| unsafe { BorrowedFd::borrow_raw(fd) })
-            .collect();
-        let mut poll_fds: Vec<PollFd<'_>> = borrowed
-            .iter()
-            .map(|fd| PollFd::new(*fd, PollFlags::POLLIN))
-            .collect();
-        let sleep_ms = if self.waiting.is_empty() {
-            SLEEP_MS
+        let limit = if self.waiting.is_empty() {
+            SLEEP
         } else {
-            REBIND_PAUSE.as_millis() as u16
+            REBIND_PAUSE
         };
-        let _ = poll(&mut poll_fds, PollTimeout::from(sleep_ms));
+        self.sleeper.sleep(limit);
         let mut drain = [0u8; 64];
         while self.woken.recv(&mut drain).is_ok() {}
     }
@@ -209,12 +202,14 @@ impl Switch {
                 ifname,
                 max_frame,
                 choice,
+                join,
                 reply,
             } => {
                 let waiting = WaitingPort {
                     ifname,
                     max_frame,
                     choice: choice.unwrap_or(config.ports),
+                    join,
                     reply,
                 };
                 self.try_add_port(waiting, config);
@@ -234,12 +229,16 @@ impl Switch {
                 let _ = reply.send(self.table.remove_link(uid));
             }
             Command::AttachPeers { config, reply } => {
-                let result = PeerTransport::bind(*config).map(|t| {
-                    let addr = t.local_addr();
-                    self.attach_peers(t);
-                    addr
-                });
-                let _ = reply.send(result.map_err(WorkerError::from));
+                let result = PeerTransport::bind(*config)
+                    .map_err(WorkerError::from)
+                    .and_then(|t| {
+                        let addr = t.local_addr();
+                        self.attach_peers(t).map_err(|e| {
+                            WorkerError::Start(format!("watch the peer transport's socket: {e}"))
+                        })?;
+                        Ok(addr)
+                    });
+                let _ = reply.send(result);
             }
             Command::AddPeer {
                 name,
@@ -262,15 +261,8 @@ impl Switch {
                 carrier,
                 reply,
             } => {
-                let result = match self.port(port) {
-                    None => Err(WorkerError::NoSuchPort(port)),
-                    Some(_) if self.peers.is_none() => Err(WorkerError::NoPeers),
-                    Some(_) => self
-                        .table
-                        .add_remote_link(uid, port, peer, carrier)
-                        .map_err(WorkerError::from),
-                };
-                let _ = reply.send(result);
+                let join = Join { uid, peer, carrier };
+                let _ = reply.send(self.join_remote(port, join));
             }
             Command::PeerStatus { reply } => {
                 let _ = reply.send(self.peer_status().ok_or(WorkerError::NoPeers));
@@ -302,6 +294,21 @@ impl Switch {
                 let _ = reply.send(drops);
             }
             Command::Stop => {}
+        }
+    }
+
+    fn join_remote(
+        &mut self,
+        port: PortId,
+        Join { uid, peer, carrier }: Join,
+    ) -> Result<Arc<LinkCounters>, WorkerError> {
+        match self.port(port) {
+            None => Err(WorkerError::NoSuchPort(port)),
+            Some(_) if self.peers.is_none() => Err(WorkerError::NoPeers),
+            Some(_) => self
+                .table
+                .add_remote_link(uid, port, peer, carrier)
+                .map_err(WorkerError::from),
         }
     }
 
@@ -368,12 +375,22 @@ impl Switch {
             port.refill();
         }
         let id = PortId(index as u16);
+        let fd = port.raw_fd();
         self.slots[index] = Some(Slot {
             port,
             pending: Vec::with_capacity(config.batch),
             rx_chain: Vec::with_capacity(MAX_CHAIN),
         });
         self.table.set_max_frame(id, max_frame);
+        // A port the worker could not wake for would be served only while it spins.
+        if let Err(e) = self.sleeper.watch(fd) {
+            let _ = self.remove_port(id);
+            return Err(PortError::Unwatched {
+                ifname: ifname.into(),
+                source: e,
+            }
+            .into());
+        }
         Ok(PortInfo {
             id,
             ifname: ifname.into(),
@@ -387,6 +404,7 @@ impl Switch {
             return Err(WorkerError::NoSuchPort(id));
         };
         self.table.remove_port(id);
+        self.sleeper.unwatch(slot.port.raw_fd());
         if let Port::Xdp(xdp) = &slot.port {
             if let (Some(program), Some((ifindex, index))) = (&self.redirect, xdp.redirect()) {
                 program.release(ifindex, index, xdp.mode());
@@ -405,16 +423,24 @@ impl Switch {
             ifname,
             max_frame,
             choice,
+            join,
             ..
         } = &request;
-        match self.add_port(ifname, *max_frame, *choice, config) {
-            Err(WorkerError::Port(PortError::Busy(_))) if self.still_releasing(ifname) => {
-                self.waiting.push(request)
+        let result = match (self.add_port(ifname, *max_frame, *choice, config), *join) {
+            (Err(WorkerError::Port(PortError::Busy(_))), _) if self.still_releasing(ifname) => {
+                self.waiting.push(request);
+                return;
             }
-            result => {
-                let _ = request.reply.send(result);
-            }
-        }
+            (Ok(port), Some(join)) => match self.join_remote(port.id, join) {
+                Ok(_) => Ok(port),
+                Err(e) => {
+                    let _ = self.remove_port(port.id);
+                    Err(e)
+                }
+            },
+            (result, _) => result,
+        };
+        let _ = request.reply.send(result);
     }
 
     fn retry_waiting(&mut self, config: &WorkerConfig) {

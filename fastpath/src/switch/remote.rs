@@ -80,8 +80,12 @@ impl Switch {
         )
     }
 
-    pub(super) fn attach_peers(&mut self, transport: PeerTransport) {
+    /// Takes the transport, or gives it back when the worker cannot watch its socket
+    /// (it would then hear peers only while it spins).
+    pub(super) fn attach_peers(&mut self, transport: PeerTransport) -> nix::Result<()> {
+        self.sleeper.watch(transport.raw_fd())?;
         self.peers = Some(transport);
+        Ok(())
     }
 
     pub(super) fn peers_mut(&mut self) -> Option<&mut PeerTransport> {

@@ -4,7 +4,7 @@
 //!   xwire-perf local-fwd [--seconds 5] [--reps 3] [--sizes 64,1514] [--devices ...] [--json]
 //!   xwire-perf remote-wire [--seconds 5] [--reps 3] [--sizes 64,1514] [--paths ...] [--json]
 //!   xwire-perf cni-scale [--pods 50] [--bin-dir DIR] [--json]
-//!   xwire-perf restart [--wires 10,100,1000] [--bin-dir DIR] [--json]
+//!   xwire-perf restart [--wires 10,100,1000] [--frames-per-port 256] [--bin-dir DIR] [--json]
 
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use xwire_fastpath::{Direction, PortChoice, Worker, WorkerConfig};
 use xwire_perf::local_fwd::{idle, paced, peak, wake_floor, Device};
 use xwire_perf::measure::{median_by, Row};
 use xwire_perf::remote_wire::{self, Setup, WirePath};
+use xwire_perf::testbed::cluster::TEST_FRAMES_PER_PORT;
 
 #[derive(Parser)]
 #[command(
@@ -94,7 +95,7 @@ enum Scenario {
         /// do not fit xwire's datagrams and take the stream).
         #[arg(long, default_value_t = 9000)]
         underlay_mtu: u16,
-        /// xwire's workers sleep in poll() when idle instead of polling without pause.
+        /// xwire's workers sleep in epoll when idle instead of polling without pause.
         #[arg(long)]
         adaptive: bool,
         /// Skip the TCP pass.
@@ -126,6 +127,11 @@ enum Scenario {
     Restart {
         #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
         wires: Vec<usize>,
+        /// UMEM frames per fast-path port, each value a run for every --wires (the
+        /// kernel pins and zeroes a port's frames as it opens, so restart time grows
+        /// with frames times wires).
+        #[arg(long, value_delimiter = ',', default_values_t = [TEST_FRAMES_PER_PORT])]
+        frames_per_port: Vec<usize>,
         /// Where xwired and xwire are (default: next to this program).
         #[arg(long)]
         bin_dir: Option<std::path::PathBuf>,
@@ -185,13 +191,16 @@ fn main() -> Result<()> {
         }
         Scenario::Restart {
             wires,
+            frames_per_port,
             bin_dir,
             json,
         } => {
             let binaries = xwire_perf::cni_scale::Binaries::in_dir(&bin_dir_or_own(bin_dir)?)?;
             let mut reports = Vec::new();
-            for n in wires {
-                reports.push(xwire_perf::restart::run(&binaries, n)?);
+            for &frames in &frames_per_port {
+                for &n in &wires {
+                    reports.push(xwire_perf::restart::run(&binaries, n, frames)?);
+                }
             }
             if json {
                 println!("{}", serde_json::to_string(&reports)?);

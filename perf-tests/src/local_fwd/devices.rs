@@ -22,7 +22,7 @@ pub enum Device {
     OvsAfxdp,
     /// xwire's switch, polling without pause.
     Xwire,
-    /// xwire's switch with adaptive polling (sleeps in poll() when idle).
+    /// xwire's switch with adaptive polling (sleeps in epoll when idle).
     XwireAdaptive,
 }
 

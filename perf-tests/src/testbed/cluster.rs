@@ -14,6 +14,10 @@ use xwire_proto::local::{NodeState, Request, Response, TopologyApply};
 
 use super::{ChildGuard, Netns};
 
+/// UMEM frames per fast-path port in test daemons: the daemon's default, written out so
+/// that a change of the default does not change what the tests and scenarios measure.
+pub const TEST_FRAMES_PER_PORT: usize = 256;
+
 /// A directory removed when dropped.
 pub struct TempDir(pub PathBuf);
 
@@ -47,7 +51,8 @@ pub struct Node {
 
 impl Node {
     /// A node namespace with a daemon configured by `extra` (TOML lines added to the
-    /// name, state directory and socket).
+    /// name, state directory and socket, and to `TEST_FRAMES_PER_PORT` unless `extra`
+    /// sets `frames_per_port` itself).
     pub fn start(xwired: &Path, name: &str, extra: &str) -> Node {
         let ns = Netns::new(name).unwrap();
         Node::start_in(xwired, ns, name, extra)
@@ -57,10 +62,15 @@ impl Node {
         let dir = TempDir::new(name);
         let socket = dir.0.join("api.sock");
         let config = dir.0.join("xwired.toml");
+        let frames = if extra.contains("frames_per_port") {
+            String::new()
+        } else {
+            format!("frames_per_port = {TEST_FRAMES_PER_PORT}\n")
+        };
         std::fs::write(
             &config,
             format!(
-                "node_name = \"{name}\"\nstate_dir = \"{}\"\napi_socket = \"{}\"\nframes_per_port = 256\n{extra}\n",
+                "node_name = \"{name}\"\nstate_dir = \"{}\"\napi_socket = \"{}\"\n{frames}{extra}\n",
                 dir.0.join("state").display(),
                 socket.display()
             ),
@@ -299,13 +309,14 @@ pub fn certs_toml(dir: &Path, node: &str) -> String {
 
 /// Two nodes named `names`, each a namespace with its own daemon, joined by an underlay
 /// veth on `subnet` (`.1` and `.2`, a /24 given as its first three octets), peers of
-/// each other, with room for `max_ports` fast-path ports; certificates go in `certs`.
+/// each other, with room for `max_ports` fast-path ports of `frames_per_port` UMEM
+/// frames each; certificates go in `certs`.
 pub fn node_pair(
     xwired: &Path,
     certs: &TempDir,
     names: [&str; 2],
     subnet: &str,
-    max_ports: usize,
+    (max_ports, frames_per_port): (usize, usize),
 ) -> Result<(Node, Node), super::Error> {
     let (ns_a, ns_b) = (Netns::new(names[0])?, Netns::new(names[1])?);
     let underlay = super::Veth::new(&ns_a, &ns_b)?;
@@ -316,7 +327,7 @@ pub fn node_pair(
     write_certs(&certs.0, &names);
     let config = |me: &str, my_ip: &str, peer: &str, peer_ip: &str| {
         format!(
-            "node_address = \"{my_ip}:7470\"\nmax_ports = {max_ports}\n{}[[peers]]\nname = \"{peer}\"\naddress = \"{peer_ip}:7470\"\n",
+            "node_address = \"{my_ip}:7470\"\nmax_ports = {max_ports}\nframes_per_port = {frames_per_port}\n{}[[peers]]\nname = \"{peer}\"\naddress = \"{peer_ip}:7470\"\n",
             certs_toml(&certs.0, me)
         )
     };

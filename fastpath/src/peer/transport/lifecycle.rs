@@ -53,6 +53,7 @@ impl PeerTransport {
                 .connect(now, self.client.clone(), addr, &peer.name)
             {
                 Ok((handle, conn)) => {
+                    self.counters.dials += 1;
                     peer.session = Some(handle);
                     self.sessions
                         .insert(handle, Session::new(conn, Some(index)));
@@ -128,21 +129,31 @@ impl PeerTransport {
                 .any(|p| p.name == hello.node_name && p.dials) =>
             {
                 // A knock from a peer that this node dials: the peer (re)started, so an
-                // established connection to it is stale. Dial it now. A dial still in
-                // its handshake is left to finish: the peer knocked before it saw that
-                // dial (it sends no knock once it has a connection, and its packets
-                // arrive in the order it sent them).
+                // established connection to it is stale. Dial it now.
+                //
+                // A dial still in its handshake is stale too if the peer has not
+                // answered it: its first packet went out while the peer was down (the
+                // peer has since finished a whole handshake for its knock). Left alone,
+                // it would resend only after QUIC's first timeout (about a second, with
+                // no RTT measured yet), and the peer's wires would wait that long. A dial
+                // the peer has answered crossed the knock (both nodes starting at once)
+                // and is left to finish.
                 let index = self.peer_index(&hello.node_name);
                 let peer = &mut self.peers[index];
                 tracing::debug!(peer = %peer.name, "knock heard");
                 let current = peer.session.and_then(|h| self.sessions.get(&h));
-                if current.is_some_and(|s| s.hello_done) {
+                let was_up = current.is_some_and(|s| s.hello_done);
+                let unanswered =
+                    current.is_some_and(|s| !s.hello_done && s.conn.stats().udp_rx.datagrams == 0);
+                if was_up || unanswered {
                     let old = peer.session.take().expect("checked above");
-                    tracing::info!(peer = %peer.name, "peer down: it restarted");
-                    self.events.push(PeerEvent::Down {
-                        peer: PeerId(index as u32),
-                        reason: KNOCK_REASON.into(),
-                    });
+                    if was_up {
+                        tracing::info!(peer = %peer.name, "peer down: it restarted");
+                        self.events.push(PeerEvent::Down {
+                            peer: PeerId(index as u32),
+                            reason: KNOCK_REASON.into(),
+                        });
+                    }
                     if let Some(old) = self.sessions.get_mut(&old) {
                         old.conn
                             .close(now, CLOSE_SHUTDOWN.into(), KNOCK_REASON.into());
@@ -195,8 +206,9 @@ impl PeerTransport {
             Some(peer) if session.knock && !session.hello_done => {
                 tracing::debug!(peer = %self.peers[peer].name, %reason, "knock closed");
             }
-            // A connection that a newer one replaced goes quietly: the peer is up.
-            Some(peer) if session.hello_done && self.peers[peer].session != Some(handle) => {
+            // A connection that a newer one replaced goes quietly: the peer is up, or
+            // being dialed again.
+            Some(peer) if self.peers[peer].session != Some(handle) => {
                 tracing::debug!(peer = %self.peers[peer].name, %reason, "replaced connection closed");
             }
             Some(peer) if session.hello_done => {
