@@ -206,11 +206,15 @@ impl Node {
                     WireState::Remote => {
                         let in_place = pod_interfaces.contains_key(&record.local_pod_ifname)
                             && node_interfaces.contains_key(&record.wire_ifname);
-                        if in_place && !self.ports.contains_key(&key) {
-                            pass.reattach.push((record, link.clone()));
-                            continue;
+                        match (in_place, self.ports.contains_key(&key)) {
+                            (true, true) => Ok(None),
+                            // Its port went with the run that opened it.
+                            (true, false) => {
+                                pass.reattach.push((record, link.clone()));
+                                continue;
+                            }
+                            (false, _) => self.repair_remote(pod_ns, link, record, pod_interfaces),
                         }
-                        self.repair_remote(pod_ns, link, record, pod_interfaces, in_place)
                     }
                 },
             };
@@ -293,20 +297,14 @@ impl Node {
         }
     }
 
-    /// A remote end whose port is open (`in_place`: both its interfaces are there) needs
-    /// nothing (one with only its port missing is re-attached at the end of the pass);
-    /// with either interface gone it is made again.
+    /// A remote end with either of its interfaces gone is made again.
     fn repair_remote(
         &mut self,
         pod_ns: &NetnsFd,
         link: &Link,
         record: WireRecord,
         pod_interfaces: &Interfaces,
-        in_place: bool,
     ) -> Result<Option<&'static str>, CniError> {
-        if in_place {
-            return Ok(None);
-        }
         let in_pod = pod_interfaces.contains_key(&record.local_pod_ifname);
         let mut journal = Journal::default();
         // Half a veth cannot be: what is left of it is taken away with the rest.
