@@ -44,33 +44,19 @@ pub fn plan(old: &Lab, new: &Lab) -> Result<Changes> {
             }
         }
     }
-    let same = |a: &LabLink, b: &LabLink| a == b;
+    let link_uids = |links: Vec<&LabLink>| links.into_iter().map(|l| l.uid).collect();
+    let names = |pods: Vec<&String>| pods.into_iter().cloned().collect();
     Ok(Changes {
-        links_added: new
-            .links
-            .iter()
-            .filter(|l| !old.links.iter().any(|o| same(o, l)))
-            .map(|l| l.uid)
-            .collect(),
-        links_removed: old
-            .links
-            .iter()
-            .filter(|o| !new.links.iter().any(|l| same(o, l)))
-            .map(|l| l.uid)
-            .collect(),
-        pods_added: new
-            .pods
-            .keys()
-            .filter(|p| !old.pods.contains_key(*p))
-            .cloned()
-            .collect(),
-        pods_removed: old
-            .pods
-            .keys()
-            .filter(|p| !new.pods.contains_key(*p))
-            .cloned()
-            .collect(),
+        links_added: link_uids(only_in(&new.links, |l| old.links.contains(l))),
+        links_removed: link_uids(only_in(&old.links, |l| new.links.contains(l))),
+        pods_added: names(only_in(new.pods.keys(), |p| old.pods.contains_key(*p))),
+        pods_removed: names(only_in(old.pods.keys(), |p| new.pods.contains_key(*p))),
     })
+}
+
+/// The items of `these` that `elsewhere` does not hold, in order.
+fn only_in<T>(these: impl IntoIterator<Item = T>, elsewhere: impl Fn(&T) -> bool) -> Vec<T> {
+    these.into_iter().filter(|x| !elsewhere(x)).collect()
 }
 
 pub fn edit(file: &Path, binaries: &Binaries) -> Result<(Lab, Changes)> {
