@@ -32,6 +32,12 @@ pub struct Invocation {
     pub report_ips: bool,
 }
 
+/// The newest CNI version this plugin speaks: what it answers in when the call's own
+/// version is unknown.
+pub(crate) fn newest_version() -> String {
+    crate::SUPPORTED_VERSIONS[crate::SUPPORTED_VERSIONS.len() - 1].to_owned()
+}
+
 fn error(code: u32, msg: impl Into<String>) -> CniError {
     CniError {
         code,
@@ -50,8 +56,19 @@ impl Invocation {
                 .map(|(_, v)| v.as_str())
                 .unwrap_or("")
         };
-        let newest = || crate::SUPPORTED_VERSIONS[crate::SUPPORTED_VERSIONS.len() - 1].to_owned();
+        let newest = newest_version;
         let command_name = var("CNI_COMMAND");
+        if command_name == "VERSION" {
+            // VERSION answers in the newest version, whatever stdin holds (a runtime may
+            // send nothing at all).
+            return Ok(Invocation {
+                command: Command::Version,
+                cni_version: newest(),
+                socket: String::new(),
+                prev_result: None,
+                report_ips: false,
+            });
+        }
         let config: Value = match serde_json::from_slice(stdin) {
             Ok(Value::Object(map)) => Value::Object(map),
             Ok(_) => {
@@ -76,7 +93,6 @@ impl Invocation {
         };
         let version = match config.get("cniVersion") {
             Some(Value::String(v)) => v.clone(),
-            None if command_name == "VERSION" => "0.1.0".into(),
             _ => {
                 return Err((
                     newest(),
@@ -88,16 +104,6 @@ impl Invocation {
             }
         };
         let fail = |e: CniError| (version.clone(), e);
-        if command_name == "VERSION" {
-            // VERSION answers in the newest version for any configuration.
-            return Ok(Invocation {
-                command: Command::Version,
-                cni_version: newest(),
-                socket: String::new(),
-                prev_result: None,
-                report_ips: false,
-            });
-        }
         if !supports(&version) {
             return Err(fail(CniError {
                 code: codes::INCOMPATIBLE_VERSION,
@@ -279,12 +285,17 @@ fn parse_args(text: &str) -> Result<Vec<(String, String)>, CniError> {
 }
 
 /// GC's `cni.dev/valid-attachments` (or `cni.dev/attachments`, an earlier spelling).
+/// A GC without the list is refused: read as "nothing is valid", it would remove every
+/// attachment of the network.
 fn valid_attachments(config: &Value) -> Result<Vec<Attachment>, CniError> {
     let list = config
         .get("cni.dev/valid-attachments")
         .or_else(|| config.get("cni.dev/attachments"));
     let Some(list) = list else {
-        return Ok(Vec::new());
+        return Err(error(
+            codes::INVALID_CONFIG,
+            "GC needs cni.dev/valid-attachments (the attachments that stay); without it xwire removes nothing",
+        ));
     };
     let bad = || {
         error(
@@ -389,5 +400,7 @@ mod tests {
             };
             assert_eq!(gc.valid_attachments[0].container_id, "c9");
         }
+        let (_, missing) = Invocation::parse(&env("GC", ""), &config("1.1.0")).unwrap_err();
+        assert_eq!(missing.code, codes::INVALID_CONFIG);
     }
 }

@@ -8,7 +8,7 @@ mod cleanup;
 pub mod client;
 mod result;
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -23,10 +23,47 @@ pub const DEFAULT_SOCKET: &str = "/run/xwire/xwired.sock";
 /// How long a call may wait for the daemon: ADD of a pod with many links takes a while.
 const DAEMON_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Runs one plugin call; `env` is the process environment, `stdin` the configuration.
-/// Returns the exit code (0, or 1 with an error printed).
-pub fn run(env: &[(String, String)], stdin: &[u8], out: &mut impl Write) -> i32 {
-    let (version, outcome) = match Invocation::parse(env, stdin) {
+/// What the plugin prints when it is run with no `CNI_COMMAND` (by a person).
+pub const ABOUT: &str = concat!(
+    "xwire CNI plugin v",
+    env!("CARGO_PKG_VERSION"),
+    ": wires pods together for network-emulation labs (CNI spec 0.3.0 to 1.1.0)"
+);
+
+/// Runs one plugin call; `env` is the process environment, `stdin` the configuration
+/// (read only when the command needs it: VERSION answers without it, and no command at
+/// all prints `ABOUT` to `err`). Returns the exit code (0, or 1 with an error printed).
+pub fn run(
+    env: &[(String, String)],
+    stdin: &mut dyn Read,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> i32 {
+    let command = env
+        .iter()
+        .find(|(k, _)| k == "CNI_COMMAND")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("");
+    if command.is_empty() {
+        // As the reference plugins do: a person who runs the binary learns what it is.
+        let _ = writeln!(err, "{ABOUT}");
+        return 0;
+    }
+    let mut config = Vec::new();
+    if command != "VERSION" {
+        if let Err(e) = stdin.read_to_end(&mut config) {
+            return print_error(
+                out,
+                call::newest_version(),
+                &CniError {
+                    code: codes::IO_FAILURE,
+                    msg: "cannot read the network configuration on stdin".into(),
+                    details: e.to_string(),
+                },
+            );
+        }
+    }
+    let (version, outcome) = match Invocation::parse(env, &config) {
         Ok(invocation) => (invocation.cni_version.clone(), execute(&invocation)),
         Err((version, e)) => (version, Err(e)),
     };
@@ -36,17 +73,19 @@ pub fn run(env: &[(String, String)], stdin: &[u8], out: &mut impl Write) -> i32 
             let _ = writeln!(out, "{result}");
             0
         }
-        Err(e) => {
-            let error = json!({
-                "cniVersion": version,
-                "code": e.code,
-                "msg": e.msg,
-                "details": e.details,
-            });
-            let _ = writeln!(out, "{error}");
-            1
-        }
+        Err(e) => print_error(out, version, &e),
     }
+}
+
+fn print_error(out: &mut impl Write, version: String, e: &CniError) -> i32 {
+    let error = json!({
+        "cniVersion": version,
+        "code": e.code,
+        "msg": e.msg,
+        "details": e.details,
+    });
+    let _ = writeln!(out, "{error}");
+    1
 }
 
 fn execute(invocation: &Invocation) -> Result<Option<Value>, CniError> {

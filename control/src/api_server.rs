@@ -3,11 +3,12 @@
 //! thread one at a time; a malformed one is answered with a CNI error and the connection
 //! stays usable, unless its framing is lost.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use nix::sys::stat::Mode;
+use socket2::{Domain, SockAddr, Socket, Type};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::oneshot;
@@ -74,23 +75,46 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
 }
 
 /// Binds the socket at `path`: its directory is made if missing, a stale socket (nobody
-/// listening) is replaced, a live one is an error.
+/// listening) is replaced, a live one is an error, and anything else at the path (a file
+/// someone put there) is refused and left alone. The socket file has mode 0600 from the
+/// moment it exists.
 pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    if path.exists() {
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AddrInUse,
-                format!("another daemon is listening on {}", path.display()),
-            ));
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    format!("another daemon is listening on {}", path.display()),
+                ));
+            }
+            std::fs::remove_file(path)?;
         }
-        std::fs::remove_file(path)?;
+        Ok(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} exists and is not a socket: remove it yourself if it is not needed",
+                    path.display()
+                ),
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
     }
-    let listener = UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(listener)
+    let socket = Socket::new(Domain::UNIX, Type::STREAM.cloexec(), None)?;
+    // Linux gives the socket file the mode of the socket's own inode (less the umask) when
+    // it binds: setting that first means the file never exists with a wider mode.
+    nix::sys::stat::fchmod(&socket, Mode::from_bits_truncate(0o600))?;
+    socket.bind(&SockAddr::unix(path)?)?;
+    socket.listen(1024)?;
+    socket.set_nonblocking(true)?;
+    UnixListener::from_std(std::os::unix::net::UnixListener::from(
+        std::os::fd::OwnedFd::from(socket),
+    ))
 }
 
 /// Accepts connections until `stop` resolves, then removes the socket file.

@@ -148,6 +148,8 @@ fn host_name() -> String {
     nix::unistd::gethostname()
         .ok()
         .and_then(|n| n.into_string().ok())
+        // Kubernetes lower-cases host names into node names too.
+        .map(|n| n.to_ascii_lowercase())
         .unwrap_or_else(|| "node".into())
 }
 
@@ -198,8 +200,10 @@ impl DaemonConfig {
                 ),
             ));
         }
-        if config.node_name.is_empty() {
-            return Err(invalid("node_name", "must not be empty".into()));
+        xwire_proto::control::check_node_name(&config.node_name)
+            .map_err(|e| invalid("node_name", e))?;
+        for peer in &config.peers {
+            xwire_proto::control::check_node_name(&peer.name).map_err(|e| invalid("peers", e))?;
         }
         if !(1280..=65535).contains(&config.underlay_mtu) {
             return Err(invalid(

@@ -7,5 +7,6 @@ pub mod interfaces;
 pub mod lab;
 pub mod netns;
 pub mod node;
+pub mod private_file;
 pub mod store;
 pub mod topology;

@@ -274,6 +274,71 @@ fn gc_removes_attachments_the_runtime_no_longer_holds() {
 }
 
 #[test]
+fn gc_without_the_list_of_valid_attachments_is_refused_and_removes_nothing() {
+    let node = start_node("n1", "");
+    node.apply(&pair_topology("r1", "r2", R1_R2));
+    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
+    let config = node.net_config("1.1.0");
+    assert_eq!(call(&r1, "ADD", &config).code, 0);
+    assert_eq!(call(&r2, "ADD", &config).code, 0);
+    let refused = plugin("GC", &[], &config);
+    assert_eq!(refused.code, 1);
+    assert_eq!(
+        refused.output["code"],
+        codes::INVALID_CONFIG,
+        "{}",
+        refused.output
+    );
+    assert_eq!(node.state().attachments.len(), 2);
+    assert!(r1.has("eth1") && r2.has("eth1"));
+}
+
+#[test]
+fn version_needs_no_stdin_and_no_command_says_what_the_plugin_is() {
+    use std::process::{Command, Stdio};
+    let run = |command: Option<&str>| {
+        let mut plugin = Command::new(support::plugin_bin());
+        plugin
+            .env_clear()
+            // A pipe nobody writes to or closes: a plugin that reads it waits forever.
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(command) = command {
+            plugin.env("CNI_COMMAND", command);
+        }
+        let mut child = plugin.spawn().unwrap();
+        let stdin = child.stdin.take();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("the plugin ({command:?}) waited for stdin");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(stdin);
+        child.wait_with_output().unwrap()
+    };
+    let version = run(Some("VERSION"));
+    assert!(version.status.success());
+    let answer: serde_json::Value = serde_json::from_slice(&version.stdout).unwrap();
+    assert_eq!(answer["supportedVersions"].as_array().unwrap().len(), 5);
+
+    let about = run(None);
+    assert!(about.status.success());
+    let text = String::from_utf8_lossy(&about.stderr);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.contains("xwire CNI plugin"), "{text}");
+    assert!(about.stdout.is_empty());
+
+    // And with stdin at its end, as `CNI_COMMAND=VERSION xwire </dev/null`.
+    let empty = plugin_raw("VERSION", &[], b"");
+    assert_eq!(empty.code, 0, "{}", empty.output);
+    assert!(empty.output["supportedVersions"].is_array());
+}
+
+#[test]
 fn del_succeeds_with_the_daemon_down_and_the_daemon_forgets_gone_pods() {
     let mut node = start_node("n1", "");
     node.apply(&pair_topology("r1", "r2", R1_R2));

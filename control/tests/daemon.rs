@@ -100,3 +100,140 @@ fn a_store_that_cannot_be_read_stops_the_start_and_is_left_alone() {
     assert!(stderr.contains("mode is 000"), "{stderr}");
     assert_eq!(std::fs::read(&made).unwrap(), before);
 }
+
+/// Runs `command` under strace (with umask 000, so that only an explicit mode keeps a
+/// file private) and returns the trace of the file and socket calls.
+fn traced(command: &str, label: &str) -> String {
+    let dir = TempDir::new(label);
+    let log = dir.0.join("trace");
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "umask 000; exec strace -f -o {} -e trace=openat,creat,chmod,fchmod,fchmodat,bind,rename {command}",
+            log.display()
+        ))
+        .status()
+        .expect("run strace (Debian package strace)");
+    assert!(status.success(), "{command}");
+    std::fs::read_to_string(log).unwrap()
+}
+
+#[test]
+fn keys_and_the_api_socket_are_created_with_their_final_mode() {
+    let out = TempDir::new("certs");
+    let trace = traced(
+        &format!(
+            "{} certs --out {} n1 n2",
+            env!("CARGO_BIN_EXE_xwirectl"),
+            out.0.display()
+        ),
+        "certs-trace",
+    );
+    for node in ["n1", "n2"] {
+        let key = out.0.join(format!("{node}.key"));
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{node}.key");
+        let created: Vec<&str> = trace
+            .lines()
+            .filter(|l| l.contains(&format!("{node}.key")) && l.contains("O_CREAT"))
+            .collect();
+        assert!(!created.is_empty(), "{trace}");
+        for line in created {
+            assert!(line.contains("0600"), "created with another mode: {line}");
+        }
+        assert!(
+            !trace
+                .lines()
+                .any(|l| l.contains("chmod") && l.contains(&format!("{node}.key"))),
+            "a key's mode was changed after its creation:\n{trace}"
+        );
+    }
+
+    // The daemon, stopped once its socket is there: the socket is created private (fchmod
+    // on the socket before bind), never chmod'ed.
+    let dir = TempDir::new("sockmode");
+    let socket = dir.0.join("api.sock");
+    let config = dir.0.join("xwired.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "node_name = \"n1\"\nstate_dir = \"{}\"\napi_socket = \"{}\"\n",
+            dir.0.join("state").display(),
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let script = dir.0.join("run.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "{} --config {} & pid=$!\nfor i in $(seq 200); do [ -S {} ] && break; sleep 0.05; done\nkill $pid; wait $pid; exit 0\n",
+            xwired().display(),
+            config.display(),
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let trace = traced(&format!("sh {}", script.display()), "sock-trace");
+    let fchmod = trace
+        .lines()
+        .position(|l| l.contains("fchmod(") && l.contains("0600"))
+        .unwrap_or_else(|| panic!("no fchmod before bind:\n{trace}"));
+    let bind = trace
+        .lines()
+        .position(|l| l.contains("bind(") && l.contains("api.sock"))
+        .unwrap_or_else(|| panic!("no bind:\n{trace}"));
+    assert!(fchmod < bind, "{trace}");
+    assert!(
+        !trace
+            .lines()
+            .any(|l| l.contains("chmod(") && l.contains("api.sock")),
+        "the socket's mode was changed after bind:\n{trace}"
+    );
+}
+
+#[test]
+fn certs_refuses_names_that_are_not_dns_names_and_writes_nothing() {
+    for bad in ["*", "a/b", "../n1", "N1", "*.lab"] {
+        let out = TempDir::new("badcerts");
+        let run = Command::new(env!("CARGO_BIN_EXE_xwirectl"))
+            .args(["certs", "--out"])
+            .arg(&out.0)
+            .args(["n1", bad])
+            .output()
+            .unwrap();
+        assert!(!run.status.success(), "{bad}");
+        assert!(
+            String::from_utf8_lossy(&run.stderr).contains("DNS name"),
+            "{bad}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        assert_eq!(std::fs::read_dir(&out.0).unwrap().count(), 0, "{bad}");
+    }
+}
+
+#[test]
+fn a_file_at_the_socket_path_is_refused_and_left_alone() {
+    let dir = TempDir::new("notsock");
+    let socket = dir.0.join("api.sock");
+    std::fs::write(&socket, "someone's data").unwrap();
+    let config = dir.0.join("xwired.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "node_name = \"n1\"\nstate_dir = \"{}\"\napi_socket = \"{}\"\n",
+            dir.0.join("state").display(),
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(xwired())
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("not a socket"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&socket).unwrap(), "someone's data");
+}

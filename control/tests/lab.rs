@@ -613,3 +613,62 @@ fn an_interrupted_up_removes_what_it_made() {
     assert!(text(&out).contains("did not come up"), "{}", text(&out));
     assert_gone(&name);
 }
+
+#[test]
+fn lab_commands_refuse_names_that_leave_the_labs_directory_and_down_kills_only_the_labs() {
+    // A scratch directory named by its absolute path, and names that climb out.
+    let scratch = TempDir::new("scratch");
+    std::fs::write(scratch.0.join("keep"), "data").unwrap();
+    let outside = scratch.0.to_str().unwrap();
+    for args in [
+        vec!["lab", "down", outside],
+        vec!["lab", "down", ".."],
+        vec!["lab", "status", "../../tmp"],
+        vec!["lab", "bench", outside],
+        vec!["lab", "supervise", outside],
+        vec!["lab", "exec", "--lab", outside, "r1", "--", "true"],
+    ] {
+        let out = run(&args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(text(&out).contains("lab name"), "{args:?}: {}", text(&out));
+    }
+    assert_eq!(
+        std::fs::read_to_string(scratch.0.join("keep")).unwrap(),
+        "data"
+    );
+
+    // A directory under the labs' directory that no lab made is not removed.
+    let stray = unique("tstray");
+    let stray_dir = Path::new("/run/xwire/labs").join(&stray);
+    std::fs::create_dir_all(&stray_dir).unwrap();
+    std::fs::write(stray_dir.join("keep"), "data").unwrap();
+    let out = run(&["lab", "down", &stray]);
+    let kept = stray_dir.join("keep").exists();
+    let _ = std::fs::remove_dir_all(&stray_dir);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("not made by"), "{}", text(&out));
+    assert!(kept);
+
+    // A process that only names the lab's directory is not the lab's.
+    let name = unique("tbystand");
+    let lab = Lab::up(
+        &name,
+        &format!(
+            "name: {name}\nnodes: [node-a]\npods:\n  r1: {{node: node-a}}\n  r2: {{node: node-a}}\nlinks:\n  - endpoints: [r1:eth1, r2:eth1]\n"
+        ),
+    );
+    let mut tail = Command::new("tail")
+        .arg("-f")
+        .arg(format!("/run/xwire/labs/{name}/supervisor.log"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = run(&["lab", "down", &name]);
+    let tail_alive = tail.try_wait().unwrap().is_none();
+    let _ = tail.kill();
+    let _ = tail.wait();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(tail_alive, "lab down killed a tail of the lab's log");
+    assert_gone(&name);
+    drop(lab);
+}

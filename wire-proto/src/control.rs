@@ -20,6 +20,31 @@ pub const MAX_CONTROL_BODY: usize = 4 << 20;
 /// Type byte plus request id.
 const MESSAGE_HEADER_LEN: usize = 9;
 
+/// The longest node name: a DNS name, as Kubernetes node names are.
+pub const MAX_NODE_NAME: usize = 253;
+
+/// Whether `name` can name a node: a DNS name of lower-case letters, digits, '-' and
+/// '.', each dot-separated label 1 to 63 long and neither starting nor ending with '-'.
+/// Node names become certificate names (no wildcards), file names (no '/') and Hello's
+/// `node_name`, so every place that takes one applies this rule.
+pub fn check_node_name(name: &str) -> Result<(), String> {
+    let label_ok = |label: &str| {
+        (1..=63).contains(&label.len())
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    if name.len() <= MAX_NODE_NAME && name.split('.').all(label_ok) {
+        Ok(())
+    } else {
+        Err(format!(
+            "node name {name:?} must be a DNS name: lower-case letters, digits, '-' and '.', labels of 1 to 63 not starting or ending with '-', at most {MAX_NODE_NAME} in all"
+        ))
+    }
+}
+
 /// Optional features a node offers, as bits; unknown bits are kept and ignored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Capabilities(pub u64);
@@ -303,6 +328,30 @@ mod tests {
         let mut body = wire[4..].to_vec();
         body.extend_from_slice(&[1, 2, 3]);
         assert_eq!(ControlMessage::decode(&body).unwrap(), msg);
+    }
+
+    #[test]
+    fn node_names_are_dns_names_and_nothing_else() {
+        for good in ["n1", "node-a", "worker-1.lab.example", "a", &"a".repeat(63)] {
+            assert!(check_node_name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "*",
+            "*.lab",
+            "a/b",
+            "../x",
+            "N1",
+            "-a",
+            "a-",
+            "a..b",
+            ".a",
+            "a b",
+            "a_b",
+            &"a".repeat(64),
+        ] {
+            assert!(check_node_name(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

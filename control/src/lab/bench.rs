@@ -61,7 +61,7 @@ pub fn bench(lab: &Lab, options: &BenchOptions) -> Result<Vec<WireBench>> {
             None => bail!("lab {} has no links", lab.name),
         }
     }
-    let paths = LabPaths::new(&lab.name);
+    let paths = LabPaths::new(&lab.name)?;
     let mut results = Vec::new();
     for link in links {
         let [a, b] = &link.endpoints;
@@ -75,6 +75,7 @@ pub fn bench(lab: &Lab, options: &BenchOptions) -> Result<Vec<WireBench>> {
         let run = |extra: &[String]| -> Result<PktgenReport> {
             let mut command = Command::new(&pktgen);
             command
+                .env(super::paths::LAB_ENV, &paths.name)
                 .arg("run")
                 .arg("--tx-netns")
                 .arg(netns_path(&paths.pod_netns(&a.pod)))

@@ -1,7 +1,8 @@
 //! `xwirectl lab down`: removes everything a lab made, found from its name alone, so it
 //! works after a crash or a `kill -9` of any part: the supervisor, every process started
-//! for the lab or running in one of its namespaces, the namespaces (which take their
-//! interfaces with them), and the lab's directory.
+//! for the lab (marked by `LAB_ENV` in its environment) or running in one of its
+//! namespaces, the namespaces (which take their interfaces with them), and the lab's
+//! directory (only one that carries the lab's mark).
 
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
@@ -37,10 +38,16 @@ pub fn down(name: Option<&str>) -> Result<(String, Removed)> {
             }
         }
     };
-    let paths = LabPaths::new(&name);
+    let paths = LabPaths::new(&name)?;
     let owned = namespaces::all().into_iter().any(|n| paths.owns_netns(&n));
     if !paths.dir.exists() && !owned {
         bail!("no lab named {name} is up");
+    }
+    if paths.dir.exists() && !paths.is_marked() {
+        bail!(
+            "{} was not made by `xwirectl lab up` (it has no lab mark): left as it is",
+            paths.dir.display()
+        );
     }
     Ok((name, clear(&paths)))
 }
@@ -83,13 +90,13 @@ pub fn clear(paths: &LabPaths) -> Removed {
         .filter_map(|n| std::fs::metadata(namespaces::netns_path(n)).ok())
         .map(|m| m.ino())
         .collect();
-    let dir_mark = format!("{}/", paths.dir.display());
+    let mark = paths.env_entry();
     for pid in other_processes() {
         let in_lab_netns = std::fs::metadata(format!("/proc/{pid}/ns/net"))
             .map(|m| inodes.contains(&m.ino()))
             .unwrap_or(false);
-        let started_for_lab = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|c| String::from_utf8_lossy(&c).contains(&dir_mark))
+        let started_for_lab = std::fs::read(format!("/proc/{pid}/environ"))
+            .map(|env| env.split(|&b| b == 0).any(|entry| entry == mark.as_bytes()))
             .unwrap_or(false);
         if in_lab_netns || started_for_lab {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
@@ -100,7 +107,11 @@ pub fn clear(paths: &LabPaths) -> Removed {
         namespaces::remove(ns);
         removed.namespaces += 1;
     }
-    let _ = std::fs::remove_dir_all(&paths.dir);
+    // Only a directory a lab made: the name rule keeps `dir` under the labs' directory,
+    // and the mark keeps a directory someone else put there.
+    if paths.is_marked() {
+        let _ = std::fs::remove_dir_all(&paths.dir);
+    }
     removed
 }
 

@@ -72,7 +72,7 @@ pub fn edit(file: &Path, binaries: &Binaries) -> Result<(Lab, Changes)> {
     if changes.is_empty() {
         return Ok((new, changes));
     }
-    let paths = LabPaths::new(&name);
+    let paths = LabPaths::new(&name)?;
     for pod in &changes.pods_removed {
         call_plugin(&paths, binaries, "DEL", pod, &old.pods[pod])?;
     }

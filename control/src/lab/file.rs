@@ -289,6 +289,16 @@ fn endpoint(
 /// Lower-case letters, digits and '-', starting with a letter: names that fit namespace
 /// names, certificate names and Kubernetes names alike.
 fn check_name(name: &Spanned<String>, what: &str, max: usize) -> Result<(), LabFileError> {
+    name_rule(name, what, max).map_err(|message| at(name.span(), message))
+}
+
+/// The rule for a lab's name, for every command that takes one (the file's own name is
+/// checked by the same rule when it is parsed).
+pub fn check_lab_name(name: &str) -> Result<(), String> {
+    name_rule(name, "lab name", MAX_LAB_NAME)
+}
+
+fn name_rule(name: &str, what: &str, max: usize) -> Result<(), String> {
     let ok = name.len() <= max
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && name
@@ -297,10 +307,7 @@ fn check_name(name: &Spanned<String>, what: &str, max: usize) -> Result<(), LabF
     if ok {
         Ok(())
     } else {
-        Err(at(
-            name.span(),
-            format!("{what} {:?} must be lower-case letters, digits and '-', start with a letter, and be at most {max} long", name.as_str()),
-        ))
+        Err(format!("{what} {name:?} must be lower-case letters, digits and '-', start with a letter, and be at most {max} long"))
     }
 }
 

@@ -24,7 +24,10 @@ use paths::LabPaths;
 /// The running lab that has `pod`: the one named, or the only one with such a pod.
 pub fn lab_with_pod(lab_name: Option<&str>, pod: &str) -> Result<Lab> {
     let names = match lab_name {
-        Some(name) => vec![name.to_owned()],
+        Some(name) => {
+            LabPaths::new(name)?;
+            vec![name.to_owned()]
+        }
         None => paths::labs_up(),
     };
     let mut found: Vec<Lab> = names
@@ -54,7 +57,7 @@ pub fn exec(lab: &Lab, pod: &str, command: &[String]) -> Result<i32> {
     let Some((program, args)) = command.split_first() else {
         bail!("no command to run (xwirectl lab exec POD -- COMMAND ARGS...)");
     };
-    let ns = namespaces::open(&LabPaths::new(&lab.name).pod_netns(pod))?;
+    let ns = namespaces::open(&LabPaths::of(lab).pod_netns(pod))?;
     let status = ns
         .run("run a command in a pod", || {
             std::process::Command::new(program).args(args).status()

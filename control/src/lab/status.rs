@@ -69,13 +69,21 @@ pub struct EndCounters {
 }
 
 pub fn read_lab(name: &str) -> Result<Lab> {
-    let paths = LabPaths::new(name);
+    let paths = LabPaths::new(name)?;
     let bytes = std::fs::read(paths.lab_file()).with_context(|| format!("lab {name} is not up"))?;
-    Ok(serde_json::from_slice(&bytes)?)
+    let lab: Lab = serde_json::from_slice(&bytes)?;
+    if lab.name != name {
+        anyhow::bail!(
+            "{} names lab {:?}, not {name}",
+            paths.lab_file().display(),
+            lab.name
+        );
+    }
+    Ok(lab)
 }
 
 pub fn status(lab: &Lab) -> LabStatus {
-    let paths = LabPaths::new(&lab.name);
+    let paths = LabPaths::of(lab);
     let nodes = lab
         .nodes
         .iter()

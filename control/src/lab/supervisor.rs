@@ -34,7 +34,7 @@ struct Supervised {
 }
 
 pub fn supervise(name: &str, binaries: &Binaries) -> Result<()> {
-    let paths = LabPaths::new(name);
+    let paths = LabPaths::new(name)?;
     let lab: Lab = serde_json::from_slice(
         &std::fs::read(paths.lab_file()).with_context(|| format!("lab {name} is not up"))?,
     )?;

@@ -93,7 +93,7 @@ fn catch_interrupts() -> Result<()> {
 pub fn up(file: &Path, binaries: &Binaries) -> Result<Lab> {
     let text = std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?;
     let lab = file::parse(&text, None).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    let paths = LabPaths::new(&lab.name);
+    let paths = LabPaths::new(&lab.name)?;
     if paths.dir.exists() || namespaces::all().iter().any(|n| paths.owns_netns(n)) {
         bail!(
             "a lab named {0} is already up (or was not cleared away): `xwirectl lab down {0}` first",
@@ -131,7 +131,7 @@ fn build(lab: &Lab, paths: &LabPaths, binaries: &Binaries, progress: &ProgressBa
         check_interrupted()
     };
     step(format!("lab directory {}", paths.dir.display()))?;
-    std::fs::create_dir_all(&paths.dir)?;
+    paths.create_dir()?;
     std::fs::write(paths.lab_file(), serde_json::to_vec_pretty(lab)?)?;
 
     step("underlay".into())?;
@@ -203,8 +203,7 @@ fn write_node_files(lab: &Lab, paths: &LabPaths) -> Result<()> {
         let identity = ca.issue(node)?;
         std::fs::write(certs.join(format!("{node}.pem")), &identity.cert_pem)?;
         let key = certs.join(format!("{node}.key"));
-        std::fs::write(&key, &identity.key_pem)?;
-        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        crate::private_file::write_private(&key, identity.key_pem.as_bytes())?;
         std::fs::create_dir_all(paths.node_dir(node))?;
         let mut config = format!(
             "node_name = \"{node}\"\n\
@@ -240,6 +239,7 @@ fn start_supervisor(paths: &LabPaths, binaries: &Binaries) -> Result<()> {
     let log = std::fs::File::create(paths.supervisor_log())?;
     let child = Command::new(&binaries.xwirectl)
         .args(["lab", "supervise", &paths.name])
+        .env(paths::LAB_ENV, &paths.name)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -289,6 +289,7 @@ pub fn call_plugin(
     let netns = namespaces::netns_path(&paths.pod_netns(pod));
     let mut child = Command::new(&binaries.plugin)
         .env_clear()
+        .env(paths::LAB_ENV, &paths.name)
         .env("CNI_COMMAND", command)
         .env("CNI_CONTAINERID", paths.container_id(pod))
         .env("CNI_NETNS", &netns)

@@ -32,6 +32,7 @@ impl ClusterCa {
     /// A certificate for `node_name` (its DNS subject alternative name, which peers check
     /// when they dial it), signed by this CA.
     pub fn issue(&self, node_name: &str) -> Result<NodeIdentity, PeerError> {
+        xwire_proto::control::check_node_name(node_name).map_err(PeerError::Identity)?;
         let mut params = CertificateParams::new(vec![node_name.to_owned()]).map_err(pki)?;
         params
             .distinguished_name

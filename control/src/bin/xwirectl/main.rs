@@ -10,6 +10,7 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
 use xwire_cni::client as api_client;
 use xwire_control::config::DEFAULT_API_SOCKET;
+use xwire_control::private_file::write_private;
 use xwire_control::store::{EmbeddedStore, TopologySource};
 use xwire_control::topology;
 use xwire_fastpath::peer::ClusterCa;
@@ -236,15 +237,23 @@ fn ask(socket: &Path, request: &Request) -> anyhow::Result<Response> {
 }
 
 fn certs(out: &Path, nodes: &[String]) -> anyhow::Result<()> {
+    // Every name is checked before anything is written: a name becomes a file name and
+    // a certificate's DNS name.
+    for node in nodes {
+        if let Err(e) = xwire_proto::control::check_node_name(node) {
+            bail!("{e}");
+        }
+    }
     std::fs::create_dir_all(out)?;
     let ca = ClusterCa::generate("xwire cluster CA")?;
     std::fs::write(out.join("ca.pem"), ca.cert_pem())?;
     for node in nodes {
         let identity = ca.issue(node)?;
         std::fs::write(out.join(format!("{node}.pem")), &identity.cert_pem)?;
-        let key = out.join(format!("{node}.key"));
-        std::fs::write(&key, &identity.key_pem)?;
-        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        write_private(
+            &out.join(format!("{node}.key")),
+            identity.key_pem.as_bytes(),
+        )?;
     }
     println!(
         "wrote ca.pem and {} node certificates to {}",
