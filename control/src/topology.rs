@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use xwire_proto::data::MAX_LINK_MTU;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -184,8 +185,8 @@ pub fn check(t: &Topology) -> Result<(), String> {
             }
         }
         if let Some(mtu) = link.mtu {
-            if !(68..=65535).contains(&mtu) {
-                return Err(format!("{at}: mtu {mtu} is outside 68..=65535"));
+            if !(68..=MAX_LINK_MTU).contains(&mtu) {
+                return Err(format!("{at}: mtu {mtu} is outside 68..={MAX_LINK_MTU}"));
             }
         }
         if let Some(carrier) = &link.carrier {

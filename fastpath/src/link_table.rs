@@ -207,6 +207,15 @@ impl LinkTable {
         uid
     }
 
+    /// The verdict on a frame received on `port` that is longer than any frame can be:
+    /// dropped, and counted on the port's link.
+    pub fn oversized(&self, port: PortId) -> Verdict {
+        Verdict::Drop {
+            reason: DropReason::TooLarge,
+            link: self.route(port).map(|r| (r.link, r.direction)),
+        }
+    }
+
     /// The forwarding decision for a frame of `len` bytes received on `port`.
     pub fn decide(&self, port: PortId, len: usize) -> Verdict {
         let Some(route) = self.route(port) else {

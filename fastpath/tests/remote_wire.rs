@@ -197,6 +197,46 @@ fn frames_of_60_to_9014_bytes_cross_both_ways_unchanged() {
     }
 }
 
+/// The largest MTU a link accepts: frames of up to that MTU plus an Ethernet header (18
+/// descriptors of a 4 KiB UMEM frame) cross whole, and nothing of them is dropped or
+/// forwarded in pieces.
+#[test]
+fn frames_of_the_largest_link_mtu_cross_whole() {
+    let mtu = xwire_proto::data::MAX_LINK_MTU;
+    let nodes = nodes("rwmax");
+    let lab = lab(&nodes, Carrier::Stream, mtu);
+    let largest = mtu as usize + 14;
+    // One descriptor; exactly 17; one byte into the 18th; the largest.
+    let sizes = [60, 17 * 3840, 17 * 3840 + 1, largest];
+    let tx = RawSocket::open(&lab.nodes[0].pod, "eth1").unwrap();
+    let rx = RawSocket::open(&lab.nodes[1].pod, "eth1").unwrap();
+    for (seq, &len) in sizes.iter().enumerate() {
+        tx.send(&test_frame(len, 0xa, seq as u16)).unwrap();
+    }
+    let mut got = Vec::new();
+    let mut others = 0;
+    while let Some(frame) = rx.recv(Duration::from_secs(3)).unwrap() {
+        if frame.len() > 13 && frame[12..14] == TEST_ETHERTYPE {
+            got.push(frame);
+        } else {
+            others += 1;
+        }
+        if got.len() == sizes.len() {
+            break;
+        }
+    }
+    assert_eq!(got.len(), sizes.len(), "{others} other frames");
+    for (seq, (frame, &len)) in got.iter().zip(&sizes).enumerate() {
+        assert!(
+            *frame == test_frame(len, 0xa, seq as u16),
+            "frame {seq} ({len} bytes, got {}) changed",
+            frame.len()
+        );
+    }
+    let sent = lab.counters[0].snapshot(Direction::AToB);
+    assert_eq!(sent.drops.iter().sum::<u64>(), 0, "{sent:?}");
+}
+
 #[test]
 fn a_wire_takes_its_own_carrier_over_its_peers() {
     for (peer_carrier, link_carrier, label) in [

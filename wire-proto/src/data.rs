@@ -22,6 +22,9 @@ pub const RECORD_HEADER_LEN: usize = 10;
 pub const MIN_FRAME_LEN: usize = 14;
 /// The longest frame carried (the length field is 16 bits).
 pub const MAX_FRAME_LEN: usize = u16::MAX as usize;
+/// The largest MTU a link may have: its largest frame (the MTU, an Ethernet header and a
+/// VLAN tag) must fit in `MAX_FRAME_LEN`.
+pub const MAX_LINK_MTU: u32 = MAX_FRAME_LEN as u32 - 18;
 
 /// One frame of one link: the parsed form of a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

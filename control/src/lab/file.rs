@@ -228,10 +228,14 @@ fn check_links(
             }
         };
         if let Some(mtu) = &link.mtu {
-            if !(68..=65535).contains(&**mtu) {
+            if !(68..=xwire_proto::data::MAX_LINK_MTU).contains(&**mtu) {
                 return Err(at(
                     mtu.span(),
-                    format!("mtu {} is outside 68..=65535", **mtu),
+                    format!(
+                        "mtu {} is outside 68..={}",
+                        **mtu,
+                        xwire_proto::data::MAX_LINK_MTU
+                    ),
                 ));
             }
         }

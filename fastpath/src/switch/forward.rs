@@ -7,6 +7,7 @@ use crate::counters::{Direction, DropReason};
 use crate::link_table::{LinkTable, PortId, Verdict};
 use crate::peer::PeerTransport;
 use crate::worker::WorkerConfig;
+use crate::xdp_port::MAX_FRAME_ROOM;
 
 use super::{remote, Port, Slot, Switch};
 
@@ -20,9 +21,11 @@ pub(super) struct Outgoing {
     ends_frame: bool,
 }
 
-/// The longest descriptor chain: a 64 KiB frame in 4 KiB UMEM frames (ports that take
-/// frames that large have 4 KiB frames), and the most the kernel sends as one.
-pub(super) const MAX_CHAIN: usize = 17;
+/// The longest descriptor chain: the largest frame (`MAX_FRAME_LEN`, 65535 bytes) in the
+/// room of a 4 KiB UMEM frame (ports that take frames that large have 4 KiB frames),
+/// which is 18; also the most the kernel sends as one (a linear part and
+/// MAX_SKB_FRAGS = 17 fragments).
+pub(super) const MAX_CHAIN: usize = xwire_proto::data::MAX_FRAME_LEN.div_ceil(MAX_FRAME_ROOM);
 
 /// Kicks per AF_XDP port per pass: enough for a pass that queued a few hundred frames
 /// (a burst from a peer node) while bounding the time one port can take.
@@ -68,17 +71,24 @@ impl Switch {
                 let n = port.receive(scratch);
                 for &desc in &scratch[..n] {
                     slot.rx_chain.push(desc);
+                    if slot.rx_overflow {
+                        // The rest of a frame longer than any frame can be: dropped with
+                        // the chain's start, up to and including its last descriptor.
+                        slot.rx_overflow = desc.has_more_frames();
+                        // SAFETY: lent by this port's `receive`; nothing refers to it.
+                        unsafe { port.recycle(&mut slot.rx_chain) };
+                        continue;
+                    }
                     if desc.has_more_frames() && slot.rx_chain.len() < MAX_CHAIN {
                         continue;
                     }
                     // A whole frame: one descriptor, or a chain of them (jumbo frames).
                     let len: usize = slot.rx_chain.iter().map(|d| d.lengths().data()).sum();
                     let verdict = if desc.has_more_frames() {
-                        // Longer than any frame can be: drop it whole.
-                        Verdict::Drop {
-                            reason: DropReason::TooLarge,
-                            link: None,
-                        }
+                        // Longer than any frame can be: drop it whole, and what is still
+                        // to come of it.
+                        slot.rx_overflow = true;
+                        table.oversized(in_port)
                     } else {
                         table.decide(in_port, len)
                     };

@@ -70,6 +70,9 @@ struct Slot {
     pending: Vec<Outgoing>,
     /// The descriptors of a frame whose last part has not been received yet.
     rx_chain: Vec<FrameDesc>,
+    /// The descriptors still to come belong to a frame longer than `MAX_CHAIN`, which
+    /// was dropped: they are dropped too, up to its last.
+    rx_overflow: bool,
 }
 
 /// A port to open on an interface whose last port the kernel is still releasing; the
@@ -380,6 +383,7 @@ impl Switch {
             port,
             pending: Vec::with_capacity(config.batch),
             rx_chain: Vec::with_capacity(MAX_CHAIN),
+            rx_overflow: false,
         });
         self.table.set_max_frame(id, max_frame);
         // A port the worker could not wake for would be served only while it spins.

@@ -138,7 +138,7 @@ fn other_mistakes_are_refused_with_their_place() {
             "not a valid interface name",
         ),
         ("192.0.2.2/30]", "192.0.2.2]", 11, "prefix length"),
-        ("mtu: 9000", "mtu: 20", 12, "outside 68..=65535"),
+        ("mtu: 9000", "mtu: 20", 12, "outside 68..=65517"),
         ("mtu: 9000", "mtu: lots", 12, "invalid digit"),
         ("carrier: datagram", "carrier: pigeon", 13, "pigeon"),
         ("name: demo", "name: Demo_1", 1, "lab name"),
