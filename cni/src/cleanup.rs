@@ -5,6 +5,7 @@
 
 use std::fs::File;
 use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
 
 use futures::TryStreamExt;
 use netlink_packet_route::link::LinkAttribute;
@@ -17,7 +18,13 @@ pub fn remove_own_interfaces(netns: &str) {
     if netns.is_empty() {
         return;
     }
-    let Ok(ns) = File::open(netns) else {
+    // Non-blocking: a FIFO at the path must not hang the runtime's DEL (setns below
+    // refuses anything that is not a network namespace).
+    let Ok(ns) = File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(netns)
+    else {
         return;
     };
     let _ = std::thread::spawn(move || {

@@ -4,7 +4,8 @@
 
 use std::fs::File;
 use std::future::Future;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use nix::sched::{setns, CloneFlags};
@@ -41,6 +42,21 @@ pub enum NetnsError {
 }
 
 impl NetnsError {
+    /// Whether this says that the namespace is gone for good: nothing is at the path, or
+    /// what is there is not a network namespace (a pod's namespace file, once unmounted,
+    /// is an empty file). Any other failure (no file descriptors left, no permission)
+    /// says nothing of the pod, whose wires must then be left as they are.
+    pub fn is_gone(&self) -> bool {
+        match self {
+            NetnsError::NotNetns { .. } => true,
+            NetnsError::Open { source, .. } => matches!(
+                source.raw_os_error(),
+                Some(libc::ENOENT) | Some(libc::ENOTDIR)
+            ),
+            _ => false,
+        }
+    }
+
     /// The errno the kernel answered with, if it refused a request.
     pub fn errno(&self) -> Option<i32> {
         match self {
@@ -59,19 +75,38 @@ impl NetnsError {
 /// NSFS_MAGIC: what statfs reports for a namespace file.
 const NSFS_MAGIC: i64 = 0x6e73_6673;
 
+// NS_GET_NSTYPE (linux/nsfs.h): _IO(0xb7, 0x3), the CLONE_NEW* kind of a namespace file.
+nix::ioctl_none!(ns_get_nstype, 0xb7, 3);
+
 impl NetnsFd {
     /// Opens the namespace at `path` (e.g. `/run/netns/x` or `/proc/<pid>/ns/net`).
+    /// Whatever the path holds, this returns at once: a FIFO or a device is opened
+    /// without blocking (and close-on-exec, as std always does), then refused, as is a
+    /// namespace of another kind.
     pub fn open(path: &Path) -> Result<NetnsFd, NetnsError> {
         let label = path.display().to_string();
-        let file = File::open(path).map_err(|source| NetnsError::Open {
-            path: label.clone(),
-            source,
-        })?;
+        let file = File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|source| NetnsError::Open {
+                path: label.clone(),
+                source,
+            })?;
         let fs = nix::sys::statfs::fstatfs(&file).map_err(|e| NetnsError::Open {
             path: label.clone(),
             source: e.into(),
         })?;
         if fs.filesystem_type().0 as i64 != NSFS_MAGIC {
+            return Err(NetnsError::NotNetns { path: label });
+        }
+        // SAFETY: NS_GET_NSTYPE takes no argument and only reads which kind of namespace
+        // the open nsfs file (checked just above) refers to.
+        let kind = unsafe { ns_get_nstype(file.as_raw_fd()) }.map_err(|e| NetnsError::Open {
+            path: label.clone(),
+            source: e.into(),
+        })?;
+        if kind != libc::CLONE_NEWNET {
             return Err(NetnsError::NotNetns { path: label });
         }
         Ok(NetnsFd { file, label })
@@ -143,5 +178,58 @@ impl NetnsFd {
                 })
             })
         })?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Opens `path` on a thread and waits at most a few seconds for the answer.
+    fn open_within_limit(path: &Path) -> Result<NetnsFd, NetnsError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = path.to_owned();
+        std::thread::spawn(move || {
+            let _ = tx.send(NetnsFd::open(&path));
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(5))
+            .expect("opening the path blocked")
+    }
+
+    #[test]
+    fn a_fifo_or_another_kind_of_namespace_is_refused_at_once() {
+        let dir = std::env::temp_dir().join(format!("xwire-netns-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let _ = std::fs::remove_file(&fifo);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let refused = open_within_limit(&fifo);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            matches!(refused, Err(NetnsError::NotNetns { .. })),
+            "{refused:?}"
+        );
+
+        let mount_ns = open_within_limit(Path::new("/proc/self/ns/mnt"));
+        assert!(
+            matches!(mount_ns, Err(NetnsError::NotNetns { .. })),
+            "{mount_ns:?}"
+        );
+        assert!(open_within_limit(Path::new("/proc/self/ns/net")).is_ok());
+    }
+
+    #[test]
+    fn only_absence_and_not_being_a_netns_mean_gone() {
+        let missing = NetnsFd::open(Path::new("/run/netns/xwire-no-such-namespace")).unwrap_err();
+        assert!(missing.is_gone(), "{missing:?}");
+        let not_netns = NetnsFd::open(Path::new("/proc/self/ns/mnt")).unwrap_err();
+        assert!(not_netns.is_gone());
+        for errno in [libc::EMFILE, libc::EACCES, libc::ENFILE, libc::EIO] {
+            let e = NetnsError::Open {
+                path: "p".into(),
+                source: std::io::Error::from_raw_os_error(errno),
+            };
+            assert!(!e.is_gone(), "{errno}");
+        }
     }
 }

@@ -35,6 +35,7 @@ fn main() -> anyhow::Result<()> {
         }
         None => DaemonConfig::parse("", std::path::Path::new("(defaults)"))?,
     };
+    raise_file_limit(config.max_ports);
     let socket = config.api_socket.clone();
     let node = Node::start(config.clone()).context("starting the node")?;
 
@@ -62,6 +63,48 @@ fn main() -> anyhow::Result<()> {
     // fast path (peers are told) as the node drops.
     let _ = node_thread.join();
     Ok(())
+}
+
+/// File descriptors a node may hold at once, per fast-path port: its AF_XDP socket and
+/// the epoll registration's share, a pod namespace opened while the port's wire is
+/// joined or checked, and netlink sockets on short-lived threads.
+const FILES_PER_PORT: u64 = 4;
+/// Everything else: the store, the API socket and its connections, the peer transport.
+const FILES_BESIDES_PORTS: u64 = 1024;
+
+/// Raises the open-file limit to what `max_ports` needs (the common default of 1024 would
+/// run out at about 250 remote wires, and every open after that fails with EMFILE). The
+/// hard limit is raised too where this process may (root), up to the kernel's nr_open.
+fn raise_file_limit(max_ports: usize) {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let wanted = max_ports as u64 * FILES_PER_PORT + FILES_BESIDES_PORTS;
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or(hard);
+    let target = wanted.min(nr_open.max(hard));
+    if soft >= target {
+        return;
+    }
+    let raised = setrlimit(Resource::RLIMIT_NOFILE, target, hard.max(target))
+        .or_else(|_| setrlimit(Resource::RLIMIT_NOFILE, target.min(hard), hard));
+    match raised {
+        Ok(()) => tracing::info!(
+            from = soft,
+            to = target.min(hard.max(target)),
+            "open-file limit raised"
+        ),
+        Err(e) => tracing::warn!(
+            soft,
+            hard,
+            wanted,
+            "cannot raise the open-file limit ({e}): wires beyond about {} may fail",
+            soft.saturating_sub(FILES_BESIDES_PORTS) / FILES_PER_PORT
+        ),
+    }
 }
 
 async fn stop_signal() {

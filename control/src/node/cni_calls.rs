@@ -38,7 +38,21 @@ impl Node {
                 return self.added(&attachment).map(Response::Added);
             }
             let other_alive = existing.netns != attachment.netns
-                && NetnsFd::open(Path::new(&existing.netns)).is_ok();
+                && match NetnsFd::open(Path::new(&existing.netns)) {
+                    Ok(_) => true,
+                    Err(e) if e.is_gone() => false,
+                    // Cannot tell whether the earlier container lives: leave it be.
+                    Err(e) => {
+                        return Err(cni_error(
+                            codes::TRY_AGAIN_LATER,
+                            format!(
+                                "pod {}/{} is attached as container {}, whose namespace cannot be opened now",
+                                pod.namespace, pod.name, existing.container_id
+                            ),
+                            e.to_string(),
+                        ))
+                    }
+                };
             if other_alive {
                 return Err(cni_error(
                     codes::POD_ALREADY_ATTACHED,

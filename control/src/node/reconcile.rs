@@ -48,25 +48,47 @@ struct Pass {
 /// Interface names (and aliases) of one namespace, read once per pass.
 type Interfaces = HashMap<String, Option<String>>;
 
+/// A pod by topology namespace and name.
+type PodName = (String, String);
+
 impl Node {
     /// Converges the node on its store: pods whose namespace is gone are forgotten (and
     /// their peers told), every attached pod's wire ends follow its topology, and what
     /// no record accounts for is removed.
+    ///
+    /// Only a namespace that is gone (nothing at its path, or not a network namespace)
+    /// makes a pod forgotten; one that cannot be opened for any other reason (no file
+    /// descriptors left, say) leaves the pod and its wires as they are, reported, for the
+    /// next pass. A pod whose reconciliation fails is reported, and the others go on.
     pub fn reconcile(&mut self) -> Result<Reconciled, CniError> {
         let mut pass = Pass::default();
         let attachments = self.store.attachments().map_err(store_error)?;
         let mut alive = Vec::new();
+        // Pods whose wires stay: those reconciled and those that could not be looked at.
+        let mut kept: HashSet<PodName> = HashSet::new();
         for attachment in attachments {
+            let pod = format!("{}/{}", attachment.pod.namespace, attachment.pod.name);
             match NetnsFd::open(Path::new(&attachment.netns)) {
-                Ok(ns) => alive.push((attachment, ns)),
-                Err(_) => {
-                    let pod = format!("{}/{}", attachment.pod.namespace, attachment.pod.name);
-                    match self.forget_attachment(&attachment, true) {
-                        Ok(()) => pass
-                            .report
-                            .changed(&pod, "the pod's namespace is gone: forgotten"),
-                        Err(e) => pass.report.failed(&pod, &e),
-                    }
+                Ok(ns) => {
+                    kept.insert(pod_name(&attachment));
+                    alive.push((attachment, ns));
+                }
+                Err(e) if e.is_gone() => match self.forget_attachment(&attachment, true) {
+                    Ok(()) => pass
+                        .report
+                        .changed(&pod, "the pod's namespace is gone: forgotten"),
+                    Err(e) => pass.report.failed(&pod, &e),
+                },
+                Err(e) => {
+                    kept.insert(pod_name(&attachment));
+                    pass.report.failed(
+                        &pod,
+                        &cni_error(
+                            codes::INTERFACE_FAILED,
+                            "the pod's namespace cannot be opened now; its wires are left as they are",
+                            e.to_string(),
+                        ),
+                    );
                 }
             }
         }
@@ -80,33 +102,38 @@ impl Node {
                 .push(wire);
         }
         for (attachment, pod_ns) in &alive {
-            let pod = (
-                attachment.pod.namespace.clone(),
-                attachment.pod.name.clone(),
-            );
-            let wires = wires_by_pod.remove(&pod).unwrap_or_default();
-            let pod_interfaces = interfaces::aliases(pod_ns).map_err(|e| {
-                cni_error(
-                    codes::INTERFACE_FAILED,
-                    format!("list pod {}'s interfaces", attachment.pod.name),
-                    e.to_string(),
-                )
-            })?;
-            self.reconcile_pod(
-                attachment,
-                pod_ns,
-                wires,
-                &pod_interfaces,
-                &node_interfaces,
-                &mut pass,
-            )?;
+            let wires = wires_by_pod
+                .remove(&pod_name(attachment))
+                .unwrap_or_default();
+            let reconciled = interfaces::aliases(pod_ns)
+                .map_err(|e| {
+                    cni_error(
+                        codes::INTERFACE_FAILED,
+                        format!("list pod {}'s interfaces", attachment.pod.name),
+                        e.to_string(),
+                    )
+                })
+                .and_then(|pod_interfaces| {
+                    self.reconcile_pod(
+                        attachment,
+                        pod_ns,
+                        wires,
+                        &pod_interfaces,
+                        &node_interfaces,
+                        &mut pass,
+                    )
+                });
+            if let Err(e) = reconciled {
+                let pod = format!("{}/{}", attachment.pod.namespace, attachment.pod.name);
+                pass.report.failed(&pod, &e);
+            }
         }
         self.reattach_ports(&mut pass);
         let mut report = pass.report;
         if !report.changes.is_empty() {
             node_interfaces = self.node_interfaces()?;
         }
-        self.remove_orphans(&alive, &node_interfaces, &mut report)?;
+        self.remove_orphans(&kept, &node_interfaces, &mut report)?;
         Ok(report)
     }
 
@@ -331,14 +358,10 @@ impl Node {
     /// interfaces this node made that no record names.
     fn remove_orphans(
         &mut self,
-        alive: &[(AttachmentRecord, NetnsFd)],
+        pods: &HashSet<PodName>,
         node_interfaces: &Interfaces,
         report: &mut Reconciled,
     ) -> Result<(), CniError> {
-        let pods: HashSet<(String, String)> = alive
-            .iter()
-            .map(|(a, _)| (a.pod.namespace.clone(), a.pod.name.clone()))
-            .collect();
         let mut remote_ifnames = HashSet::new();
         let mut remote_keys = HashSet::new();
         for wire in self.store.wires().map_err(store_error)? {
@@ -389,4 +412,11 @@ impl Node {
         }
         Ok(())
     }
+}
+
+fn pod_name(attachment: &AttachmentRecord) -> PodName {
+    (
+        attachment.pod.namespace.clone(),
+        attachment.pod.name.clone(),
+    )
 }

@@ -121,9 +121,14 @@ impl Node {
         let _ = std::fs::remove_file(&self.socket);
     }
 
+    /// The running daemon's process id.
+    pub fn daemon_pid(&mut self) -> Option<u32> {
+        Some(self.daemon.as_mut()?.child().id())
+    }
+
     /// The CPU time (user and system, all threads) the running daemon has used so far.
     pub fn daemon_cpu(&mut self) -> Option<Duration> {
-        let pid = self.daemon.as_mut()?.child().id();
+        let pid = self.daemon_pid()?;
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         // The fields after the command name (which may hold spaces), from field 3 on.
         let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
