@@ -26,6 +26,16 @@ pub const ALIAS_PREFIX: &str = "xwire:";
 pub const NODE_ALIAS_PREFIX: &str = "xwire-node:";
 const ENODEV: i32 = 19;
 
+/// The alias of a pod's end of wire `uid` in topology namespace `namespace`.
+pub fn pod_alias(namespace: &str, pod: &str, uid: u64) -> String {
+    format!("{ALIAS_PREFIX}{namespace}/{pod}/{uid}")
+}
+
+/// The alias of `node`'s end of a remote wire of `pod`.
+pub fn node_alias(node: &str, namespace: &str, pod: &str, uid: u64) -> String {
+    format!("{NODE_ALIAS_PREFIX}{node}:{namespace}/{pod}/{uid}")
+}
+
 /// How one end of a wire is set up in its namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndSettings {
@@ -90,7 +100,11 @@ pub fn create_veth(
     )?;
     let configured = configure(a_ns, a).and_then(|()| configure(b_ns, b));
     if let Err(e) = configured {
-        let _ = delete(a_ns, &a.name);
+        // The veth this call just made, which may not carry its alias yet.
+        let _ = a_ns.netlink(&op, |h| async move {
+            let index = index_of(&h, &a.name).await?;
+            h.link().del(index).execute().await
+        });
         return Err(e);
     }
     Ok(())
@@ -133,18 +147,38 @@ pub fn configure(ns: &NetnsFd, end: &EndSettings) -> Result<(), NetnsError> {
     })
 }
 
-/// Deletes `name` (a veth takes its peer with it). False when there was no such
-/// interface.
-pub fn delete(ns: &NetnsFd, name: &str) -> Result<bool, NetnsError> {
+/// What `delete` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Removal {
+    Removed,
+    /// There is no interface of that name.
+    Absent,
+    /// The interface of that name is not the one xwire made (its alias differs): left.
+    Foreign {
+        alias: Option<String>,
+    },
+}
+
+/// Deletes `name` (a veth takes its peer with it), but only if it carries `alias`, the
+/// mark xwire gave it: an interface of the same name that another plugin or the
+/// container made is never deleted.
+pub fn delete(ns: &NetnsFd, name: &str, alias: &str) -> Result<Removal, NetnsError> {
     let op = format!("delete {name}");
     let result = ns.netlink(&op, |h| async move {
-        let index = index_of(&h, name).await?;
-        h.link().del(index).execute().await
+        let found = find(&h, name).await?;
+        let found_alias = found.attributes.iter().find_map(|a| match a {
+            LinkAttribute::IfAlias(a) => Some(a.clone()),
+            _ => None,
+        });
+        if found_alias.as_deref() != Some(alias) {
+            return Ok(Removal::Foreign { alias: found_alias });
+        }
+        h.link().del(found.header.index).execute().await?;
+        Ok(Removal::Removed)
     });
     match result {
-        Ok(()) => Ok(true),
-        Err(e) if e.errno() == Some(ENODEV) => Ok(false),
-        Err(e) => Err(e),
+        Err(e) if e.errno() == Some(ENODEV) => Ok(Removal::Absent),
+        other => other,
     }
 }
 

@@ -294,6 +294,33 @@ fn gc_without_the_list_of_valid_attachments_is_refused_and_removes_nothing() {
 }
 
 #[test]
+fn del_leaves_an_interface_of_the_same_name_that_xwire_did_not_make() {
+    let node = start_node("n1", "");
+    node.apply(&pair_topology("r1", "r2", R1_R2));
+    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
+    let config = node.net_config("1.1.0");
+    assert_eq!(call(&r1, "ADD", &config).code, 0);
+    assert_eq!(call(&r2, "ADD", &config).code, 0);
+    // The wire's veth goes, and another plugin (or the container) makes an eth1 of its own.
+    for command in [
+        vec!["link", "del", "eth1"],
+        vec![
+            "link", "add", "eth1", "type", "veth", "peer", "name", "eth1p",
+        ],
+    ] {
+        let out = r1
+            .ns
+            .exec(std::process::Command::new("ip").args(command))
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    assert!(r1.has("eth1"));
+    assert_eq!(call(&r1, "DEL", &config).code, 0);
+    assert!(r1.has("eth1"), "xwire deleted an eth1 it did not make");
+    assert!(node.state().attachments.len() == 1);
+}
+
+#[test]
 fn version_needs_no_stdin_and_no_command_says_what_the_plugin_is() {
     use std::process::{Command, Stdio};
     let run = |command: Option<&str>| {

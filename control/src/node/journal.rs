@@ -8,8 +8,13 @@ use crate::store::WireRecord;
 /// One step that was taken, and so one to undo.
 #[derive(Debug)]
 pub enum Step {
-    /// An interface was made in the namespace at `netns` (a path; empty: the node's).
-    Interface { netns: String, name: String },
+    /// An interface was made in the namespace at `netns` (a path; empty: the node's),
+    /// with the alias that marks it as xwire's.
+    Interface {
+        netns: String,
+        name: String,
+        alias: String,
+    },
     /// A fast-path port was opened for the wire end `key`.
     Port { key: String, id: PortId },
     /// A remote link was added to the fast path.

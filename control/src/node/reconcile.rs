@@ -11,8 +11,9 @@ use std::path::Path;
 use xwire_proto::control::WireKey;
 use xwire_proto::local::{codes, CniError};
 
+use super::wiring::log_removal;
 use super::{cni_error, store_error, Journal, Node};
-use crate::interfaces::{self, ALIAS_PREFIX, NODE_ALIAS_PREFIX};
+use crate::interfaces::{self, NODE_ALIAS_PREFIX};
 use crate::netns::NetnsFd;
 use crate::store::{wire_key, AttachmentRecord, TopologySource, WireRecord, WireState, WireStore};
 use crate::topology::Link;
@@ -291,15 +292,15 @@ impl Node {
         pod_interfaces: &Interfaces,
         what: &'static str,
     ) -> Result<Option<&'static str>, CniError> {
-        let ours = format!(
-            "{ALIAS_PREFIX}{}/{}/{}",
-            attachment.pod.namespace, attachment.pod.name, link.uid
-        );
+        let ours = interfaces::pod_alias(&attachment.pod.namespace, &attachment.pod.name, link.uid);
         if pod_interfaces
             .get(&link.local_intf)
             .is_some_and(|a| a.as_deref() == Some(&ours))
         {
-            let _ = interfaces::delete(pod_ns, &link.local_intf);
+            log_removal(
+                interfaces::delete(pod_ns, &link.local_intf, &ours),
+                &link.local_intf,
+            );
         }
         let mut journal = Journal::default();
         match self.connect_end(attachment, pod_ns, link, &mut journal) {
@@ -332,12 +333,33 @@ impl Node {
         record: WireRecord,
         pod_interfaces: &Interfaces,
     ) -> Result<Option<&'static str>, CniError> {
+        let ours = interfaces::pod_alias(
+            &record.topo_namespace,
+            &record.local_pod_name,
+            record.link_uid,
+        );
+        match pod_interfaces.get(&record.local_pod_ifname) {
+            Some(alias) if alias.as_deref() != Some(&ours) => {
+                return Err(cni_error(
+                    codes::INTERFACE_EXISTS,
+                    format!(
+                        "pod {} has an interface {} that xwire did not make: the wire is not made again",
+                        record.local_pod_name, record.local_pod_ifname
+                    ),
+                    format!("its alias is {alias:?}"),
+                ));
+            }
+            _ => {}
+        }
         let in_pod = pod_interfaces.contains_key(&record.local_pod_ifname);
         let mut journal = Journal::default();
         // Half a veth cannot be: what is left of it is taken away with the rest.
         self.disconnect_end(&record, false);
         if in_pod {
-            let _ = interfaces::delete(pod_ns, &record.local_pod_ifname);
+            log_removal(
+                interfaces::delete(pod_ns, &record.local_pod_ifname, &ours),
+                &record.local_pod_ifname,
+            );
         }
         let node = record.peer_node.clone().unwrap_or_default();
         let mut rebuilt = record.clone();
@@ -388,17 +410,14 @@ impl Node {
             report.changed(&key, "fast-path port with no wire: closed");
         }
         let mine = format!("{NODE_ALIAS_PREFIX}{}:", self.config.node_name);
-        let mut strays: Vec<&String> = node_interfaces
+        let mut strays: Vec<(&String, &str)> = node_interfaces
             .iter()
-            .filter(|(name, alias)| {
-                alias.as_deref().is_some_and(|a| a.starts_with(&mine))
-                    && !remote_ifnames.contains(*name)
-            })
-            .map(|(name, _)| name)
+            .filter_map(|(name, alias)| Some((name, alias.as_deref()?)))
+            .filter(|(name, alias)| alias.starts_with(&mine) && !remote_ifnames.contains(*name))
             .collect();
         strays.sort();
-        for name in strays {
-            match interfaces::delete(&self.node_ns, name) {
+        for (name, alias) in strays {
+            match interfaces::delete(&self.node_ns, name, alias) {
                 Ok(_) => report.changed(name, "node interface with no wire: removed"),
                 Err(e) => report.failed(
                     name,

@@ -11,7 +11,7 @@ use xwire_proto::control::{ControlBody, ControlMessage, WireKey};
 use xwire_proto::local::{codes, CniError};
 
 use super::{cni_error, store_error, Journal, Node, Step};
-use crate::interfaces::{self, EndSettings, ALIAS_PREFIX, NODE_ALIAS_PREFIX};
+use crate::interfaces::{self, EndSettings, Removal};
 use crate::netns::NetnsFd;
 use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState, WireStore};
 use crate::topology::{parse_cidr, parse_mac, Link};
@@ -50,7 +50,7 @@ pub(super) fn own_end(namespace: &str, pod: &str, link: &Link) -> EndSettings {
         mtu: link.mtu,
         mac: link.local_mac.as_deref().and_then(|m| parse_mac(m).ok()),
         address: link.local_ip.as_deref().and_then(|c| parse_cidr(c).ok()),
-        alias: Some(format!("{ALIAS_PREFIX}{namespace}/{pod}/{}", link.uid)),
+        alias: Some(interfaces::pod_alias(namespace, pod, link.uid)),
         checksum_off: false,
     }
 }
@@ -62,10 +62,7 @@ fn far_end(namespace: &str, link: &Link) -> EndSettings {
         mtu: link.mtu,
         mac: link.peer_mac.as_deref().and_then(|m| parse_mac(m).ok()),
         address: link.peer_ip.as_deref().and_then(|c| parse_cidr(c).ok()),
-        alias: Some(format!(
-            "{ALIAS_PREFIX}{namespace}/{}/{}",
-            link.peer_pod, link.uid
-        )),
+        alias: Some(interfaces::pod_alias(namespace, &link.peer_pod, link.uid)),
         checksum_off: false,
     }
 }
@@ -181,6 +178,7 @@ impl Node {
         journal.record(Step::Interface {
             netns: attachment.netns.clone(),
             name: own.name.clone(),
+            alias: own.alias.clone().unwrap_or_default(),
         });
         record.state = WireState::Veth;
         record.wire_ifname = peer_end.name.clone();
@@ -228,9 +226,11 @@ impl Node {
         let node_end = EndSettings {
             mtu: link.mtu,
             checksum_off: true,
-            alias: Some(format!(
-                "{NODE_ALIAS_PREFIX}{}:{namespace}/{}/{}",
-                self.config.node_name, record.local_pod_name, link.uid
+            alias: Some(interfaces::node_alias(
+                &self.config.node_name,
+                &namespace,
+                &record.local_pod_name,
+                link.uid,
             )),
             ..EndSettings::named(&node_ifname(&namespace, &record.local_pod_name, link.uid))
         };
@@ -246,6 +246,7 @@ impl Node {
         journal.record(Step::Interface {
             netns: String::new(),
             name: node_end.name.clone(),
+            alias: node_end.alias.clone().unwrap_or_default(),
         });
         record.state = WireState::Remote;
         record.wire_ifname = node_end.name;
@@ -358,9 +359,15 @@ impl Node {
             WireState::Pending => {}
             WireState::Veth => {
                 if let Ok(ns) = NetnsFd::open(Path::new(&record.local_pod_netns)) {
-                    if let Err(e) = interfaces::delete(&ns, &record.local_pod_ifname) {
-                        tracing::warn!("{e}");
-                    }
+                    let alias = interfaces::pod_alias(
+                        &record.topo_namespace,
+                        &record.local_pod_name,
+                        record.link_uid,
+                    );
+                    log_removal(
+                        interfaces::delete(&ns, &record.local_pod_ifname, &alias),
+                        &record.local_pod_ifname,
+                    );
                 }
                 let peer_key = wire_key(&record.topo_namespace, &record.peer_pod, record.link_uid);
                 if let Ok(Some(peer)) = self.store.wire(&peer_key) {
@@ -376,9 +383,16 @@ impl Node {
                         let _ = fastpath.worker.remove_port(port);
                     }
                 }
-                if let Err(e) = interfaces::delete(&self.node_ns, &record.wire_ifname) {
-                    tracing::warn!("{e}");
-                }
+                let alias = interfaces::node_alias(
+                    &self.config.node_name,
+                    &record.topo_namespace,
+                    &record.local_pod_name,
+                    record.link_uid,
+                );
+                log_removal(
+                    interfaces::delete(&self.node_ns, &record.wire_ifname, &alias),
+                    &record.wire_ifname,
+                );
                 if tell_peer {
                     if let Some(node) = &record.peer_node {
                         self.send_to(
@@ -420,21 +434,19 @@ impl Node {
     pub(super) fn rollback(&mut self, journal: Journal) {
         for step in journal.into_undo_order() {
             let result = match step {
-                Step::Interface { netns, name } => {
+                Step::Interface { netns, name, alias } => {
                     let ns = if netns.is_empty() {
                         Ok(None)
                     } else {
                         NetnsFd::open(Path::new(&netns)).map(Some)
                     };
-                    match ns {
-                        Ok(Some(ns)) => interfaces::delete(&ns, &name)
-                            .map(drop)
-                            .map_err(|e| e.to_string()),
-                        Ok(None) => interfaces::delete(&self.node_ns, &name)
-                            .map(drop)
-                            .map_err(|e| e.to_string()),
-                        Err(_) => Ok(()),
-                    }
+                    let removed = match ns {
+                        Ok(Some(ns)) => interfaces::delete(&ns, &name, &alias),
+                        Ok(None) => interfaces::delete(&self.node_ns, &name, &alias),
+                        Err(_) => Ok(Removal::Absent),
+                    };
+                    log_removal(removed, &name);
+                    Ok(())
                 }
                 Step::Port { key, id } => {
                     self.ports.remove(&key);
@@ -486,6 +498,19 @@ impl Node {
             Ok(false) => tracing::debug!(node, "peer down: the message waits for its Sync"),
             Err(e) => tracing::warn!(node, "control message not sent: {e}"),
         }
+    }
+}
+
+/// Logs what deleting one of xwire's interfaces did, when it did not simply work.
+pub(super) fn log_removal(removal: Result<Removal, crate::netns::NetnsError>, name: &str) {
+    match removal {
+        Ok(Removal::Removed | Removal::Absent) => {}
+        Ok(Removal::Foreign { alias }) => tracing::warn!(
+            interface = name,
+            ?alias,
+            "not deleted: this interface is not the one xwire made"
+        ),
+        Err(e) => tracing::warn!("{e}"),
     }
 }
 
