@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use nix::sys::stat::Mode;
 use socket2::{Domain, SockAddr, Socket, Type};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -42,6 +42,9 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
     let mut last_pass = Instant::now();
     loop {
         match jobs.recv_timeout(PEER_POLL) {
+            // Its caller is gone (the daemon is stopping, or the caller gave up): a
+            // stopping daemon does not work through a queue nobody waits for.
+            Ok(job) if job.reply.is_closed() => {}
             Ok(job) => {
                 let reads_only = matches!(
                     job.request,
@@ -169,19 +172,32 @@ async fn connection(mut stream: UnixStream, jobs: Sender<Job>) {
     }
 }
 
+/// Hands a request to the node and awaits its answer. The queue to the node is bounded
+/// and this never blocks the runtime on it: with the queue full, the caller is told at
+/// once to try again later (the code a CNI runtime retries on), and the runtime goes on
+/// serving, stop signals included.
 async fn ask(jobs: &Sender<Job>, request: local::Request) -> Response {
     let (reply, answer) = oneshot::channel();
-    let unavailable = || {
+    let try_again = |msg: String| {
         Response::Error(CniError {
             code: codes::TRY_AGAIN_LATER,
-            msg: "the daemon is stopping".into(),
+            msg,
             details: String::new(),
         })
     };
-    if jobs.send(Job { request, reply }).is_err() {
-        return unavailable();
+    match jobs.try_send(Job { request, reply }) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_)) => {
+            return try_again(format!(
+                "the daemon is busy ({} requests wait): try again",
+                jobs.len()
+            ))
+        }
+        Err(TrySendError::Disconnected(_)) => return try_again("the daemon is stopping".into()),
     }
-    answer.await.unwrap_or_else(|_| unavailable())
+    answer
+        .await
+        .unwrap_or_else(|_| try_again("the daemon is stopping".into()))
 }
 
 async fn write(stream: &mut UnixStream, id: u64, response: &Response) -> std::io::Result<()> {
@@ -211,4 +227,62 @@ fn decode_error(e: &DecodeError) -> Response {
         msg: "the daemon could not read the request".into(),
         details: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node that never answers: the queue fills, and the server must still answer
+    /// every caller (the ones past the queue at once, "busy") and still stop on its
+    /// signal.
+    #[test]
+    fn a_full_queue_answers_busy_and_the_server_still_stops() {
+        let dir = std::env::temp_dir().join(format!("xwire-api-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("api.sock");
+        let (jobs, stuck_node) = crossbeam_channel::bounded::<Job>(4);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let server_path = path.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let listener = bind(&server_path).unwrap();
+                serve(listener, server_path, jobs, async {
+                    let _ = stopped.await;
+                })
+                .await;
+            });
+            let _ = done_tx.send(());
+        });
+        while !path.exists() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let callers: Vec<_> = (0..12)
+            .map(|_| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    xwire_cni::client::call(&path, &local::Request::State, Duration::from_secs(3))
+                })
+            })
+            .collect();
+        let answers: Vec<_> = callers.into_iter().map(|c| c.join().unwrap()).collect();
+        let busy = answers
+            .iter()
+            .filter(|a| matches!(a, Ok(Response::Error(e)) if e.code == codes::TRY_AGAIN_LATER))
+            .count();
+        // Four wait in the queue for a node that never answers; the rest are told to
+        // come back.
+        assert_eq!(busy, 8, "{answers:?}");
+        assert_eq!(stuck_node.len(), 4);
+        stop.send(()).unwrap();
+        done.recv_timeout(Duration::from_secs(5))
+            .expect("the server did not stop with its queue full");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -59,8 +59,10 @@ fn main() -> anyhow::Result<()> {
         anyhow::Ok(())
     })?;
     tracing::info!("stopping");
-    // The server dropped its sender: the node thread finishes its job and stops the
-    // fast path (peers are told) as the node drops.
+    // Dropping the runtime drops the connections' tasks and, with them, the last senders
+    // and the answers they await: the node thread finishes the job in hand, skips the
+    // queued ones, and stops the fast path (peers are told) as the node drops.
+    drop(runtime);
     let _ = node_thread.join();
     Ok(())
 }
