@@ -84,3 +84,79 @@ fn a_node_that_starts_late_learns_of_waiting_pods() {
     assert!(eventually(Duration::from_secs(15), || r1.has("eth1") && r2.has("eth1")));
     assert!(ping(&r1.ns, "10.0.0.2", 2).unwrap());
 }
+
+/// Two topology namespaces whose wire ids collide (the id hashes the namespace into 32
+/// bits): found by search, as anyone could.
+fn colliding_namespaces() -> (String, String) {
+    let mut seen = std::collections::HashMap::new();
+    for i in 0u32.. {
+        let name = format!("lab-{i}");
+        let id = xwire_control::node::wire_id(&name, 0);
+        if let Some(other) = seen.insert(id, name.clone()) {
+            return (other, name);
+        }
+    }
+    unreachable!()
+}
+
+/// A pod's Topology in namespace `ns`, one link (uid 0) to `peer`.
+fn topology_in(ns: &str, pod: &str, peer: &str, ip: &str, peer_ip: &str) -> String {
+    format!(
+        "apiVersion: networkop.co.uk/v1beta1\nkind: Topology\nmetadata: {{name: {pod}, namespace: {ns}}}\nspec:\n  links:\n  - {{uid: 0, peer_pod: {peer}, local_intf: eth1, peer_intf: eth1, local_ip: {ip}, peer_ip: {peer_ip}}}\n"
+    )
+}
+
+#[test]
+fn a_wire_whose_id_collides_with_another_namespaces_is_refused_naming_both() {
+    let (first, second) = colliding_namespaces();
+    let certs = TempDir::new("certs");
+    let (n1, n2) = support::two_nodes(&certs);
+    for (ns, net) in [(&first, "10.0.0"), (&second, "10.0.9")] {
+        let yaml = format!(
+            "{}---\n{}",
+            topology_in(
+                ns,
+                "x1",
+                "x2",
+                &format!("{net}.1/30"),
+                &format!("{net}.2/30")
+            ),
+            topology_in(
+                ns,
+                "x2",
+                "x1",
+                &format!("{net}.2/30"),
+                &format!("{net}.1/30")
+            )
+        );
+        n1.apply(&yaml);
+        n2.apply(&yaml);
+    }
+    let config = |node: &Node, ns: &str| {
+        let mut c = node.net_config("1.1.0");
+        c["namespace"] = ns.into();
+        c
+    };
+    let (a1, a2) = (Pod::new("x1"), Pod::new("x2"));
+    assert_eq!(call(&a1, "ADD", &config(&n1, &first)).code, 0);
+    assert_eq!(call(&a2, "ADD", &config(&n2, &first)).code, 0);
+    assert!(eventually(Duration::from_secs(10), || a1.has("eth1") && a2.has("eth1")));
+
+    let (mut b1, mut b2) = (Pod::new("x1"), Pod::new("x2"));
+    for pod in [&mut b1, &mut b2] {
+        pod.container += "-second";
+    }
+    assert_eq!(call(&b1, "ADD", &config(&n1, &second)).code, 0);
+    // b1's announcement reaches n2 first; b2's ADD then tries to join and is refused.
+    std::thread::sleep(Duration::from_millis(500));
+    let refused = call(&b2, "ADD", &config(&n2, &second));
+    assert_ne!(refused.code, 0, "{}\nn2:\n{}", refused.output, n2.log());
+    let msg = refused.output["msg"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains(&first) && msg.contains(&second),
+        "the error names both namespaces: {msg}"
+    );
+    assert!(!b2.has("eth1"));
+    // The first namespace's wire carries on.
+    assert!(ping(&a1.ns, "10.0.0.2", 2).unwrap());
+}

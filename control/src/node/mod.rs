@@ -24,6 +24,7 @@ use crate::store::{AttachmentRecord, EmbeddedStore, StoreError, TopologySource, 
 
 pub use journal::{Journal, Step};
 pub use reconcile::Reconciled;
+pub use wiring::wire_id;
 
 /// The fast path of a node that has peers: one worker and the peers declared to it.
 struct Fastpath {
@@ -47,7 +48,13 @@ pub struct Node {
     /// Wire ends on other nodes, by wire: learned from AddWire and Sync.
     remote_ends: HashMap<WireKey, RemoteEnd>,
     /// Fast-path ports of this node's remote wire ends, by wire record key.
-    ports: HashMap<String, PortId>,
+    ports: HashMap<String, OpenPort>,
+}
+
+/// A fast-path port of a remote wire end, and the wire whose frames it carries.
+struct OpenPort {
+    id: PortId,
+    wire: WireKey,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -400,7 +400,7 @@ impl Node {
             .ports
             .iter()
             .filter(|(key, _)| !remote_keys.contains(*key))
-            .map(|(key, id)| (key.clone(), *id))
+            .map(|(key, port)| (key.clone(), port.id))
             .collect();
         for (key, id) in stray_ports {
             self.ports.remove(&key);

@@ -221,6 +221,19 @@ impl Node {
     ) -> Result<(), CniError> {
         self.peer_of(node, &link.peer_pod)?;
         let namespace = record.topo_namespace.clone();
+        let id = wire_id(&namespace, link.uid);
+        if let Some(other) = self.ports.values().find(|p| {
+            p.wire.namespace != namespace && wire_id(&p.wire.namespace, p.wire.link_uid) == id
+        }) {
+            return Err(cni_error(
+                codes::FASTPATH_FAILED,
+                format!(
+                    "wire {} of namespace {namespace} has the same wire id ({id:#x}) as wire {} of namespace {}, which is up: rename one of the two namespaces",
+                    link.uid, other.wire.link_uid, other.wire.namespace
+                ),
+                "a wire's id is a 32-bit hash of its namespace and its uid; these two namespaces' hashes collide",
+            ));
+        }
         let mut own = own_end(&namespace, &record.local_pod_name, link);
         own.checksum_off = true;
         let node_end = EndSettings {
@@ -250,7 +263,7 @@ impl Node {
         });
         record.state = WireState::Remote;
         record.wire_ifname = node_end.name;
-        record.peer_intf_id = wire_id(&namespace, link.uid);
+        record.peer_intf_id = id;
         record.peer_node = Some(node.to_owned());
         record.peer_node_ip = self
             .fastpath
@@ -326,7 +339,16 @@ impl Node {
             id: port.id,
         });
         journal.record(Step::RemoteLink { wire_id: spec.uid });
-        self.ports.insert(record.key(), port.id);
+        self.ports.insert(
+            record.key(),
+            super::OpenPort {
+                id: port.id,
+                wire: WireKey {
+                    namespace: record.topo_namespace.clone(),
+                    link_uid: record.link_uid,
+                },
+            },
+        );
         Ok(())
     }
 
@@ -380,7 +402,7 @@ impl Node {
                 if let Some(fastpath) = &self.fastpath {
                     let _ = fastpath.worker.remove_link(record.peer_intf_id);
                     if let Some(port) = self.ports.remove(&record.key()) {
-                        let _ = fastpath.worker.remove_port(port);
+                        let _ = fastpath.worker.remove_port(port.id);
                     }
                 }
                 let alias = interfaces::node_alias(
