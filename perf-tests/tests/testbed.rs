@@ -213,3 +213,39 @@ fn raw_sockets_carry_whole_frames_and_see_only_arrivals() {
         "its own frame is not an arrival"
     );
 }
+
+/// What podman (containers/common) does before it mounts a namespace of its own: make
+/// /run/netns a shared mount, bind-mounting it onto itself first when it is not a mount
+/// point yet. A namespace the test bed made before that must still be removed whole.
+#[test]
+fn a_namespace_made_before_another_tool_remounts_the_netns_directory_is_still_removed() {
+    use nix::mount::{mount, MsFlags};
+    let ns = Netns::new("remount").unwrap();
+    let path = ns.path().to_owned();
+    let shared = || {
+        mount(
+            None::<&str>,
+            "/run/netns",
+            None::<&str>,
+            MsFlags::MS_SHARED | MsFlags::MS_REC,
+            None::<&str>,
+        )
+    };
+    if shared() == Err(nix::Error::EINVAL) {
+        mount(
+            Some("/run/netns"),
+            "/run/netns",
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            None::<&str>,
+        )
+        .unwrap();
+        shared().unwrap();
+    }
+    drop(ns);
+    assert!(
+        !path.exists(),
+        "{} was left behind (its mount is hidden under a remount of /run/netns)",
+        path.display()
+    );
+}

@@ -21,6 +21,7 @@ pub fn netns_path(name: &str) -> PathBuf {
 pub fn create(name: &str) -> anyhow::Result<NetnsFd> {
     let path = netns_path(name);
     fs::create_dir_all(NETNS_DIR)?;
+    share_netns_dir().map_err(|e| anyhow::anyhow!("make {NETNS_DIR} a shared mount: {e}"))?;
     File::options()
         .write(true)
         .create_new(true)
@@ -64,6 +65,34 @@ pub fn create(name: &str) -> anyhow::Result<NetnsFd> {
         Ok(())
     })?;
     Ok(ns)
+}
+
+/// Makes /run/netns a shared mount point, as `ip netns add` does, before a namespace is
+/// mounted in it: a tool that does so later (podman does) bind-mounts the directory onto
+/// itself, which would hide the lab's mounts under it and leave them behind at `down`.
+fn share_netns_dir() -> nix::Result<()> {
+    let shared = || {
+        mount(
+            None::<&str>,
+            NETNS_DIR,
+            None::<&str>,
+            MsFlags::MS_SHARED | MsFlags::MS_REC,
+            None::<&str>,
+        )
+    };
+    match shared() {
+        Err(nix::Error::EINVAL) => {
+            mount(
+                Some(NETNS_DIR),
+                NETNS_DIR,
+                None::<&str>,
+                MsFlags::MS_BIND | MsFlags::MS_REC,
+                None::<&str>,
+            )?;
+            shared()
+        }
+        other => other,
+    }
 }
 
 /// Removes the namespace `name` if it exists; the kernel frees it, and every interface in

@@ -35,6 +35,7 @@ impl Netns {
         let name = namespace_name(label);
         let path = Path::new(NETNS_DIR).join(&name);
         fs::create_dir_all(NETNS_DIR).map_err(|e| Error::io("create /run/netns", e))?;
+        share_netns_dir().map_err(|e| Error::io("make /run/netns a shared mount", e))?;
         File::create(&path).map_err(|e| Error::io(format!("create {}", path.display()), e))?;
         // From here on the guard owns the mount point and removes it on any failure.
         let mounted = std::thread::scope(|s| {
@@ -180,6 +181,36 @@ impl Drop for Netns {
 fn remove_namespace(path: &Path) {
     let _ = umount2(path, MntFlags::MNT_DETACH);
     let _ = fs::remove_file(path);
+}
+
+/// Makes /run/netns a shared mount point, as `ip netns add` does, before any namespace is
+/// mounted in it. Otherwise the first tool that does so later (podman does) bind-mounts
+/// the directory onto itself, which hides the mounts already under it: their files can
+/// then be neither unmounted nor removed, and stay behind.
+pub fn share_netns_dir() -> nix::Result<()> {
+    let shared = || {
+        mount(
+            None::<&str>,
+            NETNS_DIR,
+            None::<&str>,
+            MsFlags::MS_SHARED | MsFlags::MS_REC,
+            None::<&str>,
+        )
+    };
+    match shared() {
+        // Not a mount point yet: make it one (recursively, keeping what is under it).
+        Err(nix::Error::EINVAL) => {
+            mount(
+                Some(NETNS_DIR),
+                NETNS_DIR,
+                None::<&str>,
+                MsFlags::MS_BIND | MsFlags::MS_REC,
+                None::<&str>,
+            )?;
+            shared()
+        }
+        other => other,
+    }
 }
 
 /// Removes the namespaces of test processes that are gone (killed before their guards
