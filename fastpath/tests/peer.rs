@@ -431,6 +431,8 @@ fn a_peer_that_speaks_another_version_gets_an_error_and_a_closed_connection() {
     let to_b = newer
         .add_peer("node-b", b.local_addr(), Carrier::Datagram)
         .unwrap();
+    b.add_peer("node-0", newer.local_addr(), Carrier::Datagram)
+        .unwrap();
     let (mut got_n, mut got_b) = (Delivered::new(), Delivered::new());
     let mut events_b = Vec::new();
     let mut events_n = Vec::new();
@@ -456,7 +458,7 @@ fn a_peer_that_speaks_another_version_gets_an_error_and_a_closed_connection() {
     assert!(
         events_n.iter().any(|e| matches!(
             e,
-            PeerEvent::Refused { reason, .. } if reason.contains("speaks versions 1..=1")
+            PeerEvent::Refused { reason, .. } if reason.contains("speaks versions 1..=2")
                 || reason.contains("7..=9")
         )),
         "{events_n:?}"

@@ -12,11 +12,17 @@ use serde::{Deserialize, Serialize};
 use crate::framing::{append_record, split_record};
 use crate::DecodeError;
 
-/// The protocol version this build speaks best, and the oldest it still speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The protocol version this build speaks best, and the oldest it still speaks. Version 2
+/// adds `SyncBody::more`: a Sync may come in parts.
+pub const PROTOCOL_VERSION: u16 = 2;
 pub const MIN_PROTOCOL_VERSION: u16 = 1;
-/// The largest record body accepted: room for a Sync of about 20 000 wires.
+/// The first version in which a Sync may be split into parts.
+pub const SYNC_PARTS_VERSION: u16 = 2;
+/// The largest record body accepted.
 pub const MAX_CONTROL_BODY: usize = 4 << 20;
+/// The most bytes of wire specs one part of a Sync carries: well under
+/// `MAX_CONTROL_BODY` whatever the names' lengths.
+pub const MAX_SYNC_PART: usize = 1 << 20;
 /// Type byte plus request id.
 const MESSAGE_HEADER_LEN: usize = 9;
 
@@ -136,10 +142,41 @@ pub struct ErrorBody {
     pub message: String,
 }
 
+/// A Sync, or one part of it: every wire the sender believes it shares with the
+/// receiver is in one of the parts, and only the last part has `more` false. (Version 1
+/// sends one part and no `more`, which reads as false.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SyncBody {
-    /// Every wire the sender believes it shares with the receiver.
     pub wires: Vec<WireSpec>,
+    pub more: bool,
+}
+
+impl SyncBody {
+    /// `wires` in parts of at most `MAX_SYNC_PART` bytes of specs each (a single spec
+    /// larger than that, impossible with names Kubernetes allows, is a part alone). At
+    /// least one part, so that an empty Sync still says "nothing".
+    pub fn parts(wires: Vec<WireSpec>) -> Vec<SyncBody> {
+        let mut parts = Vec::new();
+        let mut current = Vec::new();
+        let mut bytes = 0;
+        for spec in wires {
+            let size = postcard::experimental::serialized_size(&spec).unwrap_or(usize::MAX);
+            if !current.is_empty() && bytes + size > MAX_SYNC_PART {
+                parts.push(SyncBody {
+                    wires: std::mem::take(&mut current),
+                    more: true,
+                });
+                bytes = 0;
+            }
+            bytes = bytes.saturating_add(size);
+            current.push(spec);
+        }
+        parts.push(SyncBody {
+            wires: current,
+            more: false,
+        });
+        parts
+    }
 }
 
 /// What a control message says. Ack and Error answer the request whose id they carry.
@@ -191,6 +228,13 @@ impl ControlMessage {
         result.expect("postcard encoding into a Vec cannot fail");
     }
 
+    /// The request id of a record body, whether or not the rest of it decodes (0 when
+    /// the body is too short to hold one): what an Error answering it carries.
+    pub fn request_id_of(body: &[u8]) -> u64 {
+        body.get(1..MESSAGE_HEADER_LEN)
+            .map_or(0, |id| u64::from_be_bytes(id.try_into().expect("8 bytes")))
+    }
+
     /// Decodes one record body (without its length prefix). Bytes after the fields this
     /// version knows are ignored: newer versions may append fields to a message.
     pub fn decode(body: &[u8]) -> Result<ControlMessage, DecodeError> {
@@ -206,7 +250,7 @@ impl ControlMessage {
             1 => ControlBody::Hello(fields(payload)?),
             2 => ControlBody::AddWire(fields(payload)?),
             3 => ControlBody::DelWire(fields(payload)?),
-            4 => ControlBody::Sync(fields(payload)?),
+            4 => ControlBody::Sync(sync_fields(payload)?),
             5 => ControlBody::Ack,
             6 => ControlBody::Error(fields(payload)?),
             code => return Err(DecodeError::UnknownControlType { code, request_id }),
@@ -219,6 +263,18 @@ fn fields<'a, T: Deserialize<'a>>(payload: &'a [u8]) -> Result<T, DecodeError> {
     postcard::take_from_bytes(payload)
         .map(|(value, _newer_fields)| value)
         .map_err(|e| DecodeError::Malformed(e.to_string()))
+}
+
+/// A Sync's fields: `wires`, then `more`, which version 1 does not send.
+fn sync_fields(payload: &[u8]) -> Result<SyncBody, DecodeError> {
+    let (wires, rest) = postcard::take_from_bytes::<Vec<WireSpec>>(payload)
+        .map_err(|e| DecodeError::Malformed(e.to_string()))?;
+    let more = match rest.first() {
+        None | Some(0) => false,
+        Some(1) => true,
+        Some(other) => return Err(DecodeError::Malformed(format!("Sync.more is {other}"))),
+    };
+    Ok(SyncBody { wires, more })
 }
 
 /// Reads the next control record from a stream's receive buffer.
@@ -260,6 +316,7 @@ mod tests {
             ControlBody::DelWire(spec(7).key),
             ControlBody::Sync(SyncBody {
                 wires: vec![spec(1), spec(2)],
+                more: true,
             }),
             ControlBody::Ack,
             ControlBody::Error(ErrorBody {
@@ -328,6 +385,63 @@ mod tests {
         let mut body = wire[4..].to_vec();
         body.extend_from_slice(&[1, 2, 3]);
         assert_eq!(ControlMessage::decode(&body).unwrap(), msg);
+    }
+
+    #[test]
+    fn a_sync_too_large_for_one_record_goes_in_parts_that_each_fit() {
+        // 7000 wires with the longest names Kubernetes allows: about 4.3 MB in one Sync.
+        let long = |c: char| c.to_string().repeat(253);
+        let wires: Vec<WireSpec> = (0..7000)
+            .map(|uid| WireSpec {
+                key: WireKey {
+                    namespace: "n".repeat(63),
+                    link_uid: uid,
+                },
+                sender_pod: long('a'),
+                sender_intf: "e".repeat(15),
+                receiver_pod: long('b'),
+                receiver_intf: "f".repeat(15),
+                carrier: Carrier::Stream,
+            })
+            .collect();
+        let parts = SyncBody::parts(wires.clone());
+        assert!(parts.len() > 1);
+        let mut joined = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            assert_eq!(part.more, i + 1 < parts.len());
+            let mut record = Vec::new();
+            ControlMessage {
+                request_id: 0,
+                body: ControlBody::Sync(part.clone()),
+            }
+            .encode(&mut record);
+            let (decoded, _) = next_control_record(&record).unwrap().unwrap();
+            match decoded.unwrap().body {
+                ControlBody::Sync(body) => joined.extend(body.wires),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(joined, wires);
+        assert_eq!(SyncBody::parts(Vec::new()).len(), 1);
+    }
+
+    #[test]
+    fn a_version_1_sync_reads_as_complete() {
+        let mut record = Vec::new();
+        append_record::<postcard::Error>(&mut record, |b| {
+            b.push(4);
+            b.extend_from_slice(&9u64.to_be_bytes());
+            postcard::to_io(&vec![spec(1)], &mut *b).map(drop)
+        })
+        .unwrap();
+        let (decoded, _) = next_control_record(&record).unwrap().unwrap();
+        assert_eq!(
+            decoded.unwrap().body,
+            ControlBody::Sync(SyncBody {
+                wires: vec![spec(1)],
+                more: false
+            })
+        );
     }
 
     #[test]

@@ -125,6 +125,10 @@ pub struct NodeState {
     pub node: String,
     pub attachments: Vec<Value>,
     pub wires: Vec<Value>,
+    /// Claims by peer nodes to hold a wire's far end that this node refused (the claim
+    /// came from a node that does not run the far end's pod).
+    #[serde(default)]
+    pub refused_claims: u64,
 }
 
 /// An interface the daemon made, in the CNI result's shape.

@@ -57,7 +57,8 @@ fn control_body() -> impl Strategy<Value = ControlBody> {
         }),
         wire_spec().prop_map(ControlBody::AddWire),
         wire_key().prop_map(ControlBody::DelWire),
-        vec(wire_spec(), 0..20).prop_map(|wires| ControlBody::Sync(SyncBody { wires })),
+        (vec(wire_spec(), 0..20), any::<bool>())
+            .prop_map(|(wires, more)| ControlBody::Sync(SyncBody { wires, more })),
         Just(ControlBody::Ack),
         (any::<u16>(), ".{0,40}").prop_map(|(code, message)| ControlBody::Error(ErrorBody {
             code: ErrorCode(code),

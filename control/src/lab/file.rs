@@ -372,7 +372,9 @@ fn key_after(text: &str, key: &str, from: Option<Marker>) -> Option<Marker> {
         })
 }
 
-/// The Topology objects of a lab: one per pod, in the namespace named after the lab.
+/// The Topology objects of a lab: one per pod, in the namespace named after the lab,
+/// each with the address of the node that runs the pod as its status's `src_ip`
+/// (meshnet's field), so that a node takes a wire's far end only from that node.
 pub fn topologies(lab: &Lab) -> Vec<Topology> {
     lab.pods
         .keys()
@@ -408,7 +410,13 @@ pub fn topologies(lab: &Lab) -> Vec<Topology> {
                     other: BTreeMap::new(),
                 },
                 spec: TopologySpec { links },
-                status: None,
+                status: lab
+                    .nodes
+                    .iter()
+                    .position(|node| Some(node) == lab.pods.get(pod))
+                    .map(|index| {
+                        serde_json::json!({ "src_ip": super::paths::underlay_address(index) })
+                    }),
             }
         })
         .collect()

@@ -10,7 +10,7 @@ mod reconcile;
 mod topology_calls;
 mod wiring;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use xwire_fastpath::link_table::PortId;
 use xwire_fastpath::peer::{NodeIdentity, PeerConfig, PeerId};
@@ -49,6 +49,12 @@ pub struct Node {
     remote_ends: HashMap<WireKey, RemoteEnd>,
     /// Fast-path ports of this node's remote wire ends, by wire record key.
     ports: HashMap<String, OpenPort>,
+    /// The control protocol version each peer that is up speaks.
+    peer_versions: HashMap<String, u16>,
+    /// The wires listed so far by a peer's Sync that is still coming in parts.
+    sync_in_progress: HashMap<String, HashSet<WireKey>>,
+    /// Claims to a wire's far end refused since the start (see `peers::claim_refusal`).
+    refused_claims: u64,
 }
 
 /// A fast-path port of a remote wire end, and the wire whose frames it carries.
@@ -84,6 +90,9 @@ impl Node {
             fastpath,
             remote_ends: HashMap::new(),
             ports: HashMap::new(),
+            peer_versions: HashMap::new(),
+            sync_in_progress: HashMap::new(),
+            refused_claims: 0,
         };
         // A start that finds records is a restart: this pass re-attaches to what the last
         // run made. What it cannot do now (a peer not up yet) a later pass or the peer's
@@ -141,6 +150,7 @@ impl Node {
                 .iter()
                 .map(to_json)
                 .collect(),
+            refused_claims: self.refused_claims,
         })
     }
 

@@ -3,16 +3,23 @@
 //! that node once it is), answers AddWire for a pending end of its own by joining it and
 //! announcing back, takes DelWire as the far end gone, and sends Sync, the list of all its
 //! such ends, whenever a peer comes up, so that what was missed while down is made good.
+//!
+//! A peer may claim a wire's far end only for a wire of this node's topologies, and only
+//! if it runs the far end's pod: where the pod's Topology says which node that is (its
+//! status's `src_ip`, meshnet's field for the node's address), only that node; where
+//! nothing says, the first node to claim it, until that node lets it go (DelWire, or a
+//! Sync that no longer lists it). Any other claim is refused, logged and counted.
 
 use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 use xwire_fastpath::peer::{PeerEvent, PeerId};
-use xwire_proto::control::{Carrier, ControlBody, SyncBody, WireKey, WireSpec};
+use xwire_proto::control::{Carrier, ControlBody, SyncBody, WireKey, WireSpec, SYNC_PARTS_VERSION};
 
 use super::{Journal, Node, RemoteEnd};
 use crate::netns::NetnsFd;
-use crate::store::{wire_key, WireRecord, WireState, WireStore};
+use crate::store::{wire_key, TopologySource, WireRecord, WireState, WireStore};
 
 impl Node {
     /// Takes the fast path's peer events and acts on them; says whether there were any.
@@ -30,8 +37,11 @@ impl Node {
         let any = !events.is_empty();
         for event in events {
             match event {
-                PeerEvent::Up { name, .. } => {
-                    tracing::info!(peer = %name, "peer up");
+                PeerEvent::Up { name, version, .. } => {
+                    tracing::info!(peer = %name, version, "peer up");
+                    self.peer_versions.insert(name.clone(), version);
+                    // A Sync cut short by the last connection's end is void.
+                    self.sync_in_progress.remove(&name);
                     self.send_sync(&name);
                 }
                 PeerEvent::Down { peer, reason } => {
@@ -45,9 +55,11 @@ impl Node {
                         continue;
                     };
                     match message.body {
-                        ControlBody::AddWire(spec) => self.on_add_wire(&from, spec),
+                        ControlBody::AddWire(spec) => {
+                            self.on_add_wire(&from, spec);
+                        }
                         ControlBody::DelWire(key) => self.on_del_wire(&from, &key),
-                        ControlBody::Sync(sync) => self.on_sync(&from, sync.wires),
+                        ControlBody::Sync(sync) => self.on_sync(&from, sync),
                         ControlBody::Error(e) => {
                             tracing::warn!(peer = %from, code = e.code.0, "peer error: {}", e.message)
                         }
@@ -121,11 +133,14 @@ impl Node {
         }
     }
 
+    /// Sends the peer every wire this node believes it shares with it: in parts of
+    /// bounded size to a peer that reads them (protocol version 2), in one message to an
+    /// older one.
     fn send_sync(&mut self, peer: &str) {
         let Ok(wires) = self.store.wires() else {
             return;
         };
-        let specs = wires
+        let specs: Vec<WireSpec> = wires
             .iter()
             .filter(|w| match w.state {
                 WireState::Pending => true,
@@ -134,10 +149,88 @@ impl Node {
             })
             .filter_map(|w| self.spec_of(w))
             .collect();
-        self.send_to(peer, ControlBody::Sync(SyncBody { wires: specs }));
+        let in_parts = self
+            .peer_versions
+            .get(peer)
+            .is_some_and(|&v| v >= SYNC_PARTS_VERSION);
+        if in_parts {
+            for part in SyncBody::parts(specs) {
+                self.send_to(peer, ControlBody::Sync(part));
+            }
+        } else {
+            let whole = SyncBody {
+                wires: specs,
+                more: false,
+            };
+            self.send_to(peer, ControlBody::Sync(whole));
+        }
     }
 
-    fn on_add_wire(&mut self, from: &str, spec: WireSpec) {
+    /// Why `from` may not hold the far end that `spec` describes, if it may not (see the
+    /// module's notes).
+    fn claim_refusal(&self, from: &str, spec: &WireSpec) -> Option<String> {
+        let namespace = &spec.key.namespace;
+        let link = match self.topology_link(namespace, &spec.receiver_pod, spec.key.link_uid) {
+            Ok(Some(link)) => link,
+            _ => {
+                return Some(format!(
+                    "no topology here has wire {} for pod {namespace}/{}",
+                    spec.key.link_uid, spec.receiver_pod
+                ))
+            }
+        };
+        if link.peer_pod != spec.sender_pod {
+            return Some(format!(
+                "the topology has {} as the far end, not {}",
+                link.peer_pod, spec.sender_pod
+            ));
+        }
+        if let Some(runs_it) = self.placement(namespace, &spec.sender_pod) {
+            return (self.peer_ip(from) != Some(runs_it))
+                .then(|| format!("pod {} runs on the node at {runs_it}", spec.sender_pod));
+        }
+        if let Some(end) = self.remote_ends.get(&spec.key) {
+            if end.node != from {
+                return Some(format!("node {} holds it", end.node));
+            }
+        }
+        let key = wire_key(namespace, &spec.receiver_pod, spec.key.link_uid);
+        match self.store.wire(&key) {
+            Ok(Some(record)) if record.state == WireState::Remote => {
+                let holder = record.peer_node.unwrap_or_default();
+                (holder != from).then(|| format!("node {holder} holds it"))
+            }
+            _ => None,
+        }
+    }
+
+    /// The address of the node that runs `pod`, if its Topology says.
+    fn placement(&self, namespace: &str, pod: &str) -> Option<IpAddr> {
+        let topology = self.store.topology(namespace, pod).ok()??;
+        let src_ip = topology.status?.get("src_ip")?.as_str()?.to_owned();
+        // meshnet writes a plain address; a CIDR is read for its address.
+        src_ip.split('/').next()?.parse().ok()
+    }
+
+    /// The configured address of peer `name`.
+    fn peer_ip(&self, name: &str) -> Option<IpAddr> {
+        let address = self.fastpath.as_ref()?.addresses.get(name)?;
+        Some(address.parse::<SocketAddr>().ok()?.ip())
+    }
+
+    /// Takes `from`'s word that it holds the far end `spec` describes, if it may; says
+    /// whether it did.
+    fn on_add_wire(&mut self, from: &str, spec: WireSpec) -> bool {
+        if let Some(why) = self.claim_refusal(from, &spec) {
+            self.refused_claims += 1;
+            tracing::warn!(
+                peer = %from,
+                wire = %format!("{}/{}", spec.key.namespace, spec.key.link_uid),
+                far_end = %spec.sender_pod,
+                "claim refused: {why}"
+            );
+            return false;
+        }
         self.remote_ends.insert(
             spec.key.clone(),
             RemoteEnd {
@@ -147,24 +240,23 @@ impl Node {
         );
         let key = wire_key(&spec.key.namespace, &spec.receiver_pod, spec.key.link_uid);
         let Ok(Some(record)) = self.store.wire(&key) else {
-            return;
+            return true;
         };
-        if record.peer_pod != spec.sender_pod {
-            tracing::warn!(peer = %from, wire = %key, "AddWire names {} as the far end; the topology says {}", spec.sender_pod, record.peer_pod);
-            return;
-        }
         match record.state {
             WireState::Remote if record.peer_node.as_deref() == Some(from) => {}
             WireState::Veth => {
                 tracing::warn!(peer = %from, wire = %key, "AddWire for a wire joined on this node");
             }
             WireState::Pending | WireState::Remote => {
+                // A Remote end joined elsewhere gets here only when the Topology places
+                // the far end's pod on `from`: the pod moved.
                 if record.state == WireState::Remote {
                     self.disconnect_end(&record, true);
                 }
                 self.join_remote(record, from);
             }
         }
+        true
     }
 
     /// Joins a pending end to the far end on `node`, then tells that node.
@@ -202,17 +294,24 @@ impl Node {
     }
 
     fn on_del_wire(&mut self, from: &str, key: &WireKey) {
-        if self.remote_ends.get(key).is_some_and(|r| r.node == from) {
-            self.remote_ends.remove(key);
-        }
+        self.far_ends_gone(from, &HashSet::from([key.clone()]));
+    }
+
+    /// `from` no longer holds the far ends of `gone`: the ends joined to them go back to
+    /// pending. One pass over the records, however many wires went.
+    fn far_ends_gone(&mut self, from: &str, gone: &HashSet<WireKey>) {
+        self.remote_ends
+            .retain(|key, end| end.node != from || !gone.contains(key));
         let Ok(wires) = self.store.wires() else {
             return;
         };
         for record in wires.into_iter().filter(|w| {
-            w.topo_namespace == key.namespace
-                && w.link_uid == key.link_uid
-                && w.state == WireState::Remote
+            w.state == WireState::Remote
                 && w.peer_node.as_deref() == Some(from)
+                && gone.contains(&WireKey {
+                    namespace: w.topo_namespace.clone(),
+                    link_uid: w.link_uid,
+                })
         }) {
             tracing::info!(wire = %record.key(), peer = %from, "far end gone");
             self.disconnect_end(&record, false);
@@ -220,10 +319,21 @@ impl Node {
         }
     }
 
-    fn on_sync(&mut self, from: &str, wires: Vec<WireSpec>) {
-        let listed: HashSet<WireKey> = wires.iter().map(|w| w.key.clone()).collect();
-        for spec in wires {
-            self.on_add_wire(from, spec);
+    /// One part of a peer's Sync: its wires are taken as AddWires now; once the last
+    /// part is in, what this node believed it shared with the peer and no part listed
+    /// is gone. Only wires accepted as claims are remembered between parts, so what a
+    /// peer can make this node hold is bounded by this node's own topologies.
+    fn on_sync(&mut self, from: &str, sync: SyncBody) {
+        let mut listed = self.sync_in_progress.remove(from).unwrap_or_default();
+        for spec in sync.wires {
+            let key = spec.key.clone();
+            if self.on_add_wire(from, spec) {
+                listed.insert(key);
+            }
+        }
+        if sync.more {
+            self.sync_in_progress.insert(from.to_owned(), listed);
+            return;
         }
         // What this node believes it shares with `from`: the ends it heard of, and (after
         // a restart, when it has heard nothing yet) the ends its records join to `from`.
@@ -246,9 +356,9 @@ impl Node {
                     }),
             );
         }
-        let gone: Vec<WireKey> = shared.difference(&listed).cloned().collect();
-        for key in gone {
-            self.on_del_wire(from, &key);
+        let gone: HashSet<WireKey> = shared.difference(&listed).cloned().collect();
+        if !gone.is_empty() {
+            self.far_ends_gone(from, &gone);
         }
     }
 }

@@ -54,8 +54,13 @@ impl PeerConfig {
 /// What happened to a peer, for the control plane.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PeerEvent {
-    /// Hello exchanged: the peer is up and carries frames.
-    Up { peer: PeerId, name: String },
+    /// Hello exchanged: the peer is up and carries frames, and speaks control protocol
+    /// `version`.
+    Up {
+        peer: PeerId,
+        name: String,
+        version: u16,
+    },
     /// The connection is gone (the dialing side redials).
     Down { peer: PeerId, reason: String },
     /// A control message from the peer other than Hello.
@@ -90,6 +95,16 @@ pub struct PeerCounters {
     /// Connections this node began to a peer it dials (knocks not included): more than
     /// one per restart of the peer means handshakes are failing.
     pub dials: u64,
+    /// Handshakes not even begun: from an address that is no peer's, or with too many
+    /// already in progress.
+    pub handshakes_refused: u64,
+    /// Control messages answered with an Error instead of acted on: undecodable ones, and
+    /// a Hello on a connection that had its Hello.
+    pub control_refused: u64,
+    /// Control messages lost because a queue was full: the control events not yet taken
+    /// by the control plane, or the messages a peer left unread. The connection is closed
+    /// when it happens, and the Sync of the next one makes good what was lost.
+    pub control_dropped: u64,
 }
 
 #[derive(Debug, thiserror::Error)]

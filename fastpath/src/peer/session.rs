@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use quinn_proto::{Connection, Dir, StreamId};
+use quinn_proto::{Connection, Dir, ReadError, StreamId, VarInt};
 use xwire_proto::control::{ControlBody, ControlMessage, Hello};
 use xwire_proto::data::{
     next_stream_frame, parse_stream_preamble, stream_preamble, Datagram, DatagramBatch, FrameRepr,
@@ -21,6 +21,12 @@ const MAX_STREAM_BACKLOG: usize = 8 << 20;
 /// Stream bytes held for one write into the connection: a write per frame costs more
 /// than the frame.
 const STREAM_WRITE_BATCH: usize = 64 << 10;
+/// Control bytes a session holds for a peer that does not take them (flow control):
+/// past this the peer is not reading its control stream, and the connection is closed
+/// (the Sync that follows the next connection makes good what was not sent).
+const MAX_CONTROL_BACKLOG: usize = 16 << 20;
+/// The QUIC application error code on a stream this node will not read (STOP_SENDING).
+const STREAM_REFUSED: u32 = 1;
 
 /// An outgoing stream: bytes the connection has not taken yet.
 #[derive(Default)]
@@ -52,11 +58,19 @@ pub(crate) struct Session {
     /// The peer, once known (from the dial, or from its Hello).
     pub(crate) peer: Option<usize>,
     pub(crate) hello_done: bool,
+    /// The protocol version the two Hellos agreed on.
+    pub(crate) version: u16,
     /// Dialed only to tell a peer that dials this node that it should dial now.
     pub(crate) knock: bool,
     control_out: Outgoing,
     data_out: Outgoing,
+    /// What has arrived on the peer's streams and is not decoded yet; a stream's entry
+    /// goes when the stream ends.
     incoming: HashMap<StreamId, Incoming>,
+    /// Streams not to be read before Hello: the peer's data streams, and the control
+    /// stream past its first record. Read once Hello is in (quinn's flow control bounds
+    /// what waits in them).
+    deferred: Vec<StreamId>,
     batch: DatagramBatch,
     /// When the oldest frame not yet handed to the connection was queued.
     held_since: Option<Instant>,
@@ -65,6 +79,12 @@ pub(crate) struct Session {
 /// What reading a session's streams and datagrams produced, besides frames.
 pub(crate) enum Inbound {
     Control(ControlMessage),
+    /// A control record whose fields do not decode (an unknown type, say): answered
+    /// with an Error carrying its request id, and skipped; the stream stays in step.
+    Undecodable {
+        request_id: u64,
+        error: DecodeError,
+    },
     /// Bytes that do not decode: the connection cannot be trusted to stay in step.
     Broken(DecodeError),
 }
@@ -75,24 +95,32 @@ impl Session {
             conn,
             peer,
             hello_done: false,
+            version: 0,
             knock: false,
             control_out: Outgoing::default(),
             data_out: Outgoing::default(),
             incoming: HashMap::new(),
+            deferred: Vec::new(),
             batch: DatagramBatch::new(1200),
             held_since: None,
         }
     }
 
     /// Queues a control message on the control stream (opened by the first message).
-    pub(crate) fn send_control(&mut self, message: &ControlMessage) {
+    /// False, and nothing queued, when the peer has left too much unread.
+    pub(crate) fn send_control(&mut self, message: &ControlMessage) -> bool {
+        if self.control_out.backlog.len() > MAX_CONTROL_BACKLOG {
+            return false;
+        }
         self.control_out.start(StreamKind::Control);
         message.encode(&mut self.control_out.backlog);
         Self::push_stream(&mut self.conn, &mut self.control_out, Dir::Bi);
+        true
     }
 
     /// Sends the Hello that opens the control stream.
     pub(crate) fn send_hello(&mut self, hello: Hello) {
+        // The first message on a new stream: there is no backlog to refuse it.
         self.send_control(&ControlMessage {
             request_id: 0,
             body: ControlBody::Hello(hello),
@@ -218,7 +246,8 @@ impl Session {
     }
 
     /// Reads what arrived on `id`: frames go to `on_frame`, control messages and decode
-    /// failures are returned.
+    /// failures are returned. Before Hello, only the control stream's first record is
+    /// read; the rest waits in `deferred`. A stream's state goes when the stream ends.
     pub(crate) fn read_stream(
         &mut self,
         id: StreamId,
@@ -226,16 +255,39 @@ impl Session {
         on_frame: &mut dyn FnMut(u64, &[u8]) -> bool,
         inbound: &mut Vec<Inbound>,
     ) {
+        let before_hello = !self.hello_done;
+        if before_hello && id.dir() == Dir::Uni {
+            self.defer(id);
+            return;
+        }
         let state = self.incoming.entry(id).or_default();
-        let mut recv = self.conn.recv_stream(id);
-        if let Ok(mut chunks) = recv.read(true) {
-            while let Ok(Some(chunk)) = chunks.next(usize::MAX) {
-                state.buf.extend_from_slice(&chunk.bytes);
+        let mut ended = false;
+        match self.conn.recv_stream(id).read(true) {
+            Ok(mut chunks) => {
+                loop {
+                    match chunks.next(usize::MAX) {
+                        Ok(Some(chunk)) => state.buf.extend_from_slice(&chunk.bytes),
+                        Ok(None) => {
+                            ended = true;
+                            break;
+                        }
+                        Err(ReadError::Blocked) => break,
+                        Err(ReadError::Reset(_)) => {
+                            ended = true;
+                            break;
+                        }
+                    }
+                }
+                let _ = chunks.finalize();
             }
-            let _ = chunks.finalize();
+            // No such stream any more (it ended, and was read to its end).
+            Err(_) => ended = true,
         }
         if state.kind.is_none() {
             if state.buf.len() < STREAM_PREAMBLE_LEN {
+                if ended {
+                    self.incoming.remove(&id);
+                }
                 return;
             }
             match parse_stream_preamble(&state.buf) {
@@ -243,15 +295,21 @@ impl Session {
                 Err(e) => {
                     counters.malformed += 1;
                     inbound.push(Inbound::Broken(e));
-                    state.buf.clear();
+                    self.incoming.remove(&id);
                     return;
                 }
             }
             state.buf.drain(..STREAM_PREAMBLE_LEN);
         }
         let mut used = 0;
+        let mut held_back = false;
         loop {
             let rest = &state.buf[used..];
+            if before_hello && used > 0 {
+                // One record before Hello: the Hello. The rest is read once it is in.
+                held_back = !rest.is_empty();
+                break;
+            }
             let step = match state.kind {
                 Some(StreamKind::Data) => next_stream_frame(rest).map(|next| {
                     next.map(|(frame, len)| {
@@ -259,14 +317,20 @@ impl Session {
                         len
                     })
                 }),
-                _ => split_record(rest, xwire_proto::control::MAX_CONTROL_BODY).and_then(|next| {
-                    match next {
-                        None => Ok(None),
-                        Some((body, len)) => {
-                            inbound.push(Inbound::Control(ControlMessage::decode(body)?));
-                            Ok(Some(len))
-                        }
-                    }
+                _ => split_record(rest, xwire_proto::control::MAX_CONTROL_BODY).map(|next| {
+                    next.map(|(body, len)| {
+                        inbound.push(match ControlMessage::decode(body) {
+                            Ok(message) => Inbound::Control(message),
+                            Err(error) => {
+                                counters.malformed += 1;
+                                Inbound::Undecodable {
+                                    request_id: ControlMessage::request_id_of(body),
+                                    error,
+                                }
+                            }
+                        });
+                        len
+                    })
                 }),
             };
             match step {
@@ -276,33 +340,60 @@ impl Session {
                     counters.malformed += 1;
                     inbound.push(Inbound::Broken(e));
                     used = state.buf.len();
+                    ended = true;
                     break;
                 }
             }
         }
         state.buf.drain(..used);
+        if held_back {
+            self.defer(id);
+        } else if ended {
+            self.incoming.remove(&id);
+        }
     }
 
-    /// Streams the peer opened since the last call.
+    fn defer(&mut self, id: StreamId) {
+        if !self.deferred.contains(&id) {
+            self.deferred.push(id);
+        }
+    }
+
+    /// The streams left unread before Hello, to be read now that it is in.
+    pub(crate) fn take_deferred(&mut self) -> Vec<StreamId> {
+        std::mem::take(&mut self.deferred)
+    }
+
+    /// Streams the peer opened since the last call that are to be read: its data
+    /// streams, and its control stream when this node has none yet. Any other
+    /// bidirectional stream is refused (STOP_SENDING) and never read.
     pub(crate) fn accept_streams(&mut self) -> Vec<StreamId> {
         let mut opened = Vec::new();
-        for dir in [Dir::Bi, Dir::Uni] {
-            while let Some(id) = self.conn.streams().accept(dir) {
+        while let Some(id) = self.conn.streams().accept(Dir::Bi) {
+            if self.control_out.id.is_none() {
+                self.control_out.id = Some(id);
                 opened.push(id);
+            } else {
+                let _ = self
+                    .conn
+                    .recv_stream(id)
+                    .stop(VarInt::from_u32(STREAM_REFUSED));
             }
+        }
+        while let Some(id) = self.conn.streams().accept(Dir::Uni) {
+            opened.push(id);
         }
         opened
     }
 
-    pub(crate) fn forget_stream(&mut self, id: StreamId) {
-        self.incoming.remove(&id);
-    }
-
-    /// The one bidirectional stream: the peer's control stream, when it opened it.
-    pub(crate) fn adopt_control_stream(&mut self, id: StreamId) {
-        if id.dir() == Dir::Bi && self.control_out.id.is_none() {
-            self.control_out.id = Some(id);
-        }
+    /// Streams whose state this session holds: read in part, or waiting for Hello.
+    pub(crate) fn streams_held(&self) -> usize {
+        self.incoming.len()
+            + self
+                .deferred
+                .iter()
+                .filter(|id| !self.incoming.contains_key(id))
+                .count()
     }
 }
 

@@ -21,7 +21,7 @@ use super::{tls, Carrier, PeerConfig, PeerCounters, PeerError, PeerEvent, PeerId
 
 mod lifecycle;
 
-use lifecycle::CLOSE_KNOCK_HEARD;
+use lifecycle::{CLOSE_KNOCK_HEARD, CLOSE_OVERFLOW};
 
 /// The QUIC application close code for a connection closed on purpose (others are in
 /// `lifecycle`).
@@ -43,6 +43,14 @@ pub enum Flush {
 
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Events the control plane has not taken yet: past this, control messages are dropped
+/// (and their connection closed), so that a peer cannot grow this node's memory.
+const MAX_EVENTS: usize = 1 << 16;
+/// Connections in their handshake at once. A peer has at most a dial and a knock in
+/// flight; anything beyond this is someone else's doing.
+const MAX_HANDSHAKES: usize = 64;
+/// How often a refused handshake is logged (with the count since the last line).
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 /// IPv4 and UDP headers: what QUIC's packets leave of the underlay MTU.
 const IP_UDP_OVERHEAD: u16 = 28;
 /// The UDP payload one GSO send may carry (the IP length field's limit, less headers).
@@ -77,6 +85,8 @@ pub struct PeerTransport {
     counters: PeerCounters,
     events: Vec<PeerEvent>,
     transmit_buf: Vec<u8>,
+    /// Handshakes refused since the last log line about them, and when that was.
+    refusals: (u64, Option<Instant>),
 }
 
 impl PeerTransport {
@@ -118,6 +128,7 @@ impl PeerTransport {
             counters: PeerCounters::default(),
             events: Vec::new(),
             transmit_buf: Vec::with_capacity(64 * 1024),
+            refusals: (0, None),
         })
     }
 
@@ -216,15 +227,40 @@ impl PeerTransport {
         sent
     }
 
-    /// Sends a control message to a peer that is up.
+    /// Sends a control message to a peer that is up. False when it is not, or when it
+    /// has left so much unread that its connection is closed instead.
     pub fn send_control(&mut self, peer: PeerId, message: &ControlMessage) -> bool {
         let Some(handle) = self.live_session(peer) else {
             return false;
         };
-        self.sessions
-            .get_mut(&handle)
-            .expect("live session")
-            .send_control(message);
+        let session = self.sessions.get_mut(&handle).expect("live session");
+        if session.send_control(message) {
+            return true;
+        }
+        self.counters.control_dropped += 1;
+        session.conn.close(
+            Instant::now(),
+            CLOSE_OVERFLOW.into(),
+            "the peer does not read its control stream".into(),
+        );
+        false
+    }
+
+    /// Streams whose state the sessions hold (read in part, or waiting for Hello).
+    pub fn streams_held(&self) -> usize {
+        self.sessions.values().map(Session::streams_held).sum()
+    }
+
+    /// Queues an event for the control plane; false (and counted, for a control
+    /// message) when the queue is full.
+    fn push_event(&mut self, event: PeerEvent) -> bool {
+        if self.events.len() >= MAX_EVENTS {
+            if matches!(event, PeerEvent::Control { .. }) {
+                self.counters.control_dropped += 1;
+            }
+            return false;
+        }
+        self.events.push(event);
         true
     }
 
@@ -288,6 +324,12 @@ impl PeerTransport {
                         }
                     }
                     Some(DatagramEvent::NewConnection(incoming)) => {
+                        if let Some(why) = self.refuse_handshake(remote) {
+                            self.endpoint.ignore(incoming);
+                            self.counters.handshakes_refused += 1;
+                            self.log_refusal(remote, why, now);
+                            continue;
+                        }
                         match self.endpoint.accept(
                             incoming,
                             now,
@@ -313,6 +355,39 @@ impl PeerTransport {
             }
         }
         total
+    }
+
+    /// Why a handshake from `remote` is not begun at all, if it is not: only the
+    /// configured peers' addresses may connect (no state, and no answer, for anyone
+    /// else), and only so many at once.
+    fn refuse_handshake(&self, remote: SocketAddr) -> Option<&'static str> {
+        if !self
+            .peers
+            .iter()
+            .any(|p| p.addr.is_some_and(|a| a.ip() == remote.ip()))
+        {
+            return Some("not a peer's address");
+        }
+        let handshaking = self
+            .sessions
+            .values()
+            .filter(|s| s.conn.is_handshaking())
+            .count();
+        (handshaking >= MAX_HANDSHAKES).then_some("too many handshakes in progress")
+    }
+
+    /// Logs refused handshakes at most once per `REFUSAL_LOG_EVERY`, with their count.
+    fn log_refusal(&mut self, remote: SocketAddr, why: &str, now: Instant) {
+        self.refusals.0 += 1;
+        if self
+            .refusals
+            .1
+            .is_some_and(|last| now.duration_since(last) < REFUSAL_LOG_EVERY)
+        {
+            return;
+        }
+        tracing::warn!(%remote, reason = why, refused = self.refusals.0, "peer handshake refused");
+        self.refusals = (0, Some(now));
     }
 
     fn send_raw(&mut self, transmit: &quinn_proto::Transmit, buf: &[u8]) {
@@ -366,15 +441,12 @@ impl PeerTransport {
                 Event::ConnectionLost { reason } => self.lost(handle, &session, reason.to_string()),
                 Event::Stream(StreamEvent::Opened { .. }) => {
                     for id in session.accept_streams() {
-                        session.adopt_control_stream(id);
                         self.read(&mut session, id, on_frame, &mut inbound);
                     }
                 }
                 Event::Stream(StreamEvent::Readable { id }) => {
                     self.read(&mut session, id, on_frame, &mut inbound);
                 }
-                Event::Stream(StreamEvent::Finished { id })
-                | Event::Stream(StreamEvent::Stopped { id, .. }) => session.forget_stream(id),
                 Event::Stream(StreamEvent::Writable { .. }) => session.flush_streams(),
                 Event::DatagramReceived => {
                     let peer = session.peer.map(|p| PeerId(p as u32));
@@ -389,8 +461,19 @@ impl PeerTransport {
                 _ => {}
             }
         }
+        let before = session.hello_done;
         for message in inbound {
             self.on_inbound(handle, &mut session, message, now);
+        }
+        if session.hello_done && !before {
+            // What waited for Hello is read now.
+            let mut inbound = Vec::new();
+            for id in session.take_deferred() {
+                self.read(&mut session, id, on_frame, &mut inbound);
+            }
+            for message in inbound {
+                self.on_inbound(handle, &mut session, message, now);
+            }
         }
         while let Some(event) = session.conn.poll_endpoint_events() {
             if let Some(reply) = self.endpoint.handle_event(handle, event) {

@@ -8,6 +8,7 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use xwire_proto::control::{
     Capabilities, ControlBody, ControlMessage, ErrorBody, ErrorCode, Hello,
 };
+use xwire_proto::DecodeError;
 
 use super::{PeerTransport, CLOSE_SHUTDOWN, MAX_BACKOFF, MIN_BACKOFF};
 use crate::peer::session::{Inbound, Session};
@@ -18,6 +19,9 @@ const CLOSE_PROTOCOL: u32 = 1;
 const CLOSE_NAME: u32 = 2;
 /// A knock was heard: the node that dials is dialing now.
 pub(super) const CLOSE_KNOCK_HEARD: u32 = 4;
+/// A queue for this peer overflowed (it does not read, or sends faster than the control
+/// plane takes its messages): the next connection's Sync makes good what was lost.
+pub(super) const CLOSE_OVERFLOW: u32 = 5;
 /// Why a connection ended when its peer knocked (it restarted).
 const KNOCK_REASON: &str = "the peer restarted (it knocked)";
 
@@ -87,18 +91,58 @@ impl PeerTransport {
                 self.refuse(session, now, CLOSE_PROTOCOL, format!("undecodable: {e}"));
                 return;
             }
+            Inbound::Undecodable { request_id, error } if session.hello_done => {
+                // Framing is intact: answer, skip, and keep the connection (a newer peer
+                // may send what this build does not know).
+                let code = match error {
+                    DecodeError::UnknownControlType { .. } => ErrorCode::UNKNOWN_TYPE,
+                    _ => ErrorCode::MALFORMED,
+                };
+                self.answer_error(session, request_id, code, error.to_string(), now);
+                return;
+            }
+            Inbound::Undecodable { error, .. } => {
+                let reason = format!("its first message does not decode: {error}");
+                self.refuse(session, now, CLOSE_PROTOCOL, reason);
+                return;
+            }
         };
         let ControlBody::Hello(hello) = &message.body else {
-            if let (Some(peer), true) = (session.peer, session.hello_done) {
-                self.events.push(PeerEvent::Control {
-                    peer: PeerId(peer as u32),
-                    message,
-                });
+            match (session.peer, session.hello_done) {
+                (Some(peer), true) => {
+                    let event = PeerEvent::Control {
+                        peer: PeerId(peer as u32),
+                        message,
+                    };
+                    if !self.push_event(event) {
+                        session.conn.close(
+                            now,
+                            CLOSE_OVERFLOW.into(),
+                            "control messages arrive faster than they are handled".into(),
+                        );
+                    }
+                }
+                _ => {
+                    let reason = "a control message before Hello".to_owned();
+                    self.refuse(session, now, CLOSE_PROTOCOL, reason);
+                }
             }
             return;
         };
-        if hello.negotiate(&self.hello()).is_none() {
-            session.send_control(&ControlMessage {
+        if session.hello_done {
+            // One Hello per connection: another would make this node Sync all over again.
+            let reason = "Hello was already exchanged on this connection".to_owned();
+            self.answer_error(
+                session,
+                message.request_id,
+                ErrorCode::CONFLICT,
+                reason,
+                now,
+            );
+            return;
+        }
+        let Some(version) = hello.negotiate(&self.hello()) else {
+            let _ = session.send_control(&ControlMessage {
                 request_id: message.request_id,
                 body: ControlBody::Error(ErrorBody {
                     code: ErrorCode::UNSUPPORTED_VERSION,
@@ -115,7 +159,7 @@ impl PeerTransport {
             );
             self.refuse(session, now, CLOSE_PROTOCOL, reason);
             return;
-        }
+        };
         if !certificate_names(session, &hello.node_name) {
             let reason = format!("Hello names {:?}, not its certificate", hello.node_name);
             self.refuse(session, now, CLOSE_NAME, reason);
@@ -145,23 +189,21 @@ impl PeerTransport {
                 let was_up = current.is_some_and(|s| s.hello_done);
                 let unanswered =
                     current.is_some_and(|s| !s.hello_done && s.conn.stats().udp_rx.datagrams == 0);
-                if was_up || unanswered {
-                    let old = peer.session.take().expect("checked above");
-                    if was_up {
-                        tracing::info!(peer = %peer.name, "peer down: it restarted");
-                        self.events.push(PeerEvent::Down {
-                            peer: PeerId(index as u32),
-                            reason: KNOCK_REASON.into(),
-                        });
-                    }
-                    if let Some(old) = self.sessions.get_mut(&old) {
-                        old.conn
-                            .close(now, CLOSE_SHUTDOWN.into(), KNOCK_REASON.into());
-                    }
-                }
+                let stale = (was_up || unanswered).then(|| peer.session.take());
                 if peer.session.is_none() {
                     peer.next_dial = now;
                     peer.backoff = MIN_BACKOFF;
+                }
+                if was_up {
+                    tracing::info!(peer = %peer.name, "peer down: it restarted");
+                    self.push_event(PeerEvent::Down {
+                        peer: PeerId(index as u32),
+                        reason: KNOCK_REASON.into(),
+                    });
+                }
+                if let Some(old) = stale.flatten().and_then(|old| self.sessions.get_mut(&old)) {
+                    old.conn
+                        .close(now, CLOSE_SHUTDOWN.into(), KNOCK_REASON.into());
                 }
                 session
                     .conn
@@ -169,8 +211,17 @@ impl PeerTransport {
                 return;
             }
             None => {
-                // Accepted side: the peer is who its Hello (and certificate) say.
-                let index = self.peer_index(&hello.node_name);
+                // Accepted side: the peer is who its Hello (and certificate) say, and must
+                // be a configured peer at the address it connects from.
+                let remote = session.conn.remote_address();
+                let Some(index) = self.peers.iter().position(|p| {
+                    p.name == hello.node_name && p.addr.is_some_and(|a| a.ip() == remote.ip())
+                }) else {
+                    let reason =
+                        format!("{:?} at {remote} is not a configured peer", hello.node_name);
+                    self.refuse(session, now, CLOSE_NAME, reason);
+                    return;
+                };
                 session.peer = Some(index);
                 session.send_hello(self.hello());
                 index
@@ -186,17 +237,45 @@ impl PeerTransport {
         }
         peer.backoff = MIN_BACKOFF;
         session.hello_done = true;
-        self.events.push(PeerEvent::Up {
+        session.version = version;
+        self.push_event(PeerEvent::Up {
             peer: PeerId(index as u32),
             name: hello.node_name.clone(),
+            version,
         });
+    }
+
+    /// Answers the request `request_id` with an Error, and counts it.
+    fn answer_error(
+        &mut self,
+        session: &mut Session,
+        request_id: u64,
+        code: ErrorCode,
+        message: String,
+        now: Instant,
+    ) {
+        let remote = session.conn.remote_address();
+        tracing::debug!(%remote, request_id, code = code.0, %message, "control message refused");
+        self.counters.control_refused += 1;
+        let error = ControlMessage {
+            request_id,
+            body: ControlBody::Error(ErrorBody { code, message }),
+        };
+        if !session.send_control(&error) {
+            self.counters.control_dropped += 1;
+            session.conn.close(
+                now,
+                CLOSE_OVERFLOW.into(),
+                "the peer does not read its control stream".into(),
+            );
+        }
     }
 
     fn refuse(&mut self, session: &mut Session, now: Instant, code: u32, reason: String) {
         let remote = session.conn.remote_address();
         tracing::warn!(%remote, %reason, "peer connection refused");
         session.conn.close(now, code.into(), reason.clone().into());
-        self.events.push(PeerEvent::Refused { remote, reason });
+        self.push_event(PeerEvent::Refused { remote, reason });
     }
 
     pub(super) fn lost(&mut self, handle: ConnectionHandle, session: &Session, reason: String) {
@@ -213,7 +292,7 @@ impl PeerTransport {
             }
             Some(peer) if session.hello_done => {
                 tracing::info!(peer = %self.peers[peer].name, %remote, %reason, "peer down");
-                self.events.push(PeerEvent::Down {
+                self.push_event(PeerEvent::Down {
                     peer: PeerId(peer as u32),
                     reason,
                 });
@@ -222,7 +301,7 @@ impl PeerTransport {
                 // A handshake that failed: most often a certificate this node does not
                 // trust, or a peer that does not trust this node's.
                 tracing::warn!(%remote, %reason, "peer connection failed");
-                self.events.push(PeerEvent::Refused { remote, reason });
+                self.push_event(PeerEvent::Refused { remote, reason });
             }
         }
     }
