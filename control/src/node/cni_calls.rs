@@ -10,19 +10,13 @@ use xwire_proto::local::{
 use super::{cni_error, store_error, Journal, Node, Step};
 use crate::interfaces;
 use crate::netns::NetnsFd;
-use crate::store::{
-    attachment_key, AttachmentRecord, TopologySource, WireRecord, WireState, WireStore,
-};
+use crate::store::{attachment_key, AttachmentRecord, WireRecord, WireState, WireStore};
 use crate::topology::{format_mac, parse_cidr, parse_mac};
 
 impl Node {
     pub(super) fn add(&mut self, call: CniCall) -> Result<Response, CniError> {
         let pod = &call.pod;
-        let Some(topology) = self
-            .store
-            .topology(&pod.namespace, &pod.name)
-            .map_err(store_error)?
-        else {
+        let Some(topology) = self.topology(&pod.namespace, &pod.name)? else {
             return Ok(Response::NotManaged);
         };
         let pod_ns = open_pod_netns(&call.netns)?;
@@ -177,11 +171,7 @@ impl Node {
 
     pub(super) fn check(&mut self, call: CniCall) -> Result<(), CniError> {
         let pod = &call.pod;
-        let Some(topology) = self
-            .store
-            .topology(&pod.namespace, &pod.name)
-            .map_err(store_error)?
-        else {
+        let Some(topology) = self.topology(&pod.namespace, &pod.name)? else {
             return Ok(());
         };
         let key = attachment_key(&call.container_id, &call.ifname);

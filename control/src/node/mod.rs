@@ -10,7 +10,9 @@ mod reconcile;
 mod topology_calls;
 mod wiring;
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use xwire_fastpath::link_table::PortId;
 use xwire_fastpath::peer::{NodeIdentity, PeerConfig, PeerId};
@@ -21,6 +23,7 @@ use xwire_proto::local::{codes, CniError, NodeState, Request, Response};
 use crate::config::DaemonConfig;
 use crate::netns::NetnsFd;
 use crate::store::{AttachmentRecord, EmbeddedStore, StoreError, TopologySource, WireStore};
+use crate::topology::{pod_key, Topology};
 
 pub use journal::{Journal, Step};
 pub use reconcile::Reconciled;
@@ -55,6 +58,11 @@ pub struct Node {
     sync_in_progress: HashMap<String, HashSet<WireKey>>,
     /// Claims to a wire's far end refused since the start (see `peers::claim_refusal`).
     refused_claims: u64,
+    /// Topologies read from the store, by pod key: decoded once, not once per link (a
+    /// Sync of thousands of wires of one pod would decode its topology thousands of
+    /// times). Emptied whenever the node writes topologies; nothing else writes them
+    /// while the daemon runs.
+    topologies: RefCell<HashMap<String, Option<Arc<Topology>>>>,
 }
 
 /// A fast-path port of a remote wire end, and the wire whose frames it carries.
@@ -93,6 +101,7 @@ impl Node {
             peer_versions: HashMap::new(),
             sync_in_progress: HashMap::new(),
             refused_claims: 0,
+            topologies: RefCell::new(HashMap::new()),
         };
         // A start that finds records is a restart: this pass re-attaches to what the last
         // run made. What it cannot do now (a peer not up yet) a later pass or the peer's
@@ -167,6 +176,26 @@ impl Node {
             .find(|a| a.pod.namespace == namespace && a.pod.name == pod))
     }
 
+    /// The topology of `pod`, from the cache or the store.
+    fn topology(&self, namespace: &str, pod: &str) -> Result<Option<Arc<Topology>>, CniError> {
+        let key = pod_key(namespace, pod);
+        if let Some(cached) = self.topologies.borrow().get(&key) {
+            return Ok(cached.clone());
+        }
+        let read = self
+            .store
+            .topology(namespace, pod)
+            .map_err(store_error)?
+            .map(Arc::new);
+        self.topologies.borrow_mut().insert(key, read.clone());
+        Ok(read)
+    }
+
+    /// Forgets the cached topologies: the node is about to write some.
+    fn topologies_changed(&self) {
+        self.topologies.borrow_mut().clear();
+    }
+
     fn topology_link(
         &self,
         namespace: &str,
@@ -174,9 +203,7 @@ impl Node {
         uid: u64,
     ) -> Result<Option<crate::topology::Link>, CniError> {
         Ok(self
-            .store
-            .topology(namespace, pod)
-            .map_err(store_error)?
+            .topology(namespace, pod)?
             .and_then(|t| t.link(uid).cloned()))
     }
 }

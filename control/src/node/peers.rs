@@ -19,7 +19,7 @@ use xwire_proto::control::{Carrier, ControlBody, SyncBody, WireKey, WireSpec, SY
 
 use super::{Journal, Node, RemoteEnd};
 use crate::netns::NetnsFd;
-use crate::store::{wire_key, TopologySource, WireRecord, WireState, WireStore};
+use crate::store::{wire_key, WireRecord, WireState, WireStore};
 
 impl Node {
     /// Takes the fast path's peer events and acts on them; says whether there were any.
@@ -206,8 +206,13 @@ impl Node {
 
     /// The address of the node that runs `pod`, if its Topology says.
     fn placement(&self, namespace: &str, pod: &str) -> Option<IpAddr> {
-        let topology = self.store.topology(namespace, pod).ok()??;
-        let src_ip = topology.status?.get("src_ip")?.as_str()?.to_owned();
+        let topology = self.topology(namespace, pod).ok()??;
+        let src_ip = topology
+            .status
+            .as_ref()?
+            .get("src_ip")?
+            .as_str()?
+            .to_owned();
         // meshnet writes a plain address; a CIDR is read for its address.
         src_ip.split('/').next()?.parse().ok()
     }

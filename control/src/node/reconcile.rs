@@ -15,7 +15,7 @@ use super::wiring::log_removal;
 use super::{cni_error, store_error, Journal, Node};
 use crate::interfaces::{self, NODE_ALIAS_PREFIX};
 use crate::netns::NetnsFd;
-use crate::store::{wire_key, AttachmentRecord, TopologySource, WireRecord, WireState, WireStore};
+use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState, WireStore};
 use crate::topology::Link;
 
 /// What one pass did: the changes it made and the ones it could not make.
@@ -193,10 +193,8 @@ impl Node {
     ) -> Result<(), CniError> {
         let (namespace, pod) = (&attachment.pod.namespace, &attachment.pod.name);
         let mut links: Vec<Link> = self
-            .store
-            .topology(namespace, pod)
-            .map_err(store_error)?
-            .map(|t| t.spec.links)
+            .topology(namespace, pod)?
+            .map(|t| t.spec.links.clone())
             .unwrap_or_default();
         links.sort_by_key(|l| l.uid);
         for wire in wires {

@@ -22,6 +22,7 @@ impl Node {
             .filter(|t| incoming.iter().any(|i| i.key() == t.key()))
             .map(|t| (t.key(), t))
             .collect();
+        self.topologies_changed();
         self.store.put_topologies(&incoming).map_err(store_error)?;
 
         let mut failures = Vec::new();
@@ -83,6 +84,7 @@ impl Node {
             .collect();
         for t in &chosen {
             self.relink(&t.metadata.namespace, &t.metadata.name, &t.spec.links, &[])?;
+            self.topologies_changed();
             self.store
                 .remove_topology(&t.metadata.namespace, &t.metadata.name)
                 .map_err(store_error)?;
