@@ -199,6 +199,17 @@ fn malformed_calls_get_the_right_error_and_change_nothing() {
         env[3],
     ];
     assert_eq!(code(plugin("ADD", &missing, &config)), Some(4));
+    // A FIFO (opening it for reading would wait for a writer forever) and a namespace
+    // of another kind: refused at once, and the daemon goes on answering.
+    let dir = support::TempDir::new("fifo");
+    let fifo = dir.0.join("netns");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    for path in [fifo.to_str().unwrap(), "/proc/self/ns/mnt"] {
+        let started = std::time::Instant::now();
+        let odd = [env[0], ("CNI_NETNS", path), env[2], env[3]];
+        assert_eq!(code(plugin("ADD", &odd, &config)), Some(4), "{path}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{path}");
+    }
     let anonymous = [env[0], env[1], env[2], ("CNI_ARGS", "IgnoreUnknown=1")];
     assert_eq!(code(plugin("ADD", &anonymous, &config)), Some(4));
     assert_eq!(code(plugin("FROB", &env, &config)), Some(4));

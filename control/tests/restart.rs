@@ -392,3 +392,36 @@ fn reconcile_repairs_once_and_then_has_nothing_to_do() {
     }
     lab.assert_store_matches("n1");
 }
+
+#[test]
+fn a_remote_end_whose_pod_interface_is_someone_elses_is_not_rebuilt_over_it() {
+    let mut lab = Lab::up(LINKS, &[]);
+    lab.node_mut("n1").stop();
+    // While n1's daemon is down, r1's end of the wire to r3 goes (its node end with
+    // it), and something else makes an eth2 in r1.
+    let r1 = &lab.pod("r1").ns;
+    for args in [
+        vec!["link", "del", "eth2"],
+        vec![
+            "link", "add", "eth2", "type", "veth", "peer", "name", "eth2p",
+        ],
+    ] {
+        let out = r1.exec(Command::new("ip").args(args)).unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let foreign = r1.ifindex("eth2").unwrap();
+    lab.node_mut("n1").restart();
+    let Ok(Response::Reconciled { failures, .. }) = lab.node("n1").ask(&Request::Reconcile) else {
+        panic!()
+    };
+    assert!(
+        failures.iter().any(|f| f.contains("did not make")),
+        "{failures:?}\n{}",
+        lab.logs()
+    );
+    assert_eq!(
+        lab.pod("r1").ns.ifindex("eth2").unwrap(),
+        foreign,
+        "xwire deleted an eth2 it did not make"
+    );
+}

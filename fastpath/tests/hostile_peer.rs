@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use xwire_fastpath::peer::{
-    Carrier, ClusterCa, ControlMessage, Flush, NodeIdentity, PeerConfig, PeerEvent, PeerTransport,
+    Carrier, ClusterCa, ControlMessage, Flush, NodeIdentity, PeerConfig, PeerEvent, PeerId,
+    PeerTransport,
 };
 use xwire_proto::control::{
-    next_control_record, Capabilities, ControlBody, ErrorCode, Hello, WireKey,
+    next_control_record, Capabilities, ControlBody, ErrorCode, Hello, SyncBody, WireKey, WireSpec,
 };
 use xwire_proto::data::{stream_preamble, FrameRepr, StreamKind, STREAM_PREAMBLE_LEN};
 use xwire_proto::framing::append_record;
@@ -26,6 +27,8 @@ const ROGUE_IP: &str = "127.0.0.2";
 struct Setup {
     node: PeerTransport,
     rogue_id: NodeIdentity,
+    /// The rogue, as the node numbers its peers.
+    rogue: PeerId,
 }
 
 /// node-b, which knows node-a (the rogue's name, which sorts first: node-b only
@@ -37,15 +40,17 @@ fn setup() -> Setup {
         NODE.parse().unwrap(),
     ))
     .unwrap();
-    node.add_peer(
-        "node-a",
-        format!("{ROGUE_IP}:9").parse().unwrap(),
-        Carrier::Datagram,
-    )
-    .unwrap();
+    let rogue = node
+        .add_peer(
+            "node-a",
+            format!("{ROGUE_IP}:9").parse().unwrap(),
+            Carrier::Datagram,
+        )
+        .unwrap();
     Setup {
         node,
         rogue_id: ca.issue("node-a").unwrap(),
+        rogue,
     }
 }
 
@@ -94,6 +99,17 @@ fn against_node<T: Send + 'static>(
     script: impl FnOnce(quinn::Endpoint, SocketAddr, NodeIdentity) -> T + Send + 'static,
     run: Run,
 ) -> (T, Vec<PeerEvent>) {
+    against_node_doing(setup, from_ip, script, run, |_| {})
+}
+
+/// As `against_node`, calling `each_pass` with the node after each of its polls.
+fn against_node_doing<T: Send + 'static>(
+    setup: &mut Setup,
+    from_ip: &str,
+    script: impl FnOnce(quinn::Endpoint, SocketAddr, NodeIdentity) -> T + Send + 'static,
+    run: Run,
+    mut each_pass: impl FnMut(&mut PeerTransport),
+) -> (T, Vec<PeerEvent>) {
     let node_addr = setup.node.local_addr();
     let id = setup.rogue_id.clone();
     let bind: SocketAddr = format!("{from_ip}:0").parse().unwrap();
@@ -115,6 +131,7 @@ fn against_node<T: Send + 'static>(
         assert!(Instant::now() < limit, "the script did not end");
         if run != Run::Idle {
             setup.node.poll(Flush::Now, &mut |_, _, _| false);
+            each_pass(&mut setup.node);
         }
         if run == Run::Polled {
             events.extend(setup.node.take_events());
@@ -454,4 +471,60 @@ fn control_messages_beyond_the_event_queue_are_dropped_counted_and_the_connectio
     let counters = setup.node.counters();
     assert!(counters.control_dropped > 0, "{counters:?}");
     assert!(events.len() <= 1 << 16, "{} events held", events.len());
+}
+
+#[test]
+fn a_peer_that_does_not_read_its_control_stream_loses_its_connection_not_our_memory() {
+    let mut setup = setup();
+    let peer = setup.rogue;
+    // A Sync of about 1 MiB: what a node may well send, over and over.
+    let big = ControlMessage {
+        request_id: 0,
+        body: ControlBody::Sync(SyncBody {
+            wires: (0..2500)
+                .map(|uid| WireSpec {
+                    key: WireKey {
+                        namespace: "lab".into(),
+                        link_uid: uid,
+                    },
+                    sender_pod: "p".repeat(200),
+                    sender_intf: "eth1".into(),
+                    receiver_pod: "q".repeat(200),
+                    receiver_intf: "eth1".into(),
+                    carrier: Carrier::Datagram,
+                })
+                .collect(),
+            more: false,
+        }),
+    };
+    let mut sent = 0;
+    let mut refused = false;
+    let (closed, _) = against_node_doing(
+        &mut setup,
+        ROGUE_IP,
+        |endpoint, node, _| {
+            let conn = connect(&endpoint, node);
+            let mut control = ControlStream::open(&conn);
+            control.send(&record(&hello()));
+            control.next();
+            // And never reads again.
+            block(tokio::time::timeout(Duration::from_secs(20), conn.closed())).is_ok()
+        },
+        Run::Polled,
+        |node| {
+            while node.is_up(peer) && !refused && sent < 200 {
+                if node.send_control(peer, &big) {
+                    sent += 1;
+                } else {
+                    refused = true;
+                }
+            }
+        },
+    );
+    assert!(
+        refused,
+        "{sent} messages of 1 MiB queued for a peer that reads none"
+    );
+    assert!(closed, "the connection stayed open");
+    assert_eq!(setup.node.counters().control_dropped, 1);
 }
