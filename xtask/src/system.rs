@@ -31,6 +31,8 @@ const PACKAGES: &[&str] = &[
     "golang-github-appc-cni-dev",
     // The font `xwirectl lab bench` writes its chart in.
     "fonts-dejavu-core",
+    // A test traces the system calls that create key files and the API socket.
+    "strace",
 ];
 
 pub fn run(cmd: &mut Command) -> Result<()> {
