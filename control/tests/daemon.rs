@@ -101,6 +101,22 @@ fn a_store_that_cannot_be_read_stops_the_start_and_is_left_alone() {
     assert_eq!(std::fs::read(&made).unwrap(), before);
 }
 
+/// A configuration for node n1 with its state and socket in `dir`: (config, socket).
+fn write_config(dir: &TempDir) -> (std::path::PathBuf, std::path::PathBuf) {
+    let socket = dir.0.join("api.sock");
+    let config = dir.0.join("xwired.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "node_name = \"n1\"\nstate_dir = \"{}\"\napi_socket = \"{}\"\n",
+            dir.0.join("state").display(),
+            socket.display()
+        ),
+    )
+    .unwrap();
+    (config, socket)
+}
+
 /// Runs `command` under strace (with umask 000, so that only an explicit mode keeps a
 /// file private) and returns the trace of the file and socket calls.
 fn traced(command: &str, label: &str) -> String {
@@ -152,17 +168,7 @@ fn keys_and_the_api_socket_are_created_with_their_final_mode() {
     // The daemon, stopped once its socket is there: the socket is created private (fchmod
     // on the socket before bind), never chmod'ed.
     let dir = TempDir::new("sockmode");
-    let socket = dir.0.join("api.sock");
-    let config = dir.0.join("xwired.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "node_name = \"n1\"\nstate_dir = \"{}\"\napi_socket = \"{}\"\n",
-            dir.0.join("state").display(),
-            socket.display()
-        ),
-    )
-    .unwrap();
+    let (config, socket) = write_config(&dir);
     let script = dir.0.join("run.sh");
     std::fs::write(
         &script,
@@ -215,18 +221,8 @@ fn certs_refuses_names_that_are_not_dns_names_and_writes_nothing() {
 #[test]
 fn a_file_at_the_socket_path_is_refused_and_left_alone() {
     let dir = TempDir::new("notsock");
-    let socket = dir.0.join("api.sock");
+    let (config, socket) = write_config(&dir);
     std::fs::write(&socket, "someone's data").unwrap();
-    let config = dir.0.join("xwired.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "node_name = \"n1\"\nstate_dir = \"{}\"\napi_socket = \"{}\"\n",
-            dir.0.join("state").display(),
-            socket.display()
-        ),
-    )
-    .unwrap();
     let out = Command::new(xwired())
         .arg("--config")
         .arg(&config)

@@ -226,6 +226,31 @@ fn connect(endpoint: &quinn::Endpoint, node: SocketAddr) -> quinn::Connection {
     block(endpoint.connect(node, "node-b").unwrap()).unwrap()
 }
 
+/// A connection whose Hellos are exchanged, and its control stream.
+fn connect_with_hello(
+    endpoint: &quinn::Endpoint,
+    node: SocketAddr,
+) -> (quinn::Connection, ControlStream) {
+    let conn = connect(endpoint, node);
+    let mut control = ControlStream::open(&conn);
+    control.send(&record(&hello()));
+    assert!(matches!(control.next().body, ControlBody::Hello(_)));
+    (conn, control)
+}
+
+/// A data stream's bytes: the preamble and one frame for link `uid`.
+fn data_stream_bytes(uid: u64, frame: &[u8]) -> Vec<u8> {
+    let mut bytes = stream_preamble(StreamKind::Data).to_vec();
+    let repr = FrameRepr {
+        link_uid: uid,
+        frame,
+    };
+    let at = bytes.len();
+    bytes.resize(at + repr.buffer_len(), 0);
+    repr.emit(&mut bytes[at..]).unwrap();
+    bytes
+}
+
 #[test]
 fn a_second_hello_and_undecodable_messages_get_errors_and_the_connection_stays() {
     let mut setup = setup();
@@ -313,16 +338,7 @@ fn nothing_but_hello_is_read_before_hello() {
             // A data stream with a frame, then a control stream that starts with an
             // AddWire-like message instead of Hello.
             let mut data = block(conn.open_uni()).unwrap();
-            let mut bytes = stream_preamble(StreamKind::Data).to_vec();
-            let frame = vec![0xab; 100];
-            let repr = FrameRepr {
-                link_uid: 7,
-                frame: &frame,
-            };
-            let at = bytes.len();
-            bytes.resize(at + repr.buffer_len(), 0);
-            repr.emit(&mut bytes[at..]).unwrap();
-            block(data.write_all(&bytes)).unwrap();
+            block(data.write_all(&data_stream_bytes(7, &[0xab; 100]))).unwrap();
             let mut control = ControlStream::open(&conn);
             control.send(&record(&del_wire(1)));
             block(tokio::time::timeout(Duration::from_secs(5), conn.closed())).is_ok()
@@ -354,21 +370,10 @@ fn the_state_of_streams_the_peer_ends_is_freed() {
         &mut setup,
         ROGUE_IP,
         |endpoint, node, _| {
-            let conn = connect(&endpoint, node);
-            let mut control = ControlStream::open(&conn);
-            control.send(&record(&hello()));
-            control.next();
-            let frame = vec![0x5a; 64];
-            let repr = FrameRepr {
-                link_uid: 7,
-                frame: &frame,
-            };
+            let (conn, _control) = connect_with_hello(&endpoint, node);
+            let bytes = data_stream_bytes(7, &[0x5a; 64]);
             for _ in 0..300 {
                 let mut data = block(conn.open_uni()).unwrap();
-                let mut bytes = stream_preamble(StreamKind::Data).to_vec();
-                let at = bytes.len();
-                bytes.resize(at + repr.buffer_len(), 0);
-                repr.emit(&mut bytes[at..]).unwrap();
                 block(data.write_all(&bytes)).unwrap();
                 data.finish().unwrap();
             }
@@ -445,10 +450,7 @@ fn control_messages_beyond_the_event_queue_are_dropped_counted_and_the_connectio
         &mut setup,
         ROGUE_IP,
         move |endpoint, node, _| {
-            let conn = connect(&endpoint, node);
-            let mut control = ControlStream::open(&conn);
-            control.send(&record(&hello()));
-            control.next();
+            let (conn, mut control) = connect_with_hello(&endpoint, node);
             let mut burst = Vec::new();
             for id in 0..sent {
                 del_wire(id).encode(&mut burst);
@@ -503,10 +505,7 @@ fn a_peer_that_does_not_read_its_control_stream_loses_its_connection_not_our_mem
         &mut setup,
         ROGUE_IP,
         |endpoint, node, _| {
-            let conn = connect(&endpoint, node);
-            let mut control = ControlStream::open(&conn);
-            control.send(&record(&hello()));
-            control.next();
+            let (conn, _control) = connect_with_hello(&endpoint, node);
             // And never reads again.
             block(tokio::time::timeout(Duration::from_secs(20), conn.closed())).is_ok()
         },

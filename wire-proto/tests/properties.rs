@@ -256,9 +256,18 @@ proptest! {
     fn truncated_control_bodies_are_errors(body in control_body(), cut in any::<prop::sample::Index>()) {
         prop_assume!(!matches!(body, ControlBody::Ack));
         let mut wire = Vec::new();
-        ControlMessage { request_id: 1, body }.encode(&mut wire);
+        ControlMessage { request_id: 1, body: body.clone() }.encode(&mut wire);
         let cut = 4 + cut.index(wire.len() - 4);
-        prop_assert!(ControlMessage::decode(&wire[4..cut]).is_err());
+        let decoded = ControlMessage::decode(&wire[4..cut]);
+        match body {
+            // A Sync without its last byte is a Sync as version 1 sends it: whole, with
+            // `more` absent (false).
+            ControlBody::Sync(sync) if cut == wire.len() - 1 => prop_assert_eq!(
+                decoded.unwrap().body,
+                ControlBody::Sync(SyncBody { more: false, ..sync })
+            ),
+            _ => prop_assert!(decoded.is_err()),
+        }
     }
 
     #[test]

@@ -91,14 +91,12 @@ fn raise_file_limit(max_ports: usize) {
     if soft >= target {
         return;
     }
+    // The hard limit too where allowed (root); else as far as the hard limit goes.
     let raised = setrlimit(Resource::RLIMIT_NOFILE, target, hard.max(target))
-        .or_else(|_| setrlimit(Resource::RLIMIT_NOFILE, target.min(hard), hard));
+        .or_else(|_| setrlimit(Resource::RLIMIT_NOFILE, target.min(hard), hard))
+        .and_then(|()| getrlimit(Resource::RLIMIT_NOFILE));
     match raised {
-        Ok(()) => tracing::info!(
-            from = soft,
-            to = target.min(hard.max(target)),
-            "open-file limit raised"
-        ),
+        Ok((now, _)) => tracing::info!(from = soft, to = now, wanted, "open-file limit raised"),
         Err(e) => tracing::warn!(
             soft,
             hard,
