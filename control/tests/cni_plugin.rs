@@ -332,6 +332,27 @@ fn del_leaves_an_interface_of_the_same_name_that_xwire_did_not_make() {
 }
 
 #[test]
+fn an_add_with_another_pods_container_id_is_refused_and_that_pod_keeps_its_wires() {
+    let node = start_node("n1", "");
+    node.apply(&pair_topology("r1", "r2", R1_R2));
+    let (r1, mut r2) = (Pod::new("r1"), Pod::new("r2"));
+    let config = node.net_config("1.1.0");
+    assert_eq!(call(&r1, "ADD", &config).code, 0);
+    r2.container = r1.container.clone();
+    let refused = call(&r2, "ADD", &config);
+    assert_eq!(
+        refused.error_code(),
+        Some(u64::from(codes::POD_ALREADY_ATTACHED)),
+        "{}",
+        refused.output
+    );
+    let state = node.state();
+    assert_eq!(state.attachments.len(), 1);
+    assert_eq!(state.attachments[0]["pod"]["name"], "r1");
+    assert_eq!(node.wire_state("r1", 0).as_deref(), Some("pending"));
+}
+
+#[test]
 fn version_needs_no_stdin_and_no_command_says_what_the_plugin_is() {
     use std::process::{Command, Stdio};
     let run = |command: Option<&str>| {

@@ -27,6 +27,28 @@ impl Node {
             pod: pod.clone(),
             netns: call.netns.clone(),
         };
+        // An attachment is keyed by container id and interface: one that another pod
+        // holds must not be written over (that pod's wires would go with it).
+        if let Some(holder) = self
+            .store
+            .attachment(&attachment.key())
+            .map_err(store_error)?
+            .filter(|held| held.pod != *pod)
+        {
+            return Err(cni_error(
+                codes::POD_ALREADY_ATTACHED,
+                format!(
+                    "container {} ({}) is attached as pod {}/{}, not {}/{}",
+                    call.container_id,
+                    call.ifname,
+                    holder.pod.namespace,
+                    holder.pod.name,
+                    pod.namespace,
+                    pod.name
+                ),
+                "a container id belongs to one pod",
+            ));
+        }
         if let Some(existing) = self.attachment_of_pod(&pod.namespace, &pod.name)? {
             if existing.key() == attachment.key() && existing.netns == attachment.netns {
                 return self.added(&attachment).map(Response::Added);
