@@ -167,8 +167,13 @@ impl Node {
     }
 
     /// Why `from` may not hold the far end that `spec` describes, if it may not (see the
-    /// module's notes).
-    fn claim_refusal(&self, from: &str, spec: &WireSpec) -> Option<String> {
+    /// module's notes). `record` is this node's end of the wire, if it has one.
+    fn claim_refusal(
+        &self,
+        from: &str,
+        spec: &WireSpec,
+        record: Option<&WireRecord>,
+    ) -> Option<String> {
         let namespace = &spec.key.namespace;
         let link = match self.topology_link(namespace, &spec.receiver_pod, spec.key.link_uid) {
             Ok(Some(link)) => link,
@@ -194,10 +199,9 @@ impl Node {
                 return Some(format!("node {} holds it", end.node));
             }
         }
-        let key = wire_key(namespace, &spec.receiver_pod, spec.key.link_uid);
-        match self.store.wire(&key) {
-            Ok(Some(record)) if record.state == WireState::Remote => {
-                let holder = record.peer_node.unwrap_or_default();
+        match record {
+            Some(record) if record.state == WireState::Remote => {
+                let holder = record.peer_node.as_deref().unwrap_or_default();
                 (holder != from).then(|| format!("node {holder} holds it"))
             }
             _ => None,
@@ -226,7 +230,9 @@ impl Node {
     /// Takes `from`'s word that it holds the far end `spec` describes, if it may; says
     /// whether it did.
     fn on_add_wire(&mut self, from: &str, spec: WireSpec) -> bool {
-        if let Some(why) = self.claim_refusal(from, &spec) {
+        let key = wire_key(&spec.key.namespace, &spec.receiver_pod, spec.key.link_uid);
+        let record = self.store.wire(&key).ok().flatten();
+        if let Some(why) = self.claim_refusal(from, &spec, record.as_ref()) {
             self.refused_claims += 1;
             tracing::warn!(
                 peer = %from,
@@ -243,8 +249,7 @@ impl Node {
                 pod: spec.sender_pod.clone(),
             },
         );
-        let key = wire_key(&spec.key.namespace, &spec.receiver_pod, spec.key.link_uid);
-        let Ok(Some(record)) = self.store.wire(&key) else {
+        let Some(record) = record else {
             return true;
         };
         match record.state {
