@@ -5,7 +5,6 @@
 
 mod call;
 mod cleanup;
-pub mod client;
 mod result;
 
 use std::io::{Read, Write};
@@ -96,7 +95,7 @@ fn execute(invocation: &Invocation) -> Result<Option<Value>, CniError> {
             "supportedVersions": SUPPORTED_VERSIONS,
         }))),
         Command::Add(call) => {
-            match client::call(&socket, &Request::Add(call.clone()), DAEMON_TIMEOUT) {
+            match xwire_api_client::call(&socket, &Request::Add(call.clone()), DAEMON_TIMEOUT) {
                 Ok(Response::Added(added)) => Ok(Some(result::merge(
                     &invocation.cni_version,
                     invocation.prev_result.as_ref(),
@@ -112,7 +111,7 @@ fn execute(invocation: &Invocation) -> Result<Option<Value>, CniError> {
             }
         }
         Command::Del(call) => {
-            match client::call(&socket, &Request::Del(call.clone()), DAEMON_TIMEOUT) {
+            match xwire_api_client::call(&socket, &Request::Del(call.clone()), DAEMON_TIMEOUT) {
                 Ok(Response::Ok) => Ok(None),
                 Ok(other) => Err(unexpected(other)),
                 // A failing DEL blocks the pod's deletion for good: remove what is ours in
@@ -125,7 +124,7 @@ fn execute(invocation: &Invocation) -> Result<Option<Value>, CniError> {
             }
         }
         Command::Check(call) => {
-            match client::call(&socket, &Request::Check(call.clone()), DAEMON_TIMEOUT) {
+            match xwire_api_client::call(&socket, &Request::Check(call.clone()), DAEMON_TIMEOUT) {
                 Ok(Response::Ok) => Ok(None),
                 Ok(other) => Err(unexpected(other)),
                 Err(e) => Err(unreachable_daemon(&socket, e)),
@@ -136,7 +135,7 @@ fn execute(invocation: &Invocation) -> Result<Option<Value>, CniError> {
                 cni_version: invocation.cni_version.clone(),
                 config: config.clone(),
             });
-            match client::call(&socket, &request, DAEMON_TIMEOUT) {
+            match xwire_api_client::call(&socket, &request, DAEMON_TIMEOUT) {
                 Ok(Response::Ok) => Ok(None),
                 Ok(other) => Err(unexpected(other)),
                 Err(e) => Err(CniError {
@@ -147,7 +146,7 @@ fn execute(invocation: &Invocation) -> Result<Option<Value>, CniError> {
             }
         }
         Command::Gc(call) => {
-            match client::call(&socket, &Request::Gc(call.clone()), DAEMON_TIMEOUT) {
+            match xwire_api_client::call(&socket, &Request::Gc(call.clone()), DAEMON_TIMEOUT) {
                 Ok(Response::Ok) => Ok(None),
                 Ok(other) => Err(unexpected(other)),
                 Err(e) => Err(unreachable_daemon(&socket, e)),

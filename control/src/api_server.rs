@@ -267,7 +267,7 @@ mod tests {
             .map(|_| {
                 let path = path.clone();
                 std::thread::spawn(move || {
-                    xwire_cni::client::call(&path, &local::Request::State, Duration::from_secs(3))
+                    xwire_api_client::call(&path, &local::Request::State, Duration::from_secs(3))
                 })
             })
             .collect();

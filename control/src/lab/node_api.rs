@@ -15,7 +15,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Asks a daemon; its error answer becomes an error.
 pub fn ask(socket: &Path, request: &Request) -> Result<Response> {
-    let response = xwire_cni::client::call(socket, request, TIMEOUT)?;
+    let response = xwire_api_client::call(socket, request, TIMEOUT)?;
     if let Response::Error(e) = response {
         bail!("{} (code {}) {}", e.msg, e.code, e.details);
     }

@@ -144,7 +144,7 @@ impl Node {
     }
 
     pub fn ask(&self, request: &Request) -> std::io::Result<Response> {
-        xwire_cni::client::call(&self.socket, request, Duration::from_secs(60))
+        xwire_api_client::call(&self.socket, request, Duration::from_secs(60))
     }
 
     /// Stores Topology objects (YAML, one per document); panics if the daemon refuses.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
-use xwire_cni::client as api_client;
+use xwire_api_client as api_client;
 use xwire_control::config::DEFAULT_API_SOCKET;
 use xwire_control::private_file::write_private;
 use xwire_control::store::{EmbeddedStore, TopologySource};

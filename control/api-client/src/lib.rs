@@ -1,4 +1,7 @@
-//! The plugin's side of the local API: one request, one answer, on a fresh connection.
+//! The caller's side of xwired's local API (`wire_proto::local`): one request, one
+//! answer, on a fresh connection, blocking with a timeout. The CNI plugin, `xwirectl`,
+//! the lab and the tests use it; it depends on nothing but the wire format, so that the
+//! plugin stays small.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
