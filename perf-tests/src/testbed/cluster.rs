@@ -222,7 +222,12 @@ pub fn plugin_raw(bin: &Path, command: &str, env: &[(&str, &str)], stdin: &[u8])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    // A plugin may answer without reading stdin (VERSION does): as Go's os/exec, which
+    // runtimes use, a closed pipe is not an error.
+    match child.stdin.take().unwrap().write_all(stdin) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => panic!("plugin stdin: {e}"),
+        _ => {}
+    }
     let out = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let output = if text.trim().is_empty() {
