@@ -176,72 +176,6 @@ impl<'a> Iterator for Frames<'a> {
     }
 }
 
-/// Packs frames into one datagram of at most `buf.len()` bytes, writing in place.
-#[derive(Debug)]
-pub struct DatagramBuilder<'a> {
-    buf: &'a mut [u8],
-    len: usize,
-    count: u16,
-}
-
-impl<'a> DatagramBuilder<'a> {
-    /// `buf` is the datagram's room: its length is the largest datagram to build
-    /// (for QUIC, the connection's current maximum datagram size).
-    pub fn new(buf: &'a mut [u8]) -> Result<Self, EncodeError> {
-        if buf.len() < DATAGRAM_HEADER_LEN + RECORD_HEADER_LEN + MIN_FRAME_LEN {
-            return Err(EncodeError::NoRoom);
-        }
-        buf[0] = DATA_VERSION;
-        buf[1] = DATAGRAM_KIND_FRAMES;
-        Ok(DatagramBuilder {
-            buf,
-            len: DATAGRAM_HEADER_LEN,
-            count: 0,
-        })
-    }
-
-    /// Whether a frame of `frame_len` bytes still fits.
-    pub fn fits(&self, frame_len: usize) -> bool {
-        self.count < u16::MAX && self.len + RECORD_HEADER_LEN + frame_len <= self.buf.len()
-    }
-
-    /// The largest frame that could be carried by an empty datagram of `max_datagram` bytes.
-    pub fn max_frame_for(max_datagram: usize) -> usize {
-        max_datagram
-            .saturating_sub(DATAGRAM_HEADER_LEN + RECORD_HEADER_LEN)
-            .min(MAX_FRAME_LEN)
-    }
-
-    /// Appends one frame. `NoRoom` leaves the datagram as it was.
-    pub fn push(&mut self, link_uid: u64, frame: &[u8]) -> Result<(), EncodeError> {
-        if self.count == u16::MAX {
-            return Err(EncodeError::NoRoom);
-        }
-        let used = FrameRepr { link_uid, frame }.emit(&mut self.buf[self.len..])?;
-        self.len += used;
-        self.count += 1;
-        Ok(())
-    }
-
-    pub fn frame_count(&self) -> usize {
-        usize::from(self.count)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
-    /// Writes the frame count and returns the datagram's length (0 if nothing was pushed:
-    /// an empty batch is not a valid datagram and must not be sent).
-    pub fn finish(self) -> usize {
-        if self.count == 0 {
-            return 0;
-        }
-        self.buf[2..4].copy_from_slice(&self.count.to_be_bytes());
-        self.len
-    }
-}
-
 /// Stream kinds, the second preamble byte of every QUIC stream xwire opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -324,16 +258,25 @@ mod tests {
         assert_eq!(batch.frame_count(), 0);
     }
 
+    /// One datagram of at most `max` bytes holding `frames`.
+    fn datagram(frames: &[(u64, Vec<u8>)], max: usize) -> Bytes {
+        let mut batch = DatagramBatch::new(max);
+        for (uid, f) in frames {
+            batch.push(*uid, f).unwrap();
+        }
+        batch.take().unwrap()
+    }
+
     #[test]
     fn batch_round_trip_keeps_order_and_bytes() {
         let frames: Vec<Vec<u8>> = (0..5).map(|i| frame(60 + i * 100, i as u8)).collect();
-        let mut buf = vec![0u8; 1400];
-        let mut b = DatagramBuilder::new(&mut buf).unwrap();
-        for (i, f) in frames.iter().enumerate() {
-            b.push(i as u64 * 1000, f).unwrap();
-        }
-        let len = b.finish();
-        let d = Datagram::new_checked(&buf[..len]).unwrap();
+        let tagged: Vec<(u64, Vec<u8>)> = frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (i as u64 * 1000, f.clone()))
+            .collect();
+        let bytes = datagram(&tagged, 1400);
+        let d = Datagram::new_checked(&bytes[..]).unwrap();
         assert_eq!(d.frame_count(), 5);
         let got: Vec<_> = d.frames().collect();
         for (i, r) in got.iter().enumerate() {
@@ -344,29 +287,19 @@ mod tests {
 
     #[test]
     fn push_refuses_what_does_not_fit_and_keeps_the_batch() {
-        let mut buf = vec![0u8; 200];
-        let mut b = DatagramBuilder::new(&mut buf).unwrap();
+        let mut b = DatagramBatch::new(200);
         b.push(1, &frame(100, 1)).unwrap();
         assert!(!b.fits(100));
         assert_eq!(b.push(2, &frame(100, 2)), Err(EncodeError::NoRoom));
-        let len = b.finish();
-        assert_eq!(len, DATAGRAM_HEADER_LEN + RECORD_HEADER_LEN + 100);
-        assert_eq!(Datagram::new_checked(&buf[..len]).unwrap().frame_count(), 1);
-    }
-
-    #[test]
-    fn empty_builder_yields_nothing_to_send() {
-        let mut buf = vec![0u8; 200];
-        assert_eq!(DatagramBuilder::new(&mut buf).unwrap().finish(), 0);
+        let d = b.take().unwrap();
+        assert_eq!(d.len(), DATAGRAM_HEADER_LEN + RECORD_HEADER_LEN + 100);
+        assert_eq!(Datagram::new_checked(&d[..]).unwrap().frame_count(), 1);
     }
 
     #[test]
     fn bad_datagrams_are_typed_errors() {
-        let mut buf = vec![0u8; 200];
-        let mut b = DatagramBuilder::new(&mut buf).unwrap();
-        b.push(9, &frame(64, 0)).unwrap();
-        let len = b.finish();
-        let good = buf[..len].to_vec();
+        let good = datagram(&[(9, frame(64, 0))], 200).to_vec();
+        let len = good.len();
 
         let mut newer = good.clone();
         newer[0] = DATA_VERSION + 1;
@@ -406,8 +339,7 @@ mod tests {
 
     #[test]
     fn frame_lengths_outside_the_range_are_refused() {
-        let mut buf = vec![0u8; 100_000];
-        let mut b = DatagramBuilder::new(&mut buf).unwrap();
+        let mut b = DatagramBatch::new(100_000);
         assert_eq!(b.push(1, &[0; 13]), Err(EncodeError::FrameLength(13)));
         assert_eq!(
             b.push(1, &vec![0; MAX_FRAME_LEN + 1]),
@@ -448,11 +380,7 @@ mod tests {
 
     #[test]
     fn frame_bytes_shares_the_received_buffer() {
-        let mut buf = vec![0u8; 200];
-        let mut b = DatagramBuilder::new(&mut buf).unwrap();
-        b.push(5, &frame(64, 9)).unwrap();
-        let len = b.finish();
-        let whole = Bytes::copy_from_slice(&buf[..len]);
+        let whole = datagram(&[(5, frame(64, 9))], 200);
         let d = Datagram::new_checked(whole.clone()).unwrap();
         let r = d.frames().next().unwrap();
         let shared = r.frame_bytes(&whole);
@@ -497,7 +425,14 @@ impl DatagramBatch {
 
     /// Whether a frame of `frame_len` bytes fits in an empty batch.
     pub fn ever_fits(&self, frame_len: usize) -> bool {
-        frame_len <= DatagramBuilder::max_frame_for(self.max_len)
+        frame_len <= DatagramBatch::max_frame_for(self.max_len)
+    }
+
+    /// The largest frame an empty datagram of `max_datagram` bytes carries.
+    pub fn max_frame_for(max_datagram: usize) -> usize {
+        max_datagram
+            .saturating_sub(DATAGRAM_HEADER_LEN + RECORD_HEADER_LEN)
+            .min(MAX_FRAME_LEN)
     }
 
     /// Appends one frame. `NoRoom` leaves the batch as it was: take it, then push again.

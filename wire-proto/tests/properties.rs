@@ -9,7 +9,7 @@ use xwire_proto::control::{
     Hello, SyncBody, WireKey, WireSpec,
 };
 use xwire_proto::data::{
-    next_stream_frame, Datagram, DatagramBuilder, FrameRepr, MAX_FRAME_LEN, MIN_FRAME_LEN,
+    next_stream_frame, Datagram, DatagramBatch, FrameRepr, MAX_FRAME_LEN, MIN_FRAME_LEN,
 };
 use xwire_proto::local::{
     self, AddResult, Attachment, CniCall, CniError, CniInterface, CniIp, GcCall, PodRef, Request,
@@ -160,6 +160,15 @@ fn response() -> impl Strategy<Value = Response> {
     ]
 }
 
+/// All of `frames` in one datagram (they fit: at most 40 frames of 2000 bytes).
+fn datagram_of(frames: &[(u64, Vec<u8>)]) -> Vec<u8> {
+    let mut batch = DatagramBatch::new(65_000);
+    for (uid, frame) in frames {
+        batch.push(*uid, frame).unwrap();
+    }
+    batch.take().unwrap().to_vec()
+}
+
 fn frames() -> impl Strategy<Value = Vec<(u64, Vec<u8>)>> {
     vec((any::<u64>(), vec(any::<u8>(), MIN_FRAME_LEN..2000)), 1..40)
 }
@@ -167,20 +176,20 @@ fn frames() -> impl Strategy<Value = Vec<(u64, Vec<u8>)>> {
 proptest! {
     #[test]
     fn datagram_batches_round_trip(frames in frames(), room in 1200usize..65_000) {
-        let mut buf = vec![0u8; room];
-        let mut builder = DatagramBuilder::new(&mut buf).unwrap();
+        let mut batch = DatagramBatch::new(room);
         let mut packed = Vec::new();
         for (uid, frame) in &frames {
-            if !builder.fits(frame.len()) {
+            if !batch.fits(frame.len()) {
                 break;
             }
-            builder.push(*uid, frame).unwrap();
+            batch.push(*uid, frame).unwrap();
             packed.push((*uid, frame.clone()));
         }
-        let len = builder.finish();
-        prop_assume!(len > 0);
-        prop_assert!(len <= room);
-        let got: Vec<(u64, Vec<u8>)> = Datagram::new_checked(&buf[..len])
+        let datagram = batch.take();
+        prop_assume!(datagram.is_some());
+        let datagram = datagram.unwrap();
+        prop_assert!(datagram.len() <= room);
+        let got: Vec<(u64, Vec<u8>)> = Datagram::new_checked(&datagram[..])
             .unwrap()
             .frames()
             .map(|f| (f.link_uid, f.frame.to_vec()))
@@ -234,13 +243,8 @@ proptest! {
 
     #[test]
     fn truncated_datagrams_are_errors(frames in frames(), cut in any::<prop::sample::Index>()) {
-        let mut buf = vec![0u8; 65_000];
-        let mut builder = DatagramBuilder::new(&mut buf).unwrap();
-        for (uid, frame) in &frames {
-            builder.push(*uid, frame).unwrap();
-        }
-        let len = builder.finish();
-        let cut = cut.index(len);
+        let buf = datagram_of(&frames);
+        let cut = cut.index(buf.len());
         prop_assert!(Datagram::new_checked(&buf[..cut]).is_err());
     }
 
@@ -280,15 +284,10 @@ proptest! {
 
     #[test]
     fn wrong_version_datagrams_are_refused(frames in frames(), version in 2u8..) {
-        let mut buf = vec![0u8; 65_000];
-        let mut builder = DatagramBuilder::new(&mut buf).unwrap();
-        for (uid, frame) in &frames {
-            builder.push(*uid, frame).unwrap();
-        }
-        let len = builder.finish();
+        let mut buf = datagram_of(&frames);
         buf[0] = version;
         prop_assert_eq!(
-            Datagram::new_checked(&buf[..len]).unwrap_err(),
+            Datagram::new_checked(&buf[..]).unwrap_err(),
             DecodeError::UnsupportedVersion(version.into())
         );
     }
