@@ -5,7 +5,7 @@ pub mod api_server;
 pub mod config;
 pub mod interfaces;
 pub mod lab;
-pub mod netns;
+pub use xwire_netns as netns;
 pub mod node;
 pub mod private_file;
 pub mod store;

@@ -8,8 +8,6 @@ use anyhow::{bail, Result};
 
 /// Every lab's directory is under here (tmpfs: like the namespaces, gone at reboot).
 pub const LABS_DIR: &str = "/run/xwire/labs";
-/// Named network namespaces, as `ip netns` keeps them.
-pub const NETNS_DIR: &str = "/run/netns";
 /// Every lab namespace's name starts with this, then the lab name, then a '.': lab names
 /// have no '.', so one lab's prefix never matches another's namespaces.
 const NETNS_PREFIX: &str = "xl.";

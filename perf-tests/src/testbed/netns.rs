@@ -1,5 +1,6 @@
-//! A named network namespace, as `ip netns add` makes one (a bind mount under
-//! /run/netns), so that `ip netns exec`, CNI runtimes and people can use it too.
+//! A named network namespace for a test (made by `xwire_netns::named` as `ip netns add`
+//! makes one), so that `ip netns exec`, CNI runtimes and people can use it too; it is
+//! removed when the test's guard drops.
 
 use std::fs::{self, File};
 use std::future::Future;
@@ -8,14 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::sync::Once;
 
-use nix::mount::{mount, umount2, MntFlags, MsFlags};
-use nix::sched::{setns, unshare, CloneFlags};
+use nix::sched::{setns, CloneFlags};
 use rtnetlink::Handle;
+use xwire_netns::named;
 
 use super::names::{namespace_name, namespace_owner};
 use super::Error;
-
-const NETNS_DIR: &str = "/run/netns";
 
 /// A network namespace that exists as long as this value does.
 #[derive(Debug)]
@@ -33,36 +32,18 @@ impl Netns {
         SWEEP.call_once(sweep_stale_namespaces);
 
         let name = namespace_name(label);
-        let path = Path::new(NETNS_DIR).join(&name);
-        fs::create_dir_all(NETNS_DIR).map_err(|e| Error::io("create /run/netns", e))?;
-        share_netns_dir().map_err(|e| Error::io("make /run/netns a shared mount", e))?;
-        File::create(&path).map_err(|e| Error::io(format!("create {}", path.display()), e))?;
+        let path = named::path(&name);
+        let fd = named::add(&name)
+            .map_err(|e| Error::invalid(format!("make namespace {name}"), e.to_string()))?
+            .file()
+            .try_clone()
+            .map_err(|e| Error::io("hold the namespace", e));
         // From here on the guard owns the mount point and removes it on any failure.
-        let mounted = std::thread::scope(|s| {
-            s.spawn(|| -> Result<(), Error> {
-                unshare(CloneFlags::CLONE_NEWNET)
-                    .map_err(|e| Error::io("unshare(CLONE_NEWNET)", e))?;
-                mount(
-                    Some("/proc/thread-self/ns/net"),
-                    &path,
-                    None::<&str>,
-                    MsFlags::MS_BIND,
-                    None::<&str>,
-                )
-                .map_err(|e| Error::io(format!("bind mount onto {}", path.display()), e))
-            })
-            .join()
-            .unwrap_or_else(|_| Err(Error::invalid("create namespace", "thread panicked")))
-        });
-        if let Err(e) = mounted {
-            let _ = fs::remove_file(&path);
-            return Err(e);
-        }
-        let fd = match File::open(&path) {
+        let fd = match fd {
             Ok(fd) => fd,
             Err(e) => {
-                remove_namespace(&path);
-                return Err(Error::io(format!("open {}", path.display()), e));
+                named::remove(&path);
+                return Err(e);
             }
         };
         let ns = Netns { name, path, fd };
@@ -172,51 +153,14 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        remove_namespace(&self.path);
-    }
-}
-
-/// Unmounts and unlinks a namespace; the kernel frees it, and every interface in it,
-/// once no process or open file refers to it.
-fn remove_namespace(path: &Path) {
-    let _ = umount2(path, MntFlags::MNT_DETACH);
-    let _ = fs::remove_file(path);
-}
-
-/// Makes /run/netns a shared mount point, as `ip netns add` does, before any namespace is
-/// mounted in it. Otherwise the first tool that does so later (podman does) bind-mounts
-/// the directory onto itself, which hides the mounts already under it: their files can
-/// then be neither unmounted nor removed, and stay behind.
-pub fn share_netns_dir() -> nix::Result<()> {
-    let shared = || {
-        mount(
-            None::<&str>,
-            NETNS_DIR,
-            None::<&str>,
-            MsFlags::MS_SHARED | MsFlags::MS_REC,
-            None::<&str>,
-        )
-    };
-    match shared() {
-        // Not a mount point yet: make it one (recursively, keeping what is under it).
-        Err(nix::Error::EINVAL) => {
-            mount(
-                Some(NETNS_DIR),
-                NETNS_DIR,
-                None::<&str>,
-                MsFlags::MS_BIND | MsFlags::MS_REC,
-                None::<&str>,
-            )?;
-            shared()
-        }
-        other => other,
+        named::remove(&self.path);
     }
 }
 
 /// Removes the namespaces of test processes that are gone (killed before their guards
 /// could run). The first `Netns::new` of every process calls this.
 pub fn sweep_stale_namespaces() {
-    let Ok(entries) = fs::read_dir(NETNS_DIR) else {
+    let Ok(entries) = fs::read_dir(named::NETNS_DIR) else {
         return;
     };
     for entry in entries.flatten() {
@@ -225,7 +169,7 @@ pub fn sweep_stale_namespaces() {
             continue;
         };
         if !Path::new("/proc").join(pid.to_string()).exists() {
-            remove_namespace(&entry.path());
+            named::remove(&entry.path());
         }
     }
 }

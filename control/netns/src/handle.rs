@@ -1,6 +1,6 @@
-//! Entering network namespaces: a pod's (`CNI_NETNS`, a path) or the daemon's own.
-//! Work inside one runs on a short-lived thread that has joined it, so the daemon's own
-//! threads never change namespace.
+//! An open network namespace: a pod's (`CNI_NETNS`, a path), a node's, or the caller's
+//! own. Work inside one runs on a short-lived thread that has joined it, so that the
+//! caller's own threads never change namespace.
 
 use std::fs::File;
 use std::future::Future;

@@ -1,0 +1,12 @@
+//! Network namespaces, for the daemon, the lab and the test bed alike:
+//!
+//! * [`NetnsFd`]: an open namespace (a pod's `CNI_NETNS`, a node's, the caller's own),
+//!   checked to be a network namespace, and work run inside it on a short-lived thread
+//!   (so that no long-lived thread ever changes namespace);
+//! * [`named`]: namespaces made, listed and removed by name under /run/netns, as
+//!   `ip netns` does, so that `ip netns exec`, CNI runtimes and people can use them too.
+
+mod handle;
+pub mod named;
+
+pub use handle::{NetnsError, NetnsFd};
