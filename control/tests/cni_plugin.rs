@@ -14,6 +14,18 @@ use xwire_proto::local::codes;
 const R1_R2: &[(u64, &str, &str, &str, &str)] =
     &[(0, "eth1", "10.0.0.1/30", "eth1", "10.0.0.2/30")];
 
+/// A node with r1 and r2 attached, joined by one veth (`R1_R2`): the node, the pods, and
+/// the network configuration of `version` they were added with.
+fn node_with_pair(version: &str) -> (support::Node, Pod, Pod, serde_json::Value) {
+    let node = start_node("n1", "");
+    node.apply(&pair_topology("r1", "r2", R1_R2));
+    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
+    let config = node.net_config(version);
+    assert_eq!(call(&r1, "ADD", &config).code, 0);
+    assert_eq!(call(&r2, "ADD", &config).code, 0);
+    (node, r1, r2, config)
+}
+
 #[test]
 fn same_node_pods_get_a_veth_in_either_order_and_lose_it_on_del() {
     let node = start_node("n1", "");
@@ -79,12 +91,7 @@ fn same_node_pods_get_a_veth_in_either_order_and_lose_it_on_del() {
 
 #[test]
 fn links_follow_a_running_topology() {
-    let node = start_node("n1", "");
-    node.apply(&pair_topology("r1", "r2", R1_R2));
-    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
-    let config = node.net_config("1.0.0");
-    assert_eq!(call(&r1, "ADD", &config).code, 0);
-    assert_eq!(call(&r2, "ADD", &config).code, 0);
+    let (node, r1, r2, config) = node_with_pair("1.0.0");
 
     let two = [R1_R2[0], (1, "eth2", "10.0.1.1/30", "eth2", "10.0.1.2/30")];
     node.apply(&pair_topology("r1", "r2", &two));
@@ -269,12 +276,7 @@ fn a_failed_add_undoes_every_step() {
 
 #[test]
 fn gc_removes_attachments_the_runtime_no_longer_holds() {
-    let node = start_node("n1", "");
-    node.apply(&pair_topology("r1", "r2", R1_R2));
-    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
-    let config = node.net_config("1.1.0");
-    assert_eq!(call(&r1, "ADD", &config).code, 0);
-    assert_eq!(call(&r2, "ADD", &config).code, 0);
+    let (node, r1, r2, config) = node_with_pair("1.1.0");
     let mut gc = config.clone();
     gc["cni.dev/valid-attachments"] = json!([{"containerID": r2.container, "ifname": "eth0"}]);
     assert_eq!(plugin("GC", &[], &gc).code, 0);
@@ -286,12 +288,7 @@ fn gc_removes_attachments_the_runtime_no_longer_holds() {
 
 #[test]
 fn gc_without_the_list_of_valid_attachments_is_refused_and_removes_nothing() {
-    let node = start_node("n1", "");
-    node.apply(&pair_topology("r1", "r2", R1_R2));
-    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
-    let config = node.net_config("1.1.0");
-    assert_eq!(call(&r1, "ADD", &config).code, 0);
-    assert_eq!(call(&r2, "ADD", &config).code, 0);
+    let (node, r1, r2, config) = node_with_pair("1.1.0");
     let refused = plugin("GC", &[], &config);
     assert_eq!(refused.code, 1);
     assert_eq!(
@@ -306,12 +303,7 @@ fn gc_without_the_list_of_valid_attachments_is_refused_and_removes_nothing() {
 
 #[test]
 fn del_leaves_an_interface_of_the_same_name_that_xwire_did_not_make() {
-    let node = start_node("n1", "");
-    node.apply(&pair_topology("r1", "r2", R1_R2));
-    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
-    let config = node.net_config("1.1.0");
-    assert_eq!(call(&r1, "ADD", &config).code, 0);
-    assert_eq!(call(&r2, "ADD", &config).code, 0);
+    let (node, r1, _r2, config) = node_with_pair("1.1.0");
     // The wire's veth goes, and another plugin (or the container) makes an eth1 of its own.
     for command in [
         vec!["link", "del", "eth1"],
@@ -399,12 +391,7 @@ fn version_needs_no_stdin_and_no_command_says_what_the_plugin_is() {
 
 #[test]
 fn del_succeeds_with_the_daemon_down_and_the_daemon_forgets_gone_pods() {
-    let mut node = start_node("n1", "");
-    node.apply(&pair_topology("r1", "r2", R1_R2));
-    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
-    let config = node.net_config("1.0.0");
-    assert_eq!(call(&r1, "ADD", &config).code, 0);
-    assert_eq!(call(&r2, "ADD", &config).code, 0);
+    let (mut node, r1, r2, config) = node_with_pair("1.0.0");
     r1.ns
         .exec(std::process::Command::new("ip").args([
             "link", "add", "keepme", "type", "veth", "peer", "name", "keepme2",

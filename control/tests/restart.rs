@@ -349,17 +349,7 @@ fn a_link_added_while_its_daemon_is_down_is_joined_when_it_returns() {
     // n2's daemon is down: the operator writes its store directly.
     let file = lab.node("n2").dir.0.join("topology.yaml");
     std::fs::write(&file, &yaml).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_xwirectl"))
-        .args(["topology", "apply", "--state-dir"])
-        .arg(lab.node("n2").dir.0.join("state"))
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::apply_offline(lab.node("n2"), &file);
     lab.node_mut("n2").restart();
     lab.converged_with_new_link(&links, &flows);
 }

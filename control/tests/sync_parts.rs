@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -89,18 +88,7 @@ fn a_sync_of_thousands_of_long_wires_goes_in_parts_and_a_restart_takes_it_whole(
     std::fs::write(&file, serde_json::to_vec(&big).unwrap()).unwrap();
     for node in [&mut n1, &mut n2] {
         node.stop();
-        let out = Command::new(env!("CARGO_BIN_EXE_xwirectl"))
-            .args(["topology", "apply"])
-            .arg(&file)
-            .arg("--state-dir")
-            .arg(node.dir.0.join("state"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        support::apply_offline(node, &file);
         node.restart();
     }
     // A wire that is up, named to come last in every Sync.

@@ -101,3 +101,19 @@ pub fn two_nodes(certs: &TempDir) -> (Node, Node) {
     )
     .unwrap()
 }
+
+/// Stores Topology objects (a file of YAML or JSON) straight into a stopped node's store,
+/// with `xwirectl topology apply --state-dir`.
+pub fn apply_offline(node: &Node, file: &std::path::Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_xwirectl"))
+        .args(["topology", "apply", "--state-dir"])
+        .arg(node.dir.0.join("state"))
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
