@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use xwire_fastpath::peer::{
-    Carrier, ClusterCa, ControlMessage, Flush, NodeIdentity, PeerConfig, PeerEvent, PeerId,
-    PeerTransport,
+    Carrier, ControlMessage, Flush, NodeIdentity, PeerConfig, PeerEvent, PeerId, PeerTransport,
 };
+use xwire_pki::ClusterCa;
 use xwire_proto::control::{
     next_control_record, Capabilities, ControlBody, ErrorCode, Hello, SyncBody, WireKey, WireSpec,
 };

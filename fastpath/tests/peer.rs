@@ -5,9 +5,10 @@
 use std::time::{Duration, Instant};
 
 use xwire_fastpath::peer::{
-    Carrier, ClusterCa, Flush, NodeIdentity, PeerConfig, PeerEvent, PeerId, PeerTransport,
+    Carrier, Flush, NodeIdentity, PeerConfig, PeerEvent, PeerId, PeerTransport,
 };
 use xwire_perf::testbed::{Netns, Veth};
+use xwire_pki::ClusterCa;
 
 /// A frame whose bytes tell its length, sender and sequence number.
 fn test_frame(len: usize, sender: u8, seq: u16) -> Vec<u8> {

@@ -4,10 +4,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use xwire_fastpath::peer::{Carrier, ClusterCa, PeerConfig};
+use xwire_fastpath::peer::{Carrier, PeerConfig};
 use xwire_fastpath::{Direction, LinkCounters, PortChoice, Worker, WorkerConfig};
 use xwire_perf::testbed::checks::{pattern, ping, tcp_transfer, test_frame, TEST_ETHERTYPE};
 use xwire_perf::testbed::{unique_ifname, Netns, RawSocket, Veth};
+use xwire_pki::ClusterCa;
 
 const UID: u64 = 42;
 

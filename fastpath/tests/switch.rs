@@ -262,8 +262,9 @@ fn auto_chooses_af_xdp_and_reports_the_mode() {
 
 #[test]
 fn a_batch_of_remote_ports_opens_each_and_closes_one_that_cannot_join() {
-    use xwire_fastpath::peer::{Carrier, ClusterCa, PeerConfig};
+    use xwire_fastpath::peer::{Carrier, PeerConfig};
     use xwire_fastpath::RemotePort;
+    use xwire_pki::ClusterCa;
 
     let bed = Bed::new("xsw-rpb");
     let wires = [bed.wire(&bed.pod_a), bed.wire(&bed.pod_b)];

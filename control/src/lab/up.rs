@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
-use xwire_fastpath::peer::ClusterCa;
+use xwire_pki::ClusterCa;
 use xwire_proto::local::Request;
 
 use super::file::{self, Lab};

@@ -7,7 +7,6 @@
 //! the connection is lost; the other accepts, and learns the peer's name from its Hello
 //! (which must match the name in the peer's certificate).
 
-mod pki;
 mod session;
 mod tls;
 mod transport;
@@ -18,8 +17,8 @@ use std::ops::RangeInclusive;
 
 use xwire_proto::control::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
-pub use pki::{ClusterCa, NodeIdentity};
 pub use transport::{Flush, PeerTransport};
+pub use xwire_pki::NodeIdentity;
 pub use xwire_proto::control::{Carrier, ControlMessage};
 
 /// A peer node, as this transport numbers them.

@@ -12,8 +12,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::RootCertStore;
 
-use super::pki::NodeIdentity;
 use super::PeerError;
+use xwire_pki::NodeIdentity;
 
 /// The ALPN protocol of xwire's peer connections.
 const ALPN: &[u8] = b"xwire/1";

@@ -14,10 +14,10 @@ use quinn_proto::{
 use rustls::pki_types::ServerName;
 use xwire_proto::control::ControlMessage;
 
-use super::pki::NodeIdentity;
 use super::session::{Inbound, Session};
 use super::udp::Udp;
 use super::{tls, Carrier, PeerConfig, PeerCounters, PeerError, PeerEvent, PeerId};
+use xwire_pki::NodeIdentity;
 
 mod lifecycle;
 

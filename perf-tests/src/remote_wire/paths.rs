@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use xwire_fastpath::peer::{Carrier, ClusterCa, PeerConfig, PeerEvent};
+use xwire_fastpath::peer::{Carrier, PeerConfig, PeerEvent};
 use xwire_fastpath::{Direction, LinkCounters, PortChoice, PortId, Worker, WorkerConfig};
+use xwire_pki::ClusterCa;
 
 use crate::testbed::Netns;
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use xwire_fastpath::peer::ClusterCa;
+use xwire_pki::ClusterCa;
 use xwire_proto::local::{NodeState, Request, Response, TopologyApply};
 
 use super::{ChildGuard, Netns};

@@ -13,7 +13,7 @@ use xwire_control::config::DEFAULT_API_SOCKET;
 use xwire_control::private_file::write_private;
 use xwire_control::store::{EmbeddedStore, TopologySource};
 use xwire_control::topology;
-use xwire_fastpath::peer::ClusterCa;
+use xwire_pki::ClusterCa;
 use xwire_proto::local::{Request, Response, TopologyApply, TopologyQuery};
 
 #[derive(Parser)]

@@ -1,0 +1,51 @@
+//! The cluster CA: a self-signed certificate authority that signs node certificates.
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+
+use crate::{NodeIdentity, PkiError};
+
+/// A certificate authority that signs node certificates.
+pub struct ClusterCa {
+    cert: rcgen::Certificate,
+    key: KeyPair,
+}
+
+impl ClusterCa {
+    /// A new self-signed CA named `name`.
+    pub fn generate(name: &str) -> Result<ClusterCa, PkiError> {
+        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(pki)?;
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let key = KeyPair::generate().map_err(pki)?;
+        let cert = params.self_signed(&key).map_err(pki)?;
+        Ok(ClusterCa { cert, key })
+    }
+
+    pub fn cert_pem(&self) -> String {
+        self.cert.pem()
+    }
+
+    /// A certificate for `node_name` (its DNS subject alternative name, which peers check
+    /// when they dial it), signed by this CA. The name must be a node name
+    /// (`xwire_proto::control::check_node_name`): no wildcard, no path.
+    pub fn issue(&self, node_name: &str) -> Result<NodeIdentity, PkiError> {
+        xwire_proto::control::check_node_name(node_name).map_err(PkiError::Name)?;
+        let mut params = CertificateParams::new(vec![node_name.to_owned()]).map_err(pki)?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, node_name);
+        let key = KeyPair::generate().map_err(pki)?;
+        let cert = params.signed_by(&key, &self.cert, &self.key).map_err(pki)?;
+        Ok(NodeIdentity {
+            node_name: node_name.to_owned(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            ca_pem: self.cert_pem(),
+        })
+    }
+}
+
+fn pki(e: rcgen::Error) -> PkiError {
+    PkiError::Certificate(e.to_string())
+}

@@ -1,0 +1,26 @@
+//! Node identities: what a node shows its peers and what it trusts (its certificate and
+//! key, and the cluster CA's certificate, all PEM), and, with the `ca` feature, a cluster
+//! CA that makes them (rcgen): the standalone lab, `xwirectl certs` and the tests use it;
+//! a cluster supplies identities as PEM files. The data plane needs only the identity,
+//! so the CA (and rcgen) stays out of it.
+
+#[cfg(feature = "ca")]
+mod ca;
+mod identity;
+
+#[cfg(feature = "ca")]
+pub use ca::ClusterCa;
+pub use identity::NodeIdentity;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    #[error("{0}")]
+    Name(String),
+    #[error("read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("making a certificate: {0}")]
+    Certificate(String),
+}
