@@ -4,7 +4,7 @@
 use std::process::Command;
 
 use serde_json::Value;
-use xwire_perf::testbed::{Netns, Veth};
+use xwire_testbed::{Netns, Veth};
 
 fn pktgen_run(a: &Netns, b: &Netns, wire: &Veth<'_>, extra: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_xwire-pktgen"))

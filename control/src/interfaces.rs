@@ -14,7 +14,7 @@ use netlink_packet_route::link::{
     InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkMessage,
 };
 use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec};
-use xwire_fastpath::offload::{set_offload, Offload};
+use xwire_netns::offload::{set_offload, Offload};
 
 use crate::netns::{NetnsError, NetnsFd};
 

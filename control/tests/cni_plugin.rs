@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use support::{call, eventually, pair_topology, plugin, plugin_raw, start_node, Pod};
-use xwire_perf::testbed::checks::ping;
 use xwire_proto::local::codes;
+use xwire_testbed::checks::ping;
 
 const R1_R2: &[(u64, &str, &str, &str, &str)] =
     &[(0, "eth1", "10.0.0.1/30", "eth1", "10.0.0.2/30")];

@@ -82,7 +82,7 @@ fn a_store_that_cannot_be_read_stops_the_start_and_is_left_alone() {
     std::fs::remove_file(&store).unwrap();
     let mut node = support::Node::start_in(
         &xwired(),
-        xwire_perf::testbed::Netns::new("badstore").unwrap(),
+        xwire_testbed::Netns::new("badstore").unwrap(),
         "n1",
         "",
     );

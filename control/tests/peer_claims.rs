@@ -8,8 +8,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use support::{call, certs_toml, eventually, start_node_in, write_certs, Node, Pod, TempDir};
-use xwire_perf::testbed::checks::ping;
-use xwire_perf::testbed::{Netns, Veth};
+use xwire_testbed::checks::ping;
+use xwire_testbed::{Netns, Veth};
 
 const SUBNET: &str = "192.168.78";
 

@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use support::{call, eventually, pair_topology, Node, Pod, TempDir};
-use xwire_perf::testbed::checks::ping;
+use xwire_testbed::checks::ping;
 
 const LINKS: &[(u64, &str, &str, &str, &str)] = &[
     (0, "eth1", "10.0.0.1/30", "eth1", "10.0.0.2/30"),

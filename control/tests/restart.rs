@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::{call, eventually, Node, Pod, TempDir};
-use xwire_perf::testbed::Flow;
 use xwire_proto::local::{Request, Response};
+use xwire_testbed::Flow;
 
 /// (uid, pod, interface, pod, interface)
 type LinkSpec = (u64, &'static str, &'static str, &'static str, &'static str);

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::{call, eventually, Pod, TempDir};
-use xwire_perf::testbed::checks::ping;
 use xwire_proto::control::{
     Carrier, ControlBody, ControlMessage, SyncBody, WireKey, WireSpec, MAX_CONTROL_BODY,
 };
+use xwire_testbed::checks::ping;
 
 const WIRES: u64 = 8000;
 

@@ -3,7 +3,6 @@
 pub mod counters;
 pub mod endpoint;
 pub mod link_table;
-pub mod offload;
 mod packet_port;
 pub mod peer;
 mod switch;

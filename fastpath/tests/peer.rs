@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use xwire_fastpath::peer::{
     Carrier, Flush, NodeIdentity, PeerConfig, PeerEvent, PeerId, PeerTransport,
 };
-use xwire_perf::testbed::{Netns, Veth};
 use xwire_pki::ClusterCa;
+use xwire_testbed::{Netns, Veth};
 
 /// A frame whose bytes tell its length, sender and sequence number.
 fn test_frame(len: usize, sender: u8, seq: u16) -> Vec<u8> {

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use xwire_fastpath::peer::{Carrier, PeerConfig};
 use xwire_fastpath::{Direction, LinkCounters, PortChoice, Worker, WorkerConfig};
-use xwire_perf::testbed::checks::{pattern, ping, tcp_transfer, test_frame, TEST_ETHERTYPE};
-use xwire_perf::testbed::{unique_ifname, Netns, RawSocket, Veth};
 use xwire_pki::ClusterCa;
+use xwire_testbed::checks::{pattern, ping, tcp_transfer, test_frame, TEST_ETHERTYPE};
+use xwire_testbed::{unique_ifname, Netns, RawSocket, Veth};
 
 const UID: u64 = 42;
 

@@ -9,8 +9,8 @@ use xwire_fastpath::{
     Direction, LinkCounters, PortChoice, PortError, PortId, PortInfo, PortKind, Worker,
     WorkerConfig, WorkerError, XdpMode,
 };
-use xwire_perf::testbed::checks::{self, test_frame};
-use xwire_perf::testbed::{unique_ifname, Netns, RawSocket, Veth};
+use xwire_testbed::checks::{self, test_frame};
+use xwire_testbed::{unique_ifname, Netns, RawSocket, Veth};
 
 /// Two pods, a node, and the node-side ends of the pods' veths.
 struct Bed {

@@ -6,4 +6,4 @@ pub mod local_fwd;
 pub mod measure;
 pub mod remote_wire;
 pub mod restart;
-pub mod testbed;
+pub use xwire_testbed as testbed;

@@ -4,9 +4,12 @@
 //!   checked to be a network namespace, and work run inside it on a short-lived thread
 //!   (so that no long-lived thread ever changes namespace);
 //! * [`named`]: namespaces made, listed and removed by name under /run/netns, as
-//!   `ip netns` does, so that `ip netns exec`, CNI runtimes and people can use them too.
+//!   `ip netns` does, so that `ip netns exec`, CNI runtimes and people can use them too;
+//! * [`offload`]: an interface's offloads, which netlink cannot set (run it inside the
+//!   namespace, with `NetnsFd::run`).
 
 mod handle;
 pub mod named;
+pub mod offload;
 
 pub use handle::{NetnsError, NetnsFd};

@@ -1,4 +1,4 @@
-//! The control plane's test nodes and pods (`xwire_perf::testbed::cluster`) bound to
+//! The control plane's test nodes and pods (`xwire_testbed::cluster`) bound to
 //! this build's binaries, and topologies the tests share.
 #![allow(dead_code)] // each test file uses its own part of this
 
@@ -10,10 +10,8 @@ use std::sync::Once;
 
 use serde_json::Value;
 #[allow(unused_imports)]
-pub use xwire_perf::testbed::cluster::{
-    certs_toml, eventually, write_certs, Outcome, Pod, TempDir,
-};
-use xwire_perf::testbed::Netns;
+pub use xwire_testbed::cluster::{certs_toml, eventually, write_certs, Outcome, Pod, TempDir};
+use xwire_testbed::Netns;
 
 pub fn xwired() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_xwired"))
@@ -44,7 +42,7 @@ fn built_beside_xwired(once: &Once, package: &str, bin: &str) -> PathBuf {
     xwired().with_file_name(bin)
 }
 
-pub type Node = xwire_perf::testbed::cluster::Node;
+pub type Node = xwire_testbed::cluster::Node;
 
 pub fn start_node(name: &str, extra: &str) -> Node {
     Node::start(&xwired(), name, extra)
@@ -55,11 +53,11 @@ pub fn start_node_in(ns: Netns, name: &str, extra: &str) -> Node {
 }
 
 pub fn plugin(command: &str, env: &[(&str, &str)], config: &Value) -> Outcome {
-    xwire_perf::testbed::cluster::plugin(&plugin_bin(), command, env, config)
+    xwire_testbed::cluster::plugin(&plugin_bin(), command, env, config)
 }
 
 pub fn plugin_raw(command: &str, env: &[(&str, &str)], stdin: &[u8]) -> Outcome {
-    xwire_perf::testbed::cluster::plugin_raw(&plugin_bin(), command, env, stdin)
+    xwire_testbed::cluster::plugin_raw(&plugin_bin(), command, env, stdin)
 }
 
 /// Calls the plugin for a pod.
@@ -91,7 +89,7 @@ pub fn pair_topology(a: &str, b: &str, links: &[(u64, &str, &str, &str, &str)]) 
 /// Two nodes, n1 and n2, each a namespace with its own daemon, joined by an underlay
 /// veth (192.168.77.1 and .2) and knowing each other as peers; certificates in `certs`.
 pub fn two_nodes(certs: &TempDir) -> (Node, Node) {
-    use xwire_perf::testbed::cluster::{node_pair, TEST_FRAMES_PER_PORT};
+    use xwire_testbed::cluster::{node_pair, TEST_FRAMES_PER_PORT};
     node_pair(
         &xwired(),
         certs,

@@ -7,7 +7,7 @@
 //! killed test process left behind are swept by the next test process.
 //!
 //! ```no_run
-//! use xwire_perf::testbed::{Netns, Veth};
+//! use xwire_testbed::{Netns, Veth};
 //! let a = Netns::new("pod-a")?;
 //! let b = Netns::new("pod-b")?;
 //! let wire = Veth::named(&a, "eth1", &b, "eth1")?;
@@ -16,7 +16,7 @@
 //! wire.set_up()?;
 //! let ping = a.exec(std::process::Command::new("ping").args(["-c1", "192.0.2.2"]))?;
 //! assert!(ping.status.success());
-//! # Ok::<(), xwire_perf::testbed::Error>(())
+//! # Ok::<(), xwire_testbed::Error>(())
 //! ```
 
 pub mod checks;

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use xwire_perf::testbed::{sweep_stale_namespaces, Netns, Veth};
+use xwire_testbed::{sweep_stale_namespaces, Netns, Veth};
 
 fn ping(from: &Netns, to_ip: &str) -> bool {
     from.exec(Command::new("ping").args(["-c", "1", "-W", "2", to_ip]))
@@ -200,8 +200,8 @@ fn raw_sockets_carry_whole_frames_and_see_only_arrivals() {
     wire.set_up().unwrap();
     a.set_tx_checksum(wire.a_name(), false).unwrap();
     assert!(a.set_tx_checksum("nope0", false).is_err());
-    let sa = xwire_perf::testbed::RawSocket::open(&a, wire.a_name()).unwrap();
-    let sb = xwire_perf::testbed::RawSocket::open(&b, wire.b_name()).unwrap();
+    let sa = xwire_testbed::RawSocket::open(&a, wire.a_name()).unwrap();
+    let sb = xwire_testbed::RawSocket::open(&b, wire.b_name()).unwrap();
     let mut frame = vec![0xff; 6];
     frame.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x88, 0xb5]);
     frame.resize(100, 0x5a);

@@ -1,8 +1,8 @@
-//! Offloads on a test interface: TX checksum (see `xwire_fastpath::offload` for why pods
+//! Offloads on a test interface: TX checksum (see `xwire_netns::offload` for why pods
 //! behind the switch need it off), and the segmentation and receive offloads that
 //! benchmarks turn off on both paths they compare.
 
-use xwire_fastpath::offload::{set_offload, Offload};
+use xwire_netns::offload::{set_offload, Offload};
 
 use super::{Error, Netns};
 
