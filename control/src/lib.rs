@@ -4,7 +4,6 @@
 pub mod api_server;
 pub mod config;
 pub mod interfaces;
-pub mod lab;
 pub use xwire_netns as netns;
 pub mod node;
 pub mod private_file;

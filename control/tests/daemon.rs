@@ -140,7 +140,7 @@ fn keys_and_the_api_socket_are_created_with_their_final_mode() {
     let trace = traced(
         &format!(
             "{} certs --out {} n1 n2",
-            env!("CARGO_BIN_EXE_xwirectl"),
+            support::xwirectl_bin().display(),
             out.0.display()
         ),
         "certs-trace",
@@ -202,7 +202,7 @@ fn keys_and_the_api_socket_are_created_with_their_final_mode() {
 fn certs_refuses_names_that_are_not_dns_names_and_writes_nothing() {
     for bad in ["*", "a/b", "../n1", "N1", "*.lab"] {
         let out = TempDir::new("badcerts");
-        let run = Command::new(env!("CARGO_BIN_EXE_xwirectl"))
+        let run = Command::new(support::xwirectl_bin())
             .args(["certs", "--out"])
             .arg(&out.0)
             .args(["n1", bad])

@@ -22,6 +22,8 @@ pub fn demo() -> Result<()> {
         "-p",
         "xwire-control",
         "-p",
+        "xwire-lab",
+        "-p",
         "xwire-cni",
         "-p",
         "xwire-bench",

@@ -9,6 +9,7 @@ use std::process::Command;
 use std::sync::Once;
 
 use serde_json::Value;
+use xwire_testbed::cluster::built_beside;
 #[allow(unused_imports)]
 pub use xwire_testbed::cluster::{certs_toml, eventually, write_certs, Outcome, Pod, TempDir};
 use xwire_testbed::Netns;
@@ -20,26 +21,13 @@ pub fn xwired() -> PathBuf {
 /// The plugin binary, built next to `xwired`.
 pub fn plugin_bin() -> PathBuf {
     static BUILD: Once = Once::new();
-    built_beside_xwired(&BUILD, "xwire-cni", "xwire")
+    built_beside(&BUILD, &xwired(), "xwire-cni", "xwire")
 }
 
-/// `xwire-pktgen`, built next to `xwired`.
-pub fn pktgen_bin() -> PathBuf {
+/// `xwirectl`, built next to `xwired`.
+pub fn xwirectl_bin() -> PathBuf {
     static BUILD: Once = Once::new();
-    built_beside_xwired(&BUILD, "xwire-bench", "xwire-pktgen")
-}
-
-/// Another package's binary, which cargo does not build for these tests by itself: built
-/// once per test process, into the same target directory as `xwired`.
-fn built_beside_xwired(once: &Once, package: &str, bin: &str) -> PathBuf {
-    once.call_once(|| {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", package, "--bin", bin])
-            .status()
-            .expect("run cargo");
-        assert!(status.success(), "building {bin} failed");
-    });
-    xwired().with_file_name(bin)
+    built_beside(&BUILD, &xwired(), "xwire-lab", "xwirectl")
 }
 
 pub type Node = xwire_testbed::cluster::Node;
@@ -103,7 +91,7 @@ pub fn two_nodes(certs: &TempDir) -> (Node, Node) {
 /// Stores Topology objects (a file of YAML or JSON) straight into a stopped node's store,
 /// with `xwirectl topology apply --state-dir`.
 pub fn apply_offline(node: &Node, file: &std::path::Path) {
-    let out = Command::new(env!("CARGO_BIN_EXE_xwirectl"))
+    let out = Command::new(xwirectl_bin())
         .args(["topology", "apply", "--state-dir"])
         .arg(node.dir.0.join("state"))
         .arg(file)

@@ -18,6 +18,20 @@ use super::{ChildGuard, Netns};
 /// that a change of the default does not change what the tests and scenarios measure.
 pub const TEST_FRAMES_PER_PORT: usize = 256;
 
+/// Another package's binary, which cargo does not build for a package's tests by itself:
+/// built once per test process (`once`), into the target directory that holds `beside`
+/// (a binary of the package under test).
+pub fn built_beside(once: &std::sync::Once, beside: &Path, package: &str, bin: &str) -> PathBuf {
+    once.call_once(|| {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-q", "-p", package, "--bin", bin])
+            .status()
+            .expect("run cargo");
+        assert!(status.success(), "building {bin} failed");
+    });
+    beside.with_file_name(bin)
+}
+
 /// A directory removed when dropped.
 pub struct TempDir(pub PathBuf);
 

@@ -16,7 +16,7 @@ use xwire_proto::local::Request;
 use super::file::{self, Lab};
 use super::paths::{self, LabPaths, NODE_PORT, UNDERLAY_MTU};
 use super::{down, namespaces, node_api};
-use crate::interfaces::{create_veth, EndSettings};
+use xwire_control::interfaces::{create_veth, EndSettings};
 
 /// Where to look first for xwired, the plugin and xwire-pktgen (another build, say).
 pub const BIN_DIR_VARIABLE: &str = "XWIRE_LAB_BIN_DIR";
@@ -203,7 +203,7 @@ fn write_node_files(lab: &Lab, paths: &LabPaths) -> Result<()> {
         let identity = ca.issue(node)?;
         std::fs::write(certs.join(format!("{node}.pem")), &identity.cert_pem)?;
         let key = certs.join(format!("{node}.key"));
-        crate::private_file::write_private(&key, identity.key_pem.as_bytes())?;
+        xwire_control::private_file::write_private(&key, identity.key_pem.as_bytes())?;
         std::fs::create_dir_all(paths.node_dir(node))?;
         let mut config = format!(
             "node_name = \"{node}\"\n\

@@ -10,7 +10,7 @@ use std::fmt;
 use marked_yaml::{Marker, Span, Spanned};
 use serde::{Deserialize, Serialize};
 
-use crate::topology::{self, Link, Metadata, Topology, TopologySpec};
+use xwire_control::topology::{self, Link, Metadata, Topology, TopologySpec};
 
 /// The longest lab name: it goes into namespace names and paths.
 pub const MAX_LAB_NAME: usize = 24;
@@ -240,7 +240,8 @@ fn check_links(
             }
         }
         if let Some(carrier) = &link.carrier {
-            crate::config::carrier_name::parse(carrier).map_err(|e| at(carrier.span(), e))?;
+            xwire_control::config::carrier_name::parse(carrier)
+                .map_err(|e| at(carrier.span(), e))?;
         }
         let uid = match &link.uid {
             Some(uid) => **uid,

@@ -11,7 +11,9 @@ use serde_json::Value;
 use support::{eventually, plugin_bin, TempDir};
 
 fn xwirectl() -> Command {
-    plugin_bin(); // the lab finds the plugin next to xwirectl
+    // The lab finds the daemon and the plugin next to xwirectl.
+    support::xwired();
+    plugin_bin();
     Command::new(env!("CARGO_BIN_EXE_xwirectl"))
 }
 
@@ -538,7 +540,7 @@ fn bench_measures_every_wire_or_one_and_draws_the_chart() {
 
 #[test]
 fn every_example_lab_comes_up_and_forwards_on_every_wire() {
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&examples)
         .unwrap()
         .flatten()

@@ -1,10 +1,10 @@
-//! `xwirectl lab ...`: the standalone lab's commands (the work is in `xwire_control::lab`).
+//! `xwirectl lab ...`: the standalone lab's commands (the work is in `xwire_lab`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use xwire_control::lab::{self, bench, down, edit, status, supervisor, up};
+use xwire_lab::{self as lab, bench, down, edit, status, supervisor, up};
 
 #[derive(Subcommand)]
 pub enum LabCommand {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use xwire_netns::named;
 
-use crate::netns::NetnsFd;
+use xwire_control::netns::NetnsFd;
 
 pub fn netns_path(name: &str) -> PathBuf {
     named::path(name)
