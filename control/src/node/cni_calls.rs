@@ -10,7 +10,7 @@ use xwire_proto::local::{
 use super::{cni_error, store_error, Journal, Node, Step};
 use crate::interfaces;
 use crate::netns::NetnsFd;
-use crate::store::{attachment_key, AttachmentRecord, WireRecord, WireState, WireStore};
+use crate::store::{attachment_key, AttachmentRecord, WireRecord, WireState};
 use crate::topology::{format_mac, parse_cidr, parse_mac};
 
 impl Node {

@@ -22,7 +22,7 @@ use xwire_proto::local::{codes, CniError, NodeState, Request, Response};
 
 use crate::config::DaemonConfig;
 use crate::netns::NetnsFd;
-use crate::store::{AttachmentRecord, EmbeddedStore, StoreError, TopologySource, WireStore};
+use crate::store::{AttachmentRecord, EmbeddedStore, NodeStore, StoreError};
 use crate::topology::{pod_key, Topology};
 
 pub use journal::{Journal, Step};
@@ -45,7 +45,7 @@ struct RemoteEnd {
 
 pub struct Node {
     config: DaemonConfig,
-    store: EmbeddedStore,
+    store: Box<dyn NodeStore>,
     node_ns: NetnsFd,
     fastpath: Option<Fastpath>,
     /// Wire ends on other nodes, by wire: learned from AddWire and Sync.
@@ -85,7 +85,7 @@ impl Node {
     /// Opens the store and, when the node has peers, starts the fast path and declares
     /// them. The calling thread's network namespace is the node's.
     pub fn start(config: DaemonConfig) -> Result<Node, StartError> {
-        let store = EmbeddedStore::open(&config.state_dir)?;
+        let store: Box<dyn NodeStore> = Box::new(EmbeddedStore::open(&config.state_dir)?);
         let node_ns = NetnsFd::current()?;
         let fastpath = match &config.certs {
             None => None,

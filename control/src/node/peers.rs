@@ -19,7 +19,7 @@ use xwire_proto::control::{Carrier, ControlBody, SyncBody, WireKey, WireSpec, SY
 
 use super::{Journal, Node, RemoteEnd};
 use crate::netns::NetnsFd;
-use crate::store::{wire_key, WireRecord, WireState, WireStore};
+use crate::store::{wire_key, WireRecord, WireState};
 
 impl Node {
     /// Takes the fast path's peer events and acts on them; says whether there were any.

@@ -15,7 +15,7 @@ use super::wiring::log_removal;
 use super::{cni_error, store_error, Journal, Node};
 use crate::interfaces::{self, NODE_ALIAS_PREFIX};
 use crate::netns::NetnsFd;
-use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState, WireStore};
+use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
 use crate::topology::Link;
 
 /// What one pass did: the changes it made and the ones it could not make.

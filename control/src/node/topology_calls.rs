@@ -9,7 +9,7 @@ use xwire_proto::local::{codes, CniError, Response, TopologyApply, TopologyQuery
 
 use super::{cni_error, store_error, Journal, Node};
 use crate::netns::NetnsFd;
-use crate::store::{wire_key, TopologySource, WireState, WireStore};
+use crate::store::{wire_key, WireState};
 use crate::topology::{self, Link, Topology};
 
 impl Node {

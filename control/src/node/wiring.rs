@@ -13,7 +13,7 @@ use xwire_proto::local::{codes, CniError};
 use super::{cni_error, store_error, Journal, Node, Step};
 use crate::interfaces::{self, EndSettings, Removal};
 use crate::netns::NetnsFd;
-use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState, WireStore};
+use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
 use crate::topology::{parse_cidr, parse_mac, Link};
 
 /// The link id frames of a wire carry between nodes: both nodes compute it alike from

@@ -111,3 +111,10 @@ pub trait TopologySource {
     /// False when there was no such object.
     fn remove_topology(&self, namespace: &str, name: &str) -> Result<bool, StoreError>;
 }
+
+/// What a node keeps: its wires and attachments, and the topologies its links come from.
+/// The node holds its store as this trait object, so that a second backend (Kubernetes
+/// objects) takes nothing more than an implementation of the two traits.
+pub trait NodeStore: WireStore + TopologySource + Send {}
+
+impl<T: WireStore + TopologySource + Send> NodeStore for T {}
