@@ -68,7 +68,7 @@ impl Node {
         // Pods whose wires stay: those reconciled and those that could not be looked at.
         let mut kept: HashSet<PodName> = HashSet::new();
         for attachment in attachments {
-            let pod = format!("{}/{}", attachment.pod.namespace, attachment.pod.name);
+            let pod = pod_label(&attachment);
             match NetnsFd::open(Path::new(&attachment.netns)) {
                 Ok(ns) => {
                     kept.insert(pod_name(&attachment));
@@ -125,8 +125,7 @@ impl Node {
                     )
                 });
             if let Err(e) = reconciled {
-                let pod = format!("{}/{}", attachment.pod.namespace, attachment.pod.name);
-                pass.report.failed(&pod, &e);
+                pass.report.failed(&pod_label(attachment), &e);
             }
         }
         self.reattach_ports(&mut pass);
@@ -436,4 +435,9 @@ fn pod_name(attachment: &AttachmentRecord) -> PodName {
         attachment.pod.namespace.clone(),
         attachment.pod.name.clone(),
     )
+}
+
+/// How a pass's report names a pod: `namespace/name`.
+fn pod_label(attachment: &AttachmentRecord) -> String {
+    format!("{}/{}", attachment.pod.namespace, attachment.pod.name)
 }

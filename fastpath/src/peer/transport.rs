@@ -234,16 +234,7 @@ impl PeerTransport {
             return false;
         };
         let session = self.sessions.get_mut(&handle).expect("live session");
-        if session.send_control(message) {
-            return true;
-        }
-        self.counters.control_dropped += 1;
-        session.conn.close(
-            Instant::now(),
-            CLOSE_OVERFLOW.into(),
-            "the peer does not read its control stream".into(),
-        );
-        false
+        send_or_close(session, message, &mut self.counters, Instant::now())
     }
 
     /// Streams whose state the sessions hold (read in part, or waiting for Hello).
@@ -542,6 +533,27 @@ impl PeerTransport {
             self.transmit(&mut session, now);
         }
     }
+}
+
+/// Queues `message` on the session's control stream; when the peer has left too much
+/// unread, counts the message as dropped and closes the connection instead (the next
+/// connection's Sync makes good what was lost). Says whether it was queued.
+fn send_or_close(
+    session: &mut Session,
+    message: &ControlMessage,
+    counters: &mut PeerCounters,
+    now: Instant,
+) -> bool {
+    if session.send_control(message) {
+        return true;
+    }
+    counters.control_dropped += 1;
+    session.conn.close(
+        now,
+        CLOSE_OVERFLOW.into(),
+        "the peer does not read its control stream".into(),
+    );
+    false
 }
 
 /// An HMAC key for stateless-reset tokens that only this node's private key yields.

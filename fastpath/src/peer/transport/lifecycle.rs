@@ -10,7 +10,7 @@ use xwire_proto::control::{
 };
 use xwire_proto::DecodeError;
 
-use super::{PeerTransport, CLOSE_SHUTDOWN, MAX_BACKOFF, MIN_BACKOFF};
+use super::{send_or_close, PeerTransport, CLOSE_SHUTDOWN, MAX_BACKOFF, MIN_BACKOFF};
 use crate::peer::session::{Inbound, Session};
 use crate::peer::{PeerEvent, PeerId};
 
@@ -261,14 +261,7 @@ impl PeerTransport {
             request_id,
             body: ControlBody::Error(ErrorBody { code, message }),
         };
-        if !session.send_control(&error) {
-            self.counters.control_dropped += 1;
-            session.conn.close(
-                now,
-                CLOSE_OVERFLOW.into(),
-                "the peer does not read its control stream".into(),
-            );
-        }
+        send_or_close(session, &error, &mut self.counters, now);
     }
 
     fn refuse(&mut self, session: &mut Session, now: Instant, code: u32, reason: String) {
