@@ -310,11 +310,19 @@ pub fn call_plugin(
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("run {}", binaries.plugin.display()))?;
-    child
+    // A plugin may answer and exit without reading its configuration (an error
+    // it finds first); as libcni does, a broken pipe is not the failure: the
+    // plugin's exit status and answer say what happened.
+    let written = child
         .stdin
         .take()
         .expect("stdin is piped")
-        .write_all(config.to_string().as_bytes())?;
+        .write_all(config.to_string().as_bytes());
+    if let Err(error) = written {
+        if error.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(error).context("write the CNI configuration to the plugin");
+        }
+    }
     let out = child.wait_with_output()?;
     let printed: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     if !out.status.success() {
