@@ -4,12 +4,15 @@
 //! decode, thousands of streams and messages), and connects from addresses that are no
 //! peer's. The transport must refuse, answer or bound each, and never grow without end.
 
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use support::TestNode;
 use xwire_fastpath::peer::{
     Carrier, ControlMessage, Flush, NodeIdentity, PeerConfig, PeerEvent, PeerId, PeerTransport,
 };
@@ -130,7 +133,7 @@ fn against_node_doing<T: Send + 'static>(
     while !rogue.is_finished() {
         assert!(Instant::now() < limit, "the script did not end");
         if run != Run::Idle {
-            setup.node.poll(Flush::Now, &mut |_, _, _| false);
+            setup.node.poll_frames(Flush::Now, &mut |_, _, _| false);
             each_pass(&mut setup.node);
         }
         if run == Run::Polled {
@@ -389,7 +392,7 @@ fn the_state_of_streams_the_peer_ends_is_freed() {
         Run::Polled,
     );
     for _ in 0..50 {
-        setup.node.poll(Flush::Now, &mut |_, _, _| false);
+        setup.node.poll_frames(Flush::Now, &mut |_, _, _| false);
     }
     let counters = setup.node.counters();
     assert_eq!(counters.dropped_unknown_link, sent, "{counters:?}");
@@ -433,7 +436,7 @@ fn handshakes_in_progress_are_bounded() {
         Run::Idle,
     );
     for _ in 0..8 {
-        setup.node.poll(Flush::Now, &mut |_, _, _| false);
+        setup.node.poll_frames(Flush::Now, &mut |_, _, _| false);
     }
     let refused = setup.node.counters().handshakes_refused;
     assert!(
@@ -467,7 +470,7 @@ fn control_messages_beyond_the_event_queue_are_dropped_counted_and_the_connectio
     let mut events = Vec::new();
     let limit = Instant::now() + Duration::from_secs(20);
     while setup.node.counters().control_dropped == 0 && Instant::now() < limit {
-        setup.node.poll(Flush::Now, &mut |_, _, _| false);
+        setup.node.poll_frames(Flush::Now, &mut |_, _, _| false);
     }
     events.extend(setup.node.take_events());
     let counters = setup.node.counters();

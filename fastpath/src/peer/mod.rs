@@ -5,9 +5,17 @@
 //!
 //! Who dials: of two nodes, the one whose name sorts first. It redials with backoff when
 //! the connection is lost; the other accepts, and learns the peer's name from its Hello
-//! (which must match the name in the peer's certificate).
+//! (which must match the name in the peer's certificate). Each peer's life is one state
+//! machine (`state.rs`).
+//!
+//! All of it is a `PeerEndpoint` with no socket and no clock (tested in memory); a
+//! `PeerTransport` drives one with a UDP socket for the worker.
 
+mod endpoint;
+mod hello;
+mod inbox;
 mod session;
+mod state;
 mod tls;
 mod transport;
 mod udp;
@@ -17,7 +25,9 @@ use std::ops::RangeInclusive;
 
 use xwire_proto::control::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
-pub use transport::{Flush, PeerTransport};
+pub use endpoint::{Flush, PeerEndpoint, Transmit};
+pub use inbox::ReceivedFrame;
+pub use transport::PeerTransport;
 pub use xwire_pki::NodeIdentity;
 pub use xwire_proto::control::{Carrier, ControlMessage};
 
@@ -76,6 +86,7 @@ pub enum PeerEvent {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PeerCounters {
     pub frames_sent: u64,
+    /// Frames received from peers, those for a link the switch does not know included.
     pub frames_received: u64,
     pub datagrams_sent: u64,
     pub datagrams_received: u64,
@@ -84,8 +95,10 @@ pub struct PeerCounters {
     /// Frames dropped on the way out: no connection to the peer, or no room.
     pub dropped_no_peer: u64,
     pub dropped_blocked: u64,
-    /// Frames received for a link UID the receiver does not know.
+    /// Frames received for a link UID the receiver does not know (or before Hello).
     pub dropped_unknown_link: u64,
+    /// Frames received and dropped because the owner had left too many untaken.
+    pub dropped_unread: u64,
     /// Datagrams, stream records or control messages that did not decode.
     pub malformed: u64,
     /// QUIC packets the UDP socket would not take (its buffer full): QUIC resends what

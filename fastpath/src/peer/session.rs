@@ -14,7 +14,8 @@ use xwire_proto::data::{
 use xwire_proto::framing::split_record;
 use xwire_proto::DecodeError;
 
-use super::{Carrier, PeerCounters};
+use super::inbox::Inbox;
+use super::{Carrier, PeerCounters, PeerId};
 
 /// Bytes a stream may hold back (flow control) before frames for it are dropped.
 const MAX_STREAM_BACKLOG: usize = 8 << 20;
@@ -137,10 +138,10 @@ impl Session {
         link_uid: u64,
         frame: &[u8],
         counters: &mut PeerCounters,
-        now: impl FnOnce() -> Instant,
+        now: Instant,
     ) -> bool {
         if self.held_since.is_none() {
-            self.held_since = Some(now());
+            self.held_since = Some(now);
         }
         if carrier == Carrier::Datagram {
             if let Some(max) = self.conn.datagrams().max_size() {
@@ -226,18 +227,19 @@ impl Session {
         out.backlog.drain(..sent);
     }
 
-    /// Takes the datagrams that arrived: each frame goes to `on_frame`.
-    pub(crate) fn read_datagrams(
-        &mut self,
-        counters: &mut PeerCounters,
-        on_frame: &mut dyn FnMut(u64, &[u8]) -> bool,
-    ) {
+    /// Takes the datagrams that arrived into `to`.
+    pub(crate) fn read_datagrams(&mut self, counters: &mut PeerCounters, to: &mut Delivery<'_>) {
         while let Some(datagram) = self.conn.datagrams().recv() {
             counters.datagrams_received += 1;
             match Datagram::new_checked(datagram) {
                 Ok(view) => {
-                    for frame in view.frames() {
-                        deliver(counters, on_frame, frame.link_uid, frame.frame);
+                    let frames = view.frame_count() as u64;
+                    counters.frames_received += frames;
+                    match to.peer {
+                        Some(peer) if to.inbox.push_datagram(peer, view.into_inner()) => {}
+                        Some(_) => counters.dropped_unread += frames,
+                        // Nothing crosses before Hello.
+                        None => counters.dropped_unknown_link += frames,
                     }
                 }
                 Err(_) => counters.malformed += 1,
@@ -245,14 +247,14 @@ impl Session {
         }
     }
 
-    /// Reads what arrived on `id`: frames go to `on_frame`, control messages and decode
+    /// Reads what arrived on `id`: frames go to `to`, control messages and decode
     /// failures are returned. Before Hello, only the control stream's first record is
     /// read; the rest waits in `deferred`. A stream's state goes when the stream ends.
     pub(crate) fn read_stream(
         &mut self,
         id: StreamId,
         counters: &mut PeerCounters,
-        on_frame: &mut dyn FnMut(u64, &[u8]) -> bool,
+        to: &mut Delivery<'_>,
         inbound: &mut Vec<Inbound>,
     ) {
         let before_hello = !self.hello_done;
@@ -313,7 +315,7 @@ impl Session {
             let step = match state.kind {
                 Some(StreamKind::Data) => next_stream_frame(rest).map(|next| {
                     next.map(|(frame, len)| {
-                        deliver(counters, on_frame, frame.link_uid, frame.frame);
+                        to.stream_frame(counters, frame);
                         len
                     })
                 }),
@@ -397,15 +399,20 @@ impl Session {
     }
 }
 
-fn deliver(
-    counters: &mut PeerCounters,
-    on_frame: &mut dyn FnMut(u64, &[u8]) -> bool,
-    uid: u64,
-    frame: &[u8],
-) {
-    if on_frame(uid, frame) {
+/// Where a session's received frames go: the endpoint's inbox, tagged with the peer
+/// (`None` before Hello, when nothing crosses and frames are dropped).
+pub(crate) struct Delivery<'a> {
+    pub(crate) inbox: &'a mut Inbox,
+    pub(crate) peer: Option<PeerId>,
+}
+
+impl Delivery<'_> {
+    fn stream_frame(&mut self, counters: &mut PeerCounters, frame: FrameRepr<'_>) {
         counters.frames_received += 1;
-    } else {
-        counters.dropped_unknown_link += 1;
+        match self.peer {
+            Some(peer) if self.inbox.push_stream_frame(peer, frame) => {}
+            Some(_) => counters.dropped_unread += 1,
+            None => counters.dropped_unknown_link += 1,
+        }
     }
 }

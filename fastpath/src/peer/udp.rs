@@ -4,6 +4,8 @@
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 
+use bytes::BytesMut;
+
 use nix::sys::socket::{setsockopt, sockopt};
 use quinn_udp::{RecvMeta, Transmit, UdpSocketState};
 
@@ -12,13 +14,22 @@ use super::PeerError;
 /// Receive buffers per recvmmsg call, each large enough for a GRO batch.
 pub(crate) const RECV_BATCH: usize = 8;
 const RECV_BUFFER: usize = 64 * 1024;
+/// Receive buffers kept at most. A buffer is reused once every datagram cut from it is
+/// dropped; until then (its frames wait in QUIC or in the switch's inbox) the next
+/// receive takes another. A poll receives a few batches before its frames are taken, so
+/// a few batches' worth are in use at once.
+const MAX_RECV_BUFFERS: usize = 8 * RECV_BATCH;
 /// Each UDP socket buffer (receive and send).
 const SOCKET_BUFFER: usize = 8 << 20;
 
 pub(crate) struct Udp {
     socket: UdpSocket,
     state: UdpSocketState,
-    buffers: Vec<Vec<u8>>,
+    /// Pooled receive buffers: datagrams are cut out of them without a copy, and handed
+    /// on as they are (quinn decrypts them in place).
+    buffers: Vec<BytesMut>,
+    /// The buffers of the receive under way.
+    chosen: Vec<usize>,
     meta: [RecvMeta; RECV_BATCH],
 }
 
@@ -46,7 +57,8 @@ impl Udp {
         Ok(Udp {
             socket,
             state,
-            buffers: vec![vec![0u8; RECV_BUFFER]; RECV_BATCH],
+            buffers: Vec::new(),
+            chosen: Vec::with_capacity(RECV_BATCH),
             meta: [RecvMeta::default(); RECV_BATCH],
         })
     }
@@ -65,27 +77,72 @@ impl Udp {
 
     /// Receives one batch; `each` gets every UDP datagram (GRO batches split) with its
     /// source and local address. Returns how many datagrams there were.
-    pub(crate) fn recv(&mut self, mut each: impl FnMut(&RecvMeta, &[u8])) -> usize {
-        // On the stack: this runs on every pass of the worker.
-        let mut buffers = self.buffers.iter_mut();
-        let mut slices: [IoSliceMut<'_>; RECV_BATCH] =
-            std::array::from_fn(|_| IoSliceMut::new(buffers.next().expect("RECV_BATCH buffers")));
-        let count = match self
-            .state
-            .recv((&self.socket).into(), &mut slices, &mut self.meta)
-        {
-            Ok(n) => n,
-            Err(_) => return 0,
+    pub(crate) fn recv(&mut self, mut each: impl FnMut(&RecvMeta, BytesMut)) -> usize {
+        self.choose_buffers();
+        let count = {
+            // On the stack: this runs on every pass of the worker.
+            let mut slices: [IoSliceMut<'_>; RECV_BATCH] =
+                std::array::from_fn(|_| IoSliceMut::new(&mut []));
+            let mut filled = 0;
+            for (index, buffer) in self.buffers.iter_mut().enumerate() {
+                if self.chosen.get(filled) == Some(&index) {
+                    slices[filled] = IoSliceMut::new(&mut buffer[..]);
+                    filled += 1;
+                }
+            }
+            match self.state.recv(
+                (&self.socket).into(),
+                &mut slices[..filled],
+                &mut self.meta[..filled],
+            ) {
+                Ok(n) => n,
+                Err(_) => return 0,
+            }
         };
         let mut datagrams = 0;
-        for (meta, buf) in self.meta.iter().zip(&slices).take(count) {
+        for (meta, &index) in self.meta.iter().zip(&self.chosen).take(count) {
+            let mut filled = self.buffers[index].split_to(meta.len);
             let stride = meta.stride.max(1);
-            for segment in buf[..meta.len].chunks(stride) {
-                each(meta, segment);
+            while !filled.is_empty() {
+                let datagram = filled.split_to(stride.min(filled.len()));
+                each(meta, datagram);
                 datagrams += 1;
             }
         }
         datagrams
+    }
+
+    /// Picks up to `RECV_BATCH` whole buffers for the next receive: reused ones whose
+    /// datagrams are all dropped, or new ones.
+    fn choose_buffers(&mut self) {
+        self.chosen.clear();
+        for (index, buffer) in self.buffers.iter_mut().enumerate() {
+            if self.chosen.len() == RECV_BATCH {
+                return;
+            }
+            if buffer.len() < RECV_BUFFER {
+                buffer.clear();
+                if !buffer.try_reclaim(RECV_BUFFER) {
+                    continue;
+                }
+                // SAFETY: `try_reclaim` succeeded, so `buffer` is again the whole of the
+                // allocation it was made with (it never allocates), whose first
+                // `RECV_BUFFER` bytes were zeroed when it was made and written since,
+                // never uninitialized: they are initialized bytes.
+                unsafe { buffer.set_len(RECV_BUFFER) };
+            }
+            self.chosen.push(index);
+        }
+        while self.chosen.len() < RECV_BATCH && self.buffers.len() < MAX_RECV_BUFFERS {
+            self.chosen.push(self.buffers.len());
+            self.buffers.push(BytesMut::zeroed(RECV_BUFFER));
+        }
+        if self.chosen.is_empty() {
+            // Every buffer still lends datagrams: the first is replaced, and its memory
+            // goes when they do.
+            self.buffers[0] = BytesMut::zeroed(RECV_BUFFER);
+            self.chosen.push(0);
+        }
     }
 
     /// Sends one transmit (possibly several GSO segments). A full socket buffer drops

@@ -1,6 +1,8 @@
 //! One pass of the worker over its ports: receive, decide, copy to the outgoing port (or
 //! hand to a peer), send, and recycle.
 
+use std::time::Instant;
+
 use xsk_rs::FrameDesc;
 
 use crate::counters::{Direction, DropReason};
@@ -35,6 +37,7 @@ impl Switch {
     /// One pass over every port; returns the frames moved.
     pub(super) fn poll_once(&mut self, config: &WorkerConfig) -> usize {
         let mut moved = 0;
+        self.now = Instant::now();
         for index in 0..self.slots.len() {
             moved += self.receive_from(index, config.batch);
         }
@@ -59,6 +62,7 @@ impl Switch {
             table,
             frame_buf,
             scratch,
+            now,
             ..
         } = self;
         let (this, mut others) = split_slot(slots, index);
@@ -108,7 +112,7 @@ impl Switch {
                                 frame_buf
                             }
                         };
-                        route(table, peers, &mut others, verdict, frame);
+                        route(table, peers, &mut others, verdict, frame, *now);
                     }
                     // SAFETY: lent by this port's `receive`; nothing refers to them now.
                     unsafe { port.recycle(&mut slot.rx_chain) };
@@ -125,7 +129,7 @@ impl Switch {
                     },
                     v => v,
                 };
-                route(table, peers, &mut others, verdict, frame);
+                route(table, peers, &mut others, verdict, frame, *now);
             }),
         }
     }
@@ -204,6 +208,7 @@ fn route(
     others: &mut OtherSlots<'_>,
     verdict: Verdict,
     frame: &[u8],
+    now: Instant,
 ) {
     match verdict {
         Verdict::Forward {
@@ -211,7 +216,7 @@ fn route(
             link,
             direction,
         } => deliver(table, others.get_mut(out), frame, (link, direction)),
-        Verdict::Remote { .. } => remote::send(peers, table, verdict, frame),
+        Verdict::Remote { .. } => remote::send(peers, table, verdict, frame, now),
         Verdict::Drop { .. } => count_drop(table, verdict),
     }
 }

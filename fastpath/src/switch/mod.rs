@@ -107,6 +107,8 @@ pub(crate) struct Switch {
     recently_closed: Vec<(u32, Instant)>,
     waiting: Vec<WaitingPort>,
     next_retry: Instant,
+    /// When the current pass began: the time frames queued for peers are held from.
+    now: Instant,
 }
 
 impl Switch {
@@ -140,6 +142,7 @@ impl Switch {
             recently_closed: Vec::new(),
             waiting: Vec::new(),
             next_retry: Instant::now(),
+            now: Instant::now(),
         })
     }
 
@@ -186,14 +189,18 @@ impl Switch {
         }
     }
 
-    /// Sleeps until a port or the peer transport has something to read, or a command
-    /// arrives; a frame wakes the worker at once.
-    fn sleep_until_traffic(&self) {
-        let limit = if self.waiting.is_empty() {
+    /// Sleeps until a port or the peer transport has something to read, a command
+    /// arrives, or the peer transport's next timer is due; a frame wakes the worker at
+    /// once.
+    fn sleep_until_traffic(&mut self) {
+        let mut limit = if self.waiting.is_empty() {
             SLEEP
         } else {
             REBIND_PAUSE
         };
+        if let Some(timer) = self.peers.as_mut().and_then(PeerTransport::timeout) {
+            limit = limit.min(timer);
+        }
         self.sleeper.sleep(limit);
         let mut drain = [0u8; 64];
         while self.woken.recv(&mut drain).is_ok() {}
@@ -251,7 +258,8 @@ impl Switch {
             } => {
                 let result = match self.peers_mut() {
                     Some(peers) => peers
-                        .add_peer(&name, addr, carrier)
+                        .endpoint_mut()
+                        .add_peer(&name, addr, carrier, Instant::now())
                         .map_err(WorkerError::from),
                     None => Err(WorkerError::NoPeers),
                 };
@@ -276,7 +284,11 @@ impl Switch {
                 reply,
             } => {
                 let result = match self.peers_mut() {
-                    Some(peers) => Ok(peers.send_control(peer, &message)),
+                    Some(peers) => {
+                        Ok(peers
+                            .endpoint_mut()
+                            .send_control(Instant::now(), peer, &message))
+                    }
                     None => Err(WorkerError::NoPeers),
                 };
                 let _ = reply.send(result);

@@ -1,12 +1,14 @@
 //! The switch's side of remote wires: frames to and from the peer transport, counted on
 //! their links like any other.
 
+use std::time::Instant;
+
 use crate::counters::DropReason;
 use crate::link_table::{LinkTable, Verdict};
-use crate::peer::{Flush, PeerCounters, PeerEvent, PeerTransport};
+use crate::peer::{Flush, PeerCounters, PeerEvent, PeerTransport, ReceivedFrame};
 
 use super::forward::{count_drop, deliver};
-use super::Switch;
+use super::{Slot, Switch};
 
 /// Hands one frame with a `Verdict::Remote` to the transport, counted on its link.
 pub(super) fn send(
@@ -14,6 +16,7 @@ pub(super) fn send(
     table: &LinkTable,
     verdict: Verdict,
     frame: &[u8],
+    now: Instant,
 ) {
     let Verdict::Remote {
         peer,
@@ -27,7 +30,7 @@ pub(super) fn send(
     };
     let sent = peers
         .as_mut()
-        .is_some_and(|p| p.send_frame_on(peer, uid, frame, carrier));
+        .is_some_and(|p| p.endpoint_mut().send_frame(now, peer, uid, frame, carrier));
     if sent {
         if let Some(counters) = table.counters(link) {
             counters.forwarded(direction, 1, frame.len() as u64);
@@ -43,9 +46,39 @@ pub(super) fn send(
     }
 }
 
+/// Sends one frame from a peer on its link. False when no link has its UID from that
+/// peer (the endpoint counts it).
+fn deliver_remote(
+    table: &LinkTable,
+    slots: &mut [Option<Slot>],
+    received: ReceivedFrame<'_>,
+) -> bool {
+    let ReceivedFrame {
+        peer,
+        link_uid,
+        frame,
+    } = received;
+    match table.decide_remote(peer, link_uid, frame.len()) {
+        Verdict::Forward {
+            out,
+            link,
+            direction,
+        } => {
+            let slot = slots.get_mut(usize::from(out.0)).and_then(Option::as_mut);
+            deliver(table, slot, frame, (link, direction));
+            true
+        }
+        verdict @ Verdict::Drop { link: Some(_), .. } => {
+            count_drop(table, verdict);
+            true
+        }
+        _ => false,
+    }
+}
+
 impl Switch {
-    /// Runs the peer transport once: frames it received are copied out through their
-    /// ports (see `deliver`). `ports_busy` says this pass took frames from the
+    /// Runs the peer transport once, then copies the frames it received out through
+    /// their ports (see `deliver`). `ports_busy` says this pass took frames from the
     /// ports, so frames for peers may wait a little for more to share their datagram.
     /// Returns the UDP datagrams that arrived.
     pub(super) fn poll_peers(&mut self, ports_busy: bool) -> usize {
@@ -54,30 +87,23 @@ impl Switch {
         } else {
             Flush::Now
         };
-        let Some(peers) = self.peers.as_mut() else {
+        let Switch {
+            peers,
+            table,
+            slots,
+            ..
+        } = self;
+        let Some(peers) = peers.as_mut() else {
             return 0;
         };
-        let (table, slots) = (&self.table, &mut self.slots);
-        peers.poll(
-            flush,
-            &mut |peer, uid, frame| match table.decide_remote(peer, uid, frame.len()) {
-                Verdict::Forward {
-                    out,
-                    link,
-                    direction,
-                } => {
-                    let slot = slots.get_mut(usize::from(out.0)).and_then(Option::as_mut);
-                    deliver(table, slot, frame, (link, direction));
-                    true
-                }
-                verdict @ Verdict::Drop { link: Some(_), .. } => {
-                    count_drop(table, verdict);
-                    true
-                }
-                // No link with this UID from this peer: the transport counts it.
-                _ => false,
-            },
-        )
+        let arrived = peers.poll(flush);
+        let endpoint = peers.endpoint_mut();
+        while let Some(frame) = endpoint.poll_frame() {
+            if !deliver_remote(table, slots, frame) {
+                endpoint.count_unknown_link();
+            }
+        }
+        arrived
     }
 
     /// Takes the transport, or gives it back when the worker cannot watch its socket
@@ -94,6 +120,6 @@ impl Switch {
 
     pub(super) fn peer_status(&mut self) -> Option<(PeerCounters, Vec<PeerEvent>)> {
         let peers = self.peers.as_mut()?;
-        Some((peers.counters(), peers.take_events()))
+        Some((peers.counters(), peers.endpoint_mut().take_events()))
     }
 }

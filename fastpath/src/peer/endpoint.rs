@@ -1,0 +1,860 @@
+//! The QUIC side of one node, with no socket and no clock, in the manner of quinn-proto:
+//! it is fed UDP datagrams and the switch's frames with the time, and polled for UDP
+//! transmits, received frames, events for the control plane and its next timeout. The
+//! socket and the clock are the driver's (`transport.rs`), so that all of it can be
+//! tested in memory.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use quinn_proto::{
+    ClientConfig, ConnectionHandle, DatagramEvent, EndpointConfig, Event, ServerConfig, StreamEvent,
+};
+use rustls::pki_types::{CertificateDer, ServerName};
+use xwire_proto::control::{
+    Capabilities, ControlBody, ControlMessage, ErrorBody, ErrorCode, Hello,
+};
+use xwire_proto::DecodeError;
+
+use super::hello::{self, Opened, Verdict, CLOSE_PROTOCOL};
+use super::inbox::{Inbox, ReceivedFrame};
+use super::session::{Delivery, Inbound, Session};
+use super::state::{Due, Ended, Peer};
+use super::{tls, Carrier, PeerConfig, PeerCounters, PeerError, PeerEvent, PeerId};
+use xwire_pki::NodeIdentity;
+
+/// QUIC application close codes (the refusals' are in `hello`).
+const CLOSE_SHUTDOWN: u32 = 3;
+/// A knock was heard: the node that dials is dialing now.
+const CLOSE_KNOCK_HEARD: u32 = 4;
+/// A queue for this peer overflowed (it does not read, or sends faster than the control
+/// plane takes its messages): the next connection's Sync makes good what was lost.
+const CLOSE_OVERFLOW: u32 = 5;
+/// Why a connection ended when its peer knocked (it restarted).
+const KNOCK_REASON: &str = "the peer restarted (it knocked)";
+
+/// The longest a frame waits for more to share its datagram (or stream write) while the
+/// caller says more frames are coming.
+const MAX_HOLD: Duration = Duration::from_micros(50);
+/// Events the control plane has not taken yet: past this, control messages are dropped
+/// (and their connection closed), so that a peer cannot grow this node's memory.
+const MAX_EVENTS: usize = 1 << 16;
+/// Connections in their handshake at once. A peer has at most a dial and a knock in
+/// flight; anything beyond this is someone else's doing.
+const MAX_HANDSHAKES: usize = 64;
+/// How often a refused handshake is logged (with the count since the last line).
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+/// IPv4 and UDP headers: what QUIC's packets leave of the underlay MTU.
+const IP_UDP_OVERHEAD: u16 = 28;
+/// The UDP payload one GSO send may carry (the IP length field's limit, less headers).
+const MAX_GSO_BYTES: usize = 65_535 - 28;
+
+/// When the frames queued by `send_frame` leave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flush {
+    /// Now: nothing more is coming soon (the caller's ports were empty this pass).
+    Now,
+    /// Once full, or after waiting `MAX_HOLD`: the caller is busy, and more frames will
+    /// share the datagram. Under load this turns one packet per pass into full packets.
+    WhenDue,
+}
+
+/// One UDP send: `size` bytes of the caller's buffer to `destination`, in segments of
+/// `segment_size` (GSO) when given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    pub destination: SocketAddr,
+    /// The ECN codepoint's bits.
+    pub ecn: Option<u8>,
+    pub size: usize,
+    pub segment_size: Option<usize>,
+    pub src_ip: Option<IpAddr>,
+}
+
+impl Transmit {
+    fn from_quinn(t: &quinn_proto::Transmit) -> Transmit {
+        Transmit {
+            destination: t.destination,
+            ecn: t.ecn.map(|e| e as u8),
+            size: t.size,
+            segment_size: t.segment_size,
+            src_ip: t.src_ip,
+        }
+    }
+
+    /// UDP datagrams in it.
+    pub fn datagrams(&self) -> usize {
+        self.segment_size
+            .map_or(1, |size| self.size.div_ceil(size.max(1)))
+    }
+}
+
+pub struct PeerEndpoint {
+    name: String,
+    versions: RangeInclusive<u16>,
+    quic: quinn_proto::Endpoint,
+    client: ClientConfig,
+    server: Arc<ServerConfig>,
+    peers: Vec<Peer>,
+    sessions: HashMap<ConnectionHandle, Session>,
+    /// The sessions of the last `drive`, in the order `poll_transmit` serves them, and
+    /// how far it has got.
+    order: Vec<ConnectionHandle>,
+    next_to_transmit: usize,
+    /// Answers of the endpoint itself (stateless resets, refusals) not yet polled.
+    responses: VecDeque<(Transmit, Vec<u8>)>,
+    counters: PeerCounters,
+    events: VecDeque<PeerEvent>,
+    inbox: Inbox,
+    /// Handshakes refused since the last log line about them, and when that was.
+    refusals: (u64, Option<Instant>),
+}
+
+impl PeerEndpoint {
+    /// An endpoint for `config`'s identity and versions (its `listen` address is the
+    /// driver's business).
+    pub fn new(config: &PeerConfig) -> Result<PeerEndpoint, PeerError> {
+        let mtu = config.underlay_mtu.saturating_sub(IP_UDP_OVERHEAD);
+        let server = tls::server_config(&config.identity, mtu)?;
+        let client = tls::client_config(&config.identity, mtu)?;
+        // The stateless-reset key is derived from the node's private key, so that it is
+        // the same after a restart: a node that restarts answers its peers' packets for
+        // the old connection with a reset they accept, and they redial at once instead
+        // of waiting out the idle timeout.
+        // The connection-id key must be stable too: the endpoint answers with a reset
+        // only packets whose connection id it recognizes as one it could have issued.
+        let mut endpoint_config = EndpointConfig::new(Arc::new(reset_key(&config.identity)));
+        let cid_key = cid_key(&config.identity);
+        endpoint_config.cid_generator(move || {
+            Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+        });
+        // The largest packet this node accepts, announced to peers; quinn's default is
+        // for a 1500-byte path and would cap a jumbo underlay at 1472.
+        endpoint_config
+            .max_udp_payload_size(mtu.max(1200))
+            .map_err(|e| {
+                PeerError::Identity(format!("underlay MTU {}: {e}", config.underlay_mtu))
+            })?;
+        let quic =
+            quinn_proto::Endpoint::new(Arc::new(endpoint_config), Some(server.clone()), true, None);
+        Ok(PeerEndpoint {
+            name: config.identity.node_name.clone(),
+            versions: config.versions.clone(),
+            quic,
+            client,
+            server,
+            peers: Vec::new(),
+            sessions: HashMap::new(),
+            order: Vec::new(),
+            next_to_transmit: 0,
+            responses: VecDeque::new(),
+            counters: PeerCounters::default(),
+            events: VecDeque::new(),
+            inbox: Inbox::default(),
+            refusals: (0, None),
+        })
+    }
+
+    pub fn counters(&self) -> PeerCounters {
+        self.counters
+    }
+
+    /// Declares a peer node at `addr`; frames to it travel on `carrier`. Declaring a
+    /// known name again updates its address and carrier.
+    pub fn add_peer(
+        &mut self,
+        name: &str,
+        addr: SocketAddr,
+        carrier: Carrier,
+        now: Instant,
+    ) -> Result<PeerId, PeerError> {
+        ServerName::try_from(name.to_owned()).map_err(|_| PeerError::BadName(name.into()))?;
+        if let Some(index) = self.peers.iter().position(|p| p.name == name) {
+            self.peers[index].redeclare(addr, carrier);
+            return Ok(PeerId(index as u32));
+        }
+        self.peers
+            .push(Peer::new(&self.name, name, addr, carrier, now));
+        Ok(PeerId(self.peers.len() as u32 - 1))
+    }
+
+    pub fn peer_name(&self, peer: PeerId) -> Option<&str> {
+        self.peers.get(peer.0 as usize).map(|p| p.name.as_str())
+    }
+
+    /// Whether Hello has been exchanged with the peer.
+    pub fn is_up(&self, peer: PeerId) -> bool {
+        self.live_session(peer).is_some()
+    }
+
+    fn live_session(&self, peer: PeerId) -> Option<ConnectionHandle> {
+        let (conn, _) = self.peers.get(peer.0 as usize)?.up()?;
+        self.sessions.contains_key(&conn).then_some(conn)
+    }
+
+    /// Queues one frame for the peer on `carrier` (a link's own) or, with `None`, the
+    /// peer's; it leaves when `drive` flushes. False when dropped: the peer is not up, or
+    /// its carrier has no room.
+    pub fn send_frame(
+        &mut self,
+        now: Instant,
+        peer: PeerId,
+        link_uid: u64,
+        frame: &[u8],
+        carrier: Option<Carrier>,
+    ) -> bool {
+        let Some(conn) = self.peers.get(peer.0 as usize).and_then(Peer::up) else {
+            self.counters.dropped_no_peer += 1;
+            return false;
+        };
+        let Some(session) = self.sessions.get_mut(&conn.0) else {
+            self.counters.dropped_no_peer += 1;
+            return false;
+        };
+        let carrier = carrier.unwrap_or(self.peers[peer.0 as usize].carrier);
+        let sent = session.send_frame(carrier, link_uid, frame, &mut self.counters, now);
+        if sent {
+            self.counters.frames_sent += 1;
+        }
+        sent
+    }
+
+    /// Sends a control message to a peer that is up. False when it is not, or when it
+    /// has left so much unread that its connection is closed instead.
+    pub fn send_control(&mut self, now: Instant, peer: PeerId, message: &ControlMessage) -> bool {
+        let Some(handle) = self.live_session(peer) else {
+            return false;
+        };
+        let mut session = self.sessions.remove(&handle).expect("live session");
+        let sent = self.send_or_close(handle, &mut session, message, now);
+        self.sessions.insert(handle, session);
+        sent
+    }
+
+    /// Streams whose state the sessions hold (read in part, or waiting for Hello).
+    pub fn streams_held(&self) -> usize {
+        self.sessions.values().map(Session::streams_held).sum()
+    }
+
+    /// The next event for the control plane.
+    pub fn poll_event(&mut self) -> Option<PeerEvent> {
+        self.events.pop_front()
+    }
+
+    /// Every event not yet polled.
+    pub fn take_events(&mut self) -> Vec<PeerEvent> {
+        self.events.drain(..).collect()
+    }
+
+    /// The next frame received from a peer. Its bytes stay valid until the next call
+    /// that takes `&mut self`.
+    pub fn poll_frame(&mut self) -> Option<ReceivedFrame<'_>> {
+        self.inbox.next()
+    }
+
+    /// The frame polled last was for a link the caller does not know.
+    pub fn count_unknown_link(&mut self) {
+        self.counters.dropped_unknown_link += 1;
+    }
+
+    /// Queues an event for the control plane; false (and counted, for a control
+    /// message) when the queue is full.
+    fn push_event(&mut self, event: PeerEvent) -> bool {
+        if self.events.len() >= MAX_EVENTS {
+            if matches!(event, PeerEvent::Control { .. }) {
+                self.counters.control_dropped += 1;
+            }
+            return false;
+        }
+        self.events.push_back(event);
+        true
+    }
+
+    /// The latest moment by which `drive` should run again, with nothing arriving.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        let held = self
+            .sessions
+            .values()
+            .filter_map(Session::held_since)
+            .map(|since| since + MAX_HOLD)
+            .min();
+        let connections = self
+            .sessions
+            .values_mut()
+            .filter_map(|s| s.conn.poll_timeout())
+            .min();
+        let dials = self.peers.iter().filter_map(Peer::next_timeout).min();
+        [held, connections, dials].into_iter().flatten().min()
+    }
+
+    /// Takes one UDP datagram from `remote` (sent to `local_ip`).
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+        local_ip: Option<IpAddr>,
+        ecn: Option<u8>,
+        data: BytesMut,
+    ) {
+        let ecn = ecn.and_then(quinn_proto::EcnCodepoint::from_bits);
+        let mut response = Vec::new();
+        match self
+            .quic
+            .handle(now, remote, local_ip, ecn, data, &mut response)
+        {
+            Some(DatagramEvent::ConnectionEvent(handle, event)) => {
+                if let Some(session) = self.sessions.get_mut(&handle) {
+                    session.conn.handle_event(event);
+                }
+            }
+            Some(DatagramEvent::NewConnection(incoming)) => {
+                if let Some(why) = self.refuse_handshake(remote) {
+                    self.quic.ignore(incoming);
+                    self.counters.handshakes_refused += 1;
+                    self.log_refusal(remote, why, now);
+                    return;
+                }
+                match self
+                    .quic
+                    .accept(incoming, now, &mut response, Some(self.server.clone()))
+                {
+                    Ok((handle, conn)) => {
+                        self.sessions.insert(handle, Session::new(conn, None));
+                    }
+                    Err(e) => {
+                        if let Some(transmit) = e.response {
+                            self.respond(&transmit, response);
+                        }
+                    }
+                }
+            }
+            Some(DatagramEvent::Response(transmit)) => self.respond(&transmit, response),
+            None => {}
+        }
+    }
+
+    fn respond(&mut self, transmit: &quinn_proto::Transmit, mut bytes: Vec<u8>) {
+        bytes.truncate(transmit.size);
+        self.responses
+            .push_back((Transmit::from_quinn(transmit), bytes));
+    }
+
+    /// Why a handshake from `remote` is not begun at all, if it is not: only the
+    /// configured peers' addresses may connect (no state, and no answer, for anyone
+    /// else), and only so many at once.
+    fn refuse_handshake(&self, remote: SocketAddr) -> Option<&'static str> {
+        if !self.peers.iter().any(|p| p.addr.ip() == remote.ip()) {
+            return Some("not a peer's address");
+        }
+        let handshaking = self
+            .sessions
+            .values()
+            .filter(|s| s.conn.is_handshaking())
+            .count();
+        (handshaking >= MAX_HANDSHAKES).then_some("too many handshakes in progress")
+    }
+
+    /// Logs refused handshakes at most once per `REFUSAL_LOG_EVERY`, with their count.
+    fn log_refusal(&mut self, remote: SocketAddr, why: &str, now: Instant) {
+        self.refusals.0 += 1;
+        if self
+            .refusals
+            .1
+            .is_some_and(|last| now.duration_since(last) < REFUSAL_LOG_EVERY)
+        {
+            return;
+        }
+        tracing::warn!(%remote, reason = why, refused = self.refusals.0, "peer handshake refused");
+        self.refusals = (0, Some(now));
+    }
+
+    /// One round of work at `now`: hands the queued frames to their connections (all, or
+    /// with `Flush::WhenDue` those that waited `MAX_HOLD`), knocks and dials what is due,
+    /// and runs every connection (its timers, what arrived). What it produced is polled
+    /// after: `poll_transmit`, `poll_frame`, `poll_event`.
+    pub fn drive(&mut self, now: Instant, flush: Flush) {
+        for session in self.sessions.values_mut() {
+            let due = match (flush, session.held_since()) {
+                (_, None) => false,
+                (Flush::Now, Some(_)) => true,
+                (Flush::WhenDue, Some(since)) => now.duration_since(since) >= MAX_HOLD,
+            };
+            if due {
+                session.flush(&mut self.counters);
+            }
+        }
+        self.dial(now);
+        // Reused: this runs on every pass of the worker.
+        let mut order = std::mem::take(&mut self.order);
+        order.clear();
+        order.extend(self.sessions.keys().copied());
+        for &handle in &order {
+            self.drive_one(handle, now);
+        }
+        self.order = order;
+        self.next_to_transmit = 0;
+    }
+
+    /// The next UDP send, written into `buf`; `max_segments` is what one send of the
+    /// driver's socket may carry (GSO).
+    pub fn poll_transmit(
+        &mut self,
+        now: Instant,
+        max_segments: usize,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        buf.clear();
+        if let Some((transmit, bytes)) = self.responses.pop_front() {
+            buf.extend_from_slice(&bytes);
+            return Some(transmit);
+        }
+        while let Some(handle) = self.order.get(self.next_to_transmit) {
+            if let Some(session) = self.sessions.get_mut(handle) {
+                // One GSO send carries at most 64 KiB of UDP payload; quinn-proto fills
+                // as many segments as it is allowed, so allow only what fits at this
+                // path's MTU (with jumbo frames, fewer than the socket's limit).
+                let mtu = usize::from(session.conn.current_mtu()).max(1200);
+                let segments = max_segments.min(MAX_GSO_BYTES / mtu).max(1);
+                if let Some(transmit) = session.conn.poll_transmit(now, segments, buf) {
+                    return Some(Transmit::from_quinn(&transmit));
+                }
+            }
+            self.next_to_transmit += 1;
+        }
+        None
+    }
+
+    fn dial(&mut self, now: Instant) {
+        for index in 0..self.peers.len() {
+            let Some(due) = self.peers[index].due(now) else {
+                continue;
+            };
+            let peer = &self.peers[index];
+            let connected = self
+                .quic
+                .connect(now, self.client.clone(), peer.addr, &peer.name);
+            let conn = match connected {
+                Ok((handle, conn)) => {
+                    let mut session = Session::new(conn, Some(index));
+                    session.knock = due == Due::Knock;
+                    self.sessions.insert(handle, session);
+                    Some(handle)
+                }
+                Err(e) => {
+                    tracing::warn!(peer = %peer.name, addr = %peer.addr, error = %e, ?due, "cannot connect");
+                    None
+                }
+            };
+            match due {
+                Due::Knock => self.peers[index].knocked(conn),
+                Due::Dial => {
+                    self.counters.dials += u64::from(conn.is_some());
+                    self.peers[index].dialed(conn, now);
+                }
+            }
+        }
+    }
+
+    /// Everything one connection has to do this round.
+    fn drive_one(&mut self, handle: ConnectionHandle, now: Instant) {
+        let Some(mut session) = self.sessions.remove(&handle) else {
+            return;
+        };
+        if session.conn.poll_timeout().is_some_and(|t| t <= now) {
+            session.conn.handle_timeout(now);
+        }
+        let mut inbound = Vec::new();
+        while let Some(event) = session.conn.poll() {
+            match event {
+                // A knock is moot once the peer is up: it has dialed.
+                Event::Connected
+                    if session.knock
+                        && session.peer.is_some_and(|p| self.peers[p].up().is_some()) =>
+                {
+                    session
+                        .conn
+                        .close(now, CLOSE_KNOCK_HEARD.into(), "connected".into());
+                }
+                // The side that connected speaks first.
+                Event::Connected if session.peer.is_some() => session.send_hello(self.hello()),
+                Event::ConnectionLost { reason } => {
+                    self.lost(handle, &session, reason.to_string(), now)
+                }
+                Event::Stream(StreamEvent::Opened { .. }) => {
+                    for id in session.accept_streams() {
+                        self.read(&mut session, id, &mut inbound);
+                    }
+                }
+                Event::Stream(StreamEvent::Readable { id }) => {
+                    self.read(&mut session, id, &mut inbound);
+                }
+                Event::Stream(StreamEvent::Writable { .. }) => session.flush_streams(),
+                Event::DatagramReceived => {
+                    let mut to = Delivery {
+                        inbox: &mut self.inbox,
+                        peer: session_peer(&session),
+                    };
+                    session.read_datagrams(&mut self.counters, &mut to);
+                }
+                _ => {}
+            }
+        }
+        let before = session.hello_done;
+        for message in inbound {
+            self.on_inbound(handle, &mut session, message, now);
+        }
+        if session.hello_done && !before {
+            // What waited for Hello is read now.
+            let mut inbound = Vec::new();
+            for id in session.take_deferred() {
+                self.read(&mut session, id, &mut inbound);
+            }
+            for message in inbound {
+                self.on_inbound(handle, &mut session, message, now);
+            }
+        }
+        while let Some(event) = session.conn.poll_endpoint_events() {
+            if let Some(reply) = self.quic.handle_event(handle, event) {
+                session.conn.handle_event(reply);
+            }
+        }
+        if session.conn.is_drained() {
+            // Every way a connection ends is seen before this; should one not be, the
+            // peer must not stay tied to a connection that is gone.
+            if let Some(peer) = session.peer {
+                if self.peers[peer].ended(handle, now) == Ended::WasUp {
+                    let reason = "the connection ended".to_owned();
+                    self.push_event(PeerEvent::Down {
+                        peer: PeerId(peer as u32),
+                        reason,
+                    });
+                }
+            }
+            return;
+        }
+        self.sessions.insert(handle, session);
+    }
+
+    fn read(
+        &mut self,
+        session: &mut Session,
+        id: quinn_proto::StreamId,
+        inbound: &mut Vec<Inbound>,
+    ) {
+        let mut to = Delivery {
+            inbox: &mut self.inbox,
+            peer: session_peer(session),
+        };
+        session.read_stream(id, &mut self.counters, &mut to, inbound);
+    }
+
+    fn hello(&self) -> Hello {
+        Hello {
+            min_version: *self.versions.start(),
+            max_version: *self.versions.end(),
+            ..Hello::current(
+                self.name.clone(),
+                Capabilities::DATAGRAM.union(Capabilities::STREAM),
+            )
+        }
+    }
+
+    fn on_inbound(
+        &mut self,
+        handle: ConnectionHandle,
+        session: &mut Session,
+        inbound: Inbound,
+        now: Instant,
+    ) {
+        let message = match inbound {
+            Inbound::Control(message) => message,
+            Inbound::Broken(e) => {
+                self.refuse(
+                    handle,
+                    session,
+                    now,
+                    CLOSE_PROTOCOL,
+                    format!("undecodable: {e}"),
+                );
+                return;
+            }
+            Inbound::Undecodable { request_id, error } if session.hello_done => {
+                // Framing is intact: answer, skip, and keep the connection (a newer peer
+                // may send what this build does not know).
+                let code = match error {
+                    DecodeError::UnknownControlType { .. } => ErrorCode::UNKNOWN_TYPE,
+                    _ => ErrorCode::MALFORMED,
+                };
+                self.answer_error(handle, session, request_id, code, error.to_string(), now);
+                return;
+            }
+            Inbound::Undecodable { error, .. } => {
+                let reason = format!("its first message does not decode: {error}");
+                self.refuse(handle, session, now, CLOSE_PROTOCOL, reason);
+                return;
+            }
+        };
+        let ControlBody::Hello(theirs) = &message.body else {
+            match session_peer(session) {
+                Some(peer) => {
+                    if !self.push_event(PeerEvent::Control { peer, message }) {
+                        let reason = "control messages arrive faster than they are handled";
+                        self.close(handle, session, CLOSE_OVERFLOW, reason.into(), now);
+                    }
+                }
+                None => {
+                    let reason = "a control message before Hello".to_owned();
+                    self.refuse(handle, session, now, CLOSE_PROTOCOL, reason);
+                }
+            }
+            return;
+        };
+        if session.hello_done {
+            // One Hello per connection: another would make this node Sync all over again.
+            let reason = "Hello was already exchanged on this connection".to_owned();
+            let request = message.request_id;
+            self.answer_error(handle, session, request, ErrorCode::CONFLICT, reason, now);
+            return;
+        }
+        let opened = match session.peer {
+            Some(peer) => Opened::ByThisNode(peer),
+            None => Opened::ByPeer(session.conn.remote_address()),
+        };
+        let certified = certificate_names(session, &theirs.node_name);
+        match hello::judge(theirs, &self.hello(), opened, certified, &self.peers) {
+            Verdict::NoCommonVersion { reason } => {
+                let _ = session.send_control(&ControlMessage {
+                    request_id: message.request_id,
+                    body: ControlBody::Error(ErrorBody {
+                        code: ErrorCode::UNSUPPORTED_VERSION,
+                        message: format!(
+                            "this node speaks versions {}..={}",
+                            self.versions.start(),
+                            self.versions.end()
+                        ),
+                    }),
+                });
+                self.refuse(handle, session, now, CLOSE_PROTOCOL, reason);
+            }
+            Verdict::Refuse { code, reason } => self.refuse(handle, session, now, code, reason),
+            Verdict::KnockFrom { peer } => self.knock_heard(peer, session, now),
+            Verdict::Up {
+                peer,
+                version,
+                answer,
+            } => {
+                if answer {
+                    session.peer = Some(peer);
+                    session.send_hello(self.hello());
+                }
+                if let Some(old) = self.peers[peer].hello_done(handle, version) {
+                    // A newer connection (the peer restarted) replaces the old one.
+                    if let Some(old) = self.sessions.get_mut(&old) {
+                        old.conn
+                            .close(now, CLOSE_SHUTDOWN.into(), "replaced".into());
+                    }
+                }
+                session.hello_done = true;
+                session.version = version;
+                self.push_event(PeerEvent::Up {
+                    peer: PeerId(peer as u32),
+                    name: theirs.node_name.clone(),
+                    version,
+                });
+            }
+        }
+    }
+
+    /// A knock from `index`, which this node dials, on the connection of `session`.
+    fn knock_heard(&mut self, index: usize, session: &mut Session, now: Instant) {
+        let peer = &self.peers[index];
+        tracing::debug!(peer = %peer.name, "knock heard");
+        let answered = peer
+            .connection()
+            .and_then(|c| self.sessions.get(&c))
+            .is_some_and(|s| s.conn.stats().udp_rx.datagrams > 0);
+        let heard = self.peers[index].knock_heard(answered, now);
+        if heard.was_up {
+            tracing::info!(peer = %self.peers[index].name, "peer down: it restarted");
+            self.push_event(PeerEvent::Down {
+                peer: PeerId(index as u32),
+                reason: KNOCK_REASON.into(),
+            });
+        }
+        if let Some(old) = heard.stale.and_then(|old| self.sessions.get_mut(&old)) {
+            old.conn
+                .close(now, CLOSE_SHUTDOWN.into(), KNOCK_REASON.into());
+        }
+        session
+            .conn
+            .close(now, CLOSE_KNOCK_HEARD.into(), "dialing".into());
+    }
+
+    /// Queues `message` on the session's control stream; when the peer has left too much
+    /// unread, counts the message as dropped and closes the connection instead (the next
+    /// connection's Sync makes good what was lost). Says whether it was queued.
+    fn send_or_close(
+        &mut self,
+        handle: ConnectionHandle,
+        session: &mut Session,
+        message: &ControlMessage,
+        now: Instant,
+    ) -> bool {
+        if session.send_control(message) {
+            return true;
+        }
+        self.counters.control_dropped += 1;
+        let reason = "the peer does not read its control stream";
+        self.close(handle, session, CLOSE_OVERFLOW, reason.into(), now);
+        false
+    }
+
+    /// Answers the request `request_id` with an Error, and counts it.
+    fn answer_error(
+        &mut self,
+        handle: ConnectionHandle,
+        session: &mut Session,
+        request_id: u64,
+        code: ErrorCode,
+        message: String,
+        now: Instant,
+    ) {
+        let remote = session.conn.remote_address();
+        tracing::debug!(%remote, request_id, code = code.0, %message, "control message refused");
+        self.counters.control_refused += 1;
+        let error = ControlMessage {
+            request_id,
+            body: ControlBody::Error(ErrorBody { code, message }),
+        };
+        self.send_or_close(handle, session, &error, now);
+    }
+
+    fn refuse(
+        &mut self,
+        handle: ConnectionHandle,
+        session: &mut Session,
+        now: Instant,
+        code: u32,
+        reason: String,
+    ) {
+        let remote = session.conn.remote_address();
+        tracing::warn!(%remote, %reason, "peer connection refused");
+        self.close(handle, session, code, reason.clone(), now);
+        self.push_event(PeerEvent::Refused { remote, reason });
+    }
+
+    /// Closes a connection from this side. quinn reports no loss for a connection closed
+    /// here, so its peer's state moves on now.
+    fn close(
+        &mut self,
+        handle: ConnectionHandle,
+        session: &mut Session,
+        code: u32,
+        reason: String,
+        now: Instant,
+    ) {
+        session.conn.close(now, code.into(), reason.clone().into());
+        if let Some(peer) = session.peer {
+            if self.peers[peer].ended(handle, now) == Ended::WasUp {
+                tracing::info!(peer = %self.peers[peer].name, %reason, "peer down: closed here");
+                self.push_event(PeerEvent::Down {
+                    peer: PeerId(peer as u32),
+                    reason,
+                });
+            }
+        }
+    }
+
+    /// The peer closed the connection, or it timed out or failed.
+    fn lost(&mut self, handle: ConnectionHandle, session: &Session, reason: String, now: Instant) {
+        let remote = session.conn.remote_address();
+        let ended = session.peer.map(|p| (p, self.peers[p].ended(handle, now)));
+        match ended {
+            Some((peer, Ended::WasUp)) => {
+                tracing::info!(peer = %self.peers[peer].name, %remote, %reason, "peer down");
+                self.push_event(PeerEvent::Down {
+                    peer: PeerId(peer as u32),
+                    reason,
+                });
+            }
+            // A knock ends when it is heard (or when no one answers): the peer dials.
+            Some((peer, Ended::Knock)) => {
+                tracing::debug!(peer = %self.peers[peer].name, %reason, "knock closed");
+            }
+            // A connection that a newer one replaced (or a knock that is moot) goes
+            // quietly: the peer is up, or being dialed again.
+            Some((peer, Ended::NotCurrent)) => {
+                tracing::debug!(peer = %self.peers[peer].name, %reason, "replaced connection closed");
+            }
+            _ => {
+                // A handshake that failed: most often a certificate this node does not
+                // trust, or a peer that does not trust this node's.
+                tracing::warn!(%remote, %reason, "peer connection failed");
+                self.push_event(PeerEvent::Refused { remote, reason });
+            }
+        }
+    }
+
+    /// Closes every connection, telling the peers (what it sends is polled after).
+    pub fn close_all(&mut self, now: Instant) {
+        for session in self.sessions.values_mut() {
+            session
+                .conn
+                .close(now, CLOSE_SHUTDOWN.into(), "shutdown".into());
+        }
+        self.order.clear();
+        self.order.extend(self.sessions.keys().copied());
+        self.next_to_transmit = 0;
+    }
+}
+
+/// The peer a session's frames and control messages are from: known, and Hello done.
+fn session_peer(session: &Session) -> Option<PeerId> {
+    session
+        .peer
+        .filter(|_| session.hello_done)
+        .map(|p| PeerId(p as u32))
+}
+
+/// Whether the peer's certificate (checked against the CA in the handshake) is for `name`.
+fn certificate_names(session: &Session, name: &str) -> bool {
+    let Some(identity) = session.conn.crypto_session().peer_identity() else {
+        return false;
+    };
+    let Ok(chain) = identity.downcast::<Vec<CertificateDer<'static>>>() else {
+        return false;
+    };
+    let (Some(cert), Ok(server_name)) = (chain.first(), ServerName::try_from(name.to_owned()))
+    else {
+        return false;
+    };
+    match rustls::server::ParsedCertificate::try_from(cert) {
+        Ok(parsed) => rustls::client::verify_server_name(&parsed, &server_name).is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// An HMAC key for stateless-reset tokens that only this node's private key yields.
+fn reset_key(identity: &NodeIdentity) -> ring::hmac::Key {
+    let secret = derived(identity, "stateless reset");
+    ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_ref())
+}
+
+/// The key of the hash that marks this node's connection ids as its own.
+fn cid_key(identity: &NodeIdentity) -> u64 {
+    let secret = derived(identity, "connection ids");
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&secret.as_ref()[..8]);
+    u64::from_le_bytes(first)
+}
+
+fn derived(identity: &NodeIdentity, purpose: &str) -> ring::digest::Digest {
+    ring::digest::digest(
+        &ring::digest::SHA256,
+        format!("xwire {purpose}\n{}", identity.key_pem).as_bytes(),
+    )
+}

@@ -1,0 +1,202 @@
+//! Frames received from peers and not yet taken by the switch. DATAGRAM frames stay in
+//! the datagram quinn handed over (no copy); stream frames are copied once out of the
+//! stream's reassembly buffer, whose bytes are reused as soon as they are decoded.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use xwire_proto::data::{FrameRepr, DATAGRAM_HEADER_LEN};
+
+use super::PeerId;
+
+/// Bytes of frames the inbox holds at most: the switch empties it on every pass, so
+/// only an owner that never takes frames reaches this, and new frames are then dropped.
+const MAX_HELD_BYTES: usize = 16 << 20;
+
+/// One received frame, borrowed from the inbox until the next call that changes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceivedFrame<'a> {
+    pub peer: PeerId,
+    pub link_uid: u64,
+    pub frame: &'a [u8],
+}
+
+#[derive(Default)]
+pub(crate) struct Inbox {
+    /// Checked datagrams (see `Datagram::new_checked`), and how far the first is read.
+    datagrams: VecDeque<(PeerId, Bytes)>,
+    datagram_offset: usize,
+    /// Stream records back to back (as on the stream), each run from one peer.
+    stream_bytes: Vec<u8>,
+    stream_runs: VecDeque<(PeerId, usize)>,
+    stream_offset: usize,
+    held: usize,
+    /// The frame handed out last, so that its bytes stay in place until the next call.
+    last: Option<Taken>,
+}
+
+#[derive(Clone, Copy)]
+enum Taken {
+    Datagram,
+    Stream,
+}
+
+impl Inbox {
+    /// Keeps a checked datagram from `peer`. False (nothing kept) when the inbox is full.
+    pub(crate) fn push_datagram(&mut self, peer: PeerId, datagram: Bytes) -> bool {
+        if self.held + datagram.len() > MAX_HELD_BYTES {
+            return false;
+        }
+        self.held += datagram.len();
+        if self.datagrams.is_empty() {
+            self.datagram_offset = DATAGRAM_HEADER_LEN;
+        }
+        self.datagrams.push_back((peer, datagram));
+        true
+    }
+
+    /// Keeps one stream frame from `peer`. False (nothing kept) when the inbox is full.
+    pub(crate) fn push_stream_frame(&mut self, peer: PeerId, frame: FrameRepr<'_>) -> bool {
+        let len = frame.buffer_len();
+        if self.held + len > MAX_HELD_BYTES {
+            return false;
+        }
+        self.held += len;
+        let at = self.stream_bytes.len();
+        self.stream_bytes.resize(at + len, 0);
+        // The frame came out of a record, so it has a record's length.
+        let _ = frame.emit(&mut self.stream_bytes[at..]);
+        match self.stream_runs.back_mut() {
+            Some((last, end)) if *last == peer => *end = at + len,
+            _ => self.stream_runs.push_back((peer, at + len)),
+        }
+        true
+    }
+
+    /// The next frame, if any: DATAGRAM frames first, then stream frames.
+    pub(crate) fn next(&mut self) -> Option<ReceivedFrame<'_>> {
+        self.release_last();
+        if let Some((peer, datagram)) = self.datagrams.front() {
+            // Checked when the datagram arrived: every record parses.
+            if let Ok((frame, len)) = FrameRepr::parse(&datagram[self.datagram_offset..]) {
+                self.datagram_offset += len;
+                self.last = Some(Taken::Datagram);
+                return Some(ReceivedFrame {
+                    peer: *peer,
+                    link_uid: frame.link_uid,
+                    frame: frame.frame,
+                });
+            }
+        }
+        let &(peer, end) = self.stream_runs.front()?;
+        let (frame, len) = FrameRepr::parse(&self.stream_bytes[self.stream_offset..end]).ok()?;
+        self.stream_offset += len;
+        self.last = Some(Taken::Stream);
+        Some(ReceivedFrame {
+            peer,
+            link_uid: frame.link_uid,
+            frame: frame.frame,
+        })
+    }
+
+    /// Lets go of what the frame handed out last used up.
+    fn release_last(&mut self) {
+        match self.last.take() {
+            Some(Taken::Datagram) => {
+                let (_, datagram) = self.datagrams.front().expect("the last frame's datagram");
+                if self.datagram_offset >= datagram.len() {
+                    self.held -= datagram.len();
+                    self.datagrams.pop_front();
+                    self.datagram_offset = DATAGRAM_HEADER_LEN;
+                }
+            }
+            Some(Taken::Stream) => {
+                let &(_, end) = self.stream_runs.front().expect("the last frame's run");
+                if self.stream_offset >= end {
+                    self.stream_runs.pop_front();
+                }
+                if self.stream_runs.is_empty() {
+                    self.held -= self.stream_bytes.len();
+                    self.stream_bytes.clear();
+                    self.stream_offset = 0;
+                }
+            }
+            None => {}
+        }
+    }
+
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.datagrams.is_empty() && self.stream_runs.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use xwire_proto::data::{DatagramBatch, FrameRepr};
+
+    use super::*;
+
+    fn frame(seq: u8, len: usize) -> Vec<u8> {
+        vec![seq; len]
+    }
+
+    #[test]
+    fn frames_come_out_in_order_with_their_peer_and_the_inbox_empties() {
+        let mut inbox = Inbox::default();
+        let mut batch = DatagramBatch::new(1200);
+        batch.push(1, &frame(1, 60)).unwrap();
+        batch.push(2, &frame(2, 100)).unwrap();
+        assert!(inbox.push_datagram(PeerId(0), batch.take().unwrap()));
+        for seq in [3, 4] {
+            let record = frame(seq, 80);
+            let repr = FrameRepr {
+                link_uid: u64::from(seq),
+                frame: &record,
+            };
+            assert!(inbox.push_stream_frame(PeerId(u32::from(seq) % 2), repr));
+        }
+        batch.push(5, &frame(5, 64)).unwrap();
+        assert!(inbox.push_datagram(PeerId(1), batch.take().unwrap()));
+
+        let mut got = Vec::new();
+        while let Some(f) = inbox.next() {
+            got.push((f.peer.0, f.link_uid, f.frame.len(), f.frame[0]));
+        }
+        assert_eq!(
+            got,
+            [
+                (0, 1, 60, 1),
+                (0, 2, 100, 2),
+                (1, 5, 64, 5),
+                (1, 3, 80, 3),
+                (0, 4, 80, 4)
+            ]
+        );
+        assert!(inbox.is_empty());
+        assert_eq!(inbox.held, 0);
+        assert!(inbox.stream_bytes.is_empty());
+    }
+
+    #[test]
+    fn a_full_inbox_refuses_more_until_it_is_read() {
+        let mut inbox = Inbox::default();
+        let record = frame(9, 60_000);
+        let repr = FrameRepr {
+            link_uid: 9,
+            frame: &record,
+        };
+        let mut kept = 0;
+        while inbox.push_stream_frame(PeerId(0), repr) {
+            kept += 1;
+        }
+        assert_eq!(kept, MAX_HELD_BYTES / repr.buffer_len());
+        let mut read = 0;
+        while inbox.next().is_some() {
+            read += 1;
+        }
+        assert_eq!(read, kept);
+        assert!(inbox.next().is_none());
+        assert!(inbox.push_stream_frame(PeerId(0), repr));
+    }
+}
