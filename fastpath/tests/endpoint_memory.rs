@@ -1,0 +1,434 @@
+//! Two `PeerEndpoint`s wired back to back in memory: a simulated clock, a one-way delay
+//! and seeded loss between them, no socket and no root. Each test covers one rule of the
+//! peer protocol (handshake, versions, knock, backoff, carriers, control messages) and
+//! runs in simulated seconds.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use xwire_fastpath::peer::{
+    Carrier, ControlMessage, Flush, NodeIdentity, PeerConfig, PeerEndpoint, PeerEvent, PeerId,
+};
+use xwire_pki::ClusterCa;
+use xwire_proto::control::{ControlBody, ErrorBody, ErrorCode};
+
+const A: &str = "192.0.2.1:4789";
+const B: &str = "192.0.2.2:4789";
+const ONE_WAY: Duration = Duration::from_micros(500);
+
+/// A frame whose bytes tell its length and sequence number.
+fn frame(len: usize, seq: u16) -> Vec<u8> {
+    let mut f: Vec<u8> = (0..len).map(|i| i as u8).collect();
+    f[..2].copy_from_slice(&seq.to_be_bytes());
+    f
+}
+
+/// One UDP datagram on its way.
+struct InFlight {
+    arrives: Instant,
+    from: SocketAddr,
+    to: SocketAddr,
+    bytes: Vec<u8>,
+}
+
+/// A node: its endpoint, its address, and what it received.
+struct Node {
+    endpoint: PeerEndpoint,
+    addr: SocketAddr,
+    /// The peer id of the other node, as this one numbers it.
+    other: PeerId,
+    frames: Vec<(u64, Vec<u8>)>,
+    events: Vec<PeerEvent>,
+}
+
+struct Net {
+    now: Instant,
+    start: Instant,
+    a: Node,
+    /// `None` while node-b is down.
+    b: Option<Node>,
+    in_flight: Vec<InFlight>,
+    /// Out of 1000 datagrams, how many are lost (each way).
+    loss_per_mille: u64,
+    rng: u64,
+    lost: u64,
+}
+
+fn node(id: NodeIdentity, addr: &str, versions: Option<(u16, u16)>) -> PeerEndpoint {
+    let mut config = PeerConfig::new(id, addr.parse().unwrap());
+    if let Some((low, high)) = versions {
+        config.versions = low..=high;
+    }
+    PeerEndpoint::new(&config).unwrap()
+}
+
+impl Net {
+    /// node-a (which dials) and node-b, each declaring the other.
+    fn new(id_a: NodeIdentity, id_b: NodeIdentity, carrier: Carrier) -> Net {
+        Net::with(node(id_a, A, None), node(id_b, B, None), carrier)
+    }
+
+    fn with(a: PeerEndpoint, b: PeerEndpoint, carrier: Carrier) -> Net {
+        let now = Instant::now();
+        let mut net = Net {
+            now,
+            start: now,
+            a: Node {
+                endpoint: a,
+                addr: A.parse().unwrap(),
+                other: PeerId(0),
+                frames: Vec::new(),
+                events: Vec::new(),
+            },
+            b: None,
+            in_flight: Vec::new(),
+            loss_per_mille: 0,
+            rng: 0x9e37_79b9_7f4a_7c15,
+            lost: 0,
+        };
+        net.a.other = net
+            .a
+            .endpoint
+            .add_peer("node-b", B.parse().unwrap(), carrier, now)
+            .unwrap();
+        net.start_b(b, carrier);
+        net
+    }
+
+    /// node-b (re)starts with `endpoint`, declaring node-a.
+    fn start_b(&mut self, mut endpoint: PeerEndpoint, carrier: Carrier) {
+        let other = endpoint
+            .add_peer("node-a", A.parse().unwrap(), carrier, self.now)
+            .unwrap();
+        self.b = Some(Node {
+            endpoint,
+            addr: B.parse().unwrap(),
+            other,
+            frames: Vec::new(),
+            events: Vec::new(),
+        });
+    }
+
+    fn b(&mut self) -> &mut Node {
+        self.b.as_mut().expect("node-b is up")
+    }
+
+    fn lose(&mut self) -> bool {
+        // xorshift64: the same losses on every run.
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng % 1000 < self.loss_per_mille
+    }
+
+    /// Drives both nodes at `now`, sends what they want sent, takes what they received,
+    /// then moves the clock to the next thing due (a delivery or a timer).
+    fn step(&mut self) {
+        let now = self.now;
+        let mut sent = Vec::new();
+        for node in [Some(&mut self.a), self.b.as_mut()].into_iter().flatten() {
+            node.endpoint.drive(now, Flush::Now);
+            let mut buf = Vec::new();
+            while let Some(t) = node.endpoint.poll_transmit(now, 10, &mut buf) {
+                let size = t.segment_size.unwrap_or(t.size);
+                for segment in buf[..t.size].chunks(size) {
+                    sent.push((node.addr, t.destination, segment.to_vec()));
+                }
+            }
+            while let Some(f) = node.endpoint.poll_frame() {
+                node.frames.push((f.link_uid, f.frame.to_vec()));
+            }
+            node.events.extend(node.endpoint.take_events());
+        }
+        for (from, to, bytes) in sent {
+            if self.lose() {
+                self.lost += 1;
+                continue;
+            }
+            let arrives = now + ONE_WAY;
+            self.in_flight.push(InFlight {
+                arrives,
+                from,
+                to,
+                bytes,
+            });
+        }
+        // The clock moves to the next delivery or timer, at most 10 ms on.
+        let timers = [Some(&mut self.a), self.b.as_mut()]
+            .into_iter()
+            .flatten()
+            .filter_map(|n| n.endpoint.poll_timeout());
+        let deliveries = self.in_flight.iter().map(|d| d.arrives);
+        let next = timers
+            .chain(deliveries)
+            .filter(|&t| t > now)
+            .min()
+            .unwrap_or(now + Duration::from_millis(10));
+        self.now = next.min(now + Duration::from_millis(10));
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.in_flight)
+            .into_iter()
+            .partition(|d| d.arrives <= self.now);
+        self.in_flight = later;
+        for d in due {
+            let to = [Some(&mut self.a), self.b.as_mut()]
+                .into_iter()
+                .flatten()
+                .find(|n| n.addr == d.to);
+            if let Some(node) = to {
+                let data = BytesMut::from(&d.bytes[..]);
+                let local = Some(d.to.ip());
+                node.endpoint
+                    .handle_datagram(self.now, d.from, local, None, data);
+            }
+        }
+    }
+
+    /// Steps until `done` holds or `limit` of simulated time has passed; says which.
+    fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut Net) -> bool) -> bool {
+        let until = self.now + limit;
+        while self.now < until {
+            self.step();
+            if done(self) {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn both_up(&mut self) -> bool {
+        let a_up = self.a.endpoint.is_up(self.a.other);
+        a_up && self.b.as_ref().is_some_and(|b| b.endpoint.is_up(b.other))
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.now - self.start
+    }
+}
+
+fn identities() -> (NodeIdentity, NodeIdentity) {
+    let ca = ClusterCa::generate("xwire-test-ca").unwrap();
+    (ca.issue("node-a").unwrap(), ca.issue("node-b").unwrap())
+}
+
+#[test]
+fn two_nodes_shake_hands_and_both_report_the_peer_up_with_the_version() {
+    let (id_a, id_b) = identities();
+    let mut net = Net::new(id_a, id_b, Carrier::Datagram);
+    assert!(net.run_until(Duration::from_secs(2), Net::both_up));
+    // A handshake is a few round trips: milliseconds of simulated time.
+    assert!(
+        net.elapsed() < Duration::from_millis(50),
+        "{:?}",
+        net.elapsed()
+    );
+    let version = xwire_proto::control::PROTOCOL_VERSION;
+    let b_events = net.b().events.clone();
+    for (events, name) in [(&net.a.events, "node-b"), (&b_events, "node-a")] {
+        assert!(
+            events.iter().any(|e| matches!(
+                e,
+                PeerEvent::Up { name: n, version: v, .. } if n == name && *v == version
+            )),
+            "{events:?}"
+        );
+    }
+    assert_eq!(net.a.endpoint.counters().dials, 1);
+}
+
+#[test]
+fn a_node_with_no_version_in_common_is_told_and_refused() {
+    let (id_a, id_b) = identities();
+    let newer = node(id_a, A, Some((7, 9)));
+    let mut net = Net::with(newer, node(id_b, B, None), Carrier::Datagram);
+    let refused = net.run_until(Duration::from_secs(2), |n| {
+        let b_refused =
+            n.b().events.iter().any(
+                |e| matches!(e, PeerEvent::Refused { reason, .. } if reason.contains("7..=9")),
+            );
+        // The newer node hears why: node-b's Error, then the close.
+        let a_told = n.a.events.iter().any(|e| {
+            matches!(e, PeerEvent::Refused { reason, .. } if reason.contains("speaks versions"))
+        });
+        b_refused && a_told
+    });
+    let b_events = net.b().events.clone();
+    assert!(refused, "a: {:?}\nb: {b_events:?}", net.a.events);
+    assert!(!net.both_up());
+    assert!(!net
+        .a
+        .events
+        .iter()
+        .any(|e| matches!(e, PeerEvent::Up { .. })));
+}
+
+#[test]
+fn a_restarted_node_knocks_and_is_dialed_again_at_once() {
+    let (id_a, id_b) = identities();
+    let mut net = Net::new(id_a, id_b.clone(), Carrier::Datagram);
+    assert!(net.run_until(Duration::from_secs(2), Net::both_up));
+    // node-b crashes (no close reaches node-a) and starts again with nothing.
+    net.b = None;
+    net.in_flight.clear();
+    net.run_until(Duration::from_millis(100), |_| false);
+    net.a.events.clear();
+    let restarted = net.now;
+    net.start_b(node(id_b, B, None), Carrier::Datagram);
+    assert!(net.run_until(Duration::from_secs(5), Net::both_up));
+    // Well before node-a's idle timeout (3 s) would have told it.
+    let took = net.now - restarted;
+    assert!(took < Duration::from_millis(100), "up again after {took:?}");
+    let down = net.a.events.iter().find_map(|e| match e {
+        PeerEvent::Down { reason, .. } => Some(reason.clone()),
+        _ => None,
+    });
+    assert!(
+        down.is_some_and(|r| r.contains("knocked")),
+        "{:?}",
+        net.a.events
+    );
+    // And frames cross again.
+    let other = net.a.other;
+    assert!(net
+        .a
+        .endpoint
+        .send_frame(net.now, other, 7, &frame(100, 1), None));
+    assert!(net.run_until(Duration::from_secs(1), |n| !n.b().frames.is_empty()));
+}
+
+#[test]
+fn a_dial_that_fails_is_retried_after_a_wait_that_doubles() {
+    // node-b's certificate is from another CA: every handshake fails at once.
+    let (id_a, _) = identities();
+    let rogue_ca = ClusterCa::generate("another-ca").unwrap();
+    let id_b = rogue_ca.issue("node-b").unwrap();
+    let mut net = Net::new(id_a, id_b, Carrier::Datagram);
+    let mut dial_times = Vec::new();
+    let mut dials = 0;
+    net.run_until(Duration::from_secs(8), |n| {
+        let now_dials = n.a.endpoint.counters().dials;
+        if now_dials > dials {
+            dials = now_dials;
+            dial_times.push(n.elapsed());
+        }
+        false
+    });
+    assert!(!net.both_up());
+    let gaps: Vec<u128> = dial_times
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_millis())
+        .collect();
+    // 100 ms, then doubling, to 5 s at most; a few milliseconds of handshake each.
+    assert!(gaps.len() >= 5, "dials at {dial_times:?}");
+    for (gap, want) in gaps.iter().zip([100, 200, 400, 800, 1600, 3200]) {
+        assert!(
+            (want..want + 20).contains(gap),
+            "gaps {gaps:?} (dials at {dial_times:?})"
+        );
+    }
+    assert!(net
+        .a
+        .events
+        .iter()
+        .all(|e| matches!(e, PeerEvent::Refused { .. })));
+}
+
+/// Frame `seq`'s length: up to what fits a datagram on a 1500-byte path (larger frames
+/// would ride the stream).
+fn length(seq: usize) -> usize {
+    60 + (seq * 37) % 1000
+}
+
+fn frames_cross_with_loss(carrier: Carrier) -> Net {
+    let (id_a, id_b) = identities();
+    let mut net = Net::new(id_a, id_b, carrier);
+    assert!(net.run_until(Duration::from_secs(2), Net::both_up));
+    net.loss_per_mille = 20;
+    let sizes: Vec<usize> = (0..400).map(length).collect();
+    let other = net.a.other;
+    for (seq, &len) in sizes.iter().enumerate() {
+        let now = net.now;
+        assert!(net
+            .a
+            .endpoint
+            .send_frame(now, other, 7, &frame(len, seq as u16), None));
+        if seq % 20 == 19 {
+            net.step();
+        }
+    }
+    net.run_until(Duration::from_secs(3), |n| {
+        n.b().frames.len() == sizes.len()
+    });
+    assert!(net.lost > 0, "the loss is real");
+    net
+}
+
+#[test]
+fn datagram_frames_arrive_unchanged_and_in_order_less_what_was_lost() {
+    let mut net = frames_cross_with_loss(Carrier::Datagram);
+    let got = &net.b().frames;
+    assert!(!got.is_empty() && got.len() < 400, "{} of 400", got.len());
+    let mut last = None;
+    for (uid, f) in got {
+        assert_eq!(*uid, 7);
+        let seq = u16::from_be_bytes([f[0], f[1]]);
+        assert_eq!(f, &frame(f.len(), seq), "unchanged");
+        assert!(last < Some(seq), "in order");
+        last = Some(seq);
+    }
+    let counters = net.a.endpoint.counters();
+    assert!(
+        counters.datagrams_sent < counters.frames_sent,
+        "{counters:?}"
+    );
+}
+
+#[test]
+fn stream_frames_all_arrive_unchanged_and_in_order_despite_loss() {
+    let mut net = frames_cross_with_loss(Carrier::Stream);
+    let got = &net.b().frames;
+    assert_eq!(got.len(), 400);
+    for (seq, (uid, f)) in got.iter().enumerate() {
+        assert_eq!(*uid, 7);
+        assert_eq!(f, &frame(length(seq), seq as u16));
+    }
+}
+
+#[test]
+fn control_messages_cross_in_order_despite_loss() {
+    let (id_a, id_b) = identities();
+    let mut net = Net::new(id_a, id_b, Carrier::Datagram);
+    assert!(net.run_until(Duration::from_secs(2), Net::both_up));
+    net.loss_per_mille = 50;
+    let (other, now) = (net.b().other, net.now);
+    for request_id in 1..=50 {
+        // A few packets' worth each.
+        let message = ControlMessage {
+            request_id,
+            body: ControlBody::Error(ErrorBody {
+                code: ErrorCode::MALFORMED,
+                message: format!("message {request_id} ").repeat(300),
+            }),
+        };
+        assert!(net.b().endpoint.send_control(now, other, &message));
+    }
+    let all = |n: &mut Net| {
+        n.a.events
+            .iter()
+            .filter(|e| matches!(e, PeerEvent::Control { .. }))
+            .count()
+            == 50
+    };
+    assert!(net.run_until(Duration::from_secs(5), all));
+    let ids: Vec<u64> = net
+        .a
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            PeerEvent::Control { message, .. } => Some(message.request_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, (1..=50).collect::<Vec<_>>());
+    assert!(net.lost > 0);
+}
