@@ -4,12 +4,13 @@
 
 use std::os::fd::RawFd;
 
-use xsk_rs::FrameDesc;
-
 use crate::packet_port::PacketPort;
 use crate::worker::{PortChoice, PortKind, WorkerError};
-use crate::xdp_port::{PortError, XdpMode, XdpPort, MAX_FRAME_ROOM};
+use crate::xdp_port::{Lent, PortError, XdpMode, XdpPort, MAX_FRAME_ROOM};
 use crate::xdp_redirect::RedirectProgram;
+
+/// Frames taken from the RX ring at once.
+const RECEIVE_BATCH: usize = 64;
 
 struct XdpIo {
     /// The program that steers the interface's frames to the port: the worker's, with
@@ -18,8 +19,9 @@ struct XdpIo {
     program: RedirectProgram,
     port: XdpPort,
     /// Frames lent by the port, written, waiting for its TX ring.
-    outgoing: Vec<FrameDesc>,
-    scratch: Vec<FrameDesc>,
+    outgoing: Vec<Lent>,
+    /// Frames lent by the port's last receive.
+    received: Vec<Lent>,
 }
 
 impl Drop for XdpIo {
@@ -93,7 +95,7 @@ impl Endpoint {
                 program,
                 port,
                 outgoing: Vec::with_capacity(ring),
-                scratch: vec![FrameDesc::default(); 64],
+                received: Vec::with_capacity(RECEIVE_BATCH),
             })),
             kind,
         })
@@ -118,12 +120,11 @@ impl Endpoint {
                 if frame.len() > x.port.frame_room() {
                     return false;
                 }
-                let Some(mut desc) = x.port.take_free() else {
+                let Some(mut lent) = x.port.take_free() else {
                     return false;
                 };
-                // SAFETY: just lent by the port; it waits in `outgoing` alone.
-                unsafe { x.port.write_frame(&mut desc, frame, false) };
-                x.outgoing.push(desc);
+                x.port.write_frame(&mut lent, frame, false);
+                x.outgoing.push(lent);
                 true
             }
             Io::Packet(port) => port.queue(std::iter::once(frame)),
@@ -135,18 +136,12 @@ impl Endpoint {
     pub fn flush(&mut self) {
         match &mut self.io {
             Io::Xdp(x) => {
-                let XdpIo {
-                    port,
-                    outgoing,
-                    scratch,
-                    ..
-                } = &mut **x;
+                let XdpIo { port, outgoing, .. } = &mut **x;
                 let room = port.tx_room(outgoing.len());
-                // SAFETY: `outgoing` holds descriptors lent by the port, in no ring.
-                let sent = unsafe { port.send(&outgoing[..room]) };
-                outgoing.drain(..sent);
+                // The ring has room for these: it takes them all.
+                port.send(outgoing.drain(..room));
                 port.kick();
-                port.reclaim(scratch);
+                port.reclaim();
             }
             Io::Packet(port) => port.flush(),
         }
@@ -156,14 +151,11 @@ impl Endpoint {
     pub fn receive(&mut self, budget: usize, mut take: impl FnMut(&[u8])) -> usize {
         let taken = match &mut self.io {
             Io::Xdp(x) => {
-                let XdpIo { port, scratch, .. } = &mut **x;
-                let want = budget.min(scratch.len());
-                let n = port.receive(&mut scratch[..want]);
-                for desc in &scratch[..n] {
-                    // SAFETY: just lent by `receive`, given back right after.
-                    take(unsafe { port.frame_data(desc) });
-                    // SAFETY: as above; `take` has returned.
-                    unsafe { port.recycle_one(*desc) };
+                let XdpIo { port, received, .. } = &mut **x;
+                let n = port.receive(budget.min(RECEIVE_BATCH), received);
+                for lent in received.drain(..) {
+                    take(port.frame_data(&lent));
+                    port.recycle_one(lent);
                 }
                 port.refill();
                 n

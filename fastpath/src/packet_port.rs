@@ -8,7 +8,7 @@
 //! status word per slot. The `unsafe` here is the mapping and that status word.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -174,6 +174,10 @@ impl PacketPort {
 
     pub(crate) fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+
+    pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 
     /// Frames the kernel dropped for want of a free RX slot, since the port opened.

@@ -12,13 +12,15 @@
 //! Every `unsafe` call into xsk-rs in the crate is in this file. xsk-rs leaves one thing to
 //! the caller: a descriptor handed to a ring must belong to the ring's UMEM and must not be
 //! in any other ring or in use elsewhere. A port's descriptors are in exactly one place:
-//! its free list, one of its kernel rings, or (lent out by `receive` and `take_free`) the
-//! worker's RX chain or pending batch for this port, until `recycle` or `send` takes them
-//! back. That is the contract of the `unsafe fn`s here.
+//! its free list, one of its kernel rings, or lent out (by `receive` and `take_free`) as a
+//! `Lent`, which is neither `Copy` nor `Clone` and goes back (by `recycle` or `send`) only
+//! to the port it came from, so the rest of the crate holds no `unsafe` for frames and
+//! cannot put one frame in two places.
 
 use std::error::Error as _;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::xdp_redirect::RedirectProgram;
 
@@ -111,6 +113,30 @@ impl KernelDrops {
     }
 }
 
+/// One UMEM frame lent out by a port: received data to read, or a free frame to write
+/// and send. It is in one place at a time (not `Copy`, not `Clone`), and a port takes
+/// back only its own (each port has a serial number, checked).
+#[derive(Debug)]
+pub(crate) struct Lent {
+    desc: FrameDesc,
+    port: u32,
+}
+
+impl Lent {
+    /// Bytes of frame data in it.
+    pub(crate) fn len(&self) -> usize {
+        self.desc.lengths().data()
+    }
+
+    /// Whether the frame continues in the next descriptor (a jumbo frame's chain).
+    pub(crate) fn has_more(&self) -> bool {
+        self.desc.has_more_frames()
+    }
+}
+
+/// Serial numbers of ports, so that a `Lent` goes back only to its own.
+static NEXT_SERIAL: AtomicU32 = AtomicU32::new(0);
+
 /// A port's mode, its four rings, and its interface and slot in the redirect program.
 type Opened = (
     XdpMode,
@@ -135,6 +161,9 @@ pub(crate) struct XdpPort {
     ifindex: u32,
     /// Frames in no ring and lent to no one.
     free: Vec<FrameDesc>,
+    /// Descriptors on their way between a ring and the caller (receive, send, reclaim).
+    scratch: Vec<FrameDesc>,
+    serial: u32,
     /// How many frames the fill ring is kept topped up to.
     fill_target: usize,
     /// Bytes of frame data one UMEM frame holds.
@@ -207,7 +236,9 @@ impl XdpPort {
             ifindex,
             fill_target: free.len() / 2,
             frame_room: layout.frame_room(),
+            scratch: Vec::with_capacity(free.len()),
             free,
+            serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
             umem,
         })
     }
@@ -302,6 +333,13 @@ impl XdpPort {
         self.rx.fd().as_raw_fd()
     }
 
+    /// The socket, for an epoll set that wakes the worker when it is readable.
+    pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the descriptor is the socket's, which `self` owns (through its RX ring)
+        // and keeps open for as long as the borrow lasts.
+        unsafe { BorrowedFd::borrow_raw(self.raw_fd()) }
+    }
+
     /// What the kernel dropped on its way into this socket, since it opened.
     pub(crate) fn kernel_drops(&self) -> io::Result<KernelDrops> {
         let stats = self.rx.fd().xdp_statistics()?;
@@ -317,20 +355,27 @@ impl XdpPort {
         })
     }
 
-    /// Takes up to `into.len()` received frames (overwriting `into`); returns how many.
-    /// Their descriptors are lent to the caller until it gives them back with `recycle`
-    /// or `send`.
-    pub(crate) fn receive(&mut self, into: &mut [FrameDesc]) -> usize {
-        // SAFETY: `into` is the caller's buffer, only written; the ring yields descriptors
-        // of this port's UMEM, which pass from the kernel to the caller.
-        let n = unsafe { self.rx.consume(into) };
+    /// Takes up to `max` received frames, lent to the caller, onto `into`; returns how
+    /// many.
+    pub(crate) fn receive(&mut self, max: usize, into: &mut Vec<Lent>) -> usize {
+        self.scratch.clear();
+        self.scratch.resize(max, FrameDesc::default());
+        // SAFETY: `scratch` is this port's buffer, only written; the ring yields
+        // descriptors of this port's UMEM, which pass from the kernel to the caller.
+        let n = unsafe { self.rx.consume(&mut self.scratch) };
         self.in_fill -= n;
+        let port = self.serial;
+        into.extend(self.scratch[..n].iter().map(|&desc| Lent { desc, port }));
         n
     }
 
     /// Lends a free frame to the caller (to write with `write_frame`), if one is left.
-    pub(crate) fn take_free(&mut self) -> Option<FrameDesc> {
-        self.free.pop()
+    pub(crate) fn take_free(&mut self) -> Option<Lent> {
+        let desc = self.free.pop()?;
+        Some(Lent {
+            desc,
+            port: self.serial,
+        })
     }
 
     /// Bytes of frame data one of this port's UMEM frames holds: longer frames take a
@@ -344,44 +389,47 @@ impl XdpPort {
         self.free.len()
     }
 
-    /// Gives back frames this port lent (by `receive` or `take_free`), emptying `frames`.
-    ///
-    /// # Safety
-    /// Every descriptor must have been lent by this port and be in use nowhere else.
-    pub(crate) unsafe fn recycle(&mut self, frames: &mut Vec<FrameDesc>) {
-        self.free.append(frames);
+    /// Panics on a frame of another port: a bug that would corrupt both ports' rings.
+    fn check(&self, frame: &Lent) {
+        assert_eq!(
+            frame.port, self.serial,
+            "a frame given back to the wrong port"
+        );
     }
 
-    /// Gives back one frame this port lent.
-    ///
-    /// # Safety
-    /// As for `recycle`.
-    pub(crate) unsafe fn recycle_one(&mut self, frame: FrameDesc) {
-        self.free.push(frame);
+    /// Takes back frames this port lent, emptying `frames`.
+    pub(crate) fn recycle(&mut self, frames: &mut Vec<Lent>) {
+        for frame in frames.drain(..) {
+            self.recycle_one(frame);
+        }
     }
 
-    /// Writes `bytes` (at most `frame_room`) as the data of `desc`, marked as
-    /// continued in the next descriptor when `more`.
-    ///
-    /// # Safety
-    /// `desc` must have been lent by this port and be in use nowhere else.
-    pub(crate) unsafe fn write_frame(&self, desc: &mut FrameDesc, bytes: &[u8], more: bool) {
-        desc.set_options(if more { XDP_PKT_CONTD } else { 0 });
-        // SAFETY: as the caller promises; nothing else reads or writes this frame now.
-        let mut data = unsafe { self.umem.data_mut(desc) };
+    /// Takes back one frame this port lent.
+    pub(crate) fn recycle_one(&mut self, frame: Lent) {
+        self.check(&frame);
+        self.free.push(frame.desc);
+    }
+
+    /// Writes `bytes` (at most `frame_room`) as the data of `frame`, marked as continued
+    /// in the next descriptor when `more`.
+    pub(crate) fn write_frame(&self, frame: &mut Lent, bytes: &[u8], more: bool) {
+        self.check(frame);
+        frame.desc.set_options(if more { XDP_PKT_CONTD } else { 0 });
+        // SAFETY: the frame is this port's (checked) and lent: the caller holds the only
+        // `Lent` for it, mutably, so nothing else reads or writes it now.
+        let mut data = unsafe { self.umem.data_mut(&mut frame.desc) };
         let mut cursor = data.cursor();
         cursor.set_pos(0);
-        // The cursor writes into the frame's fixed buffer; `bytes` fits by the contract.
+        // The cursor writes into the frame's fixed buffer; what does not fit is cut.
         let _ = std::io::Write::write_all(&mut cursor, bytes);
     }
 
-    /// The data of `desc`.
-    ///
-    /// # Safety
-    /// As for `write_frame`; the slice must be dropped before `desc` is given back.
-    pub(crate) unsafe fn frame_data(&self, desc: &FrameDesc) -> &[u8] {
-        // SAFETY: as the caller promises.
-        unsafe { self.umem.data(desc) }.contents()
+    /// The data of `frame`, borrowed with it (so it cannot be given back meanwhile).
+    pub(crate) fn frame_data<'a>(&'a self, frame: &'a Lent) -> &'a [u8] {
+        self.check(frame);
+        // SAFETY: the frame is this port's (checked) and lent, and the returned slice
+        // borrows the `Lent`: it cannot be given back, sent or written while read.
+        unsafe { self.umem.data(&frame.desc) }.contents()
     }
 
     /// Free slots in the TX ring, up to `wanted`.
@@ -390,15 +438,22 @@ impl XdpPort {
     }
 
     /// Queues frames for sending (`kick` then asks the kernel to send them); returns how
-    /// many the TX ring took: all of them, or none when it has less room (see `tx_room`).
-    /// The ones taken go back to the kernel, and return to the free list once sent.
-    ///
-    /// # Safety
-    /// Every descriptor must have been lent by this port and be in use nowhere else.
-    pub(crate) unsafe fn send(&mut self, frames: &[FrameDesc]) -> usize {
-        // SAFETY: as the caller promises.
-        let n = unsafe { self.tx.produce(frames) };
+    /// many the TX ring took: all of them, or none when it has less room (see
+    /// `tx_room`), in which case they come back to the free list. The ones taken go to
+    /// the kernel, and return to the free list once sent.
+    pub(crate) fn send(&mut self, frames: impl IntoIterator<Item = Lent>) -> usize {
+        self.scratch.clear();
+        for frame in frames {
+            self.check(&frame);
+            self.scratch.push(frame.desc);
+        }
+        // SAFETY: every descriptor was lent by this port (checked) and moved in here by
+        // value, so it is in no ring and in use nowhere else.
+        let n = unsafe { self.tx.produce(&self.scratch) };
         self.in_tx += n;
+        if n == 0 {
+            self.free.extend_from_slice(&self.scratch);
+        }
         n
     }
 
@@ -415,30 +470,31 @@ impl XdpPort {
     /// frames on Linux 6.x) and completes it before returning, so a pass that queued more
     /// than that needs several; with a zero-copy driver the first kick completes nothing
     /// at once, and the loop stops there.
-    pub(crate) fn drain_tx(&mut self, scratch: &mut [FrameDesc], max_kicks: usize) {
+    pub(crate) fn drain_tx(&mut self, max_kicks: usize) {
         for _ in 0..max_kicks {
             if self.in_tx == 0 {
                 break;
             }
             self.kick();
-            if self.reclaim(scratch) == 0 {
+            if self.reclaim() == 0 {
                 break;
             }
         }
     }
 
-    /// Moves every frame the kernel finished sending to the free list, reading the
-    /// completion ring in batches of `scratch.len()`; returns how many.
-    pub(crate) fn reclaim(&mut self, scratch: &mut [FrameDesc]) -> usize {
+    /// Moves every frame the kernel finished sending to the free list; returns how many.
+    pub(crate) fn reclaim(&mut self) -> usize {
         let mut total = 0;
         loop {
-            // SAFETY: `scratch` is the caller's buffer, only written; what comes back are
+            self.scratch.clear();
+            self.scratch.resize(RECLAIM_BATCH, FrameDesc::default());
+            // SAFETY: `scratch` is this port's buffer, only written; what comes back are
             // descriptors this port sent, now in no ring.
-            let n = unsafe { self.completion.consume(scratch) };
+            let n = unsafe { self.completion.consume(&mut self.scratch) };
             self.in_tx -= n;
             total += n;
-            self.free.extend_from_slice(&scratch[..n]);
-            if n < scratch.len() {
+            self.free.extend_from_slice(&self.scratch[..n]);
+            if n < RECLAIM_BATCH {
                 return total;
             }
         }
@@ -560,5 +616,7 @@ impl UmemLayout {
         self.frame_size as usize - XDP_HEADROOM
     }
 }
+/// Completions read from the ring at once.
+const RECLAIM_BATCH: usize = 64;
 /// The descriptor option that says "the frame continues in the next descriptor".
 const XDP_PKT_CONTD: u32 = 1;

@@ -44,6 +44,11 @@ impl PeerTransport {
         self.udp.raw_fd()
     }
 
+    /// The UDP socket, borrowed.
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.udp.as_fd()
+    }
+
     /// The endpoint: peers, frames and control messages in and out.
     pub fn endpoint(&self) -> &PeerEndpoint {
         &self.endpoint

@@ -71,6 +71,10 @@ impl Udp {
         std::os::fd::AsRawFd::as_raw_fd(&self.socket)
     }
 
+    pub(crate) fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.socket)
+    }
+
     pub(crate) fn max_gso_segments(&self) -> usize {
         self.state.max_gso_segments()
     }

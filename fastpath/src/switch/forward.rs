@@ -3,21 +3,18 @@
 
 use std::time::Instant;
 
-use xsk_rs::FrameDesc;
-
 use crate::counters::{Direction, DropReason};
 use crate::link_table::{LinkTable, PortId, Verdict};
 use crate::peer::PeerTransport;
 use crate::worker::WorkerConfig;
-use crate::xdp_port::MAX_FRAME_ROOM;
+use crate::xdp_port::{Lent, MAX_FRAME_ROOM};
 
 use super::{remote, Port, Slot, Switch};
 
-/// A descriptor on its way out, the link it is counted on, and whether it is the last
-/// (or only) descriptor of its frame.
-#[derive(Clone, Copy)]
+/// A frame (or part of one) on its way out, the link it is counted on, and whether it is
+/// the last (or only) descriptor of its frame.
 pub(super) struct Outgoing {
-    desc: FrameDesc,
+    frame: Lent,
     link: usize,
     direction: Direction,
     ends_frame: bool,
@@ -49,7 +46,7 @@ impl Switch {
             let Port::Xdp(port) = &mut slot.port else {
                 continue;
             };
-            port.drain_tx(&mut self.scratch, MAX_KICKS_PER_PASS);
+            port.drain_tx(MAX_KICKS_PER_PASS);
             port.refill();
         }
         moved
@@ -61,7 +58,7 @@ impl Switch {
             peers,
             table,
             frame_buf,
-            scratch,
+            received,
             now,
             ..
         } = self;
@@ -72,23 +69,23 @@ impl Switch {
         let in_port = PortId(index as u16);
         match &mut slot.port {
             Port::Xdp(port) => {
-                let n = port.receive(scratch);
-                for &desc in &scratch[..n] {
-                    slot.rx_chain.push(desc);
+                let n = port.receive(batch, received);
+                for lent in received.drain(..) {
+                    let more = lent.has_more();
+                    slot.rx_chain.push(lent);
                     if slot.rx_overflow {
                         // The rest of a frame longer than any frame can be: dropped with
                         // the chain's start, up to and including its last descriptor.
-                        slot.rx_overflow = desc.has_more_frames();
-                        // SAFETY: lent by this port's `receive`; nothing refers to it.
-                        unsafe { port.recycle(&mut slot.rx_chain) };
+                        slot.rx_overflow = more;
+                        port.recycle(&mut slot.rx_chain);
                         continue;
                     }
-                    if desc.has_more_frames() && slot.rx_chain.len() < MAX_CHAIN {
+                    if more && slot.rx_chain.len() < MAX_CHAIN {
                         continue;
                     }
                     // A whole frame: one descriptor, or a chain of them (jumbo frames).
-                    let len: usize = slot.rx_chain.iter().map(|d| d.lengths().data()).sum();
-                    let verdict = if desc.has_more_frames() {
+                    let len: usize = slot.rx_chain.iter().map(Lent::len).sum();
+                    let verdict = if more {
                         // Longer than any frame can be: drop it whole, and what is still
                         // to come of it.
                         slot.rx_overflow = true;
@@ -100,22 +97,18 @@ impl Switch {
                         count_drop(table, verdict);
                     } else {
                         let frame: &[u8] = match slot.rx_chain.as_slice() {
-                            // SAFETY: the chain's descriptors were lent by `receive` and
-                            // are given back below, after the last use of `frame`.
-                            [one] => unsafe { port.frame_data(one) },
+                            [one] => port.frame_data(one),
                             chain => {
                                 frame_buf.clear();
-                                for desc in chain {
-                                    // SAFETY: as above.
-                                    frame_buf.extend_from_slice(unsafe { port.frame_data(desc) });
+                                for part in chain {
+                                    frame_buf.extend_from_slice(port.frame_data(part));
                                 }
                                 frame_buf
                             }
                         };
                         route(table, peers, &mut others, verdict, frame, *now);
                     }
-                    // SAFETY: lent by this port's `receive`; nothing refers to them now.
-                    unsafe { port.recycle(&mut slot.rx_chain) };
+                    port.recycle(&mut slot.rx_chain);
                 }
                 n
             }
@@ -151,26 +144,26 @@ impl Switch {
             .iter()
             .rposition(|o| o.ends_frame)
             .map_or(0, |i| i + 1);
-        self.tx_scratch.clear();
-        self.tx_scratch
-            .extend(pending[..cut].iter().map(|o| o.desc));
-        // SAFETY: pending descriptors were lent by this port (`take_free`) and are in no
-        // ring; those the TX ring takes pass to the kernel until they complete.
-        let sent = unsafe { port.send(&self.tx_scratch) };
-        for (i, out) in pending.drain(..).enumerate() {
+        let table = &self.table;
+        let counted = |out: &Outgoing, sent: bool| {
             let ends = u64::from(out.ends_frame);
-            match self.table.counters(out.link) {
-                Some(c) if i < sent => {
-                    c.forwarded(out.direction, ends, out.desc.lengths().data() as u64)
-                }
+            match table.counters(out.link) {
+                Some(c) if sent => c.forwarded(out.direction, ends, out.frame.len() as u64),
                 Some(c) => c.dropped(out.direction, DropReason::TxFull, ends),
                 // The link went away since this frame was received.
                 None => {}
             }
-            if i >= sent {
-                // SAFETY: as above; this one stayed out of the ring.
-                unsafe { port.recycle_one(out.desc) };
-            }
+        };
+        // The TX ring has room for all of the first `cut`: it takes them all.
+        let batch = pending.drain(..cut).map(|out| {
+            counted(&out, true);
+            out.frame
+        });
+        let sent = port.send(batch);
+        debug_assert_eq!(sent, cut, "the TX ring had room");
+        for out in pending.drain(..) {
+            counted(&out, false);
+            port.recycle_one(out.frame);
         }
     }
 }
@@ -240,11 +233,10 @@ pub(super) fn deliver(
                 DropReason::NoBuffer
             } else {
                 for (k, bytes) in frame.chunks(room).enumerate() {
-                    let mut desc = port.take_free().expect("checked above");
-                    // SAFETY: just lent by this port; it goes to the port's pending batch.
-                    unsafe { port.write_frame(&mut desc, bytes, k + 1 < parts) };
+                    let mut lent = port.take_free().expect("checked above");
+                    port.write_frame(&mut lent, bytes, k + 1 < parts);
                     pending.push(Outgoing {
-                        desc,
+                        frame: lent,
                         link,
                         direction,
                         ends_frame: k + 1 == parts,

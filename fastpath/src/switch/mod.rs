@@ -8,20 +8,19 @@
 //! port's free list, one of its port's kernel rings, its port's partial RX chain, or its
 //! port's pending TX batch.
 
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixDatagram;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, TryRecvError};
-use xsk_rs::FrameDesc;
 
 use crate::counters::LinkCounters;
 use crate::link_table::{LinkTable, PortId};
 use crate::packet_port::PacketPort;
 use crate::peer::PeerTransport;
 use crate::worker::{Command, Join, PortChoice, PortInfo, PortKind, WorkerConfig, WorkerError};
-use crate::xdp_port::{PortError, XdpPort};
+use crate::xdp_port::{Lent, PortError, XdpPort};
 use crate::xdp_redirect::RedirectProgram;
 
 mod forward;
@@ -55,10 +54,10 @@ enum Port {
 }
 
 impl Port {
-    fn raw_fd(&self) -> RawFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
-            Port::Xdp(p) => p.raw_fd(),
-            Port::Packet(p) => p.raw_fd(),
+            Port::Xdp(p) => p.as_fd(),
+            Port::Packet(p) => p.as_fd(),
         }
     }
 }
@@ -69,7 +68,7 @@ struct Slot {
     /// Frames in this (AF_XDP) port's own UMEM frames waiting for its TX ring.
     pending: Vec<Outgoing>,
     /// The descriptors of a frame whose last part has not been received yet.
-    rx_chain: Vec<FrameDesc>,
+    rx_chain: Vec<Lent>,
     /// The descriptors still to come belong to a frame longer than `MAX_CHAIN`, which
     /// was dropped: they are dropped too, up to its last.
     rx_overflow: bool,
@@ -94,8 +93,8 @@ pub(crate) struct Switch {
     /// One frame gathered from its descriptor chain (a jumbo frame).
     frame_buf: Vec<u8>,
     table: LinkTable,
-    scratch: Vec<FrameDesc>,
-    tx_scratch: Vec<FrameDesc>,
+    /// Frames taken from a port's RX ring in one receive.
+    received: Vec<Lent>,
     /// The XDP program of this worker's AF_XDP ports (`None`: libxdp's program, one per
     /// interface, when this one could not be loaded or the worker opens no AF_XDP port).
     redirect: Option<RedirectProgram>,
@@ -120,7 +119,7 @@ impl Switch {
             )));
         }
         let sleeper = Sleeper::new()
-            .and_then(|s| s.watch(woken.as_raw_fd()).map(|()| s))
+            .and_then(|s| s.watch(woken.as_fd()).map(|()| s))
             .map_err(|e| WorkerError::Start(format!("an epoll set to sleep on: {e}")))?;
         Ok(Switch {
             sleeper,
@@ -128,8 +127,7 @@ impl Switch {
             peers: None,
             frame_buf: Vec::with_capacity(64 * 1024),
             table: LinkTable::default(),
-            scratch: vec![FrameDesc::default(); config.batch.max(1)],
-            tx_scratch: Vec::with_capacity(config.batch.max(1)),
+            received: Vec::with_capacity(config.batch.max(1)),
             redirect: match config.ports {
                 PortChoice::AfPacket => None,
                 _ => RedirectProgram::load(config.max_ports as u32)
@@ -390,7 +388,7 @@ impl Switch {
             port.refill();
         }
         let id = PortId(index as u16);
-        let fd = port.raw_fd();
+        let watched = self.sleeper.watch(port.as_fd());
         self.slots[index] = Some(Slot {
             port,
             pending: Vec::with_capacity(config.batch),
@@ -399,7 +397,7 @@ impl Switch {
         });
         self.table.set_max_frame(id, max_frame);
         // A port the worker could not wake for would be served only while it spins.
-        if let Err(e) = self.sleeper.watch(fd) {
+        if let Err(e) = watched {
             let _ = self.remove_port(id);
             return Err(PortError::Unwatched {
                 ifname: ifname.into(),
@@ -420,7 +418,7 @@ impl Switch {
             return Err(WorkerError::NoSuchPort(id));
         };
         self.table.remove_port(id);
-        self.sleeper.unwatch(slot.port.raw_fd());
+        self.sleeper.unwatch(slot.port.as_fd());
         if let Port::Xdp(xdp) = &slot.port {
             if let (Some(program), Some((ifindex, index))) = (&self.redirect, xdp.redirect()) {
                 program.release(ifindex, index, xdp.mode());

@@ -109,7 +109,7 @@ impl Switch {
     /// Takes the transport, or gives it back when the worker cannot watch its socket
     /// (it would then hear peers only while it spins).
     pub(super) fn attach_peers(&mut self, transport: PeerTransport) -> nix::Result<()> {
-        self.sleeper.watch(transport.raw_fd())?;
+        self.sleeper.watch(transport.as_fd())?;
         self.peers = Some(transport);
         Ok(())
     }

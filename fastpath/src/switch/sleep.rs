@@ -9,7 +9,7 @@
 //! probes trickled in, and the restarting one a fifth. An epoll set is told of a socket
 //! once, when its port opens, and a wait costs the same for ten ports as for ten thousand.
 
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
@@ -30,17 +30,12 @@ impl Sleeper {
     }
 
     /// Wakes the sleeper whenever `fd` has something to read. The caller unwatches it
-    /// before closing it.
-    pub(super) fn watch(&self, fd: RawFd) -> nix::Result<()> {
-        // SAFETY: the caller passes a descriptor it holds open for this call; the epoll
-        // set keeps a reference to the open file, not to the descriptor number.
-        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    /// before closing it (the epoll set refers to the open file, not the number).
+    pub(super) fn watch(&self, fd: BorrowedFd<'_>) -> nix::Result<()> {
         self.epoll.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, 0))
     }
 
-    pub(super) fn unwatch(&self, fd: RawFd) {
-        // SAFETY: as in `watch`; the descriptor is still open.
-        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    pub(super) fn unwatch(&self, fd: BorrowedFd<'_>) {
         // Closing the descriptor would remove it too; doing it here keeps the set exact
         // even if a library ever holds a duplicate of the socket.
         let _ = self.epoll.delete(fd);
