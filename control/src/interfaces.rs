@@ -4,12 +4,12 @@
 //! so that what xwire made can be told from what other plugins made, even with no
 //! daemon to ask (the plugin's DEL when the daemon is down).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 
 use futures::TryStreamExt;
-use netlink_packet_route::address::AddressAttribute;
+use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::link::{
     InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkMessage,
 };
@@ -236,8 +236,55 @@ pub fn named_by_alias(ns: &NetnsFd, prefix: &str) -> Result<Vec<String>, NetnsEr
         .collect())
 }
 
+/// Every interface in `ns` as the kernel reports it, by name: two dumps (links, then
+/// addresses), for a pass over many interfaces (reconciliation) where asking for each
+/// would cost netlink rounds each.
+pub fn observe(ns: &NetnsFd) -> Result<BTreeMap<String, InterfaceState>, NetnsError> {
+    let (links, addresses): (Vec<LinkMessage>, Vec<AddressMessage>) =
+        ns.netlink("list interfaces and addresses", |h| async move {
+            let links = h.link().get().execute().try_collect().await?;
+            let addresses = h.address().get().execute().try_collect().await?;
+            Ok((links, addresses))
+        })?;
+    let mut by_index: BTreeMap<u32, Vec<(IpAddr, u8)>> = BTreeMap::new();
+    for m in addresses {
+        for attribute in m.attributes {
+            if let AddressAttribute::Address(addr) = attribute {
+                by_index
+                    .entry(m.header.index)
+                    .or_default()
+                    .push((addr, m.header.prefix_len));
+            }
+        }
+    }
+    let mut found = BTreeMap::new();
+    for link in links {
+        let mut state = InterfaceState {
+            up: link.header.flags.contains(LinkFlags::Up),
+            mtu: 0,
+            mac: [0; 6],
+            alias: None,
+            addresses: by_index.remove(&link.header.index).unwrap_or_default(),
+        };
+        let mut name = None;
+        for attribute in link.attributes {
+            match attribute {
+                LinkAttribute::IfName(n) => name = Some(n),
+                LinkAttribute::Mtu(mtu) => state.mtu = mtu,
+                LinkAttribute::Address(a) if a.len() == 6 => state.mac.copy_from_slice(&a),
+                LinkAttribute::IfAlias(alias) => state.alias = Some(alias),
+                _ => {}
+            }
+        }
+        if let Some(name) = name {
+            found.insert(name, state);
+        }
+    }
+    Ok(found)
+}
+
 /// Every interface in `ns`, by name, with its alias: one dump, for a pass over many
-/// interfaces (reconciliation) where asking for each would cost a netlink round each.
+/// interfaces where asking for each would cost a netlink round each.
 pub fn aliases(ns: &NetnsFd) -> Result<HashMap<String, Option<String>>, NetnsError> {
     let links: Vec<LinkMessage> = ns.netlink("list interfaces", |h| async move {
         h.link().get().execute().try_collect().await

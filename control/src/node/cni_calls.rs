@@ -7,11 +7,13 @@ use xwire_proto::local::{
     codes, AddResult, CniCall, CniError, CniInterface, CniIp, GcCall, Response,
 };
 
+use super::plan::{plan, Action};
+use super::reconcile::Scope;
 use super::{cni_error, store_error, Journal, Node, Step};
 use crate::interfaces;
 use crate::netns::NetnsFd;
 use crate::store::{attachment_key, AttachmentRecord, WireRecord, WireState};
-use crate::topology::{format_mac, parse_cidr, parse_mac};
+use crate::topology::format_mac;
 
 impl Node {
     pub(super) fn add(&mut self, call: CniCall) -> Result<Response, CniError> {
@@ -193,9 +195,9 @@ impl Node {
 
     pub(super) fn check(&mut self, call: CniCall) -> Result<(), CniError> {
         let pod = &call.pod;
-        let Some(topology) = self.topology(&pod.namespace, &pod.name)? else {
+        if self.topology(&pod.namespace, &pod.name)?.is_none() {
             return Ok(());
-        };
+        }
         let key = attachment_key(&call.container_id, &call.ifname);
         let Some(attachment) = self.store.attachment(&key).map_err(store_error)? else {
             return Err(cni_error(
@@ -207,76 +209,14 @@ impl Node {
                 "",
             ));
         };
-        let pod_ns = open_pod_netns(&call.netns)?;
-        let wires = self.wires_of(&attachment)?;
-        let mut problems = Vec::new();
-        for link in &topology.spec.links {
-            let Some(wire) = wires.iter().find(|w| w.link_uid == link.uid) else {
-                problems.push(format!(
-                    "link uid {} ({}) has no wire",
-                    link.uid, link.local_intf
-                ));
-                continue;
-            };
-            if wire.state == WireState::Pending {
-                continue;
-            }
-            let name = &link.local_intf;
-            let state = match interfaces::inspect(&pod_ns, name) {
-                Ok(Some(state)) => state,
-                Ok(None) => {
-                    problems.push(format!("{name} is missing"));
-                    continue;
-                }
-                Err(e) => {
-                    problems.push(format!("{name}: {e}"));
-                    continue;
-                }
-            };
-            if !state.up {
-                problems.push(format!("{name} is down"));
-            }
-            if let Some(mtu) = link.mtu {
-                if state.mtu != mtu {
-                    problems.push(format!(
-                        "{name} has MTU {}, the topology says {mtu}",
-                        state.mtu
-                    ));
-                }
-            }
-            if let Some(mac) = link.local_mac.as_deref().and_then(|m| parse_mac(m).ok()) {
-                if state.mac != mac {
-                    problems.push(format!(
-                        "{name} has MAC {}, the topology says {}",
-                        format_mac(state.mac),
-                        format_mac(mac)
-                    ));
-                }
-            }
-            if let Some(cidr) = &link.local_ip {
-                if let Ok(address) = parse_cidr(cidr) {
-                    if !state.addresses.contains(&address) {
-                        problems.push(format!("{name} lacks the address {cidr}"));
-                    }
-                }
-            }
-            if wire.state == WireState::Remote {
-                if !self.ports.contains_key(&wire.key()) {
-                    problems.push(format!("{name}'s wire has no fast-path port"));
-                }
-                match interfaces::inspect(&self.node_ns, &wire.wire_ifname) {
-                    Ok(Some(_)) => {}
-                    _ => {
-                        problems.push(format!("{name}'s node end {} is missing", wire.wire_ifname))
-                    }
-                }
-            }
-        }
-        for wire in &wires {
-            if topology.link(wire.link_uid).is_none() {
-                problems.push(format!("wire uid {} is not in the topology", wire.link_uid));
-            }
-        }
+        open_pod_netns(&call.netns)?;
+        // CHECK answers from the plan: what a pass would do to this pod is what differs.
+        let observation = self.observe(Scope::Pod(&attachment))?;
+        let problems: Vec<String> = plan(&observation.desired, &observation.observed)
+            .iter()
+            .filter(|action| action.concerns(&attachment))
+            .map(Action::describe)
+            .collect();
         if problems.is_empty() {
             Ok(())
         } else {

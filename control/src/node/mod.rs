@@ -6,6 +6,7 @@
 mod cni_calls;
 mod journal;
 mod peers;
+mod plan;
 mod reconcile;
 mod topology_calls;
 mod wiring;

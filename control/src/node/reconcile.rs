@@ -5,15 +5,15 @@
 //! again whenever the node is idle after events, and on a timer. A second pass over an
 //! unchanged node changes nothing.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 
-use xwire_proto::control::WireKey;
 use xwire_proto::local::{codes, CniError};
 
-use super::wiring::log_removal;
+use super::plan::{plan, Action, Desired, DesiredPod, Interfaces, Observed, PodNetns};
+use super::wiring::{log_removal, own_end};
 use super::{cni_error, store_error, Journal, Node};
-use crate::interfaces::{self, NODE_ALIAS_PREFIX};
+use crate::interfaces::{self, EndSettings};
 use crate::netns::NetnsFd;
 use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
 use crate::topology::Link;
@@ -46,95 +46,283 @@ struct Pass {
     reattach: Vec<(WireRecord, Link)>,
 }
 
-/// Interface names (and aliases) of one namespace, read once per pass.
-type Interfaces = HashMap<String, Option<String>>;
+/// What a pass looks at: the whole node, or one attached pod (CHECK).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Scope<'a> {
+    Node,
+    Pod(&'a AttachmentRecord),
+}
 
-/// A pod by topology namespace and name.
-type PodName = (String, String);
+/// What `observe` found, with the namespaces it opened (for `apply`).
+pub(super) struct Observation {
+    pub(super) desired: Desired,
+    pub(super) observed: Observed,
+    namespaces: HashMap<String, NetnsFd>,
+}
 
 impl Node {
     /// Converges the node on its store: pods whose namespace is gone are forgotten (and
     /// their peers told), every attached pod's wire ends follow its topology, and what
-    /// no record accounts for is removed.
+    /// no record accounts for is removed. `observe`, then `plan::plan`, then `apply`.
     ///
     /// Only a namespace that is gone (nothing at its path, or not a network namespace)
     /// makes a pod forgotten; one that cannot be opened for any other reason (no file
     /// descriptors left, say) leaves the pod and its wires as they are, reported, for the
-    /// next pass. A pod whose reconciliation fails is reported, and the others go on.
+    /// next pass. An action that fails is reported, and the others go on.
     pub fn reconcile(&mut self) -> Result<Reconciled, CniError> {
-        let mut pass = Pass::default();
-        let attachments = self.store.attachments().map_err(store_error)?;
-        let mut alive = Vec::new();
-        // Pods whose wires stay: those reconciled and those that could not be looked at.
-        let mut kept: HashSet<PodName> = HashSet::new();
-        for attachment in attachments {
-            let pod = pod_label(&attachment);
-            match NetnsFd::open(Path::new(&attachment.netns)) {
-                Ok(ns) => {
-                    kept.insert(pod_name(&attachment));
-                    alive.push((attachment, ns));
-                }
-                Err(e) if e.is_gone() => match self.forget_attachment(&attachment, true) {
-                    Ok(()) => pass
-                        .report
-                        .changed(&pod, "the pod's namespace is gone: forgotten"),
-                    Err(e) => pass.report.failed(&pod, &e),
-                },
-                Err(e) => {
-                    kept.insert(pod_name(&attachment));
-                    pass.report.failed(
-                        &pod,
-                        &cni_error(
-                            codes::INTERFACE_FAILED,
-                            "the pod's namespace cannot be opened now; its wires are left as they are",
-                            e.to_string(),
-                        ),
-                    );
-                }
-            }
-        }
-        let mut node_interfaces = self.node_interfaces()?;
-        // One read of every record, rather than one per pod.
-        let mut wires_by_pod: HashMap<(String, String), Vec<WireRecord>> = HashMap::new();
-        for wire in self.store.wires().map_err(store_error)? {
-            wires_by_pod
-                .entry((wire.topo_namespace.clone(), wire.local_pod_name.clone()))
-                .or_default()
-                .push(wire);
-        }
-        for (attachment, pod_ns) in &alive {
-            let wires = wires_by_pod
-                .remove(&pod_name(attachment))
+        let observation = self.observe(Scope::Node)?;
+        let actions = plan(&observation.desired, &observation.observed);
+        Ok(self.apply(actions, &observation))
+    }
+
+    /// Gathers what should be and what is, as plain data: the attachments and their
+    /// topologies' links, the wire records, the interfaces of each pod's namespace (and
+    /// of the node's), the open fast-path ports and the far ends peers announced.
+    pub(super) fn observe(&self, scope: Scope<'_>) -> Result<Observation, CniError> {
+        let mut desired = Desired::default();
+        let mut observed = Observed {
+            node_name: self.config.node_name.clone(),
+            whole_node: matches!(scope, Scope::Node),
+            ..Observed::default()
+        };
+        let mut namespaces = HashMap::new();
+        for attachment in self.store.attachments().map_err(store_error)? {
+            let (namespace, name) = (&attachment.pod.namespace, &attachment.pod.name);
+            let mut links: Vec<Link> = self
+                .topology(namespace, name)?
+                .map(|t| t.spec.links.clone())
                 .unwrap_or_default();
-            let reconciled = interfaces::aliases(pod_ns)
-                .map_err(|e| {
-                    cni_error(
-                        codes::INTERFACE_FAILED,
-                        format!("list pod {}'s interfaces", attachment.pod.name),
-                        e.to_string(),
-                    )
-                })
-                .and_then(|pod_interfaces| {
-                    self.reconcile_pod(
-                        attachment,
-                        pod_ns,
-                        wires,
-                        &pod_interfaces,
-                        &node_interfaces,
-                        &mut pass,
-                    )
-                });
-            if let Err(e) = reconciled {
-                pass.report.failed(&pod_label(attachment), &e);
+            links.sort_by_key(|l| l.uid);
+            let looked_at = match scope {
+                Scope::Node => true,
+                Scope::Pod(pod) => pod.key() == attachment.key(),
+            };
+            if looked_at {
+                let seen = match NetnsFd::open(Path::new(&attachment.netns)) {
+                    Ok(ns) => {
+                        let seen = match interfaces::observe(&ns) {
+                            Ok(interfaces) => PodNetns::Open(interfaces),
+                            Err(e) => PodNetns::Unreadable(format!("list its interfaces: {e}")),
+                        };
+                        namespaces.insert(attachment.key(), ns);
+                        seen
+                    }
+                    Err(e) if e.is_gone() => PodNetns::Gone,
+                    Err(e) => PodNetns::Unreadable(e.to_string()),
+                };
+                observed.pods.insert(attachment.key(), seen);
+            }
+            desired.pods.push(DesiredPod { attachment, links });
+        }
+        observed.records = self
+            .store
+            .wires()
+            .map_err(store_error)?
+            .into_iter()
+            .map(|w| (w.key(), w))
+            .collect();
+        match interfaces::observe(&self.node_ns) {
+            Ok(interfaces) => observed.node_interfaces = interfaces,
+            Err(e) => observed.node_unreadable = Some(format!("list its interfaces: {e}")),
+        }
+        observed.ports = self.ports.keys().cloned().collect();
+        desired.remote_ends = self
+            .remote_ends
+            .iter()
+            .map(|(key, end)| (key.clone(), end.pod.clone()))
+            .collect();
+        Ok(Observation {
+            desired,
+            observed,
+            namespaces,
+        })
+    }
+
+    /// Carries out `actions` one at a time; one that fails is reported, and the rest go
+    /// on (the next pass plans it again).
+    fn apply(&mut self, actions: Vec<Action>, observation: &Observation) -> Reconciled {
+        let mut pass = Pass::default();
+        for action in actions {
+            let subject = action.subject();
+            match self.apply_one(action, observation, &mut pass) {
+                Ok(Some((subject, change))) => pass.report.changed(&subject, change),
+                Ok(None) => {}
+                Err(e) => pass.report.failed(&subject, &e),
             }
         }
         self.reattach_ports(&mut pass);
-        let mut report = pass.report;
-        if !report.changes.is_empty() {
-            node_interfaces = self.node_interfaces()?;
+        pass.report
+    }
+
+    /// One action; what it changed (and on what), if anything.
+    fn apply_one(
+        &mut self,
+        action: Action,
+        observation: &Observation,
+        pass: &mut Pass,
+    ) -> Result<Option<(String, String)>, CniError> {
+        let Observation {
+            desired,
+            observed,
+            namespaces,
+        } = observation;
+        let record = |key: &str| {
+            observed
+                .records
+                .get(key)
+                .cloned()
+                .ok_or_else(|| cni_error(codes::STORE_FAILED, format!("no record {key}"), ""))
+        };
+        match action {
+            Action::ForgetPod { attachment } => {
+                let pod = pod_of(desired, &attachment)?;
+                self.forget_attachment(&pod.attachment, true)?;
+                let change = "the pod's namespace is gone: forgotten";
+                Ok(Some((pod_label(&pod.attachment), change.into())))
+            }
+            Action::Unreachable { reason, .. } => Err(cni_error(
+                codes::INTERFACE_FAILED,
+                "its namespace cannot be opened now; its wires are left as they are",
+                reason,
+            )),
+            Action::RemoveWire { key, why } => {
+                self.disconnect_end(&record(&key)?, true);
+                self.store.remove_wire(&key).map_err(store_error)?;
+                Ok(Some((key, why.into())))
+            }
+            Action::Join {
+                attachment,
+                uid,
+                why,
+            } => {
+                let end = self.end(desired, observed, namespaces, &attachment, uid)?;
+                let key = wire_key(&end.pod.pod.namespace, &end.pod.pod.name, uid);
+                // Another action of this pass may have joined it (a same-node veth is
+                // made from either end).
+                let joined = self
+                    .store
+                    .wire(&key)
+                    .map_err(store_error)?
+                    .is_some_and(|w| w.state != WireState::Pending);
+                if joined {
+                    return Ok(None);
+                }
+                let change = self.join(end.pod, end.ns, end.link, end.interfaces, why)?;
+                Ok(change.map(|c| (key, c.into())))
+            }
+            Action::RemakeVeth { attachment, uid } => {
+                let end = self.end(desired, observed, namespaces, &attachment, uid)?;
+                let key = wire_key(&end.pod.pod.namespace, &end.pod.pod.name, uid);
+                self.set_pending(record(&key)?);
+                let change = self.join(
+                    end.pod,
+                    end.ns,
+                    end.link,
+                    end.interfaces,
+                    "veth gone: made again",
+                )?;
+                Ok(change.map(|c| (key, c.into())))
+            }
+            Action::Reattach { attachment, uid } => {
+                let end = self.end(desired, observed, namespaces, &attachment, uid)?;
+                let key = wire_key(&end.pod.pod.namespace, &end.pod.pod.name, uid);
+                pass.reattach.push((record(&key)?, end.link.clone()));
+                Ok(None)
+            }
+            Action::RepairRemote { attachment, uid } => {
+                let end = self.end(desired, observed, namespaces, &attachment, uid)?;
+                let key = wire_key(&end.pod.pod.namespace, &end.pod.pod.name, uid);
+                let change = self.repair_remote(end.ns, end.link, record(&key)?, end.interfaces)?;
+                Ok(Some((key, change.into())))
+            }
+            Action::Foreign { key, ifname, alias } => Err(cni_error(
+                codes::INTERFACE_EXISTS,
+                format!(
+                    "the pod of wire {key} has an interface {ifname} that xwire did not make: the wire is not made again"
+                ),
+                format!("its alias is {alias:?}"),
+            )),
+            Action::Configure {
+                attachment,
+                uid,
+                differs,
+            } => {
+                let end = self.end(desired, observed, namespaces, &attachment, uid)?;
+                let key = wire_key(&end.pod.pod.namespace, &end.pod.pod.name, uid);
+                let own = own_end(&end.pod.pod.namespace, &end.pod.pod.name, end.link);
+                let present = end
+                    .interfaces
+                    .get(&own.name)
+                    .map(|i| i.addresses.clone())
+                    .unwrap_or_default();
+                let settings = EndSettings {
+                    // Only what is missing is added; the alias is the end's already.
+                    address: own.address.filter(|a| !present.contains(a)),
+                    alias: None,
+                    ..own
+                };
+                interfaces::configure(end.ns, &settings).map_err(|e| {
+                    cni_error(
+                        codes::INTERFACE_FAILED,
+                        format!("configure {}", settings.name),
+                        e.to_string(),
+                    )
+                })?;
+                Ok(Some((key, format!("set as the topology says ({})", differs.join("; ")))))
+            }
+            Action::ClosePort { key } => {
+                if let Some(port) = self.ports.remove(&key) {
+                    if let Some(fastpath) = &self.fastpath {
+                        let _ = fastpath.worker.remove_port(port.id);
+                    }
+                }
+                Ok(Some((key, "fast-path port with no wire: closed".into())))
+            }
+            Action::RemoveNodeInterface { name, alias } => {
+                interfaces::delete(&self.node_ns, &name, &alias).map_err(|e| {
+                    cni_error(
+                        codes::INTERFACE_FAILED,
+                        "remove a stray interface",
+                        e.to_string(),
+                    )
+                })?;
+                Ok(Some((name, "node interface with no wire: removed".into())))
+            }
         }
-        self.remove_orphans(&kept, &node_interfaces, &mut report)?;
-        Ok(report)
+    }
+
+    /// One end of an action: its pod's attachment, namespace and interfaces, and link.
+    fn end<'a>(
+        &self,
+        desired: &'a Desired,
+        observed: &'a Observed,
+        namespaces: &'a HashMap<String, NetnsFd>,
+        attachment: &str,
+        uid: u64,
+    ) -> Result<PlannedEnd<'a>, CniError> {
+        let pod = pod_of(desired, attachment)?;
+        let missing = || {
+            cni_error(
+                codes::STORE_FAILED,
+                format!("{attachment}: nothing observed"),
+                "",
+            )
+        };
+        let link = pod
+            .links
+            .iter()
+            .find(|l| l.uid == uid)
+            .ok_or_else(missing)?;
+        let ns = namespaces.get(attachment).ok_or_else(missing)?;
+        let Some(PodNetns::Open(interfaces)) = observed.pods.get(attachment) else {
+            return Err(missing());
+        };
+        Ok(PlannedEnd {
+            pod: &pod.attachment,
+            ns,
+            link,
+            interfaces,
+        })
     }
 
     /// Opens the ports of the remote ends found with both interfaces in place, all in
@@ -169,115 +357,6 @@ impl Node {
         }
     }
 
-    fn node_interfaces(&self) -> Result<Interfaces, CniError> {
-        interfaces::aliases(&self.node_ns).map_err(|e| {
-            cni_error(
-                codes::INTERFACE_FAILED,
-                "list the node's interfaces",
-                e.to_string(),
-            )
-        })
-    }
-
-    /// One attached pod: records of links gone from its topology go, and each link's end
-    /// is brought to what its record says (or joined, where it has no record yet).
-    fn reconcile_pod(
-        &mut self,
-        attachment: &AttachmentRecord,
-        pod_ns: &NetnsFd,
-        wires: Vec<WireRecord>,
-        pod_interfaces: &Interfaces,
-        node_interfaces: &Interfaces,
-        pass: &mut Pass,
-    ) -> Result<(), CniError> {
-        let (namespace, pod) = (&attachment.pod.namespace, &attachment.pod.name);
-        let mut links: Vec<Link> = self
-            .topology(namespace, pod)?
-            .map(|t| t.spec.links.clone())
-            .unwrap_or_default();
-        links.sort_by_key(|l| l.uid);
-        for wire in wires {
-            if !links.iter().any(|l| l.uid == wire.link_uid) {
-                self.disconnect_end(&wire, true);
-                self.store.remove_wire(&wire.key()).map_err(store_error)?;
-                pass.report
-                    .changed(&wire.key(), "not in the topology any more: removed");
-            }
-        }
-        for link in &links {
-            let key = wire_key(namespace, pod, link.uid);
-            // Read again for each link: joining a local wire writes its peer's record.
-            let record = self.store.wire(&key).map_err(store_error)?;
-            let result = match record {
-                None => self.join(attachment, pod_ns, link, pod_interfaces, "joined"),
-                Some(record) => match record.state {
-                    WireState::Pending => {
-                        self.join_pending(attachment, pod_ns, link, pod_interfaces)
-                    }
-                    WireState::Veth => {
-                        if pod_interfaces.contains_key(&record.local_pod_ifname) {
-                            Ok(None)
-                        } else {
-                            self.set_pending(record);
-                            self.join(
-                                attachment,
-                                pod_ns,
-                                link,
-                                pod_interfaces,
-                                "veth gone: made again",
-                            )
-                        }
-                    }
-                    WireState::Remote => {
-                        let in_place = pod_interfaces.contains_key(&record.local_pod_ifname)
-                            && node_interfaces.contains_key(&record.wire_ifname);
-                        match (in_place, self.ports.contains_key(&key)) {
-                            (true, true) => Ok(None),
-                            // Its port went with the run that opened it.
-                            (true, false) => {
-                                pass.reattach.push((record, link.clone()));
-                                continue;
-                            }
-                            (false, _) => self.repair_remote(pod_ns, link, record, pod_interfaces),
-                        }
-                    }
-                },
-            };
-            match result {
-                Ok(Some(change)) => pass.report.changed(&key, change),
-                Ok(None) => {}
-                Err(e) => pass.report.failed(&key, &e),
-            }
-        }
-        Ok(())
-    }
-
-    /// Joins a pending end if its far end can be had now (a pod attached on this node, or
-    /// one another node announced).
-    fn join_pending(
-        &mut self,
-        attachment: &AttachmentRecord,
-        pod_ns: &NetnsFd,
-        link: &Link,
-        pod_interfaces: &Interfaces,
-    ) -> Result<Option<&'static str>, CniError> {
-        let namespace = &attachment.pod.namespace;
-        let local_peer = self
-            .attachment_of_pod(namespace, &link.peer_pod)?
-            .is_some_and(|p| p.key() != attachment.key());
-        let remote_peer = self
-            .remote_ends
-            .get(&WireKey {
-                namespace: namespace.clone(),
-                link_uid: link.uid,
-            })
-            .is_some_and(|r| r.pod == link.peer_pod);
-        if !local_peer && !remote_peer {
-            return Ok(None);
-        }
-        self.join(attachment, pod_ns, link, pod_interfaces, "joined")
-    }
-
     /// Joins one end as far as is possible now. An interface of the end's name that
     /// xwire made for this very end (a start interrupted before its record was written)
     /// is removed first; anyone else's is left, and the join fails.
@@ -292,7 +371,7 @@ impl Node {
         let ours = interfaces::pod_alias(&attachment.pod.namespace, &attachment.pod.name, link.uid);
         if pod_interfaces
             .get(&link.local_intf)
-            .is_some_and(|a| a.as_deref() == Some(&ours))
+            .is_some_and(|i| i.alias.as_deref() == Some(&ours))
         {
             log_removal(
                 interfaces::delete(pod_ns, &link.local_intf, &ours),
@@ -322,32 +401,20 @@ impl Node {
         }
     }
 
-    /// A remote end with either of its interfaces gone is made again.
+    /// A remote end with either of its interfaces gone is made again (the plan has
+    /// checked that an interface of its name in the pod is xwire's).
     fn repair_remote(
         &mut self,
         pod_ns: &NetnsFd,
         link: &Link,
         record: WireRecord,
         pod_interfaces: &Interfaces,
-    ) -> Result<Option<&'static str>, CniError> {
+    ) -> Result<&'static str, CniError> {
         let ours = interfaces::pod_alias(
             &record.topo_namespace,
             &record.local_pod_name,
             record.link_uid,
         );
-        match pod_interfaces.get(&record.local_pod_ifname) {
-            Some(alias) if alias.as_deref() != Some(&ours) => {
-                return Err(cni_error(
-                    codes::INTERFACE_EXISTS,
-                    format!(
-                        "pod {} has an interface {} that xwire did not make: the wire is not made again",
-                        record.local_pod_name, record.local_pod_ifname
-                    ),
-                    format!("its alias is {alias:?}"),
-                ));
-            }
-            _ => {}
-        }
         let in_pod = pod_interfaces.contains_key(&record.local_pod_ifname);
         let mut journal = Journal::default();
         // Half a veth cannot be: what is left of it is taken away with the rest.
@@ -364,7 +431,7 @@ impl Node {
             .connect_remote(pod_ns, link, &node, &mut rebuilt, &mut journal)
             .and_then(|()| self.write_wire(&rebuilt).map(drop));
         match result {
-            Ok(()) => Ok(Some("an interface was gone: made again")),
+            Ok(()) => Ok("an interface was gone: made again"),
             Err(e) => {
                 self.rollback(journal);
                 self.set_pending(record);
@@ -372,72 +439,32 @@ impl Node {
             }
         }
     }
-
-    /// Records with no attachment, fast-path ports with no record, and node-side
-    /// interfaces this node made that no record names.
-    fn remove_orphans(
-        &mut self,
-        pods: &HashSet<PodName>,
-        node_interfaces: &Interfaces,
-        report: &mut Reconciled,
-    ) -> Result<(), CniError> {
-        let mut remote_ifnames = HashSet::new();
-        let mut remote_keys = HashSet::new();
-        for wire in self.store.wires().map_err(store_error)? {
-            if !pods.contains(&(wire.topo_namespace.clone(), wire.local_pod_name.clone())) {
-                self.disconnect_end(&wire, true);
-                self.store.remove_wire(&wire.key()).map_err(store_error)?;
-                report.changed(&wire.key(), "no attachment: removed");
-            } else if wire.state == WireState::Remote {
-                remote_ifnames.insert(wire.wire_ifname.clone());
-                remote_keys.insert(wire.key());
-            }
-        }
-        let stray_ports: Vec<(String, _)> = self
-            .ports
-            .iter()
-            .filter(|(key, _)| !remote_keys.contains(*key))
-            .map(|(key, port)| (key.clone(), port.id))
-            .collect();
-        for (key, id) in stray_ports {
-            self.ports.remove(&key);
-            if let Some(fastpath) = &self.fastpath {
-                let _ = fastpath.worker.remove_port(id);
-            }
-            report.changed(&key, "fast-path port with no wire: closed");
-        }
-        let mine = format!("{NODE_ALIAS_PREFIX}{}:", self.config.node_name);
-        let mut strays: Vec<(&String, &str)> = node_interfaces
-            .iter()
-            .filter_map(|(name, alias)| Some((name, alias.as_deref()?)))
-            .filter(|(name, alias)| alias.starts_with(&mine) && !remote_ifnames.contains(*name))
-            .collect();
-        strays.sort();
-        for (name, alias) in strays {
-            match interfaces::delete(&self.node_ns, name, alias) {
-                Ok(_) => report.changed(name, "node interface with no wire: removed"),
-                Err(e) => report.failed(
-                    name,
-                    &cni_error(
-                        codes::INTERFACE_FAILED,
-                        "remove a stray interface",
-                        e.to_string(),
-                    ),
-                ),
-            }
-        }
-        Ok(())
-    }
-}
-
-fn pod_name(attachment: &AttachmentRecord) -> PodName {
-    (
-        attachment.pod.namespace.clone(),
-        attachment.pod.name.clone(),
-    )
 }
 
 /// How a pass's report names a pod: `namespace/name`.
 fn pod_label(attachment: &AttachmentRecord) -> String {
     format!("{}/{}", attachment.pod.namespace, attachment.pod.name)
+}
+
+/// The attached pod of an action.
+fn pod_of<'a>(desired: &'a Desired, attachment: &str) -> Result<&'a DesiredPod, CniError> {
+    desired
+        .pods
+        .iter()
+        .find(|p| p.attachment.key() == attachment)
+        .ok_or_else(|| {
+            cni_error(
+                codes::STORE_FAILED,
+                format!("no attachment {attachment}"),
+                "",
+            )
+        })
+}
+
+/// An end an action works on, as observed.
+struct PlannedEnd<'a> {
+    pod: &'a AttachmentRecord,
+    ns: &'a NetnsFd,
+    link: &'a Link,
+    interfaces: &'a Interfaces,
 }

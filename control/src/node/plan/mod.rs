@@ -1,0 +1,445 @@
+//! Reconciliation's decision: from what the node should have (`Desired`) and what it
+//! has (`Observed`), the list of actions that brings one to the other. Pure: plain data
+//! in, plain data out, no namespace, no store, no fast path; `reconcile.rs` observes
+//! and applies. A node whose plan is empty is as its topologies say (CHECK asks exactly
+//! that of one pod), and a plan applied in full leaves the next one empty.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use xwire_proto::control::WireKey;
+
+use crate::interfaces::{self, InterfaceState, NODE_ALIAS_PREFIX};
+use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
+use crate::topology::{format_mac, Link};
+
+/// An attached pod and the links its topology gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct DesiredPod {
+    pub(crate) attachment: AttachmentRecord,
+    /// By uid, ascending.
+    pub(crate) links: Vec<Link>,
+}
+
+/// What the node should have.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Desired {
+    pub(crate) pods: Vec<DesiredPod>,
+    /// The far ends of wires that other nodes announced: the pod each runs.
+    pub(crate) remote_ends: HashMap<WireKey, String>,
+}
+
+/// The interfaces of one namespace, by name.
+pub(crate) type Interfaces = BTreeMap<String, InterfaceState>;
+
+/// What a pod's network namespace was found to be.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum PodNetns {
+    Open(Interfaces),
+    /// Nothing at its path, or not a network namespace: the pod is gone.
+    Gone,
+    /// It could not be looked at (no file descriptors left, say): left as it is.
+    Unreadable(String),
+}
+
+/// What the node has.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Observed {
+    pub(crate) node_name: String,
+    /// Whether the whole node was looked at, or only the pods in `pods` (CHECK): then
+    /// the others are taken as they are, and nothing node-wide is swept.
+    pub(crate) whole_node: bool,
+    /// Every wire record, by key.
+    pub(crate) records: BTreeMap<String, WireRecord>,
+    /// Each observed attachment's namespace, by attachment key.
+    pub(crate) pods: HashMap<String, PodNetns>,
+    pub(crate) node_interfaces: Interfaces,
+    /// Why the node's interfaces could not be listed, if they could not: then no remote
+    /// end is judged (its node end might be there) and no node interface swept.
+    pub(crate) node_unreadable: Option<String>,
+    /// The wire ends (record keys) that have a fast-path port open.
+    pub(crate) ports: HashSet<String>,
+}
+
+/// One step towards the desired state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// The pod's namespace is gone: its wires go (their peers are told) and so does its
+    /// attachment.
+    ForgetPod { attachment: String },
+    /// The pod cannot be looked at now; its wires are left as they are.
+    Unreachable { pod: String, reason: String },
+    /// A record no link or no attachment accounts for: its end is taken apart.
+    RemoveWire { key: String, why: &'static str },
+    /// Joins the end of `uid` of the pod of `attachment` as far as is possible now
+    /// (recorded pending when its far end is nowhere yet).
+    Join {
+        attachment: String,
+        uid: u64,
+        why: &'static str,
+    },
+    /// A same-node veth lost its pod end: it goes back to pending and is joined again.
+    RemakeVeth { attachment: String, uid: u64 },
+    /// A remote end with both interfaces in place and no fast-path port (the run that
+    /// opened it ended): the port is opened again.
+    Reattach { attachment: String, uid: u64 },
+    /// A remote end with an interface gone: made again.
+    RepairRemote { attachment: String, uid: u64 },
+    /// The pod has an interface of the end's name that xwire did not make: nothing is
+    /// done over it.
+    Foreign {
+        key: String,
+        ifname: String,
+        alias: Option<String>,
+    },
+    /// The pod's end exists but not as the topology says (`differs` says how): its
+    /// settings are applied again.
+    Configure {
+        attachment: String,
+        uid: u64,
+        differs: Vec<String>,
+    },
+    /// A fast-path port with no remote wire.
+    ClosePort { key: String },
+    /// A node-side interface this node made that no record names.
+    RemoveNodeInterface { name: String, alias: String },
+}
+
+impl Action {
+    /// The wire or pod it concerns, as reports name it.
+    pub(crate) fn subject(&self) -> String {
+        match self {
+            Action::ForgetPod { attachment } => attachment.clone(),
+            Action::Unreachable { pod, .. } => pod.clone(),
+            Action::RemoveWire { key, .. }
+            | Action::Foreign { key, .. }
+            | Action::ClosePort { key } => key.clone(),
+            Action::Join {
+                attachment, uid, ..
+            }
+            | Action::RemakeVeth { attachment, uid }
+            | Action::Reattach { attachment, uid }
+            | Action::RepairRemote { attachment, uid }
+            | Action::Configure {
+                attachment, uid, ..
+            } => format!("{attachment}#{uid}"),
+            Action::RemoveNodeInterface { name, .. } => name.clone(),
+        }
+    }
+
+    /// What differs, in words (CHECK's answer).
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Action::ForgetPod { .. } => "the pod's namespace is gone".into(),
+            Action::Unreachable { reason, .. } => {
+                format!("its namespace cannot be opened now: {reason}")
+            }
+            Action::RemoveWire { key, why } => format!("wire {key} is {why}"),
+            Action::Join { uid, why, .. } => format!("link uid {uid} is to be {why}"),
+            Action::RemakeVeth { uid, .. } => format!("link uid {uid}: its veth is gone"),
+            Action::Reattach { uid, .. } => {
+                format!("link uid {uid}: its wire has no fast-path port")
+            }
+            Action::RepairRemote { uid, .. } => {
+                format!("link uid {uid}: an interface of its wire is missing")
+            }
+            Action::Foreign { ifname, alias, .. } => {
+                format!("{ifname} is not xwire's (its alias is {alias:?})")
+            }
+            Action::Configure { differs, .. } => differs.join("; "),
+            Action::ClosePort { key } => format!("fast-path port of {key} has no wire"),
+            Action::RemoveNodeInterface { name, .. } => {
+                format!("node interface {name} has no wire")
+            }
+        }
+    }
+
+    /// Whether it concerns the pod of `attachment` (for CHECK).
+    pub(crate) fn concerns(&self, attachment: &AttachmentRecord) -> bool {
+        let key = attachment.key();
+        let (namespace, pod) = (&attachment.pod.namespace, &attachment.pod.name);
+        match self {
+            Action::ForgetPod { attachment } => *attachment == key,
+            Action::Unreachable { pod: label, .. } => *label == format!("{namespace}/{pod}"),
+            Action::RemoveWire { key: wire, .. } | Action::Foreign { key: wire, .. } => {
+                wire.starts_with(&format!("{namespace}/{pod}/"))
+            }
+            Action::Join { attachment, .. }
+            | Action::RemakeVeth { attachment, .. }
+            | Action::Reattach { attachment, .. }
+            | Action::RepairRemote { attachment, .. }
+            | Action::Configure { attachment, .. } => *attachment == key,
+            Action::ClosePort { .. } | Action::RemoveNodeInterface { .. } => false,
+        }
+    }
+}
+
+/// The actions that bring `observed` to `desired`, in the order to apply them.
+pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
+    let mut actions = Vec::new();
+    // Pods whose records stay (reconciled, or not looked at).
+    let mut kept: HashSet<(&str, &str)> = HashSet::new();
+    // Ends a join of their far end (a same-node veth) makes along with it.
+    let mut covered: HashSet<String> = HashSet::new();
+    // Records that this plan removes, whose interfaces and ports go with them.
+    let mut removed: HashSet<&str> = HashSet::new();
+    // Pods attached here whose namespace is not gone: a link's far end in one of them
+    // is joined with a same-node veth.
+    let attached: HashMap<(&str, &str), &AttachmentRecord> = desired
+        .pods
+        .iter()
+        .map(|p| &p.attachment)
+        .filter(|a| !matches!(observed.pods.get(&a.key()), Some(PodNetns::Gone)))
+        .map(|a| ((a.pod.namespace.as_str(), a.pod.name.as_str()), a))
+        .collect();
+    if let Some(reason) = &observed.node_unreadable {
+        actions.push(Action::Unreachable {
+            pod: format!("node {}", observed.node_name),
+            reason: reason.clone(),
+        });
+    }
+    for pod in &desired.pods {
+        let attachment = &pod.attachment;
+        let (namespace, name) = (&attachment.pod.namespace, &attachment.pod.name);
+        let interfaces = match observed.pods.get(&attachment.key()) {
+            Some(PodNetns::Open(interfaces)) => interfaces,
+            None if !observed.whole_node => {
+                kept.insert((namespace, name));
+                continue;
+            }
+            Some(PodNetns::Unreadable(reason)) => {
+                kept.insert((namespace, name));
+                actions.push(Action::Unreachable {
+                    pod: format!("{namespace}/{name}"),
+                    reason: reason.clone(),
+                });
+                continue;
+            }
+            Some(PodNetns::Gone) | None => {
+                actions.push(Action::ForgetPod {
+                    attachment: attachment.key(),
+                });
+                removed.extend(records_of(observed, namespace, name).map(|r| r.0.as_str()));
+                continue;
+            }
+        };
+        kept.insert((namespace, name));
+        for (key, record) in records_of(observed, namespace, name) {
+            if !pod.links.iter().any(|l| l.uid == record.link_uid) {
+                removed.insert(key);
+                actions.push(Action::RemoveWire {
+                    key: key.clone(),
+                    why: "not in the topology any more: removed",
+                });
+            }
+        }
+        for link in &pod.links {
+            let key = wire_key(namespace, name, link.uid);
+            if covered.contains(&key) {
+                continue;
+            }
+            let end = End {
+                attachment,
+                link,
+                interfaces,
+            };
+            let local_peer = attached
+                .get(&(namespace.as_str(), link.peer_pod.as_str()))
+                .filter(|peer| peer.key() != attachment.key());
+            let action = match observed.records.get(&key) {
+                None => Some(end.join("joined")),
+                Some(record) => match record.state {
+                    WireState::Pending => {
+                        let remote_peer = desired
+                            .remote_ends
+                            .get(&WireKey {
+                                namespace: namespace.clone(),
+                                link_uid: link.uid,
+                            })
+                            .is_some_and(|pod| *pod == link.peer_pod);
+                        (local_peer.is_some() || remote_peer).then(|| end.join("joined"))
+                    }
+                    WireState::Veth if !interfaces.contains_key(&record.local_pod_ifname) => {
+                        Some(Action::RemakeVeth {
+                            attachment: attachment.key(),
+                            uid: link.uid,
+                        })
+                    }
+                    WireState::Veth => end.configure(),
+                    WireState::Remote if observed.node_unreadable.is_some() => None,
+                    WireState::Remote => end.remote(observed, record, &key),
+                },
+            };
+            // A join with the far end's pod attached here makes that end too (one veth).
+            if matches!(
+                action,
+                Some(Action::Join { .. } | Action::RemakeVeth { .. })
+            ) {
+                if let Some(peer) = local_peer {
+                    covered.insert(wire_key(namespace, &peer.pod.name, link.uid));
+                }
+            }
+            actions.extend(action);
+        }
+    }
+    if !observed.whole_node {
+        return actions;
+    }
+    // Records of pods not attached go.
+    for (key, record) in &observed.records {
+        let pod = (
+            record.topo_namespace.as_str(),
+            record.local_pod_name.as_str(),
+        );
+        if !kept.contains(&pod) && !removed.contains(key.as_str()) {
+            removed.insert(key);
+            actions.push(Action::RemoveWire {
+                key: key.clone(),
+                why: "no attachment: removed",
+            });
+        }
+    }
+    let staying_remote: HashMap<&str, &WireRecord> = observed
+        .records
+        .iter()
+        .filter(|(key, r)| r.state == WireState::Remote && !removed.contains(key.as_str()))
+        .map(|(key, r)| (key.as_str(), r))
+        .collect();
+    let mut stray_ports: Vec<&String> = observed
+        .ports
+        .iter()
+        .filter(|key| !staying_remote.contains_key(key.as_str()) && !removed.contains(key.as_str()))
+        .collect();
+    stray_ports.sort();
+    for key in stray_ports {
+        actions.push(Action::ClosePort { key: key.clone() });
+    }
+    let named: HashSet<&str> = observed
+        .records
+        .values()
+        .filter(|r| r.state == WireState::Remote)
+        .map(|r| r.wire_ifname.as_str())
+        .collect();
+    if observed.node_unreadable.is_some() {
+        return actions;
+    }
+    let mine = format!("{NODE_ALIAS_PREFIX}{}:", observed.node_name);
+    for (name, interface) in &observed.node_interfaces {
+        let Some(alias) = interface.alias.as_deref() else {
+            continue;
+        };
+        if alias.starts_with(&mine) && !named.contains(name.as_str()) {
+            actions.push(Action::RemoveNodeInterface {
+                name: name.clone(),
+                alias: alias.to_owned(),
+            });
+        }
+    }
+    actions
+}
+
+/// The records of one pod, by key.
+fn records_of<'a>(
+    observed: &'a Observed,
+    namespace: &'a str,
+    pod: &'a str,
+) -> impl Iterator<Item = (&'a String, &'a WireRecord)> {
+    observed
+        .records
+        .iter()
+        .filter(move |(_, r)| r.topo_namespace == namespace && r.local_pod_name == pod)
+}
+
+/// One link's end in an attached pod whose namespace is open.
+struct End<'a> {
+    attachment: &'a AttachmentRecord,
+    link: &'a Link,
+    interfaces: &'a Interfaces,
+}
+
+impl End<'_> {
+    fn join(&self, why: &'static str) -> Action {
+        Action::Join {
+            attachment: self.attachment.key(),
+            uid: self.link.uid,
+            why,
+        }
+    }
+
+    /// A remote end: in place and open, or its port to open again, or to be made again
+    /// (unless an interface of its name is someone else's).
+    fn remote(&self, observed: &Observed, record: &WireRecord, key: &str) -> Option<Action> {
+        let in_pod = self.interfaces.get(&record.local_pod_ifname);
+        let in_place =
+            in_pod.is_some() && observed.node_interfaces.contains_key(&record.wire_ifname);
+        let uid = self.link.uid;
+        let attachment = self.attachment.key();
+        match (in_place, observed.ports.contains(key)) {
+            (true, true) => self.configure(),
+            (true, false) => Some(Action::Reattach { attachment, uid }),
+            (false, _) => {
+                let ours = interfaces::pod_alias(
+                    &record.topo_namespace,
+                    &record.local_pod_name,
+                    record.link_uid,
+                );
+                match in_pod {
+                    Some(seen) if seen.alias.as_deref() != Some(ours.as_str()) => {
+                        Some(Action::Foreign {
+                            key: key.to_owned(),
+                            ifname: record.local_pod_ifname.clone(),
+                            alias: seen.alias.clone(),
+                        })
+                    }
+                    _ => Some(Action::RepairRemote { attachment, uid }),
+                }
+            }
+        }
+    }
+
+    /// The end's interface against the link's settings.
+    fn configure(&self) -> Option<Action> {
+        let name = &self.link.local_intf;
+        let seen = self.interfaces.get(name)?;
+        let mut differs = Vec::new();
+        if !seen.up {
+            differs.push(format!("{name} is down"));
+        }
+        if let Some(mtu) = self.link.mtu {
+            if seen.mtu != mtu {
+                differs.push(format!(
+                    "{name} has MTU {}, the topology says {mtu}",
+                    seen.mtu
+                ));
+            }
+        }
+        if let Some(mac) = self
+            .link
+            .local_mac
+            .as_deref()
+            .and_then(|m| crate::topology::parse_mac(m).ok())
+        {
+            if seen.mac != mac {
+                differs.push(format!(
+                    "{name} has MAC {}, the topology says {}",
+                    format_mac(seen.mac),
+                    format_mac(mac)
+                ));
+            }
+        }
+        if let Some(cidr) = &self.link.local_ip {
+            if let Ok(address) = crate::topology::parse_cidr(cidr) {
+                if !seen.addresses.contains(&address) {
+                    differs.push(format!("{name} lacks the address {cidr}"));
+                }
+            }
+        }
+        (!differs.is_empty()).then(|| Action::Configure {
+            attachment: self.attachment.key(),
+            uid: self.link.uid,
+            differs,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

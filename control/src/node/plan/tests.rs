@@ -1,0 +1,452 @@
+//! `plan` on literal fixtures: each row a node as it was found, and the actions that
+//! bring it to its topologies. Among them, every repair the restart tests make on real
+//! namespaces (`control/tests/restart.rs`); here without root, in microseconds.
+
+// Fixtures read better as literal arrays of clones than as `slice::from_ref`.
+#![allow(clippy::cloned_ref_to_slice_refs)]
+
+use std::net::IpAddr;
+
+use xwire_proto::local::PodRef;
+
+use super::*;
+
+const NODE: &str = "n1";
+
+fn attachment(pod: &str) -> AttachmentRecord {
+    AttachmentRecord {
+        container_id: format!("c-{pod}"),
+        ifname: "eth0".into(),
+        network: "xwire".into(),
+        pod: PodRef {
+            namespace: "lab".into(),
+            name: pod.into(),
+        },
+        netns: format!("/run/netns/{pod}"),
+    }
+}
+
+fn link(uid: u64, peer: &str, intf: &str) -> Link {
+    Link {
+        uid,
+        peer_pod: peer.into(),
+        local_intf: intf.into(),
+        peer_intf: intf.into(),
+        local_ip: None,
+        peer_ip: None,
+        mtu: None,
+        local_mac: None,
+        peer_mac: None,
+        carrier: None,
+    }
+}
+
+fn record(pod: &str, link: &Link, state: WireState) -> WireRecord {
+    let wire_ifname = match state {
+        WireState::Pending => String::new(),
+        WireState::Veth => link.peer_intf.clone(),
+        WireState::Remote => format!("xw-{pod}-{}", link.uid),
+    };
+    WireRecord {
+        node_name: NODE.into(),
+        link_uid: link.uid,
+        topo_namespace: "lab".into(),
+        local_pod_netns: format!("/run/netns/{pod}"),
+        local_pod_name: pod.into(),
+        local_pod_ip: link.local_ip.clone(),
+        local_pod_ifname: link.local_intf.clone(),
+        wire_ifname,
+        peer_intf_id: 0,
+        peer_node_ip: None,
+        peer_pod: link.peer_pod.clone(),
+        peer_node: (state == WireState::Remote).then(|| "n2".into()),
+        state,
+        container_id: format!("c-{pod}"),
+    }
+}
+
+/// An interface as the kernel would report one xwire made (up, 1500, our alias).
+fn ours(pod: &str, uid: u64) -> InterfaceState {
+    InterfaceState {
+        up: true,
+        mtu: 1500,
+        mac: [2, 0, 0, 0, 0, 1],
+        alias: Some(interfaces::pod_alias("lab", pod, uid)),
+        addresses: Vec::new(),
+    }
+}
+
+fn node_end(pod: &str, uid: u64) -> InterfaceState {
+    InterfaceState {
+        alias: Some(interfaces::node_alias(NODE, "lab", pod, uid)),
+        ..ours(pod, uid)
+    }
+}
+
+/// A node to fill in: pods, records, interfaces and ports.
+#[derive(Default)]
+struct Fixture {
+    desired: Desired,
+    observed: Observed,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        Fixture {
+            desired: Desired::default(),
+            observed: Observed {
+                node_name: NODE.into(),
+                whole_node: true,
+                ..Observed::default()
+            },
+        }
+    }
+
+    fn pod(mut self, pod: &str, links: &[Link], interfaces: &[(&str, InterfaceState)]) -> Self {
+        let attachment = attachment(pod);
+        let seen = interfaces
+            .iter()
+            .map(|(name, state)| (name.to_string(), state.clone()))
+            .collect();
+        self.observed
+            .pods
+            .insert(attachment.key(), PodNetns::Open(seen));
+        self.desired.pods.push(DesiredPod {
+            attachment,
+            links: links.to_vec(),
+        });
+        self
+    }
+
+    fn netns(mut self, pod: &str, netns: PodNetns) -> Self {
+        self.observed.pods.insert(attachment(pod).key(), netns);
+        self
+    }
+
+    fn records(mut self, records: &[WireRecord]) -> Self {
+        for r in records {
+            self.observed.records.insert(r.key(), r.clone());
+        }
+        self
+    }
+
+    fn node_interfaces(mut self, interfaces: &[(&str, InterfaceState)]) -> Self {
+        for (name, state) in interfaces {
+            self.observed
+                .node_interfaces
+                .insert(name.to_string(), state.clone());
+        }
+        self
+    }
+
+    fn ports(mut self, keys: &[&str]) -> Self {
+        self.observed.ports = keys.iter().map(|k| k.to_string()).collect();
+        self
+    }
+
+    fn remote_end(mut self, uid: u64, pod: &str) -> Self {
+        let key = WireKey {
+            namespace: "lab".into(),
+            link_uid: uid,
+        };
+        self.desired.remote_ends.insert(key, pod.into());
+        self
+    }
+
+    fn plan(&self) -> Vec<Action> {
+        plan(&self.desired, &self.observed)
+    }
+}
+
+fn join(pod: &str, uid: u64) -> Action {
+    Action::Join {
+        attachment: attachment(pod).key(),
+        uid,
+        why: "joined",
+    }
+}
+
+#[test]
+fn each_state_of_a_node_gets_its_plan() {
+    let to_r2 = link(1, "r2", "eth1");
+    let to_r3 = link(2, "r3", "eth2");
+    let r2_back = link(1, "r1", "eth1");
+    let remote = record("r1", &to_r3, WireState::Remote);
+    let remote_in_place = || {
+        Fixture::new()
+            .pod("r1", &[to_r3.clone()], &[("eth2", ours("r1", 2))])
+            .records(&[remote.clone()])
+            .node_interfaces(&[("xw-r1-2", node_end("r1", 2))])
+    };
+    let table: Vec<(&str, Fixture, Vec<Action>)> = vec![
+        (
+            "a remote end in place with its port: nothing to do",
+            remote_in_place().ports(&["lab/r1/2"]),
+            vec![],
+        ),
+        (
+            "a daemon restarted (kill -9): the port of each remote end is opened again",
+            remote_in_place(),
+            vec![Action::Reattach {
+                attachment: attachment("r1").key(),
+                uid: 2,
+            }],
+        ),
+        (
+            "a remote end whose pod interface was deleted is made again",
+            Fixture::new()
+                .pod("r1", &[to_r3.clone()], &[])
+                .records(&[remote.clone()])
+                .node_interfaces(&[("xw-r1-2", node_end("r1", 2))])
+                .ports(&["lab/r1/2"]),
+            vec![Action::RepairRemote {
+                attachment: attachment("r1").key(),
+                uid: 2,
+            }],
+        ),
+        (
+            "a remote end whose node interface was deleted is made again",
+            Fixture::new()
+                .pod("r1", &[to_r3.clone()], &[("eth2", ours("r1", 2))])
+                .records(&[remote.clone()]),
+            vec![Action::RepairRemote {
+                attachment: attachment("r1").key(),
+                uid: 2,
+            }],
+        ),
+        (
+            "an interface of the end's name that xwire did not make is left alone",
+            Fixture::new()
+                .pod(
+                    "r1",
+                    &[to_r3.clone()],
+                    &[(
+                        "eth2",
+                        InterfaceState {
+                            alias: None,
+                            ..ours("r1", 2)
+                        },
+                    )],
+                )
+                .records(&[remote.clone()]),
+            vec![Action::Foreign {
+                key: "lab/r1/2".into(),
+                ifname: "eth2".into(),
+                alias: None,
+            }],
+        ),
+        (
+            "a same-node veth whose end is gone is made again, once for both ends",
+            Fixture::new()
+                .pod("r1", &[to_r2.clone()], &[])
+                .pod("r2", &[r2_back.clone()], &[("eth1", ours("r2", 1))])
+                .records(&[
+                    record("r1", &to_r2, WireState::Veth),
+                    record("r2", &r2_back, WireState::Veth),
+                ]),
+            vec![Action::RemakeVeth {
+                attachment: attachment("r1").key(),
+                uid: 1,
+            }],
+        ),
+        (
+            "a link added while the daemon was down is joined, once for both ends",
+            Fixture::new()
+                .pod("r1", &[to_r2.clone()], &[])
+                .pod("r2", &[r2_back.clone()], &[]),
+            vec![join("r1", 1)],
+        ),
+        (
+            "a pending end whose far end another node announced is joined",
+            Fixture::new()
+                .pod("r1", &[to_r3.clone()], &[])
+                .records(&[record("r1", &to_r3, WireState::Pending)])
+                .remote_end(2, "r3"),
+            vec![join("r1", 2)],
+        ),
+        (
+            "a pending end whose far end is nowhere waits",
+            Fixture::new()
+                .pod("r1", &[to_r3.clone()], &[])
+                .records(&[record("r1", &to_r3, WireState::Pending)])
+                .remote_end(2, "r9"),
+            vec![],
+        ),
+        (
+            "a pod whose namespace is gone is forgotten, its wires with it",
+            Fixture::new()
+                .pod("r1", &[to_r3.clone()], &[])
+                .netns("r1", PodNetns::Gone)
+                .records(&[remote.clone()])
+                .node_interfaces(&[("xw-r1-2", node_end("r1", 2))])
+                .ports(&["lab/r1/2"]),
+            vec![Action::ForgetPod {
+                attachment: attachment("r1").key(),
+            }],
+        ),
+        (
+            "a pod whose namespace cannot be opened now is left as it is",
+            remote_in_place()
+                .netns("r1", PodNetns::Unreadable("EMFILE".into()))
+                .ports(&["lab/r1/2"]),
+            vec![Action::Unreachable {
+                pod: "lab/r1".into(),
+                reason: "EMFILE".into(),
+            }],
+        ),
+        (
+            "a node whose interfaces cannot be listed judges no remote end and sweeps nothing",
+            Fixture {
+                observed: Observed {
+                    node_unreadable: Some("EMFILE".into()),
+                    ..remote_in_place().observed
+                },
+                ..remote_in_place()
+            }
+            .node_interfaces(&[("xw-old", node_end("r7", 7))]),
+            vec![Action::Unreachable {
+                pod: "node n1".into(),
+                reason: "EMFILE".into(),
+            }],
+        ),
+        (
+            "a link gone from the topology: its wire goes",
+            Fixture::new()
+                .pod("r1", &[], &[("eth2", ours("r1", 2))])
+                .records(&[remote.clone()])
+                .node_interfaces(&[("xw-r1-2", node_end("r1", 2))])
+                .ports(&["lab/r1/2"]),
+            vec![Action::RemoveWire {
+                key: "lab/r1/2".into(),
+                why: "not in the topology any more: removed",
+            }],
+        ),
+        (
+            "records with no attachment go, and ports and node interfaces nobody names",
+            Fixture::new()
+                .records(&[remote.clone()])
+                .node_interfaces(&[
+                    ("xw-r1-2", node_end("r1", 2)),
+                    ("xw-old", node_end("r7", 7)),
+                    (
+                        "other",
+                        InterfaceState {
+                            alias: Some("someone else's".into()),
+                            ..ours("r1", 1)
+                        },
+                    ),
+                ])
+                .ports(&["lab/r1/2", "lab/r7/7"]),
+            vec![
+                Action::RemoveWire {
+                    key: "lab/r1/2".into(),
+                    why: "no attachment: removed",
+                },
+                Action::ClosePort {
+                    key: "lab/r7/7".into(),
+                },
+                Action::RemoveNodeInterface {
+                    name: "xw-old".into(),
+                    alias: interfaces::node_alias(NODE, "lab", "r7", 7),
+                },
+            ],
+        ),
+        (
+            "an end that is down, of another MTU or without its address is set again",
+            Fixture::new()
+                .pod(
+                    "r1",
+                    &[Link {
+                        mtu: Some(9000),
+                        local_ip: Some("10.0.0.1/30".into()),
+                        ..to_r3.clone()
+                    }],
+                    &[(
+                        "eth2",
+                        InterfaceState {
+                            up: false,
+                            ..ours("r1", 2)
+                        },
+                    )],
+                )
+                .records(&[remote.clone()])
+                .node_interfaces(&[("xw-r1-2", node_end("r1", 2))])
+                .ports(&["lab/r1/2"]),
+            vec![Action::Configure {
+                attachment: attachment("r1").key(),
+                uid: 2,
+                differs: vec![
+                    "eth2 is down".into(),
+                    "eth2 has MTU 1500, the topology says 9000".into(),
+                    "eth2 lacks the address 10.0.0.1/30".into(),
+                ],
+            }],
+        ),
+    ];
+    for (case, fixture, want) in table {
+        assert_eq!(fixture.plan(), want, "{case}");
+    }
+}
+
+#[test]
+fn an_end_with_its_address_and_settings_as_the_topology_says_needs_nothing() {
+    let to_r3 = Link {
+        mtu: Some(9000),
+        local_ip: Some("10.0.0.1/30".into()),
+        local_mac: Some("02:00:00:00:00:01".into()),
+        ..link(2, "r3", "eth2")
+    };
+    let address: (IpAddr, u8) = ("10.0.0.1".parse().unwrap(), 30);
+    let seen = InterfaceState {
+        mtu: 9000,
+        addresses: vec![address],
+        ..ours("r1", 2)
+    };
+    let fixture = Fixture::new()
+        .pod("r1", &[to_r3.clone()], &[("eth2", seen)])
+        .records(&[record("r1", &to_r3, WireState::Remote)])
+        .node_interfaces(&[("xw-r1-2", node_end("r1", 2))])
+        .ports(&["lab/r1/2"]);
+    assert_eq!(fixture.plan(), vec![]);
+}
+
+#[test]
+fn a_plan_for_one_pod_leaves_the_others_and_sweeps_nothing() {
+    let to_r3 = link(2, "r3", "eth2");
+    let mut fixture = Fixture::new()
+        .pod("r1", &[to_r3.clone()], &[])
+        .records(&[
+            record("r1", &to_r3, WireState::Pending),
+            record("gone", &link(5, "x", "eth5"), WireState::Remote),
+        ])
+        .node_interfaces(&[("xw-old", node_end("r7", 7))])
+        .ports(&["lab/r7/7"])
+        .remote_end(2, "r3");
+    // r2 is attached but not looked at.
+    fixture.desired.pods.push(DesiredPod {
+        attachment: attachment("r2"),
+        links: vec![link(1, "r1", "eth1")],
+    });
+    fixture.observed.whole_node = false;
+    assert_eq!(fixture.plan(), vec![join("r1", 2)]);
+    let concerns: Vec<bool> = fixture
+        .plan()
+        .iter()
+        .map(|a| a.concerns(&attachment("r1")))
+        .collect();
+    assert_eq!(concerns, [true]);
+    assert!(!join("r1", 2).concerns(&attachment("r2")));
+}
+
+#[test]
+fn what_differs_is_said_in_words() {
+    assert_eq!(
+        Action::Reattach {
+            attachment: "c/eth0".into(),
+            uid: 3
+        }
+        .describe(),
+        "link uid 3: its wire has no fast-path port"
+    );
+    assert_eq!(join("r1", 4).describe(), "link uid 4 is to be joined");
+}
