@@ -9,7 +9,7 @@ use xwire_proto::local::{
 
 use super::plan::{plan, Action};
 use super::reconcile::Scope;
-use super::{cni_error, store_error, Journal, Node, Step};
+use super::{cni_error, store_error, Journal, Node};
 use crate::interfaces;
 use crate::netns::NetnsFd;
 use crate::store::{attachment_key, AttachmentRecord, WireRecord, WireState};
@@ -18,10 +18,11 @@ use crate::topology::format_mac;
 impl Node {
     pub(super) fn add(&mut self, call: CniCall) -> Result<Response, CniError> {
         let pod = &call.pod;
-        let Some(topology) = self.topology(&pod.namespace, &pod.name)? else {
+        if self.topology(&pod.namespace, &pod.name)?.is_none() {
             return Ok(Response::NotManaged);
-        };
-        let pod_ns = open_pod_netns(&call.netns)?;
+        }
+        // The namespace must be one before anything is recorded.
+        open_pod_netns(&call.netns)?;
         let attachment = AttachmentRecord {
             container_id: call.container_id.clone(),
             ifname: call.ifname.clone(),
@@ -81,11 +82,11 @@ impl Node {
                     "delete that container first",
                 ));
             }
-            self.forget_attachment(&existing, true)?;
+            self.detach(&existing)?;
         }
 
         let mut journal = Journal::default();
-        let result = self.attach(&attachment, &pod_ns, &topology, &mut journal);
+        let result = self.attach(&attachment, &mut journal);
         match result {
             Ok(()) => {
                 self.announce_pod(&pod.namespace, &pod.name);
@@ -96,25 +97,6 @@ impl Node {
                 Err(e)
             }
         }
-    }
-
-    fn attach(
-        &mut self,
-        attachment: &AttachmentRecord,
-        pod_ns: &NetnsFd,
-        topology: &crate::topology::Topology,
-        journal: &mut Journal,
-    ) -> Result<(), CniError> {
-        self.store.put_attachment(attachment).map_err(store_error)?;
-        journal.record(Step::Attachment {
-            key: attachment.key(),
-        });
-        let mut links = topology.spec.links.clone();
-        links.sort_by_key(|l| l.uid);
-        for link in &links {
-            self.connect_end(attachment, pod_ns, link, journal)?;
-        }
-        Ok(())
     }
 
     /// The result of an attachment: the pod's interfaces that exist, and their addresses.
@@ -156,25 +138,9 @@ impl Node {
     pub(super) fn del(&mut self, call: CniCall) -> Result<(), CniError> {
         let key = attachment_key(&call.container_id, &call.ifname);
         match self.store.attachment(&key).map_err(store_error)? {
-            Some(attachment) => self.forget_attachment(&attachment, true),
+            Some(attachment) => self.detach(&attachment),
             None => Ok(()),
         }
-    }
-
-    /// Takes every wire end of an attachment apart and drops its records.
-    pub(super) fn forget_attachment(
-        &mut self,
-        attachment: &AttachmentRecord,
-        tell_peers: bool,
-    ) -> Result<(), CniError> {
-        for wire in self.wires_of(attachment)? {
-            self.disconnect_end(&wire, tell_peers);
-            self.store.remove_wire(&wire.key()).map_err(store_error)?;
-        }
-        self.store
-            .remove_attachment(&attachment.key())
-            .map_err(store_error)?;
-        Ok(())
     }
 
     pub(super) fn wires_of(
@@ -211,7 +177,7 @@ impl Node {
         };
         open_pod_netns(&call.netns)?;
         // CHECK answers from the plan: what a pass would do to this pod is what differs.
-        let observation = self.observe(Scope::Pod(&attachment))?;
+        let observation = self.observe(Scope::Pods(std::slice::from_ref(&attachment)))?;
         let problems: Vec<String> = plan(&observation.desired, &observation.observed)
             .iter()
             .filter(|action| action.concerns(&attachment))
@@ -243,7 +209,7 @@ impl Node {
         for attachment in self.store.attachments().map_err(store_error)? {
             if attachment.network == network && !valid.contains(&attachment.key()) {
                 tracing::info!(pod = %attachment.pod.name, container = %attachment.container_id, "GC: not a valid attachment");
-                self.forget_attachment(&attachment, true)?;
+                self.detach(&attachment)?;
             }
         }
         Ok(())

@@ -5,14 +5,14 @@
 //! again whenever the node is idle after events, and on a timer. A second pass over an
 //! unchanged node changes nothing.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use xwire_proto::local::{codes, CniError};
 
 use super::plan::{plan, Action, Desired, DesiredPod, Interfaces, Observed, PodNetns};
 use super::wiring::{log_removal, own_end};
-use super::{cni_error, store_error, Journal, Node};
+use super::{cni_error, store_error, Journal, Node, Step};
 use crate::interfaces::{self, EndSettings};
 use crate::netns::NetnsFd;
 use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
@@ -46,11 +46,15 @@ struct Pass {
     reattach: Vec<(WireRecord, Link)>,
 }
 
-/// What a pass looks at: the whole node, or one attached pod (CHECK).
+/// What a pass looks at.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Scope<'a> {
+    /// Every pod, and the node itself (a restart, the timer, `xwirectl reconcile`).
     Node,
-    Pod(&'a AttachmentRecord),
+    /// These attached pods only (ADD, CHECK, a topology change).
+    Pods(&'a [AttachmentRecord]),
+    /// A pod whose attachment goes (DEL): its wires go with it.
+    Detached(&'a AttachmentRecord),
 }
 
 /// What `observe` found, with the namespaces it opened (for `apply`).
@@ -70,9 +74,95 @@ impl Node {
     /// descriptors left, say) leaves the pod and its wires as they are, reported, for the
     /// next pass. An action that fails is reported, and the others go on.
     pub fn reconcile(&mut self) -> Result<Reconciled, CniError> {
-        let observation = self.observe(Scope::Node)?;
+        self.pass(Scope::Node, &HashSet::new())
+    }
+
+    /// One pass over `scope`: observe, plan, apply. `rebuild` names wire ends whose
+    /// link changed (a topology apply), to be made anew.
+    pub(super) fn pass(
+        &mut self,
+        scope: Scope<'_>,
+        rebuild: &HashSet<String>,
+    ) -> Result<Reconciled, CniError> {
+        let mut observation = self.observe(scope)?;
+        observation.desired.rebuild = rebuild.clone();
         let actions = plan(&observation.desired, &observation.observed);
         Ok(self.apply(actions, &observation))
+    }
+
+    /// Attaches a pod all or nothing (ADD): its attachment is recorded and its plan
+    /// carried out with every step in `journal`, so that the caller can undo all of it
+    /// when one fails.
+    pub(super) fn attach(
+        &mut self,
+        attachment: &AttachmentRecord,
+        journal: &mut Journal,
+    ) -> Result<(), CniError> {
+        self.store.put_attachment(attachment).map_err(store_error)?;
+        journal.record(Step::Attachment {
+            key: attachment.key(),
+        });
+        let observation = self.observe(Scope::Pods(std::slice::from_ref(attachment)))?;
+        for action in plan(&observation.desired, &observation.observed) {
+            match action {
+                Action::Join {
+                    attachment, uid, ..
+                } => {
+                    let end = self.end(
+                        &observation.desired,
+                        &observation.observed,
+                        &observation.namespaces,
+                        &attachment,
+                        uid,
+                    )?;
+                    if !self.is_joined(end.pod, uid)? {
+                        self.connect_end(end.pod, end.ns, end.link, journal)?;
+                    }
+                }
+                other => {
+                    let mut pass = Pass::default();
+                    let subject = other.subject();
+                    if let Err(e) = self.apply_one(other, &observation, &mut pass) {
+                        pass.report.failed(&subject, &e);
+                        return Err(e);
+                    }
+                    self.reattach_ports(&mut pass);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes a pod's wires apart and drops its records, then its attachment (DEL, GC, a
+    /// pod gone): a pass over the pod as detached. The first failure is returned, with
+    /// the attachment kept, so that the next DEL or pass tries again.
+    pub(super) fn detach(&mut self, attachment: &AttachmentRecord) -> Result<(), CniError> {
+        let done = self.pass(Scope::Detached(attachment), &HashSet::new())?;
+        if let Some(failure) = done.failures.first() {
+            return Err(cni_error(
+                codes::INTERFACE_FAILED,
+                format!(
+                    "pod {}/{}: its wires could not all be taken apart",
+                    attachment.pod.namespace, attachment.pod.name
+                ),
+                failure.clone(),
+            ));
+        }
+        self.store
+            .remove_attachment(&attachment.key())
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    /// Whether the end `uid` of the pod of `attachment` is joined (another action may
+    /// have done it: a same-node veth is made from either end).
+    fn is_joined(&self, attachment: &AttachmentRecord, uid: u64) -> Result<bool, CniError> {
+        let key = wire_key(&attachment.pod.namespace, &attachment.pod.name, uid);
+        Ok(self
+            .store
+            .wire(&key)
+            .map_err(store_error)?
+            .is_some_and(|w| w.state != WireState::Pending))
     }
 
     /// Gathers what should be and what is, as plain data: the attachments and their
@@ -86,6 +176,7 @@ impl Node {
             ..Observed::default()
         };
         let mut namespaces = HashMap::new();
+        let mut looked_at_pods = HashSet::new();
         for attachment in self.store.attachments().map_err(store_error)? {
             let (namespace, name) = (&attachment.pod.namespace, &attachment.pod.name);
             let mut links: Vec<Link> = self
@@ -95,9 +186,11 @@ impl Node {
             links.sort_by_key(|l| l.uid);
             let looked_at = match scope {
                 Scope::Node => true,
-                Scope::Pod(pod) => pod.key() == attachment.key(),
+                Scope::Pods(pods) => pods.iter().any(|p| p.key() == attachment.key()),
+                Scope::Detached(_) => false,
             };
             if looked_at {
+                looked_at_pods.insert((namespace.clone(), name.clone()));
                 let seen = match NetnsFd::open(Path::new(&attachment.netns)) {
                     Ok(ns) => {
                         let seen = match interfaces::observe(&ns) {
@@ -121,9 +214,18 @@ impl Node {
             .into_iter()
             .map(|w| (w.key(), w))
             .collect();
-        match interfaces::observe(&self.node_ns) {
+        let node_interfaces = match scope {
+            Scope::Node => interfaces::observe(&self.node_ns),
+            // Only the node ends of the pods looked at: one read each, rather than a dump
+            // of a node namespace that may hold thousands.
+            Scope::Pods(_) | Scope::Detached(_) => self.node_ends_of(&observed, &looked_at_pods),
+        };
+        match node_interfaces {
             Ok(interfaces) => observed.node_interfaces = interfaces,
             Err(e) => observed.node_unreadable = Some(format!("list its interfaces: {e}")),
+        }
+        if let Scope::Detached(attachment) = scope {
+            observed.detached = Some(attachment.pod.clone());
         }
         observed.ports = self.ports.keys().cloned().collect();
         desired.remote_ends = self
@@ -136,6 +238,24 @@ impl Node {
             observed,
             namespaces,
         })
+    }
+
+    /// The node-side interfaces that the remote records of `pods` name.
+    fn node_ends_of(
+        &self,
+        observed: &Observed,
+        pods: &HashSet<(String, String)>,
+    ) -> Result<Interfaces, crate::netns::NetnsError> {
+        let mut found = Interfaces::new();
+        for record in observed.records.values().filter(|r| {
+            r.state == WireState::Remote
+                && pods.contains(&(r.topo_namespace.clone(), r.local_pod_name.clone()))
+        }) {
+            if let Some(state) = interfaces::inspect(&self.node_ns, &record.wire_ifname)? {
+                found.insert(record.wire_ifname.clone(), state);
+            }
+        }
+        Ok(found)
     }
 
     /// Carries out `actions` one at a time; one that fails is reported, and the rest go
@@ -176,7 +296,7 @@ impl Node {
         match action {
             Action::ForgetPod { attachment } => {
                 let pod = pod_of(desired, &attachment)?;
-                self.forget_attachment(&pod.attachment, true)?;
+                self.detach(&pod.attachment)?;
                 let change = "the pod's namespace is gone: forgotten";
                 Ok(Some((pod_label(&pod.attachment), change.into())))
             }
@@ -197,14 +317,7 @@ impl Node {
             } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
                 let key = wire_key(&end.pod.pod.namespace, &end.pod.pod.name, uid);
-                // Another action of this pass may have joined it (a same-node veth is
-                // made from either end).
-                let joined = self
-                    .store
-                    .wire(&key)
-                    .map_err(store_error)?
-                    .is_some_and(|w| w.state != WireState::Pending);
-                if joined {
+                if self.is_joined(end.pod, uid)? {
                     return Ok(None);
                 }
                 let change = self.join(end.pod, end.ns, end.link, end.interfaces, why)?;
@@ -220,6 +333,20 @@ impl Node {
                     end.link,
                     end.interfaces,
                     "veth gone: made again",
+                )?;
+                Ok(change.map(|c| (key, c.into())))
+            }
+            Action::Rebuild { attachment, uid } => {
+                let end = self.end(desired, observed, namespaces, &attachment, uid)?;
+                let key = wire_key(&end.pod.pod.namespace, &end.pod.pod.name, uid);
+                self.disconnect_end(&record(&key)?, true);
+                self.store.remove_wire(&key).map_err(store_error)?;
+                let change = self.join(
+                    end.pod,
+                    end.ns,
+                    end.link,
+                    end.interfaces,
+                    "made anew for its changed link",
                 )?;
                 Ok(change.map(|c| (key, c.into())))
             }

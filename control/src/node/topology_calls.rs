@@ -2,15 +2,14 @@
 //! running pods following their topology (a link added or removed appears or disappears
 //! without restarting the pod).
 
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashSet};
 
 use xwire_proto::local::{codes, CniError, Response, TopologyApply, TopologyQuery};
 
-use super::{cni_error, store_error, Journal, Node};
-use crate::netns::NetnsFd;
-use crate::store::{wire_key, WireState};
-use crate::topology::{self, Link, Topology};
+use super::reconcile::Scope;
+use super::{cni_error, store_error, Node};
+use crate::store::wire_key;
+use crate::topology::{self, Topology};
 
 impl Node {
     pub(super) fn apply_topologies(&mut self, apply: TopologyApply) -> Result<Response, CniError> {
@@ -25,21 +24,21 @@ impl Node {
         self.topologies_changed();
         self.store.put_topologies(&incoming).map_err(store_error)?;
 
-        let mut failures = Vec::new();
+        // Ends whose link changed are made anew; the pass does the rest (links that
+        // came are joined, links that went are taken apart).
+        let mut rebuild = HashSet::new();
         for t in &incoming {
             let before = old
                 .get(&t.key())
                 .map(|o| o.spec.links.as_slice())
                 .unwrap_or(&[]);
-            if let Err(e) = self.relink(
-                &t.metadata.namespace,
-                &t.metadata.name,
-                before,
-                &t.spec.links,
-            ) {
-                failures.push(format!("{}: {}: {}", t.key(), e.msg, e.details));
+            for link in &t.spec.links {
+                if before.iter().any(|b| b.uid == link.uid && b != link) {
+                    rebuild.insert(wire_key(&t.metadata.namespace, &t.metadata.name, link.uid));
+                }
             }
         }
+        let failures = self.follow_topologies(&incoming, &rebuild)?;
         if !failures.is_empty() {
             return Err(cni_error(
                 codes::INTERFACE_FAILED,
@@ -82,71 +81,48 @@ impl Node {
             .into_iter()
             .filter(|t| selects(query, t))
             .collect();
+        self.topologies_changed();
         for t in &chosen {
-            self.relink(&t.metadata.namespace, &t.metadata.name, &t.spec.links, &[])?;
-            self.topologies_changed();
             self.store
                 .remove_topology(&t.metadata.namespace, &t.metadata.name)
                 .map_err(store_error)?;
+        }
+        let failures = self.follow_topologies(&chosen, &HashSet::new())?;
+        if !failures.is_empty() {
+            return Err(cni_error(
+                codes::INTERFACE_FAILED,
+                "the topologies are deleted, but some wires of running pods could not be taken apart",
+                failures.join("\n"),
+            ));
         }
         Ok(Response::Topologies {
             objects: chosen.iter().map(to_json).collect(),
         })
     }
 
-    /// Brings an attached pod's wires from `before` to `after`: links that went or
-    /// changed are taken apart, links that came or changed are joined. A pod that is not
-    /// attached here has nothing to change.
-    fn relink(
+    /// A pass over the attached pods of `topologies`, so that their wires follow what
+    /// is stored now; then each announces its ends to the peers. Returns the failures.
+    fn follow_topologies(
         &mut self,
-        namespace: &str,
-        pod: &str,
-        before: &[Link],
-        after: &[Link],
-    ) -> Result<(), CniError> {
-        let Some(attachment) = self.attachment_of_pod(namespace, pod)? else {
-            return Ok(());
-        };
-        let wires = self.wires_of(&attachment)?;
-        for link in before {
-            if after.contains(link) {
-                continue;
-            }
-            let key = wire_key(namespace, pod, link.uid);
-            if let Some(wire) = wires.iter().find(|w| w.key() == key) {
-                self.disconnect_end(wire, true);
-                self.store.remove_wire(&key).map_err(store_error)?;
+        topologies: &[Topology],
+        rebuild: &HashSet<String>,
+    ) -> Result<Vec<String>, CniError> {
+        let mut pods = Vec::new();
+        for t in topologies {
+            if let Some(attachment) =
+                self.attachment_of_pod(&t.metadata.namespace, &t.metadata.name)?
+            {
+                pods.push(attachment);
             }
         }
-        let pod_ns = NetnsFd::open(Path::new(&attachment.netns)).map_err(|e| {
-            cni_error(
-                codes::INVALID_ENVIRONMENT,
-                "the pod's namespace is gone",
-                e.to_string(),
-            )
-        })?;
-        for link in after {
-            if before.contains(link) {
-                continue;
-            }
-            // The peer's half of this apply may have joined it already.
-            let key = wire_key(namespace, pod, link.uid);
-            let joined = self
-                .store
-                .wire(&key)
-                .map_err(store_error)?
-                .is_some_and(|w| w.state != WireState::Pending);
-            if joined {
-                continue;
-            }
-            let mut journal = Journal::default();
-            if let Err(e) = self.connect_end(&attachment, &pod_ns, link, &mut journal) {
-                self.rollback(journal);
-                return Err(e);
-            }
+        if pods.is_empty() {
+            return Ok(Vec::new());
         }
-        self.announce_pod(namespace, pod);
-        Ok(())
+        let done = self.pass(Scope::Pods(&pods), rebuild)?;
+        for pod in &pods {
+            self.announce_pod(&pod.pod.namespace, &pod.pod.name);
+        }
+        Ok(done.failures)
     }
 }
 

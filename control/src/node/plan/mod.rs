@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use xwire_proto::control::WireKey;
+use xwire_proto::local::PodRef;
 
 use crate::interfaces::{self, InterfaceState, NODE_ALIAS_PREFIX};
 use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
@@ -26,6 +27,8 @@ pub(crate) struct Desired {
     pub(crate) pods: Vec<DesiredPod>,
     /// The far ends of wires that other nodes announced: the pod each runs.
     pub(crate) remote_ends: HashMap<WireKey, String>,
+    /// Wire ends (record keys) whose link changed in its topology: made anew.
+    pub(crate) rebuild: HashSet<String>,
 }
 
 /// The interfaces of one namespace, by name.
@@ -48,6 +51,8 @@ pub(crate) struct Observed {
     /// Whether the whole node was looked at, or only the pods in `pods` (CHECK): then
     /// the others are taken as they are, and nothing node-wide is swept.
     pub(crate) whole_node: bool,
+    /// A pod whose attachment goes (DEL): its records are removed, whatever the scope.
+    pub(crate) detached: Option<PodRef>,
     /// Every wire record, by key.
     pub(crate) records: BTreeMap<String, WireRecord>,
     /// Each observed attachment's namespace, by attachment key.
@@ -79,6 +84,9 @@ pub(crate) enum Action {
     },
     /// A same-node veth lost its pod end: it goes back to pending and is joined again.
     RemakeVeth { attachment: String, uid: u64 },
+    /// The end's link is not the one it was made for (its topology changed): taken apart
+    /// and joined anew.
+    Rebuild { attachment: String, uid: u64 },
     /// A remote end with both interfaces in place and no fast-path port (the run that
     /// opened it ended): the port is opened again.
     Reattach { attachment: String, uid: u64 },
@@ -117,6 +125,7 @@ impl Action {
                 attachment, uid, ..
             }
             | Action::RemakeVeth { attachment, uid }
+            | Action::Rebuild { attachment, uid }
             | Action::Reattach { attachment, uid }
             | Action::RepairRemote { attachment, uid }
             | Action::Configure {
@@ -136,6 +145,9 @@ impl Action {
             Action::RemoveWire { key, why } => format!("wire {key} is {why}"),
             Action::Join { uid, why, .. } => format!("link uid {uid} is to be {why}"),
             Action::RemakeVeth { uid, .. } => format!("link uid {uid}: its veth is gone"),
+            Action::Rebuild { uid, .. } => {
+                format!("link uid {uid}: its wire was made for another link")
+            }
             Action::Reattach { uid, .. } => {
                 format!("link uid {uid}: its wire has no fast-path port")
             }
@@ -165,6 +177,7 @@ impl Action {
             }
             Action::Join { attachment, .. }
             | Action::RemakeVeth { attachment, .. }
+            | Action::Rebuild { attachment, .. }
             | Action::Reattach { attachment, .. }
             | Action::RepairRemote { attachment, .. }
             | Action::Configure { attachment, .. } => *attachment == key,
@@ -247,6 +260,15 @@ pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
                 .filter(|peer| peer.key() != attachment.key());
             let action = match observed.records.get(&key) {
                 None => Some(end.join("joined")),
+                Some(record)
+                    if record.state != WireState::Pending
+                        && (desired.rebuild.contains(&key) || !made_for(record, link)) =>
+                {
+                    Some(Action::Rebuild {
+                        attachment: attachment.key(),
+                        uid: link.uid,
+                    })
+                }
                 Some(record) => match record.state {
                     WireState::Pending => {
                         let remote_peer = desired
@@ -272,13 +294,21 @@ pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
             // A join with the far end's pod attached here makes that end too (one veth).
             if matches!(
                 action,
-                Some(Action::Join { .. } | Action::RemakeVeth { .. })
+                Some(Action::Join { .. } | Action::RemakeVeth { .. } | Action::Rebuild { .. })
             ) {
                 if let Some(peer) = local_peer {
                     covered.insert(wire_key(namespace, &peer.pod.name, link.uid));
                 }
             }
             actions.extend(action);
+        }
+    }
+    if let Some(pod) = &observed.detached {
+        for (key, _) in records_of(observed, &pod.namespace, &pod.name) {
+            actions.push(Action::RemoveWire {
+                key: key.clone(),
+                why: "no attachment: removed",
+            });
         }
     }
     if !observed.whole_node {
@@ -335,6 +365,14 @@ pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
         }
     }
     actions
+}
+
+/// Whether a joined end's record is of `link` as it is: the same interface, to the same
+/// pod (and, for a same-node veth, to the same interface there).
+fn made_for(record: &WireRecord, link: &Link) -> bool {
+    record.local_pod_ifname == link.local_intf
+        && record.peer_pod == link.peer_pod
+        && (record.state != WireState::Veth || record.wire_ifname == link.peer_intf)
 }
 
 /// The records of one pod, by key.

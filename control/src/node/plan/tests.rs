@@ -450,3 +450,53 @@ fn what_differs_is_said_in_words() {
     );
     assert_eq!(join("r1", 4).describe(), "link uid 4 is to be joined");
 }
+
+#[test]
+fn an_end_whose_link_changed_is_made_anew_once_for_both_ends() {
+    let to_r2 = link(1, "r2", "eth1");
+    let r2_back = link(1, "r1", "eth1");
+    let node = || {
+        Fixture::new()
+            .pod("r1", &[to_r2.clone()], &[("eth1", ours("r1", 1))])
+            .pod("r2", &[r2_back.clone()], &[("eth1", ours("r2", 1))])
+            .records(&[
+                record("r1", &to_r2, WireState::Veth),
+                record("r2", &r2_back, WireState::Veth),
+            ])
+    };
+    assert_eq!(node().plan(), vec![]);
+    let rebuild = Action::Rebuild {
+        attachment: attachment("r1").key(),
+        uid: 1,
+    };
+    // A topology apply changed the link (its MTU, say).
+    let mut changed = node();
+    changed.desired.rebuild.insert("lab/r1/1".into());
+    assert_eq!(changed.plan(), vec![rebuild.clone()]);
+    // The link now names another interface than the one the wire was made with.
+    let mut renamed = node();
+    renamed.desired.pods[0].links[0].local_intf = "eth9".into();
+    assert_eq!(renamed.plan(), vec![rebuild]);
+}
+
+#[test]
+fn a_detached_pod_loses_its_wires_and_nothing_else_is_touched() {
+    let to_r3 = link(2, "r3", "eth2");
+    let mut fixture = Fixture::new()
+        .records(&[
+            record("r1", &to_r3, WireState::Remote),
+            record("r1", &link(3, "r4", "eth3"), WireState::Pending),
+            record("r2", &to_r3, WireState::Pending),
+        ])
+        .ports(&["lab/r7/7"]);
+    fixture.observed.whole_node = false;
+    fixture.observed.detached = Some(attachment("r1").pod);
+    let removed = |key: &str| Action::RemoveWire {
+        key: key.into(),
+        why: "no attachment: removed",
+    };
+    assert_eq!(
+        fixture.plan(),
+        vec![removed("lab/r1/2"), removed("lab/r1/3")]
+    );
+}
