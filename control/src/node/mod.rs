@@ -12,7 +12,7 @@ mod topology_calls;
 mod wiring;
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use xwire_fastpath::link_table::PortId;
@@ -59,6 +59,9 @@ pub struct Node {
     sync_in_progress: HashMap<String, HashSet<WireKey>>,
     /// Claims to a wire's far end refused since the start (see `peers::claim_refusal`).
     refused_claims: u64,
+    /// Pods with an end whose far end a peer has just announced: joined by the pass
+    /// that follows the batch of peer events.
+    to_join: BTreeSet<(String, String)>,
     /// Topologies read from the store, by pod key: decoded once, not once per link (a
     /// Sync of thousands of wires of one pod would decode its topology thousands of
     /// times). Emptied whenever the node writes topologies; nothing else writes them
@@ -102,6 +105,7 @@ impl Node {
             peer_versions: HashMap::new(),
             sync_in_progress: HashMap::new(),
             refused_claims: 0,
+            to_join: BTreeSet::new(),
             topologies: RefCell::new(HashMap::new()),
         };
         // A start that finds records is a restart: this pass re-attaches to what the last

@@ -12,13 +12,12 @@
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
 
 use xwire_fastpath::peer::{PeerEvent, PeerId};
 use xwire_proto::control::{Carrier, ControlBody, SyncBody, WireKey, WireSpec, SYNC_PARTS_VERSION};
 
-use super::{Journal, Node, RemoteEnd};
-use crate::netns::NetnsFd;
+use super::reconcile::Scope;
+use super::{Node, RemoteEnd};
 use crate::store::{wire_key, WireRecord, WireState};
 
 impl Node {
@@ -68,6 +67,7 @@ impl Node {
                 }
             }
         }
+        self.join_announced();
         any
     }
 
@@ -262,44 +262,41 @@ impl Node {
                 // the far end's pod on `from`: the pod moved.
                 if record.state == WireState::Remote {
                     self.disconnect_end(&record, true);
+                    self.set_pending(record.clone());
                 }
-                self.join_remote(record, from);
+                // The far end is known now: the pod's next pass joins it.
+                self.to_join
+                    .insert((record.topo_namespace, record.local_pod_name));
             }
         }
         true
     }
 
-    /// Joins a pending end to the far end on `node`, then tells that node.
-    fn join_remote(&mut self, mut record: WireRecord, node: &str) {
-        let Ok(Some(link)) = self.topology_link(
-            &record.topo_namespace,
-            &record.local_pod_name,
-            record.link_uid,
-        ) else {
-            return;
-        };
-        let pod_ns = match NetnsFd::open(Path::new(&record.local_pod_netns)) {
-            Ok(ns) => ns,
-            Err(e) => {
-                tracing::warn!(wire = %record.key(), "{e}");
-                return;
+    /// One pass over the pods whose far ends peers announced (after a batch of events,
+    /// so that a Sync of many wires costs one pass, not one each); then each pod tells
+    /// the peers what it joined.
+    fn join_announced(&mut self) {
+        let mut pods = Vec::new();
+        for (namespace, pod) in std::mem::take(&mut self.to_join) {
+            match self.attachment_of_pod(&namespace, &pod) {
+                Ok(Some(attachment)) => pods.push(attachment),
+                Ok(None) => {}
+                Err(e) => tracing::error!(pod = %format!("{namespace}/{pod}"), "{}: {}", e.msg, e.details),
             }
-        };
-        let mut journal = Journal::default();
-        let joined = self
-            .connect_remote(&pod_ns, &link, node, &mut record, &mut journal)
-            .and_then(|()| self.write_wire(&record).map(drop));
-        match joined {
-            Ok(()) => {
-                tracing::info!(wire = %record.key(), peer = %node, "remote wire up");
-                if let Some(spec) = self.spec_of(&record) {
-                    self.send_to(node, ControlBody::AddWire(spec));
+        }
+        if pods.is_empty() {
+            return;
+        }
+        match self.pass(Scope::Pods(&pods), &HashSet::new()) {
+            Ok(done) => {
+                for failure in &done.failures {
+                    tracing::error!("joining an announced wire failed: {failure}");
                 }
             }
-            Err(e) => {
-                tracing::error!(wire = %record.key(), peer = %node, "joining the wire failed: {}: {}", e.msg, e.details);
-                self.rollback(journal);
-            }
+            Err(e) => tracing::error!("joining announced wires: {}: {}", e.msg, e.details),
+        }
+        for pod in &pods {
+            self.announce_pod(&pod.pod.namespace, &pod.pod.name);
         }
     }
 
