@@ -62,6 +62,9 @@ pub struct Node {
     /// Pods with an end whose far end a peer has just announced: joined by the pass
     /// that follows the batch of peer events.
     to_join: BTreeSet<(String, String)>,
+    /// Far ends their node let go of, and which node that was: ends joined to them go
+    /// back to pending on the pass that follows (then they are forgotten here).
+    withdrawn: HashMap<WireKey, String>,
     /// Topologies read from the store, by pod key: decoded once, not once per link (a
     /// Sync of thousands of wires of one pod would decode its topology thousands of
     /// times). Emptied whenever the node writes topologies; nothing else writes them
@@ -106,6 +109,7 @@ impl Node {
             sync_in_progress: HashMap::new(),
             refused_claims: 0,
             to_join: BTreeSet::new(),
+            withdrawn: HashMap::new(),
             topologies: RefCell::new(HashMap::new()),
         };
         // A start that finds records is a restart: this pass re-attaches to what the last

@@ -272,22 +272,26 @@ impl Node {
         true
     }
 
-    /// One pass over the pods whose far ends peers announced (after a batch of events,
-    /// so that a Sync of many wires costs one pass, not one each); then each pod tells
-    /// the peers what it joined.
+    /// One pass over the pods whose far ends peers announced or let go of (after a batch
+    /// of events, so that a Sync of many wires costs one pass, not one each); then each
+    /// pod tells the peers what it joined.
     fn join_announced(&mut self) {
+        if self.to_join.is_empty() {
+            return;
+        }
         let mut pods = Vec::new();
         for (namespace, pod) in std::mem::take(&mut self.to_join) {
             match self.attachment_of_pod(&namespace, &pod) {
                 Ok(Some(attachment)) => pods.push(attachment),
                 Ok(None) => {}
-                Err(e) => tracing::error!(pod = %format!("{namespace}/{pod}"), "{}: {}", e.msg, e.details),
+                Err(e) => {
+                    tracing::error!(pod = %format!("{namespace}/{pod}"), "{}: {}", e.msg, e.details)
+                }
             }
         }
-        if pods.is_empty() {
-            return;
-        }
-        match self.pass(Scope::Pods(&pods), &HashSet::new()) {
+        let passed = self.pass(Scope::Pods(&pods), &HashSet::new());
+        self.withdrawn.clear();
+        match passed {
             Ok(done) => {
                 for failure in &done.failures {
                     tracing::error!("joining an announced wire failed: {failure}");
@@ -305,24 +309,26 @@ impl Node {
     }
 
     /// `from` no longer holds the far ends of `gone`: the ends joined to them go back to
-    /// pending. One pass over the records, however many wires went.
+    /// pending, on the pass that follows the batch of events.
     fn far_ends_gone(&mut self, from: &str, gone: &HashSet<WireKey>) {
         self.remote_ends
             .retain(|key, end| end.node != from || !gone.contains(key));
         let Ok(wires) = self.store.wires() else {
             return;
         };
-        for record in wires.into_iter().filter(|w| {
-            w.state == WireState::Remote
-                && w.peer_node.as_deref() == Some(from)
-                && gone.contains(&WireKey {
-                    namespace: w.topo_namespace.clone(),
-                    link_uid: w.link_uid,
-                })
-        }) {
-            tracing::info!(wire = %record.key(), peer = %from, "far end gone");
-            self.disconnect_end(&record, false);
-            self.set_pending(record);
+        for record in wires
+            .into_iter()
+            .filter(|w| w.state == WireState::Remote && w.peer_node.as_deref() == Some(from))
+        {
+            let key = WireKey {
+                namespace: record.topo_namespace.clone(),
+                link_uid: record.link_uid,
+            };
+            if gone.contains(&key) {
+                self.withdrawn.insert(key, from.to_owned());
+                self.to_join
+                    .insert((record.topo_namespace, record.local_pod_name));
+            }
         }
     }
 

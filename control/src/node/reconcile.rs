@@ -233,6 +233,7 @@ impl Node {
             .iter()
             .map(|(key, end)| (key.clone(), end.pod.clone()))
             .collect();
+        desired.withdrawn = self.withdrawn.clone();
         Ok(Observation {
             desired,
             observed,
@@ -335,6 +336,13 @@ impl Node {
                     "veth gone: made again",
                 )?;
                 Ok(change.map(|c| (key, c.into())))
+            }
+            Action::Unjoin { key } => {
+                let record = record(&key)?;
+                tracing::info!(wire = %key, peer = ?record.peer_node, "far end gone");
+                self.disconnect_end(&record, false);
+                self.set_pending(record);
+                Ok(Some((key, "far end gone: back to pending".into())))
             }
             Action::Rebuild { attachment, uid } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;

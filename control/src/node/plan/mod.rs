@@ -29,6 +29,9 @@ pub(crate) struct Desired {
     pub(crate) remote_ends: HashMap<WireKey, String>,
     /// Wire ends (record keys) whose link changed in its topology: made anew.
     pub(crate) rebuild: HashSet<String>,
+    /// Far ends their node has let go of (DelWire, or left out of a Sync): the wire
+    /// joined to that node goes back to pending.
+    pub(crate) withdrawn: HashMap<WireKey, String>,
 }
 
 /// The interfaces of one namespace, by name.
@@ -84,6 +87,8 @@ pub(crate) enum Action {
     },
     /// A same-node veth lost its pod end: it goes back to pending and is joined again.
     RemakeVeth { attachment: String, uid: u64 },
+    /// The far end's node let go of it: the end goes back to pending.
+    Unjoin { key: String },
     /// The end's link is not the one it was made for (its topology changed): taken apart
     /// and joined anew.
     Rebuild { attachment: String, uid: u64 },
@@ -119,6 +124,7 @@ impl Action {
             Action::ForgetPod { attachment } => attachment.clone(),
             Action::Unreachable { pod, .. } => pod.clone(),
             Action::RemoveWire { key, .. }
+            | Action::Unjoin { key }
             | Action::Foreign { key, .. }
             | Action::ClosePort { key } => key.clone(),
             Action::Join {
@@ -143,6 +149,7 @@ impl Action {
                 format!("its namespace cannot be opened now: {reason}")
             }
             Action::RemoveWire { key, why } => format!("wire {key} is {why}"),
+            Action::Unjoin { key } => format!("wire {key}'s far end is gone"),
             Action::Join { uid, why, .. } => format!("link uid {uid} is to be {why}"),
             Action::RemakeVeth { uid, .. } => format!("link uid {uid}: its veth is gone"),
             Action::Rebuild { uid, .. } => {
@@ -172,9 +179,9 @@ impl Action {
         match self {
             Action::ForgetPod { attachment } => *attachment == key,
             Action::Unreachable { pod: label, .. } => *label == format!("{namespace}/{pod}"),
-            Action::RemoveWire { key: wire, .. } | Action::Foreign { key: wire, .. } => {
-                wire.starts_with(&format!("{namespace}/{pod}/"))
-            }
+            Action::RemoveWire { key: wire, .. }
+            | Action::Unjoin { key: wire }
+            | Action::Foreign { key: wire, .. } => wire.starts_with(&format!("{namespace}/{pod}/")),
             Action::Join { attachment, .. }
             | Action::RemakeVeth { attachment, .. }
             | Action::Rebuild { attachment, .. }
@@ -258,8 +265,18 @@ pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
             let local_peer = attached
                 .get(&(namespace.as_str(), link.peer_pod.as_str()))
                 .filter(|peer| peer.key() != attachment.key());
+            let wire = WireKey {
+                namespace: namespace.clone(),
+                link_uid: link.uid,
+            };
             let action = match observed.records.get(&key) {
                 None => Some(end.join("joined")),
+                Some(record)
+                    if record.state == WireState::Remote
+                        && desired.withdrawn.get(&wire) == record.peer_node.as_ref() =>
+                {
+                    Some(Action::Unjoin { key: key.clone() })
+                }
                 Some(record)
                     if record.state != WireState::Pending
                         && (desired.rebuild.contains(&key) || !made_for(record, link)) =>

@@ -500,3 +500,27 @@ fn a_detached_pod_loses_its_wires_and_nothing_else_is_touched() {
         vec![removed("lab/r1/2"), removed("lab/r1/3")]
     );
 }
+
+#[test]
+fn an_end_whose_far_end_its_node_let_go_of_goes_back_to_pending() {
+    let to_r3 = link(2, "r3", "eth2");
+    let mut fixture = Fixture::new()
+        .pod("r1", &[to_r3.clone()], &[("eth2", ours("r1", 2))])
+        .records(&[record("r1", &to_r3, WireState::Remote)])
+        .node_interfaces(&[("xw-r1-2", node_end("r1", 2))])
+        .ports(&["lab/r1/2"]);
+    let wire = WireKey {
+        namespace: "lab".into(),
+        link_uid: 2,
+    };
+    // Another node letting go of it changes nothing: the wire is joined to n2.
+    fixture.desired.withdrawn.insert(wire.clone(), "n3".into());
+    assert_eq!(fixture.plan(), vec![]);
+    fixture.desired.withdrawn.insert(wire, "n2".into());
+    assert_eq!(
+        fixture.plan(),
+        vec![Action::Unjoin {
+            key: "lab/r1/2".into()
+        }]
+    );
+}
