@@ -6,6 +6,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use xwire_proto::data::{Datagram, DatagramBatch};
+use xwire_proto::WireId;
 
 const MAX_DATAGRAM: usize = 65_527;
 
@@ -37,7 +38,7 @@ const CASES: [Case; 3] = [
 /// out as one datagram.
 fn encode(batch: &mut DatagramBatch, frames: &[Vec<u8>]) -> bytes::Bytes {
     for (uid, frame) in frames.iter().enumerate() {
-        batch.push(uid as u64, frame).expect("frame fits");
+        batch.push(WireId(uid as u64), frame).expect("frame fits");
     }
     batch.take().expect("frames were pushed")
 }
@@ -59,7 +60,7 @@ fn bench_data_format(c: &mut Criterion) {
             b.iter(|| {
                 let d = Datagram::new_checked(black_box(datagram)).expect("valid datagram");
                 d.frames()
-                    .map(|f| f.link_uid as usize ^ f.frame.len())
+                    .map(|f| f.wire.0 as usize ^ f.frame.len())
                     .sum::<usize>()
             })
         });

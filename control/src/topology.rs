@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use xwire_proto::control::Carrier;
 use xwire_proto::data::MAX_LINK_MTU;
 
 use serde::{Deserialize, Serialize};
@@ -73,7 +74,79 @@ pub struct Link {
     pub carrier: Option<String>,
 }
 
+/// A link as the daemon works with it: its addresses, MACs and carrier parsed, once, when
+/// its topology is loaded (a stored topology passed `check`, so they parse).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkSpec {
+    pub uid: u64,
+    pub peer_pod: String,
+    pub local_intf: String,
+    pub peer_intf: String,
+    pub local_ip: Option<(IpAddr, u8)>,
+    pub peer_ip: Option<(IpAddr, u8)>,
+    pub mtu: Option<u32>,
+    pub local_mac: Option<[u8; 6]>,
+    pub peer_mac: Option<[u8; 6]>,
+    /// `None`: the peer node's carrier.
+    pub carrier: Option<Carrier>,
+}
+
+impl Link {
+    /// The link with its fields parsed, or why one does not parse (naming the field).
+    pub fn parse(&self) -> Result<LinkSpec, String> {
+        let cidr = |field: &str, value: &Option<String>| {
+            value
+                .as_deref()
+                .map(parse_cidr)
+                .transpose()
+                .map_err(|e| format!("{field}: {e}"))
+        };
+        let mac = |field: &str, value: &Option<String>| {
+            value
+                .as_deref()
+                .map(parse_mac)
+                .transpose()
+                .map_err(|e| format!("{field}: {e}"))
+        };
+        Ok(LinkSpec {
+            uid: self.uid,
+            peer_pod: self.peer_pod.clone(),
+            local_intf: self.local_intf.clone(),
+            peer_intf: self.peer_intf.clone(),
+            local_ip: cidr("local_ip", &self.local_ip)?,
+            peer_ip: cidr("peer_ip", &self.peer_ip)?,
+            mtu: self.mtu,
+            local_mac: mac("local_mac", &self.local_mac)?,
+            peer_mac: mac("peer_mac", &self.peer_mac)?,
+            carrier: self
+                .carrier
+                .as_deref()
+                .map(crate::config::carrier_name::parse)
+                .transpose()?,
+        })
+    }
+}
+
 impl Topology {
+    /// The links, parsed (see `LinkSpec`), by uid ascending. A link that does not parse
+    /// (a topology stored without `check`) is left out, and logged.
+    pub fn link_specs(&self) -> Vec<LinkSpec> {
+        let mut specs: Vec<LinkSpec> = self
+            .spec
+            .links
+            .iter()
+            .filter_map(|link| match link.parse() {
+                Ok(spec) => Some(spec),
+                Err(e) => {
+                    tracing::warn!(topology = %self.key(), uid = link.uid, "link left out: {e}");
+                    None
+                }
+            })
+            .collect();
+        specs.sort_by_key(|l| l.uid);
+        specs
+    }
+
     /// `namespace/name`, the key the store uses.
     pub fn key(&self) -> String {
         pod_key(&self.metadata.namespace, &self.metadata.name)
@@ -174,23 +247,11 @@ pub fn check(t: &Topology) -> Result<(), String> {
         check_name(&format!("{at}: peer_pod"), &link.peer_pod)?;
         check_ifname(&link.local_intf).map_err(|e| format!("{at}: local_intf: {e}"))?;
         check_ifname(&link.peer_intf).map_err(|e| format!("{at}: peer_intf: {e}"))?;
-        for (field, ip) in [("local_ip", &link.local_ip), ("peer_ip", &link.peer_ip)] {
-            if let Some(ip) = ip {
-                parse_cidr(ip).map_err(|e| format!("{at}: {field}: {e}"))?;
-            }
-        }
-        for (field, mac) in [("local_mac", &link.local_mac), ("peer_mac", &link.peer_mac)] {
-            if let Some(mac) = mac {
-                parse_mac(mac).map_err(|e| format!("{at}: {field}: {e}"))?;
-            }
-        }
+        link.parse().map_err(|e| format!("{at}: {e}"))?;
         if let Some(mtu) = link.mtu {
             if !(68..=MAX_LINK_MTU).contains(&mtu) {
                 return Err(format!("{at}: mtu {mtu} is outside 68..={MAX_LINK_MTU}"));
             }
-        }
-        if let Some(carrier) = &link.carrier {
-            crate::config::carrier_name::parse(carrier).map_err(|e| format!("{at}: {e}"))?;
         }
         if link.peer_pod == t.metadata.name && link.peer_intf == link.local_intf {
             return Err(format!("{at}: a link from an interface to itself"));
@@ -322,6 +383,10 @@ pub fn parse_mac(mac: &str) -> Result<[u8; 6], String> {
         return Err(format!("{mac:?} is a multicast address"));
     }
     Ok(bytes)
+}
+
+pub fn format_cidr((addr, prefix): (IpAddr, u8)) -> String {
+    format!("{addr}/{prefix}")
 }
 
 pub fn format_mac(mac: [u8; 6]) -> String {

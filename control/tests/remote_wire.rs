@@ -91,7 +91,7 @@ fn colliding_namespaces() -> (String, String) {
     let mut seen = std::collections::HashMap::new();
     for i in 0u32.. {
         let name = format!("lab-{i}");
-        let id = xwire_control::node::wire_id(&name, 0);
+        let id = xwire_proto::WireId::new(&name, 0);
         if let Some(other) = seen.insert(id, name.clone()) {
             return (other, name);
         }

@@ -15,3 +15,4 @@ pub use endpoint::Endpoint;
 pub use link_table::PortId;
 pub use worker::{PortChoice, PortInfo, PortKind, RemotePort, Worker, WorkerConfig, WorkerError};
 pub use xdp_port::{KernelDrops, PortError, XdpMode, NATIVE_MAX_FRAME};
+pub use xwire_proto::WireId;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::counters::{Direction, DropReason, LinkCounters};
 use crate::peer::PeerId;
 use xwire_proto::control::Carrier;
+use xwire_proto::WireId;
 
 /// A port's index in its worker (`PortId(3)` is the worker's fourth port slot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -33,7 +34,7 @@ struct Route {
 
 #[derive(Debug)]
 struct Link {
-    uid: u64,
+    wire: WireId,
     a: PortId,
     b: Far,
     counters: Arc<LinkCounters>,
@@ -47,11 +48,11 @@ pub enum Verdict {
         link: usize,
         direction: Direction,
     },
-    /// To the peer node, tagged with the link's UID, on the link's carrier (`None`: the
+    /// To the peer node, tagged with the wire's id, on the link's carrier (`None`: the
     /// peer's).
     Remote {
         peer: PeerId,
-        uid: u64,
+        wire: WireId,
         carrier: Option<Carrier>,
         link: usize,
         direction: Direction,
@@ -66,9 +67,9 @@ pub enum Verdict {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LinkError {
     #[error("link {0} exists")]
-    DuplicateUid(u64),
+    DuplicateWire(WireId),
     #[error("port {0:?} is already in link {1}")]
-    PortInUse(PortId, u64),
+    PortInUse(PortId, WireId),
     #[error("a link needs two different ports")]
     SamePort,
 }
@@ -80,8 +81,8 @@ pub struct LinkTable {
     routes: Vec<Option<Route>>,
     max_frame: Vec<usize>,
     links: Vec<Option<Link>>,
-    /// Links with a peer node at the far end, by (peer, link UID).
-    remote: HashMap<(PeerId, u64), usize>,
+    /// Links with a peer node at the far end, by (peer, wire id).
+    remote: HashMap<(PeerId, WireId), usize>,
 }
 
 impl LinkTable {
@@ -97,42 +98,44 @@ impl LinkTable {
     /// Joins two ports; frames from each go out of the other.
     pub fn add_link(
         &mut self,
-        uid: u64,
+        wire: WireId,
         a: PortId,
         b: PortId,
     ) -> Result<Arc<LinkCounters>, LinkError> {
         if a == b {
             return Err(LinkError::SamePort);
         }
-        self.insert(uid, a, Far::Port(b))
+        self.insert(wire, a, Far::Port(b))
     }
 
-    /// Joins a port to a peer node: its frames go to the peer tagged with `uid`, and the
-    /// peer's frames tagged with `uid` come out of the port.
+    /// Joins a port to a peer node: its frames go to the peer tagged with `wire`, and the
+    /// peer's frames tagged with `wire` come out of the port.
     pub fn add_remote_link(
         &mut self,
-        uid: u64,
+        wire: WireId,
         port: PortId,
         peer: PeerId,
         carrier: Option<Carrier>,
     ) -> Result<Arc<LinkCounters>, LinkError> {
-        self.insert(uid, port, Far::Peer(peer, carrier))
+        self.insert(wire, port, Far::Peer(peer, carrier))
     }
 
-    fn insert(&mut self, uid: u64, a: PortId, b: Far) -> Result<Arc<LinkCounters>, LinkError> {
-        if self.links.iter().flatten().any(|l| l.uid == uid) {
-            return Err(LinkError::DuplicateUid(uid));
+    fn insert(&mut self, wire: WireId, a: PortId, b: Far) -> Result<Arc<LinkCounters>, LinkError> {
+        if self.links.iter().flatten().any(|l| l.wire == wire) {
+            return Err(LinkError::DuplicateWire(wire));
         }
         let ports = [Some(a), if let Far::Port(p) = b { Some(p) } else { None }];
         for port in ports.into_iter().flatten() {
             if let Some(route) = self.route(port) {
-                let owner = self.links[route.link].as_ref().map_or(0, |l| l.uid);
+                let owner = self.links[route.link]
+                    .as_ref()
+                    .map_or(WireId(0), |l| l.wire);
                 return Err(LinkError::PortInUse(port, owner));
             }
         }
         let counters = Arc::new(LinkCounters::default());
         let link = Link {
-            uid,
+            wire,
             a,
             b,
             counters: Arc::clone(&counters),
@@ -165,18 +168,18 @@ impl LinkTable {
                 }),
             ),
             Far::Peer(peer, _) => {
-                self.remote.insert((peer, uid), index);
+                self.remote.insert((peer, wire), index);
             }
         }
         Ok(counters)
     }
 
     /// Removes a link; its ports stay, and their frames are dropped as `NoLink`.
-    pub fn remove_link(&mut self, uid: u64) -> bool {
+    pub fn remove_link(&mut self, wire: WireId) -> bool {
         let Some(index) = self
             .links
             .iter()
-            .position(|l| l.as_ref().is_some_and(|l| l.uid == uid))
+            .position(|l| l.as_ref().is_some_and(|l| l.wire == wire))
         else {
             return false;
         };
@@ -185,26 +188,26 @@ impl LinkTable {
             match link.b {
                 Far::Port(b) => self.set_route(b, None),
                 Far::Peer(peer, _) => {
-                    self.remote.remove(&(peer, link.uid));
+                    self.remote.remove(&(peer, link.wire));
                 }
             }
         }
         true
     }
 
-    /// Forgets a port: its link, if any, goes too. Returns the removed link's uid.
-    pub fn remove_port(&mut self, port: PortId) -> Option<u64> {
-        let uid = self
+    /// Forgets a port: its link, if any, goes too. Returns the removed link's wire.
+    pub fn remove_port(&mut self, port: PortId) -> Option<WireId> {
+        let wire = self
             .route(port)
             .and_then(|r| self.links[r.link].as_ref())
-            .map(|l| l.uid);
-        if let Some(uid) = uid {
-            self.remove_link(uid);
+            .map(|l| l.wire);
+        if let Some(wire) = wire {
+            self.remove_link(wire);
         }
         if let Some(max) = self.max_frame.get_mut(usize::from(port.0)) {
             *max = 0;
         }
-        uid
+        wire
     }
 
     /// The verdict on a frame received on `port` that is longer than any frame can be:
@@ -240,10 +243,12 @@ impl LinkTable {
                         link: on_link,
                     };
                 }
-                let uid = self.links[route.link].as_ref().map_or(0, |l| l.uid);
+                let wire = self.links[route.link]
+                    .as_ref()
+                    .map_or(WireId(0), |l| l.wire);
                 return Verdict::Remote {
                     peer,
-                    uid,
+                    wire,
                     carrier,
                     link: route.link,
                     direction: route.direction,
@@ -254,9 +259,9 @@ impl LinkTable {
     }
 
     /// The forwarding decision for a frame of `len` bytes from peer node `peer`, tagged
-    /// with link UID `uid`.
-    pub fn decide_remote(&self, peer: PeerId, uid: u64, len: usize) -> Verdict {
-        let Some(&link) = self.remote.get(&(peer, uid)) else {
+    /// with wire id `wire`.
+    pub fn decide_remote(&self, peer: PeerId, wire: WireId, len: usize) -> Verdict {
+        let Some(&link) = self.remote.get(&(peer, wire)) else {
             return Verdict::Drop {
                 reason: DropReason::NoLink,
                 link: None,
@@ -329,7 +334,7 @@ mod tests {
     #[test]
     fn frames_cross_a_link_in_both_directions() {
         let mut t = table();
-        t.add_link(7, P0, P1).unwrap();
+        t.add_link(WireId(7), P0, P1).unwrap();
         assert!(matches!(
             t.decide(P0, 60),
             Verdict::Forward {
@@ -351,7 +356,7 @@ mod tests {
     #[test]
     fn drops_carry_their_reason() {
         let mut t = table();
-        t.add_link(7, P0, P1).unwrap();
+        t.add_link(WireId(7), P0, P1).unwrap();
         t.set_max_frame(P1, 1000);
         assert!(matches!(
             t.decide(P2, 60),
@@ -380,9 +385,9 @@ mod tests {
     #[test]
     fn removing_a_link_stops_forwarding_and_frees_its_ports() {
         let mut t = table();
-        t.add_link(7, P0, P1).unwrap();
-        assert!(t.remove_link(7));
-        assert!(!t.remove_link(7));
+        t.add_link(WireId(7), P0, P1).unwrap();
+        assert!(t.remove_link(WireId(7)));
+        assert!(!t.remove_link(WireId(7)));
         assert!(matches!(
             t.decide(P0, 60),
             Verdict::Drop {
@@ -390,30 +395,33 @@ mod tests {
                 ..
             }
         ));
-        t.add_link(8, P1, P2).unwrap();
+        t.add_link(WireId(8), P1, P2).unwrap();
         assert!(matches!(t.decide(P2, 60), Verdict::Forward { out: P1, .. }));
     }
 
     #[test]
     fn a_port_or_uid_is_used_once() {
         let mut t = table();
-        t.add_link(7, P0, P1).unwrap();
+        t.add_link(WireId(7), P0, P1).unwrap();
         assert_eq!(
-            t.add_link(7, P2, PortId(3)).unwrap_err(),
-            LinkError::DuplicateUid(7)
+            t.add_link(WireId(7), P2, PortId(3)).unwrap_err(),
+            LinkError::DuplicateWire(WireId(7))
         );
         assert_eq!(
-            t.add_link(9, P1, P2).unwrap_err(),
-            LinkError::PortInUse(P1, 7)
+            t.add_link(WireId(9), P1, P2).unwrap_err(),
+            LinkError::PortInUse(P1, WireId(7))
         );
-        assert_eq!(t.add_link(9, P2, P2).unwrap_err(), LinkError::SamePort);
+        assert_eq!(
+            t.add_link(WireId(9), P2, P2).unwrap_err(),
+            LinkError::SamePort
+        );
     }
 
     #[test]
     fn removing_a_port_takes_its_link() {
         let mut t = table();
-        t.add_link(7, P0, P1).unwrap();
-        assert_eq!(t.remove_port(P0), Some(7));
+        t.add_link(WireId(7), P0, P1).unwrap();
+        assert_eq!(t.remove_port(P0), Some(WireId(7)));
         assert!(matches!(
             t.decide(P1, 60),
             Verdict::Drop {
@@ -427,7 +435,7 @@ mod tests {
     #[test]
     fn counters_stay_with_their_link() {
         let mut t = table();
-        let c = t.add_link(7, P0, P1).unwrap();
+        let c = t.add_link(WireId(7), P0, P1).unwrap();
         let Verdict::Forward {
             link, direction, ..
         } = t.decide(P0, 100)
@@ -442,35 +450,35 @@ mod tests {
     fn remote_links_send_to_the_peer_and_take_its_frames_by_uid() {
         let mut t = table();
         let peer = PeerId(3);
-        t.add_remote_link(9, P0, peer, None).unwrap();
+        t.add_remote_link(WireId(9), P0, peer, None).unwrap();
         assert!(matches!(
             t.decide(P0, 9000),
             Verdict::Remote {
                 peer: PeerId(3),
-                uid: 9,
+                wire: WireId(9),
                 direction: Direction::AToB,
                 ..
             }
         ));
         assert!(matches!(
-            t.decide_remote(peer, 9, 60),
+            t.decide_remote(peer, WireId(9), 60),
             Verdict::Forward {
                 out: P0,
                 direction: Direction::BToA,
                 ..
             }
         ));
-        // Too large for the pod's port, unknown UID, unknown peer, runt.
+        // Too large for the pod's port, unknown wire id, unknown peer, runt.
         assert!(matches!(
-            t.decide_remote(peer, 9, 1515),
+            t.decide_remote(peer, WireId(9), 1515),
             Verdict::Drop {
                 reason: DropReason::TooLarge,
                 link: Some((_, Direction::BToA)),
             }
         ));
-        for (p, uid) in [(peer, 10), (PeerId(4), 9)] {
+        for (p, wire) in [(peer, WireId(10)), (PeerId(4), WireId(9))] {
             assert!(matches!(
-                t.decide_remote(p, uid, 60),
+                t.decide_remote(p, wire, 60),
                 Verdict::Drop {
                     reason: DropReason::NoLink,
                     link: None
@@ -478,24 +486,24 @@ mod tests {
             ));
         }
         assert!(matches!(
-            t.decide_remote(peer, 9, 10),
+            t.decide_remote(peer, WireId(9), 10),
             Verdict::Drop {
                 reason: DropReason::Runt,
                 ..
             }
         ));
-        // One UID space for local and remote links; the port is taken.
+        // One wire id space for local and remote links; the port is taken.
         assert_eq!(
-            t.add_link(9, P1, P2).unwrap_err(),
-            LinkError::DuplicateUid(9)
+            t.add_link(WireId(9), P1, P2).unwrap_err(),
+            LinkError::DuplicateWire(WireId(9))
         );
         assert_eq!(
-            t.add_remote_link(10, P0, peer, None).unwrap_err(),
-            LinkError::PortInUse(P0, 9)
+            t.add_remote_link(WireId(10), P0, peer, None).unwrap_err(),
+            LinkError::PortInUse(P0, WireId(9))
         );
-        assert!(t.remove_link(9));
+        assert!(t.remove_link(WireId(9)));
         assert!(matches!(
-            t.decide_remote(peer, 9, 60),
+            t.decide_remote(peer, WireId(9), 60),
             Verdict::Drop {
                 reason: DropReason::NoLink,
                 ..

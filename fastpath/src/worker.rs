@@ -7,6 +7,7 @@ use std::os::unix::net::UnixDatagram;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+use xwire_proto::WireId;
 
 use crossbeam_channel::{bounded, Sender};
 
@@ -124,13 +125,13 @@ pub enum WorkerError {
     NoPeers,
 }
 
-/// A port to open and join to a peer node by link UID, as one command (see
+/// A port to open and join to a peer node by wire id, as one command (see
 /// `Worker::add_remote_ports`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemotePort {
     pub ifname: String,
     pub max_frame: usize,
-    pub uid: u64,
+    pub wire: WireId,
     pub peer: PeerId,
     /// The link's own carrier; `None` takes the peer's.
     pub carrier: Option<Carrier>,
@@ -139,7 +140,7 @@ pub struct RemotePort {
 /// The remote link a newly opened port joins (`Command::AddPort`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Join {
-    pub(crate) uid: u64,
+    pub(crate) wire: WireId,
     pub(crate) peer: PeerId,
     pub(crate) carrier: Option<Carrier>,
 }
@@ -158,13 +159,13 @@ pub(crate) enum Command {
         reply: Sender<Result<(), WorkerError>>,
     },
     AddLink {
-        uid: u64,
+        wire: WireId,
         a: PortId,
         b: PortId,
         reply: Sender<Result<Arc<LinkCounters>, WorkerError>>,
     },
     RemoveLink {
-        uid: u64,
+        wire: WireId,
         reply: Sender<bool>,
     },
     AttachPeers {
@@ -178,7 +179,7 @@ pub(crate) enum Command {
         reply: Sender<Result<PeerId, WorkerError>>,
     },
     AddRemoteLink {
-        uid: u64,
+        wire: WireId,
         port: PortId,
         peer: PeerId,
         /// The link's own carrier; `None` takes the peer's.
@@ -269,7 +270,7 @@ impl Worker {
         })?
     }
 
-    /// Opens a port for each of `ports` and joins it to its peer by link UID; returns a
+    /// Opens a port for each of `ports` and joins it to its peer by wire id; returns a
     /// result per port, in order. A port that opens but cannot join is closed again.
     ///
     /// The commands are all queued before the first answer is awaited, so the worker
@@ -285,7 +286,7 @@ impl Worker {
                 max_frame: port.max_frame,
                 choice: None,
                 join: Some(Join {
-                    uid: port.uid,
+                    wire: port.wire,
                     peer: port.peer,
                     carrier: port.carrier,
                 }),
@@ -314,15 +315,15 @@ impl Worker {
     /// Joins two ports; returns the link's counters, readable at any time.
     pub fn add_link(
         &self,
-        uid: u64,
+        wire: WireId,
         a: PortId,
         b: PortId,
     ) -> Result<Arc<LinkCounters>, WorkerError> {
-        self.ask(|reply| Command::AddLink { uid, a, b, reply })?
+        self.ask(|reply| Command::AddLink { wire, a, b, reply })?
     }
 
-    pub fn remove_link(&self, uid: u64) -> Result<bool, WorkerError> {
-        self.ask(|reply| Command::RemoveLink { uid, reply })
+    pub fn remove_link(&self, wire: WireId) -> Result<bool, WorkerError> {
+        self.ask(|reply| Command::RemoveLink { wire, reply })
     }
 
     /// Gives the worker a QUIC transport to peer nodes, bound to `config.listen` in the
@@ -350,16 +351,16 @@ impl Worker {
         })?
     }
 
-    /// Joins a port to a peer node by link UID; returns the link's counters.
+    /// Joins a port to a peer node by wire id; returns the link's counters.
     pub fn add_remote_link(
         &self,
-        uid: u64,
+        wire: WireId,
         port: PortId,
         peer: PeerId,
         carrier: Option<Carrier>,
     ) -> Result<Arc<LinkCounters>, WorkerError> {
         self.ask(|reply| Command::AddRemoteLink {
-            uid,
+            wire,
             port,
             peer,
             carrier,

@@ -12,6 +12,7 @@ use xwire_fastpath::peer::{
 };
 use xwire_pki::ClusterCa;
 use xwire_proto::control::{ControlBody, ErrorBody, ErrorCode};
+use xwire_proto::WireId;
 
 const A: &str = "192.0.2.1:4789";
 const B: &str = "192.0.2.2:4789";
@@ -137,7 +138,7 @@ impl Net {
                 }
             }
             while let Some(f) = node.endpoint.poll_frame() {
-                node.frames.push((f.link_uid, f.frame.to_vec()));
+                node.frames.push((f.wire.0, f.frame.to_vec()));
             }
             node.events.extend(node.endpoint.take_events());
         }
@@ -292,7 +293,7 @@ fn a_restarted_node_knocks_and_is_dialed_again_at_once() {
     assert!(net
         .a
         .endpoint
-        .send_frame(net.now, other, 7, &frame(100, 1), None));
+        .send_frame(net.now, other, WireId(7), &frame(100, 1), None));
     assert!(net.run_until(Duration::from_secs(1), |n| !n.b().frames.is_empty()));
 }
 
@@ -351,7 +352,7 @@ fn frames_cross_with_loss(carrier: Carrier) -> Net {
         assert!(net
             .a
             .endpoint
-            .send_frame(now, other, 7, &frame(len, seq as u16), None));
+            .send_frame(now, other, WireId(7), &frame(len, seq as u16), None));
         if seq % 20 == 19 {
             net.step();
         }

@@ -245,7 +245,7 @@ fn connect_with_hello(
 fn data_stream_bytes(uid: u64, frame: &[u8]) -> Vec<u8> {
     let mut bytes = stream_preamble(StreamKind::Data).to_vec();
     let repr = FrameRepr {
-        link_uid: uid,
+        wire: xwire_proto::WireId(uid),
         frame,
     };
     let at = bytes.len();

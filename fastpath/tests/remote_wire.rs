@@ -10,7 +10,7 @@ use xwire_pki::ClusterCa;
 use xwire_testbed::checks::{pattern, ping, tcp_transfer, test_frame, TEST_ETHERTYPE};
 use xwire_testbed::{unique_ifname, Netns, RawSocket, Veth};
 
-const UID: u64 = 42;
+const UID: xwire_proto::WireId = xwire_proto::WireId(42);
 
 struct Node {
     ns: Netns,

@@ -81,7 +81,9 @@ fn link_with(bed: &Bed, mtu: u32, kinds: [PortChoice; 2]) -> Linked<'_> {
             port.kind.name()
         );
     }
-    let counters = worker.add_link(1, pa.id, pb.id).unwrap();
+    let counters = worker
+        .add_link(xwire_proto::WireId(1), pa.id, pb.id)
+        .unwrap();
     Linked {
         worker,
         ports: [pa, pb],
@@ -104,7 +106,7 @@ fn pods_linked_by_the_switch_ping_and_unlinking_stops_it() {
     let ab = linked.counters.snapshot(Direction::AToB);
     let ba = linked.counters.snapshot(Direction::BToA);
     assert!(ab.frames >= 3 && ba.frames >= 3, "{ab:?} {ba:?}");
-    assert!(linked.worker.remove_link(1).unwrap());
+    assert!(linked.worker.remove_link(xwire_proto::WireId(1)).unwrap());
     assert!(
         !ping(&bed.pod_a, "192.0.2.2", 1),
         "ping after the link was removed"
@@ -280,14 +282,14 @@ fn a_batch_of_remote_ports_opens_each_and_closes_one_that_cannot_join() {
     let spec = |ifname: &str, uid| RemotePort {
         ifname: ifname.into(),
         max_frame: 1514,
-        uid,
+        wire: xwire_proto::WireId(uid),
         peer,
         carrier: None,
     };
     let results = worker.add_remote_ports(&[
         spec(wires[0].b_name(), 7),
         spec("no-such-if0", 8),
-        // The UID is taken: the port opens, cannot join, and is closed again.
+        // The wire id is taken: the port opens, cannot join, and is closed again.
         spec(wires[1].b_name(), 7),
     ]);
     assert_eq!(results.len(), 3);
@@ -382,7 +384,9 @@ fn ports_closed_and_opened_again_many_times_keep_forwarding() {
                 .add_port_as(w.b_name(), 1514, Some(PortChoice::AfXdp))
                 .unwrap_or_else(|e| panic!("round {round}: {e}"))
         });
-        let counters = worker.add_link(1, pa.id, pb.id).unwrap();
+        let counters = worker
+            .add_link(xwire_proto::WireId(1), pa.id, pb.id)
+            .unwrap();
         for seq in 0..FRAMES {
             sock_a.send(&test_frame(200, 0xa, seq)).unwrap();
             std::thread::sleep(Duration::from_micros(200));
@@ -398,7 +402,7 @@ fn ports_closed_and_opened_again_many_times_keep_forwarding() {
         }
         let c = counters.snapshot(Direction::AToB);
         assert_eq!(got, FRAMES, "round {round}: {c:?}");
-        assert!(worker.remove_link(1).unwrap());
+        assert!(worker.remove_link(xwire_proto::WireId(1)).unwrap());
         worker.remove_port(pa.id).unwrap();
         worker.remove_port(pb.id).unwrap();
     }

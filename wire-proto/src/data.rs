@@ -8,7 +8,7 @@
 
 use bytes::{Bytes, BytesMut};
 
-use crate::DecodeError;
+use crate::{DecodeError, WireId};
 
 /// Version of the data formats in this module (datagram header and stream preamble).
 pub const DATA_VERSION: u8 = 1;
@@ -29,7 +29,7 @@ pub const MAX_LINK_MTU: u32 = MAX_FRAME_LEN as u32 - 18;
 /// One frame of one link: the parsed form of a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameRepr<'a> {
-    pub link_uid: u64,
+    pub wire: WireId,
     pub frame: &'a [u8],
 }
 
@@ -41,7 +41,7 @@ impl<'a> FrameRepr<'a> {
             .get(..RECORD_HEADER_LEN)
             .and_then(|h| h.try_into().ok())
             .ok_or(DecodeError::Truncated)?;
-        let link_uid = u64::from_be_bytes([
+        let wire = u64::from_be_bytes([
             header[0], header[1], header[2], header[3], header[4], header[5], header[6], header[7],
         ]);
         let len = usize::from(u16::from_be_bytes([header[8], header[9]]));
@@ -52,7 +52,13 @@ impl<'a> FrameRepr<'a> {
         let frame = buf
             .get(RECORD_HEADER_LEN..end)
             .ok_or(DecodeError::Truncated)?;
-        Ok((FrameRepr { link_uid, frame }, end))
+        Ok((
+            FrameRepr {
+                wire: WireId(wire),
+                frame,
+            },
+            end,
+        ))
     }
 
     /// Bytes this record takes when emitted.
@@ -69,7 +75,7 @@ impl<'a> FrameRepr<'a> {
         let out = buf
             .get_mut(..self.buffer_len())
             .ok_or(EncodeError::NoRoom)?;
-        out[..8].copy_from_slice(&self.link_uid.to_be_bytes());
+        out[..8].copy_from_slice(&self.wire.0.to_be_bytes());
         out[8..10].copy_from_slice(&(len as u16).to_be_bytes());
         out[RECORD_HEADER_LEN..].copy_from_slice(self.frame);
         Ok(out.len())
@@ -170,7 +176,7 @@ impl<'a> Iterator for Frames<'a> {
         let (frame, rest) = tail.split_at_checked(len)?;
         self.rest = rest;
         Some(FrameRepr {
-            link_uid: u64::from_be_bytes(uid),
+            wire: WireId(u64::from_be_bytes(uid)),
             frame,
         })
     }
@@ -238,9 +244,9 @@ mod tests {
         let mut datagrams = Vec::new();
         for i in 0..40u64 {
             let f = frame(60 + (i as usize * 37) % 400, i as u8);
-            if batch.push(i, &f).is_err() {
+            if batch.push(WireId(i), &f).is_err() {
                 datagrams.push(batch.take().unwrap());
-                batch.push(i, &f).unwrap();
+                batch.push(WireId(i), &f).unwrap();
             }
             sent.push((i, f));
         }
@@ -250,11 +256,14 @@ mod tests {
         for d in &datagrams {
             assert!(d.len() <= 1200, "{}", d.len());
             let view = Datagram::new_checked(d.clone()).unwrap();
-            got.extend(view.frames().map(|f| (f.link_uid, f.frame.to_vec())));
+            got.extend(view.frames().map(|f| (f.wire.0, f.frame.to_vec())));
         }
         assert_eq!(got, sent);
         assert!(!batch.ever_fits(1200));
-        assert_eq!(batch.push(1, &frame(1200, 0)), Err(EncodeError::NoRoom));
+        assert_eq!(
+            batch.push(WireId(1), &frame(1200, 0)),
+            Err(EncodeError::NoRoom)
+        );
         assert_eq!(batch.frame_count(), 0);
     }
 
@@ -262,7 +271,7 @@ mod tests {
     fn datagram(frames: &[(u64, Vec<u8>)], max: usize) -> Bytes {
         let mut batch = DatagramBatch::new(max);
         for (uid, f) in frames {
-            batch.push(*uid, f).unwrap();
+            batch.push(WireId(*uid), f).unwrap();
         }
         batch.take().unwrap()
     }
@@ -280,7 +289,7 @@ mod tests {
         assert_eq!(d.frame_count(), 5);
         let got: Vec<_> = d.frames().collect();
         for (i, r) in got.iter().enumerate() {
-            assert_eq!(r.link_uid, i as u64 * 1000);
+            assert_eq!(r.wire.0, i as u64 * 1000);
             assert_eq!(r.frame, frames[i].as_slice());
         }
     }
@@ -288,9 +297,9 @@ mod tests {
     #[test]
     fn push_refuses_what_does_not_fit_and_keeps_the_batch() {
         let mut b = DatagramBatch::new(200);
-        b.push(1, &frame(100, 1)).unwrap();
+        b.push(WireId(1), &frame(100, 1)).unwrap();
         assert!(!b.fits(100));
-        assert_eq!(b.push(2, &frame(100, 2)), Err(EncodeError::NoRoom));
+        assert_eq!(b.push(WireId(2), &frame(100, 2)), Err(EncodeError::NoRoom));
         let d = b.take().unwrap();
         assert_eq!(d.len(), DATAGRAM_HEADER_LEN + RECORD_HEADER_LEN + 100);
         assert_eq!(Datagram::new_checked(&d[..]).unwrap().frame_count(), 1);
@@ -340,9 +349,12 @@ mod tests {
     #[test]
     fn frame_lengths_outside_the_range_are_refused() {
         let mut b = DatagramBatch::new(100_000);
-        assert_eq!(b.push(1, &[0; 13]), Err(EncodeError::FrameLength(13)));
         assert_eq!(
-            b.push(1, &vec![0; MAX_FRAME_LEN + 1]),
+            b.push(WireId(1), &[0; 13]),
+            Err(EncodeError::FrameLength(13))
+        );
+        assert_eq!(
+            b.push(WireId(1), &vec![0; MAX_FRAME_LEN + 1]),
             Err(EncodeError::FrameLength(MAX_FRAME_LEN + 1))
         );
         let mut rec = [0u8; RECORD_HEADER_LEN + 13];
@@ -359,7 +371,7 @@ mod tests {
         let mut wire = stream_preamble(StreamKind::Data).to_vec();
         let mut rec = vec![0u8; RECORD_HEADER_LEN + f.len()];
         FrameRepr {
-            link_uid: 42,
+            wire: WireId(42),
             frame: &f,
         }
         .emit(&mut rec)
@@ -375,7 +387,7 @@ mod tests {
             assert_eq!(next_stream_frame(&body[..cut]), Ok(None));
         }
         let (r, used) = next_stream_frame(body).unwrap().unwrap();
-        assert_eq!((r.link_uid, r.frame, used), (42, f.as_slice(), body.len()));
+        assert_eq!((r.wire.0, r.frame, used), (42, f.as_slice(), body.len()));
     }
 
     #[test]
@@ -436,11 +448,11 @@ impl DatagramBatch {
     }
 
     /// Appends one frame. `NoRoom` leaves the batch as it was: take it, then push again.
-    pub fn push(&mut self, link_uid: u64, frame: &[u8]) -> Result<(), EncodeError> {
+    pub fn push(&mut self, wire: WireId, frame: &[u8]) -> Result<(), EncodeError> {
         if !self.fits(frame.len()) {
             return Err(EncodeError::NoRoom);
         }
-        let repr = FrameRepr { link_uid, frame };
+        let repr = FrameRepr { wire, frame };
         let at = self.buf.len();
         self.buf.resize(at + repr.buffer_len(), 0);
         repr.emit(&mut self.buf[at..])?;

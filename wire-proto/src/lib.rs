@@ -1,6 +1,6 @@
 //! Every byte format of xwire, sans-IO: no sockets, no async, no threads.
 //!
-//! * [`data`]: Ethernet frames between nodes, tagged with their link UID, batched into a
+//! * [`data`]: Ethernet frames between nodes, tagged with their wire's id, batched into a
 //!   QUIC DATAGRAM or framed on a QUIC stream.
 //! * [`control`]: messages between node daemons on a peer connection's control stream.
 //! * [`local`]: the local API between the CNI plugin and its node daemon.
@@ -13,6 +13,9 @@ pub mod control;
 pub mod data;
 pub mod framing;
 pub mod local;
+mod wire_id;
+
+pub use wire_id::WireId;
 
 /// Why bytes could not be decoded. Every decoder in this crate returns this, never panics,
 /// and allocates at most in proportion to the bytes it was given.

@@ -11,6 +11,7 @@ use xwire_proto::data::{
     StreamKind,
 };
 use xwire_proto::local::{self, Request, Response};
+use xwire_proto::WireId;
 
 fn spec() -> WireSpec {
     WireSpec {
@@ -101,10 +102,10 @@ fn a_frame_record_a_datagram_and_stream_preambles() {
     let record = [0, 0, 0, 0, 0, 0, 0, 7, 0, 14,
                   0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa];
     let mut encoded = vec![0; record.len()];
-    FrameRepr { link_uid: 7, frame: &[0xaa; 14] }.emit(&mut encoded).unwrap();
+    FrameRepr { wire: WireId(7), frame: &[0xaa; 14] }.emit(&mut encoded).unwrap();
     assert_eq!(encoded, record);
     let (parsed, used) = FrameRepr::parse(&record).unwrap();
-    assert_eq!((parsed.link_uid, parsed.frame, used), (7, &[0xaa; 14][..], record.len()));
+    assert_eq!((parsed.wire.0, parsed.frame, used), (7, &[0xaa; 14][..], record.len()));
 
     let datagram = [1, 0, 0, 2,
                     0, 0, 0, 0, 0, 0, 0, 7, 0, 14,
@@ -112,13 +113,13 @@ fn a_frame_record_a_datagram_and_stream_preambles() {
                     0, 0, 0, 0, 0, 0, 0x01, 0x2c, 0, 14,
                     0xbb, 0xbb, 0xbb, 0xbb, 0xbb, 0xbb, 0xbb, 0xbb, 0xbb, 0xbb, 0xbb, 0xbb, 0xbb, 0xbb];
     let mut batch = DatagramBatch::new(1200);
-    batch.push(7, &[0xaa; 14]).unwrap();
-    batch.push(300, &[0xbb; 14]).unwrap();
+    batch.push(WireId(7), &[0xaa; 14]).unwrap();
+    batch.push(WireId(300), &[0xbb; 14]).unwrap();
     assert_eq!(&batch.take().unwrap()[..], &datagram[..]);
     let frames: Vec<(u64, Vec<u8>)> = Datagram::new_checked(&datagram[..])
         .unwrap()
         .frames()
-        .map(|f| (f.link_uid, f.frame.to_vec()))
+        .map(|f| (f.wire.0, f.frame.to_vec()))
         .collect();
     assert_eq!(frames, [(7, vec![0xaa; 14]), (300, vec![0xbb; 14])]);
 
@@ -126,7 +127,7 @@ fn a_frame_record_a_datagram_and_stream_preambles() {
     assert_eq!(stream_preamble(StreamKind::Data), [1, 1]);
     assert_eq!(parse_stream_preamble(&[1, 1]), Ok(StreamKind::Data));
     let (frame, used) = next_stream_frame(&record).unwrap().unwrap();
-    assert_eq!((frame.link_uid, used), (7, record.len()));
+    assert_eq!((frame.wire.0, used), (7, record.len()));
 }
 
 #[test]

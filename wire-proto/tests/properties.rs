@@ -15,7 +15,7 @@ use xwire_proto::local::{
     self, AddResult, Attachment, CniCall, CniError, CniInterface, CniIp, GcCall, PodRef, Request,
     Response, StatusCall,
 };
-use xwire_proto::DecodeError;
+use xwire_proto::{DecodeError, WireId};
 
 fn name() -> impl Strategy<Value = String> {
     "[a-z0-9][a-z0-9.-]{0,20}"
@@ -164,7 +164,7 @@ fn response() -> impl Strategy<Value = Response> {
 fn datagram_of(frames: &[(u64, Vec<u8>)]) -> Vec<u8> {
     let mut batch = DatagramBatch::new(65_000);
     for (uid, frame) in frames {
-        batch.push(*uid, frame).unwrap();
+        batch.push(WireId(*uid), frame).unwrap();
     }
     batch.take().unwrap().to_vec()
 }
@@ -182,7 +182,7 @@ proptest! {
             if !batch.fits(frame.len()) {
                 break;
             }
-            batch.push(*uid, frame).unwrap();
+            batch.push(WireId(*uid), frame).unwrap();
             packed.push((*uid, frame.clone()));
         }
         let datagram = batch.take();
@@ -192,7 +192,7 @@ proptest! {
         let got: Vec<(u64, Vec<u8>)> = Datagram::new_checked(&datagram[..])
             .unwrap()
             .frames()
-            .map(|f| (f.link_uid, f.frame.to_vec()))
+            .map(|f| (f.wire.0, f.frame.to_vec()))
             .collect();
         prop_assert_eq!(got, packed);
     }
@@ -201,7 +201,7 @@ proptest! {
     fn stream_records_round_trip(frames in frames()) {
         let mut wire = Vec::new();
         for (uid, frame) in &frames {
-            let repr = FrameRepr { link_uid: *uid, frame };
+            let repr = FrameRepr { wire: WireId(*uid), frame };
             let start = wire.len();
             wire.resize(start + repr.buffer_len(), 0);
             repr.emit(&mut wire[start..]).unwrap();
@@ -209,7 +209,7 @@ proptest! {
         let mut rest = &wire[..];
         for (uid, frame) in &frames {
             let (repr, used) = next_stream_frame(rest).unwrap().unwrap();
-            prop_assert_eq!((repr.link_uid, repr.frame), (*uid, frame.as_slice()));
+            prop_assert_eq!((repr.wire.0, repr.frame), (*uid, frame.as_slice()));
             rest = &rest[used..];
         }
         prop_assert!(rest.is_empty());
@@ -336,7 +336,7 @@ proptest! {
 fn the_largest_frame_fits_a_record() {
     let frame = vec![7u8; MAX_FRAME_LEN];
     let repr = FrameRepr {
-        link_uid: 1,
+        wire: WireId(1),
         frame: &frame,
     };
     let mut buf = vec![0u8; repr.buffer_len()];

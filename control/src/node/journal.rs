@@ -3,6 +3,8 @@
 
 use xwire_fastpath::link_table::PortId;
 
+use xwire_proto::WireId;
+
 use crate::store::WireRecord;
 
 /// One step that was taken, and so one to undo.
@@ -18,7 +20,7 @@ pub enum Step {
     /// A fast-path port was opened for the wire end `key`.
     Port { key: String, id: PortId },
     /// A remote link was added to the fast path.
-    RemoteLink { wire_id: u64 },
+    RemoteLink { wire: WireId },
     /// A wire record was written over `previous` (`None`: there was none).
     Wire {
         key: String,

@@ -24,11 +24,10 @@ use xwire_proto::local::{codes, CniError, NodeState, Request, Response};
 use crate::config::DaemonConfig;
 use crate::netns::NetnsFd;
 use crate::store::{AttachmentRecord, EmbeddedStore, NodeStore, StoreError};
-use crate::topology::{pod_key, Topology};
+use crate::topology::{pod_key, LinkSpec, Topology};
 
 pub use journal::{Journal, Step};
 pub use reconcile::Reconciled;
-pub use wiring::wire_id;
 
 /// The fast path of a node that has peers: one worker and the peers declared to it.
 struct Fastpath {
@@ -69,7 +68,14 @@ pub struct Node {
     /// Sync of thousands of wires of one pod would decode its topology thousands of
     /// times). Emptied whenever the node writes topologies; nothing else writes them
     /// while the daemon runs.
-    topologies: RefCell<HashMap<String, Option<Arc<Topology>>>>,
+    topologies: RefCell<HashMap<String, Option<Arc<LoadedTopology>>>>,
+}
+
+/// A topology as read from the store, with its links parsed (once, here).
+struct LoadedTopology {
+    topology: Topology,
+    /// By uid, ascending.
+    links: Vec<LinkSpec>,
 }
 
 /// A fast-path port of a remote wire end, and the wire whose frames it carries.
@@ -186,7 +192,11 @@ impl Node {
     }
 
     /// The topology of `pod`, from the cache or the store.
-    fn topology(&self, namespace: &str, pod: &str) -> Result<Option<Arc<Topology>>, CniError> {
+    fn topology(
+        &self,
+        namespace: &str,
+        pod: &str,
+    ) -> Result<Option<Arc<LoadedTopology>>, CniError> {
         let key = pod_key(namespace, pod);
         if let Some(cached) = self.topologies.borrow().get(&key) {
             return Ok(cached.clone());
@@ -195,7 +205,12 @@ impl Node {
             .store
             .topology(namespace, pod)
             .map_err(store_error)?
-            .map(Arc::new);
+            .map(|topology| {
+                Arc::new(LoadedTopology {
+                    links: topology.link_specs(),
+                    topology,
+                })
+            });
         self.topologies.borrow_mut().insert(key, read.clone());
         Ok(read)
     }
@@ -210,10 +225,10 @@ impl Node {
         namespace: &str,
         pod: &str,
         uid: u64,
-    ) -> Result<Option<crate::topology::Link>, CniError> {
+    ) -> Result<Option<LinkSpec>, CniError> {
         Ok(self
             .topology(namespace, pod)?
-            .and_then(|t| t.link(uid).cloned()))
+            .and_then(|t| t.links.iter().find(|l| l.uid == uid).cloned()))
     }
 }
 

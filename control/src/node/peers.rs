@@ -89,10 +89,7 @@ impl Node {
                 record.link_uid,
             )
             .ok()??;
-        let carrier = match link.carrier.as_deref() {
-            Some("stream") => Carrier::Stream,
-            _ => Carrier::Datagram,
-        };
+        let carrier = link.carrier.unwrap_or(Carrier::Datagram);
         Some(WireSpec {
             key: WireKey {
                 namespace: record.topo_namespace.clone(),
@@ -210,8 +207,9 @@ impl Node {
 
     /// The address of the node that runs `pod`, if its Topology says.
     fn placement(&self, namespace: &str, pod: &str) -> Option<IpAddr> {
-        let topology = self.topology(namespace, pod).ok()??;
-        let src_ip = topology
+        let loaded = self.topology(namespace, pod).ok()??;
+        let src_ip = loaded
+            .topology
             .status
             .as_ref()?
             .get("src_ip")?

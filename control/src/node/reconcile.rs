@@ -16,7 +16,7 @@ use super::{cni_error, store_error, Journal, Node, Step};
 use crate::interfaces::{self, EndSettings};
 use crate::netns::NetnsFd;
 use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
-use crate::topology::Link;
+use crate::topology::LinkSpec;
 
 /// What one pass did: the changes it made and the ones it could not make.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -43,7 +43,7 @@ impl Reconciled {
 #[derive(Default)]
 struct Pass {
     report: Reconciled,
-    reattach: Vec<(WireRecord, Link)>,
+    reattach: Vec<(WireRecord, LinkSpec)>,
 }
 
 /// What a pass looks at.
@@ -179,11 +179,10 @@ impl Node {
         let mut looked_at_pods = HashSet::new();
         for attachment in self.store.attachments().map_err(store_error)? {
             let (namespace, name) = (&attachment.pod.namespace, &attachment.pod.name);
-            let mut links: Vec<Link> = self
+            let links: Vec<LinkSpec> = self
                 .topology(namespace, name)?
-                .map(|t| t.spec.links.clone())
+                .map(|t| t.links.clone())
                 .unwrap_or_default();
-            links.sort_by_key(|l| l.uid);
             let looked_at = match scope {
                 Scope::Node => true,
                 Scope::Pods(pods) => pods.iter().any(|p| p.key() == attachment.key()),
@@ -499,7 +498,7 @@ impl Node {
         &mut self,
         attachment: &AttachmentRecord,
         pod_ns: &NetnsFd,
-        link: &Link,
+        link: &LinkSpec,
         pod_interfaces: &Interfaces,
         what: &'static str,
     ) -> Result<Option<&'static str>, CniError> {
@@ -541,7 +540,7 @@ impl Node {
     fn repair_remote(
         &mut self,
         pod_ns: &NetnsFd,
-        link: &Link,
+        link: &LinkSpec,
         record: WireRecord,
         pod_interfaces: &Interfaces,
     ) -> Result<&'static str, CniError> {
@@ -600,6 +599,6 @@ fn pod_of<'a>(desired: &'a Desired, attachment: &str) -> Result<&'a DesiredPod, 
 struct PlannedEnd<'a> {
     pod: &'a AttachmentRecord,
     ns: &'a NetnsFd,
-    link: &'a Link,
+    link: &'a LinkSpec,
     interfaces: &'a Interfaces,
 }

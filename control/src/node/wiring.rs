@@ -9,18 +9,13 @@ use xwire_fastpath::peer::PeerId;
 use xwire_fastpath::{PortInfo, RemotePort, WorkerError};
 use xwire_proto::control::{ControlBody, ControlMessage, WireKey};
 use xwire_proto::local::{codes, CniError};
+use xwire_proto::WireId;
 
 use super::{cni_error, store_error, Journal, Node, Step};
 use crate::interfaces::{self, EndSettings, Removal};
 use crate::netns::NetnsFd;
 use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
-use crate::topology::{parse_cidr, parse_mac, Link};
-
-/// The link id frames of a wire carry between nodes: both nodes compute it alike from
-/// the topology namespace and the link UID (UIDs are below 2^32, see `topology::check`).
-pub fn wire_id(namespace: &str, uid: u64) -> u64 {
-    (u64::from(fnv1a32(namespace.as_bytes())) << 32) | (uid & 0xffff_ffff)
-}
+use crate::topology::{format_cidr, LinkSpec};
 
 /// The node-side end of a remote wire: `xw` and 13 hex digits of a hash of the wire
 /// end, within Linux's 15 characters and the same on every start.
@@ -29,14 +24,7 @@ pub fn node_ifname(namespace: &str, pod: &str, uid: u64) -> String {
     format!("xw{:013x}", hash >> 12)
 }
 
-// FNV-1a: a stable hash that both nodes compute identically; std's hashers are keyed
-// per process, and a crate for ten lines is not worth it.
-fn fnv1a32(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(0x811c_9dc5u32, |h, &b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    })
-}
-
+// FNV-1a (see `WireId`): the same name on every start, whichever build made it.
 fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
@@ -44,24 +32,24 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
 }
 
 /// The settings of a pod's own end of `link`.
-pub(super) fn own_end(namespace: &str, pod: &str, link: &Link) -> EndSettings {
+pub(super) fn own_end(namespace: &str, pod: &str, link: &LinkSpec) -> EndSettings {
     EndSettings {
         name: link.local_intf.clone(),
         mtu: link.mtu,
-        mac: link.local_mac.as_deref().and_then(|m| parse_mac(m).ok()),
-        address: link.local_ip.as_deref().and_then(|c| parse_cidr(c).ok()),
+        mac: link.local_mac,
+        address: link.local_ip,
         alias: Some(interfaces::pod_alias(namespace, pod, link.uid)),
         checksum_off: false,
     }
 }
 
 /// The settings of the peer's end as `link` (seen from the other pod) describes it.
-fn far_end(namespace: &str, link: &Link) -> EndSettings {
+fn far_end(namespace: &str, link: &LinkSpec) -> EndSettings {
     EndSettings {
         name: link.peer_intf.clone(),
         mtu: link.mtu,
-        mac: link.peer_mac.as_deref().and_then(|m| parse_mac(m).ok()),
-        address: link.peer_ip.as_deref().and_then(|c| parse_cidr(c).ok()),
+        mac: link.peer_mac,
+        address: link.peer_ip,
         alias: Some(interfaces::pod_alias(namespace, &link.peer_pod, link.uid)),
         checksum_off: false,
     }
@@ -73,17 +61,21 @@ fn interface_error(what: String, e: impl std::fmt::Display) -> CniError {
 
 impl Node {
     /// The record of a pod's end before it is joined to anything.
-    pub(super) fn pending_record(&self, attachment: &AttachmentRecord, link: &Link) -> WireRecord {
+    pub(super) fn pending_record(
+        &self,
+        attachment: &AttachmentRecord,
+        link: &LinkSpec,
+    ) -> WireRecord {
         WireRecord {
             node_name: self.config.node_name.clone(),
             link_uid: link.uid,
             topo_namespace: attachment.pod.namespace.clone(),
             local_pod_netns: attachment.netns.clone(),
             local_pod_name: attachment.pod.name.clone(),
-            local_pod_ip: link.local_ip.clone(),
+            local_pod_ip: link.local_ip.map(format_cidr),
             local_pod_ifname: link.local_intf.clone(),
             wire_ifname: String::new(),
-            peer_intf_id: 0,
+            peer_intf_id: WireId(0),
             peer_node_ip: None,
             peer_pod: link.peer_pod.clone(),
             peer_node: None,
@@ -97,7 +89,7 @@ impl Node {
         &mut self,
         attachment: &AttachmentRecord,
         pod_ns: &NetnsFd,
-        link: &Link,
+        link: &LinkSpec,
         journal: &mut Journal,
     ) -> Result<(), CniError> {
         let namespace = &attachment.pod.namespace;
@@ -138,7 +130,7 @@ impl Node {
         &mut self,
         attachment: &AttachmentRecord,
         pod_ns: &NetnsFd,
-        link: &Link,
+        link: &LinkSpec,
         peer: &AttachmentRecord,
         record: &mut WireRecord,
         journal: &mut Journal,
@@ -182,7 +174,7 @@ impl Node {
         });
         record.state = WireState::Veth;
         record.wire_ifname = peer_end.name.clone();
-        record.peer_intf_id = link.uid;
+        record.peer_intf_id = WireId::new(namespace, link.uid);
 
         let peer_key = wire_key(namespace, &peer.pod.name, link.uid);
         let mut peer_record = self
@@ -193,14 +185,14 @@ impl Node {
                 let mut r = self.pending_record(peer, peer_link.as_ref().unwrap_or(link));
                 if peer_link.is_none() {
                     r.local_pod_ifname = link.peer_intf.clone();
-                    r.local_pod_ip = link.peer_ip.clone();
+                    r.local_pod_ip = link.peer_ip.map(format_cidr);
                     r.peer_pod = attachment.pod.name.clone();
                 }
                 r
             });
         peer_record.state = WireState::Veth;
         peer_record.wire_ifname = own.name.clone();
-        peer_record.peer_intf_id = link.uid;
+        peer_record.peer_intf_id = WireId::new(namespace, link.uid);
         let previous = self.write_wire(&peer_record)?;
         journal.record(Step::Wire {
             key: peer_key,
@@ -214,21 +206,21 @@ impl Node {
     pub(super) fn connect_remote(
         &mut self,
         pod_ns: &NetnsFd,
-        link: &Link,
+        link: &LinkSpec,
         node: &str,
         record: &mut WireRecord,
         journal: &mut Journal,
     ) -> Result<(), CniError> {
         self.peer_of(node, &link.peer_pod)?;
         let namespace = record.topo_namespace.clone();
-        let id = wire_id(&namespace, link.uid);
+        let id = WireId::new(&namespace, link.uid);
         if let Some(other) = self.ports.values().find(|p| {
-            p.wire.namespace != namespace && wire_id(&p.wire.namespace, p.wire.link_uid) == id
+            p.wire.namespace != namespace && WireId::new(&p.wire.namespace, p.wire.link_uid) == id
         }) {
             return Err(cni_error(
                 codes::FASTPATH_FAILED,
                 format!(
-                    "wire {} of namespace {namespace} has the same wire id ({id:#x}) as wire {} of namespace {}, which is up: rename one of the two namespaces",
+                    "wire {} of namespace {namespace} has the same wire id ({id}) as wire {} of namespace {}, which is up: rename one of the two namespaces",
                     link.uid, other.wire.link_uid, other.wire.namespace
                 ),
                 "a wire's id is a 32-bit hash of its namespace and its uid; these two namespaces' hashes collide",
@@ -277,7 +269,7 @@ impl Node {
     pub(super) fn open_remote_port(
         &mut self,
         record: &WireRecord,
-        link: &Link,
+        link: &LinkSpec,
         journal: &mut Journal,
     ) -> Result<(), CniError> {
         let spec = self.remote_port(record, link)?;
@@ -298,20 +290,15 @@ impl Node {
     pub(super) fn remote_port(
         &self,
         record: &WireRecord,
-        link: &Link,
+        link: &LinkSpec,
     ) -> Result<RemotePort, CniError> {
-        // The topology's carrier was checked when it was stored; anything else is the
-        // peer's default.
-        let carrier = link
-            .carrier
-            .as_deref()
-            .and_then(|c| crate::config::carrier_name::parse(c).ok());
+        let carrier = link.carrier;
         let node = record.peer_node.as_deref().unwrap_or_default();
         let peer = self.peer_of(node, &record.peer_pod)?;
         Ok(RemotePort {
             ifname: record.wire_ifname.clone(),
             max_frame: link.mtu.unwrap_or(1500) as usize + 18,
-            uid: record.peer_intf_id,
+            wire: record.peer_intf_id,
             peer,
             carrier,
         })
@@ -338,7 +325,7 @@ impl Node {
             key: record.key(),
             id: port.id,
         });
-        journal.record(Step::RemoteLink { wire_id: spec.uid });
+        journal.record(Step::RemoteLink { wire: spec.wire });
         self.ports.insert(
             record.key(),
             super::OpenPort {
@@ -434,7 +421,7 @@ impl Node {
     pub(super) fn set_pending(&mut self, mut record: WireRecord) {
         record.state = WireState::Pending;
         record.wire_ifname.clear();
-        record.peer_intf_id = 0;
+        record.peer_intf_id = WireId(0);
         record.peer_node = None;
         record.peer_node_ip = None;
         if let Err(e) = self.store.put_wire(&record) {
@@ -477,10 +464,10 @@ impl Node {
                         None => Ok(()),
                     }
                 }
-                Step::RemoteLink { wire_id } => match &self.fastpath {
+                Step::RemoteLink { wire } => match &self.fastpath {
                     Some(f) => f
                         .worker
-                        .remove_link(wire_id)
+                        .remove_link(wire)
                         .map(drop)
                         .map_err(|e| e.to_string()),
                     None => Ok(()),
@@ -541,10 +528,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn wire_ids_and_node_names_are_stable_and_distinct() {
-        assert_eq!(wire_id("lab", 3), wire_id("lab", 3));
-        assert_ne!(wire_id("lab", 3), wire_id("lab2", 3));
-        assert_eq!(wire_id("lab", 3) & 0xffff_ffff, 3);
+    fn node_interface_names_are_stable_and_distinct() {
         let name = node_ifname("lab", "r1", 0);
         assert_eq!(name.len(), 15);
         assert_eq!(name, node_ifname("lab", "r1", 0));

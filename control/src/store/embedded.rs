@@ -249,7 +249,7 @@ mod tests {
             local_pod_ip: Some("10.0.0.1/30".into()),
             local_pod_ifname: "eth1".into(),
             wire_ifname: "xw0123".into(),
-            peer_intf_id: 7,
+            peer_intf_id: xwire_proto::WireId(7),
             peer_node_ip: Some("192.0.2.2:7470".into()),
             peer_pod: "r2".into(),
             peer_node: Some("n2".into()),

@@ -9,6 +9,7 @@ pub use embedded::EmbeddedStore;
 
 use serde::{Deserialize, Serialize};
 use xwire_proto::local::PodRef;
+use xwire_proto::WireId;
 
 use crate::topology::Topology;
 
@@ -46,8 +47,9 @@ pub struct WireRecord {
     /// The wire's interface on this node: the node-side end of a remote wire, or the
     /// peer pod's interface for a same-node wire; empty while pending.
     pub wire_ifname: String,
-    /// The wire's id on the peer node: the link id frames carry across (remote wires).
-    pub peer_intf_id: u64,
+    /// The wire's id (GWire's `wire_iface_id_on_peer_node`): what its frames carry
+    /// between nodes, and the fast path's key for its link.
+    pub peer_intf_id: WireId,
     /// The peer node's address, for a remote wire.
     pub peer_node_ip: Option<String>,
     pub peer_pod: String,

@@ -18,7 +18,7 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use xwire_proto::control::{
     Capabilities, ControlBody, ControlMessage, ErrorBody, ErrorCode, Hello,
 };
-use xwire_proto::DecodeError;
+use xwire_proto::{DecodeError, WireId};
 
 use super::hello::{self, Opened, Verdict, CLOSE_PROTOCOL};
 use super::inbox::{Inbox, ReceivedFrame};
@@ -203,7 +203,7 @@ impl PeerEndpoint {
         &mut self,
         now: Instant,
         peer: PeerId,
-        link_uid: u64,
+        wire: WireId,
         frame: &[u8],
         carrier: Option<Carrier>,
     ) -> bool {
@@ -216,7 +216,7 @@ impl PeerEndpoint {
             return false;
         };
         let carrier = carrier.unwrap_or(self.peers[peer.0 as usize].carrier);
-        let sent = session.send_frame(carrier, link_uid, frame, &mut self.counters, now);
+        let sent = session.send_frame(carrier, wire, frame, &mut self.counters, now);
         if sent {
             self.counters.frames_sent += 1;
         }

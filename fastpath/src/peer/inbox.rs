@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 use xwire_proto::data::{FrameRepr, DATAGRAM_HEADER_LEN};
+use xwire_proto::WireId;
 
 use super::PeerId;
 
@@ -17,7 +18,7 @@ const MAX_HELD_BYTES: usize = 16 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReceivedFrame<'a> {
     pub peer: PeerId,
-    pub link_uid: u64,
+    pub wire: WireId,
     pub frame: &'a [u8],
 }
 
@@ -83,7 +84,7 @@ impl Inbox {
                 self.last = Some(Taken::Datagram);
                 return Some(ReceivedFrame {
                     peer: *peer,
-                    link_uid: frame.link_uid,
+                    wire: frame.wire,
                     frame: frame.frame,
                 });
             }
@@ -94,7 +95,7 @@ impl Inbox {
         self.last = Some(Taken::Stream);
         Some(ReceivedFrame {
             peer,
-            link_uid: frame.link_uid,
+            wire: frame.wire,
             frame: frame.frame,
         })
     }
@@ -145,23 +146,23 @@ mod tests {
     fn frames_come_out_in_order_with_their_peer_and_the_inbox_empties() {
         let mut inbox = Inbox::default();
         let mut batch = DatagramBatch::new(1200);
-        batch.push(1, &frame(1, 60)).unwrap();
-        batch.push(2, &frame(2, 100)).unwrap();
+        batch.push(WireId(1), &frame(1, 60)).unwrap();
+        batch.push(WireId(2), &frame(2, 100)).unwrap();
         assert!(inbox.push_datagram(PeerId(0), batch.take().unwrap()));
         for seq in [3, 4] {
             let record = frame(seq, 80);
             let repr = FrameRepr {
-                link_uid: u64::from(seq),
+                wire: WireId(u64::from(seq)),
                 frame: &record,
             };
             assert!(inbox.push_stream_frame(PeerId(u32::from(seq) % 2), repr));
         }
-        batch.push(5, &frame(5, 64)).unwrap();
+        batch.push(WireId(5), &frame(5, 64)).unwrap();
         assert!(inbox.push_datagram(PeerId(1), batch.take().unwrap()));
 
         let mut got = Vec::new();
         while let Some(f) = inbox.next() {
-            got.push((f.peer.0, f.link_uid, f.frame.len(), f.frame[0]));
+            got.push((f.peer.0, f.wire.0, f.frame.len(), f.frame[0]));
         }
         assert_eq!(
             got,
@@ -183,7 +184,7 @@ mod tests {
         let mut inbox = Inbox::default();
         let record = frame(9, 60_000);
         let repr = FrameRepr {
-            link_uid: 9,
+            wire: WireId(9),
             frame: &record,
         };
         let mut kept = 0;

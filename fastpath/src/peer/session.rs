@@ -13,6 +13,7 @@ use xwire_proto::data::{
 };
 use xwire_proto::framing::split_record;
 use xwire_proto::DecodeError;
+use xwire_proto::WireId;
 
 use super::inbox::Inbox;
 use super::{Carrier, PeerCounters, PeerId};
@@ -135,7 +136,7 @@ impl Session {
     pub(crate) fn send_frame(
         &mut self,
         carrier: Carrier,
-        link_uid: u64,
+        wire: WireId,
         frame: &[u8],
         counters: &mut PeerCounters,
         now: Instant,
@@ -153,7 +154,7 @@ impl Session {
                     if !self.batch.fits(frame.len()) {
                         self.flush_datagrams(counters);
                     }
-                    return self.batch.push(link_uid, frame).is_ok();
+                    return self.batch.push(wire, frame).is_ok();
                 }
             }
         }
@@ -162,7 +163,7 @@ impl Session {
             return false;
         }
         self.data_out.start(StreamKind::Data);
-        let repr = FrameRepr { link_uid, frame };
+        let repr = FrameRepr { wire, frame };
         let at = self.data_out.backlog.len();
         self.data_out.backlog.resize(at + repr.buffer_len(), 0);
         if repr.emit(&mut self.data_out.backlog[at..]).is_err() {

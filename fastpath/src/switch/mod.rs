@@ -225,16 +225,16 @@ impl Switch {
             Command::RemovePort { id, reply } => {
                 let _ = reply.send(self.remove_port(id));
             }
-            Command::AddLink { uid, a, b, reply } => {
+            Command::AddLink { wire, a, b, reply } => {
                 let missing = [a, b].into_iter().find(|&p| self.port(p).is_none());
                 let result = match missing {
                     Some(port) => Err(WorkerError::NoSuchPort(port)),
-                    None => self.table.add_link(uid, a, b).map_err(WorkerError::from),
+                    None => self.table.add_link(wire, a, b).map_err(WorkerError::from),
                 };
                 let _ = reply.send(result);
             }
-            Command::RemoveLink { uid, reply } => {
-                let _ = reply.send(self.table.remove_link(uid));
+            Command::RemoveLink { wire, reply } => {
+                let _ = reply.send(self.table.remove_link(wire));
             }
             Command::AttachPeers { config, reply } => {
                 let result = PeerTransport::bind(*config)
@@ -264,13 +264,17 @@ impl Switch {
                 let _ = reply.send(result);
             }
             Command::AddRemoteLink {
-                uid,
+                wire,
                 port,
                 peer,
                 carrier,
                 reply,
             } => {
-                let join = Join { uid, peer, carrier };
+                let join = Join {
+                    wire,
+                    peer,
+                    carrier,
+                };
                 let _ = reply.send(self.join_remote(port, join));
             }
             Command::PeerStatus { reply } => {
@@ -313,14 +317,18 @@ impl Switch {
     fn join_remote(
         &mut self,
         port: PortId,
-        Join { uid, peer, carrier }: Join,
+        Join {
+            wire,
+            peer,
+            carrier,
+        }: Join,
     ) -> Result<Arc<LinkCounters>, WorkerError> {
         match self.port(port) {
             None => Err(WorkerError::NoSuchPort(port)),
             Some(_) if self.peers.is_none() => Err(WorkerError::NoPeers),
             Some(_) => self
                 .table
-                .add_remote_link(uid, port, peer, carrier)
+                .add_remote_link(wire, port, peer, carrier)
                 .map_err(WorkerError::from),
         }
     }

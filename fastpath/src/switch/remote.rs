@@ -20,7 +20,7 @@ pub(super) fn send(
 ) {
     let Verdict::Remote {
         peer,
-        uid,
+        wire,
         carrier,
         link,
         direction,
@@ -30,7 +30,7 @@ pub(super) fn send(
     };
     let sent = peers
         .as_mut()
-        .is_some_and(|p| p.endpoint_mut().send_frame(now, peer, uid, frame, carrier));
+        .is_some_and(|p| p.endpoint_mut().send_frame(now, peer, wire, frame, carrier));
     if sent {
         if let Some(counters) = table.counters(link) {
             counters.forwarded(direction, 1, frame.len() as u64);
@@ -46,19 +46,15 @@ pub(super) fn send(
     }
 }
 
-/// Sends one frame from a peer on its link. False when no link has its UID from that
+/// Sends one frame from a peer on its link. False when no link has its wire id from that
 /// peer (the endpoint counts it).
 fn deliver_remote(
     table: &LinkTable,
     slots: &mut [Option<Slot>],
     received: ReceivedFrame<'_>,
 ) -> bool {
-    let ReceivedFrame {
-        peer,
-        link_uid,
-        frame,
-    } = received;
-    match table.decide_remote(peer, link_uid, frame.len()) {
+    let ReceivedFrame { peer, wire, frame } = received;
+    match table.decide_remote(peer, wire, frame.len()) {
         Verdict::Forward {
             out,
             link,

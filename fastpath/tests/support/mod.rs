@@ -9,6 +9,7 @@ use std::time::Instant;
 use xwire_fastpath::peer::{
     Carrier, ControlMessage, Flush, PeerError, PeerEvent, PeerId, PeerTransport,
 };
+use xwire_proto::WireId;
 
 pub trait TestNode {
     fn add_peer(
@@ -44,7 +45,7 @@ impl TestNode for PeerTransport {
 
     fn send_frame(&mut self, peer: PeerId, link_uid: u64, frame: &[u8]) -> bool {
         self.endpoint_mut()
-            .send_frame(Instant::now(), peer, link_uid, frame, None)
+            .send_frame(Instant::now(), peer, WireId(link_uid), frame, None)
     }
 
     fn send_control(&mut self, peer: PeerId, message: &ControlMessage) -> bool {
@@ -64,7 +65,7 @@ impl TestNode for PeerTransport {
         self.poll(flush);
         let endpoint = self.endpoint_mut();
         while let Some(frame) = endpoint.poll_frame() {
-            if !on_frame(frame.peer, frame.link_uid, frame.frame) {
+            if !on_frame(frame.peer, frame.wire.0, frame.frame) {
                 endpoint.count_unknown_link();
             }
         }

@@ -248,7 +248,7 @@ fn dut(
     })?;
     let a = worker.add_port(a_name, max_frame)?;
     let b = worker.add_port(b_name, max_frame)?;
-    let counters = worker.add_link(1, a.id, b.id)?;
+    let counters = worker.add_link(xwire_fastpath::WireId(1), a.id, b.id)?;
     eprintln!(
         "xwire dut: {} ({}) <-> {} ({})",
         a.ifname,

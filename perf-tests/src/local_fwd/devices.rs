@@ -96,7 +96,7 @@ pub fn start(
             let worker = dut.run(|| Worker::spawn(config))??;
             let a = worker.add_port(in_if, max_frame.max(1514))?;
             let b = worker.add_port(out_if, max_frame.max(1514))?;
-            worker.add_link(1, a.id, b.id)?;
+            worker.add_link(xwire_fastpath::WireId(1), a.id, b.id)?;
             Ok(Running::Xwire { _worker: worker })
         }
         Device::Testpmd => {

@@ -14,7 +14,7 @@ use xwire_pki::ClusterCa;
 use crate::testbed::Netns;
 
 /// The link UID of the benchmark's wire.
-const UID: u64 = 7;
+const UID: xwire_fastpath::WireId = xwire_fastpath::WireId(7);
 const VNI: u32 = 42;
 const VXLAN_IF: &str = "vx42";
 

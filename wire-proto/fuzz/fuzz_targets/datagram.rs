@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
     // The encoder the peer transport sends with.
     let mut batch = DatagramBatch::new(data.len());
     for frame in datagram.frames() {
-        batch.push(frame.link_uid, frame.frame).expect("re-encoding fits");
+        batch.push(frame.wire, frame.frame).expect("re-encoding fits");
     }
     let again = batch.take().expect("a valid datagram has frames");
     assert_eq!(&again[..], data);

@@ -11,14 +11,14 @@ use xwire_proto::local::PodRef;
 
 use crate::interfaces::{self, InterfaceState, NODE_ALIAS_PREFIX};
 use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
-use crate::topology::{format_mac, Link};
+use crate::topology::{format_cidr, format_mac, LinkSpec};
 
 /// An attached pod and the links its topology gives it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct DesiredPod {
     pub(crate) attachment: AttachmentRecord,
     /// By uid, ascending.
-    pub(crate) links: Vec<Link>,
+    pub(crate) links: Vec<LinkSpec>,
 }
 
 /// What the node should have.
@@ -386,7 +386,7 @@ pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
 
 /// Whether a joined end's record is of `link` as it is: the same interface, to the same
 /// pod (and, for a same-node veth, to the same interface there).
-fn made_for(record: &WireRecord, link: &Link) -> bool {
+fn made_for(record: &WireRecord, link: &LinkSpec) -> bool {
     record.local_pod_ifname == link.local_intf
         && record.peer_pod == link.peer_pod
         && (record.state != WireState::Veth || record.wire_ifname == link.peer_intf)
@@ -407,7 +407,7 @@ fn records_of<'a>(
 /// One link's end in an attached pod whose namespace is open.
 struct End<'a> {
     attachment: &'a AttachmentRecord,
-    link: &'a Link,
+    link: &'a LinkSpec,
     interfaces: &'a Interfaces,
 }
 
@@ -467,12 +467,7 @@ impl End<'_> {
                 ));
             }
         }
-        if let Some(mac) = self
-            .link
-            .local_mac
-            .as_deref()
-            .and_then(|m| crate::topology::parse_mac(m).ok())
-        {
+        if let Some(mac) = self.link.local_mac {
             if seen.mac != mac {
                 differs.push(format!(
                     "{name} has MAC {}, the topology says {}",
@@ -481,11 +476,9 @@ impl End<'_> {
                 ));
             }
         }
-        if let Some(cidr) = &self.link.local_ip {
-            if let Ok(address) = crate::topology::parse_cidr(cidr) {
-                if !seen.addresses.contains(&address) {
-                    differs.push(format!("{name} lacks the address {cidr}"));
-                }
+        if let Some(address) = self.link.local_ip {
+            if !seen.addresses.contains(&address) {
+                differs.push(format!("{name} lacks the address {}", format_cidr(address)));
             }
         }
         (!differs.is_empty()).then(|| Action::Configure {

@@ -26,8 +26,8 @@ fn attachment(pod: &str) -> AttachmentRecord {
     }
 }
 
-fn link(uid: u64, peer: &str, intf: &str) -> Link {
-    Link {
+fn link(uid: u64, peer: &str, intf: &str) -> LinkSpec {
+    LinkSpec {
         uid,
         peer_pod: peer.into(),
         local_intf: intf.into(),
@@ -41,7 +41,7 @@ fn link(uid: u64, peer: &str, intf: &str) -> Link {
     }
 }
 
-fn record(pod: &str, link: &Link, state: WireState) -> WireRecord {
+fn record(pod: &str, link: &LinkSpec, state: WireState) -> WireRecord {
     let wire_ifname = match state {
         WireState::Pending => String::new(),
         WireState::Veth => link.peer_intf.clone(),
@@ -53,10 +53,10 @@ fn record(pod: &str, link: &Link, state: WireState) -> WireRecord {
         topo_namespace: "lab".into(),
         local_pod_netns: format!("/run/netns/{pod}"),
         local_pod_name: pod.into(),
-        local_pod_ip: link.local_ip.clone(),
+        local_pod_ip: link.local_ip.map(crate::topology::format_cidr),
         local_pod_ifname: link.local_intf.clone(),
         wire_ifname,
-        peer_intf_id: 0,
+        peer_intf_id: xwire_proto::WireId(0),
         peer_node_ip: None,
         peer_pod: link.peer_pod.clone(),
         peer_node: (state == WireState::Remote).then(|| "n2".into()),
@@ -102,7 +102,7 @@ impl Fixture {
         }
     }
 
-    fn pod(mut self, pod: &str, links: &[Link], interfaces: &[(&str, InterfaceState)]) -> Self {
+    fn pod(mut self, pod: &str, links: &[LinkSpec], interfaces: &[(&str, InterfaceState)]) -> Self {
         let attachment = attachment(pod);
         let seen = interfaces
             .iter()
@@ -356,9 +356,9 @@ fn each_state_of_a_node_gets_its_plan() {
             Fixture::new()
                 .pod(
                     "r1",
-                    &[Link {
+                    &[LinkSpec {
                         mtu: Some(9000),
-                        local_ip: Some("10.0.0.1/30".into()),
+                        local_ip: Some(("10.0.0.1".parse().unwrap(), 30)),
                         ..to_r3.clone()
                     }],
                     &[(
@@ -390,10 +390,10 @@ fn each_state_of_a_node_gets_its_plan() {
 
 #[test]
 fn an_end_with_its_address_and_settings_as_the_topology_says_needs_nothing() {
-    let to_r3 = Link {
+    let to_r3 = LinkSpec {
         mtu: Some(9000),
-        local_ip: Some("10.0.0.1/30".into()),
-        local_mac: Some("02:00:00:00:00:01".into()),
+        local_ip: Some(("10.0.0.1".parse().unwrap(), 30)),
+        local_mac: Some([2, 0, 0, 0, 0, 1]),
         ..link(2, "r3", "eth2")
     };
     let address: (IpAddr, u8) = ("10.0.0.1".parse().unwrap(), 30);
