@@ -3,20 +3,18 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use xwire_proto::local::{
-    codes, AddResult, CniCall, CniError, CniInterface, CniIp, GcCall, Response,
-};
+use xwire_proto::local::{AddResult, CniCall, CniInterface, CniIp, GcCall, Response};
 
 use super::plan::{plan, Action};
 use super::reconcile::Scope;
-use super::{cni_error, store_error, Journal, Node};
+use super::{ErrorKind, Journal, Node, NodeError};
 use crate::interfaces;
 use crate::netns::NetnsFd;
 use crate::store::{attachment_key, AttachmentRecord, WireRecord, WireState};
 use crate::topology::format_mac;
 
 impl Node {
-    pub(super) fn add(&mut self, call: CniCall) -> Result<Response, CniError> {
+    pub(super) fn add(&mut self, call: CniCall) -> Result<Response, NodeError> {
         let pod = &call.pod;
         if self.topology(&pod.namespace, &pod.name)?.is_none() {
             return Ok(Response::NotManaged);
@@ -34,12 +32,11 @@ impl Node {
         // holds must not be written over (that pod's wires would go with it).
         if let Some(holder) = self
             .store
-            .attachment(&attachment.key())
-            .map_err(store_error)?
+            .attachment(&attachment.key())?
             .filter(|held| held.pod != *pod)
         {
-            return Err(cni_error(
-                codes::POD_ALREADY_ATTACHED,
+            return Err(NodeError::new(
+                ErrorKind::PodAlreadyAttached,
                 format!(
                     "container {} ({}) is attached as pod {}/{}, not {}/{}",
                     call.container_id,
@@ -62,8 +59,8 @@ impl Node {
                     Err(e) if e.is_gone() => false,
                     // Cannot tell whether the earlier container lives: leave it be.
                     Err(e) => {
-                        return Err(cni_error(
-                            codes::TRY_AGAIN_LATER,
+                        return Err(NodeError::new(
+ ErrorKind::TryAgainLater,
                             format!(
                                 "pod {}/{} is attached as container {}, whose namespace cannot be opened now",
                                 pod.namespace, pod.name, existing.container_id
@@ -73,8 +70,8 @@ impl Node {
                     }
                 };
             if other_alive {
-                return Err(cni_error(
-                    codes::POD_ALREADY_ATTACHED,
+                return Err(NodeError::new(
+                    ErrorKind::PodAlreadyAttached,
                     format!(
                         "pod {}/{} is already attached as container {} in {}",
                         pod.namespace, pod.name, existing.container_id, existing.netns
@@ -100,7 +97,7 @@ impl Node {
     }
 
     /// The result of an attachment: the pod's interfaces that exist, and their addresses.
-    fn added(&self, attachment: &AttachmentRecord) -> Result<AddResult, CniError> {
+    fn added(&self, attachment: &AttachmentRecord) -> Result<AddResult, NodeError> {
         let pod_ns = open_pod_netns(&attachment.netns)?;
         let mut result = AddResult {
             interfaces: Vec::new(),
@@ -110,8 +107,8 @@ impl Node {
         wires.sort_by_key(|w| w.link_uid);
         for wire in wires.iter().filter(|w| w.state != WireState::Pending) {
             let state = interfaces::inspect(&pod_ns, &wire.local_pod_ifname).map_err(|e| {
-                cni_error(
-                    codes::INTERFACE_FAILED,
+                NodeError::new(
+                    ErrorKind::Interface,
                     "read the pod's interfaces",
                     e.to_string(),
                 )
@@ -135,9 +132,9 @@ impl Node {
         Ok(result)
     }
 
-    pub(super) fn del(&mut self, call: CniCall) -> Result<(), CniError> {
+    pub(super) fn del(&mut self, call: CniCall) -> Result<(), NodeError> {
         let key = attachment_key(&call.container_id, &call.ifname);
-        match self.store.attachment(&key).map_err(store_error)? {
+        match self.store.attachment(&key)? {
             Some(attachment) => self.detach(&attachment),
             None => Ok(()),
         }
@@ -146,11 +143,10 @@ impl Node {
     pub(super) fn wires_of(
         &self,
         attachment: &AttachmentRecord,
-    ) -> Result<Vec<WireRecord>, CniError> {
+    ) -> Result<Vec<WireRecord>, NodeError> {
         Ok(self
             .store
-            .wires()
-            .map_err(store_error)?
+            .wires()?
             .into_iter()
             .filter(|w| {
                 w.topo_namespace == attachment.pod.namespace
@@ -159,15 +155,15 @@ impl Node {
             .collect())
     }
 
-    pub(super) fn check(&mut self, call: CniCall) -> Result<(), CniError> {
+    pub(super) fn check(&mut self, call: CniCall) -> Result<(), NodeError> {
         let pod = &call.pod;
         if self.topology(&pod.namespace, &pod.name)?.is_none() {
             return Ok(());
         }
         let key = attachment_key(&call.container_id, &call.ifname);
-        let Some(attachment) = self.store.attachment(&key).map_err(store_error)? else {
-            return Err(cni_error(
-                codes::UNKNOWN_CONTAINER,
+        let Some(attachment) = self.store.attachment(&key)? else {
+            return Err(NodeError::new(
+                ErrorKind::UnknownContainer,
                 format!(
                     "xwire has no attachment {key} for pod {}/{}",
                     pod.namespace, pod.name
@@ -186,8 +182,8 @@ impl Node {
         if problems.is_empty() {
             Ok(())
         } else {
-            Err(cni_error(
-                codes::CHECK_FAILED,
+            Err(NodeError::new(
+                ErrorKind::CheckFailed,
                 format!(
                     "pod {}/{} is not as its topology says: {}",
                     pod.namespace,
@@ -199,14 +195,14 @@ impl Node {
         }
     }
 
-    pub(super) fn gc(&mut self, call: GcCall) -> Result<(), CniError> {
+    pub(super) fn gc(&mut self, call: GcCall) -> Result<(), NodeError> {
         let network = network_name(&call.config);
         let valid: HashSet<String> = call
             .valid_attachments
             .iter()
             .map(|a| attachment_key(&a.container_id, &a.ifname))
             .collect();
-        for attachment in self.store.attachments().map_err(store_error)? {
+        for attachment in self.store.attachments()? {
             if attachment.network == network && !valid.contains(&attachment.key()) {
                 tracing::info!(pod = %attachment.pod.name, container = %attachment.container_id, "GC: not a valid attachment");
                 self.detach(&attachment)?;
@@ -224,17 +220,17 @@ fn network_name(config: &serde_json::Value) -> String {
         .to_owned()
 }
 
-fn open_pod_netns(path: &str) -> Result<NetnsFd, CniError> {
+fn open_pod_netns(path: &str) -> Result<NetnsFd, NodeError> {
     if path.is_empty() {
-        return Err(cni_error(
-            codes::INVALID_ENVIRONMENT,
+        return Err(NodeError::new(
+            ErrorKind::InvalidEnvironment,
             "CNI_NETNS is empty",
             "ADD and CHECK need the pod's network namespace",
         ));
     }
     NetnsFd::open(Path::new(path)).map_err(|e| {
-        cni_error(
-            codes::INVALID_ENVIRONMENT,
+        NodeError::new(
+            ErrorKind::InvalidEnvironment,
             format!("CNI_NETNS {path} is not a network namespace"),
             e.to_string(),
         )

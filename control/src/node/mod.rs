@@ -4,6 +4,7 @@
 //! pod's wires is serialized.
 
 mod cni_calls;
+mod error;
 mod journal;
 mod peers;
 mod plan;
@@ -19,13 +20,14 @@ use xwire_fastpath::link_table::PortId;
 use xwire_fastpath::peer::{NodeIdentity, PeerConfig, PeerId};
 use xwire_fastpath::worker::{Worker, WorkerConfig};
 use xwire_proto::control::WireKey;
-use xwire_proto::local::{codes, CniError, NodeState, Request, Response};
+use xwire_proto::local::{NodeState, Request, Response};
 
 use crate::config::DaemonConfig;
 use crate::netns::NetnsFd;
 use crate::store::{AttachmentRecord, EmbeddedStore, NodeStore, StoreError};
 use crate::topology::{pod_key, LinkSpec, Topology};
 
+pub use error::{ErrorKind, NodeError};
 pub use journal::{Journal, Step};
 pub use reconcile::Reconciled;
 
@@ -154,26 +156,14 @@ impl Node {
                 failures: done.failures,
             }),
         };
-        result.unwrap_or_else(Response::Error)
+        result.unwrap_or_else(|e| Response::Error(e.to_cni()))
     }
 
-    fn state(&self) -> Result<NodeState, CniError> {
+    fn state(&self) -> Result<NodeState, NodeError> {
         Ok(NodeState {
             node: self.config.node_name.clone(),
-            attachments: self
-                .store
-                .attachments()
-                .map_err(store_error)?
-                .iter()
-                .map(to_json)
-                .collect(),
-            wires: self
-                .store
-                .wires()
-                .map_err(store_error)?
-                .iter()
-                .map(to_json)
-                .collect(),
+            attachments: self.store.attachments()?.iter().map(to_json).collect(),
+            wires: self.store.wires()?.iter().map(to_json).collect(),
             refused_claims: self.refused_claims,
         })
     }
@@ -182,11 +172,10 @@ impl Node {
         &self,
         namespace: &str,
         pod: &str,
-    ) -> Result<Option<AttachmentRecord>, CniError> {
+    ) -> Result<Option<AttachmentRecord>, NodeError> {
         Ok(self
             .store
-            .attachments()
-            .map_err(store_error)?
+            .attachments()?
             .into_iter()
             .find(|a| a.pod.namespace == namespace && a.pod.name == pod))
     }
@@ -196,21 +185,17 @@ impl Node {
         &self,
         namespace: &str,
         pod: &str,
-    ) -> Result<Option<Arc<LoadedTopology>>, CniError> {
+    ) -> Result<Option<Arc<LoadedTopology>>, NodeError> {
         let key = pod_key(namespace, pod);
         if let Some(cached) = self.topologies.borrow().get(&key) {
             return Ok(cached.clone());
         }
-        let read = self
-            .store
-            .topology(namespace, pod)
-            .map_err(store_error)?
-            .map(|topology| {
-                Arc::new(LoadedTopology {
-                    links: topology.link_specs(),
-                    topology,
-                })
-            });
+        let read = self.store.topology(namespace, pod)?.map(|topology| {
+            Arc::new(LoadedTopology {
+                links: topology.link_specs(),
+                topology,
+            })
+        });
         self.topologies.borrow_mut().insert(key, read.clone());
         Ok(read)
     }
@@ -225,7 +210,7 @@ impl Node {
         namespace: &str,
         pod: &str,
         uid: u64,
-    ) -> Result<Option<LinkSpec>, CniError> {
+    ) -> Result<Option<LinkSpec>, NodeError> {
         Ok(self
             .topology(namespace, pod)?
             .and_then(|t| t.links.iter().find(|l| l.uid == uid).cloned()))
@@ -269,18 +254,6 @@ fn start_fastpath(
     })
 }
 
-pub(crate) fn cni_error(code: u32, msg: impl Into<String>, details: impl Into<String>) -> CniError {
-    CniError {
-        code,
-        msg: msg.into(),
-        details: details.into(),
-    }
-}
-
 fn to_json<T: serde::Serialize>(record: &T) -> serde_json::Value {
     serde_json::to_value(record).expect("records serialize to JSON")
-}
-
-fn store_error(e: StoreError) -> CniError {
-    cni_error(codes::STORE_FAILED, "the wire store failed", e.to_string())
 }

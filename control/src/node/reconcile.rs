@@ -8,11 +8,9 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use xwire_proto::local::{codes, CniError};
-
 use super::plan::{plan, Action, Desired, DesiredPod, Interfaces, Observed, PodNetns};
 use super::wiring::{log_removal, own_end};
-use super::{cni_error, store_error, Journal, Node, Step};
+use super::{ErrorKind, Journal, Node, NodeError, Step};
 use crate::interfaces::{self, EndSettings};
 use crate::netns::NetnsFd;
 use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
@@ -31,7 +29,7 @@ impl Reconciled {
         self.changes.push(format!("{wire}: {what}"));
     }
 
-    fn failed(&mut self, wire: &str, e: &CniError) {
+    fn failed(&mut self, wire: &str, e: &NodeError) {
         tracing::warn!(wire, "reconcile: {}: {}", e.msg, e.details);
         self.failures
             .push(format!("{wire}: {}: {}", e.msg, e.details));
@@ -73,7 +71,7 @@ impl Node {
     /// makes a pod forgotten; one that cannot be opened for any other reason (no file
     /// descriptors left, say) leaves the pod and its wires as they are, reported, for the
     /// next pass. An action that fails is reported, and the others go on.
-    pub fn reconcile(&mut self) -> Result<Reconciled, CniError> {
+    pub fn reconcile(&mut self) -> Result<Reconciled, NodeError> {
         self.pass(Scope::Node, &HashSet::new())
     }
 
@@ -83,7 +81,7 @@ impl Node {
         &mut self,
         scope: Scope<'_>,
         rebuild: &HashSet<String>,
-    ) -> Result<Reconciled, CniError> {
+    ) -> Result<Reconciled, NodeError> {
         let mut observation = self.observe(scope)?;
         observation.desired.rebuild = rebuild.clone();
         let actions = plan(&observation.desired, &observation.observed);
@@ -97,8 +95,8 @@ impl Node {
         &mut self,
         attachment: &AttachmentRecord,
         journal: &mut Journal,
-    ) -> Result<(), CniError> {
-        self.store.put_attachment(attachment).map_err(store_error)?;
+    ) -> Result<(), NodeError> {
+        self.store.put_attachment(attachment)?;
         journal.record(Step::Attachment {
             key: attachment.key(),
         });
@@ -136,11 +134,11 @@ impl Node {
     /// Takes a pod's wires apart and drops its records, then its attachment (DEL, GC, a
     /// pod gone): a pass over the pod as detached. The first failure is returned, with
     /// the attachment kept, so that the next DEL or pass tries again.
-    pub(super) fn detach(&mut self, attachment: &AttachmentRecord) -> Result<(), CniError> {
+    pub(super) fn detach(&mut self, attachment: &AttachmentRecord) -> Result<(), NodeError> {
         let done = self.pass(Scope::Detached(attachment), &HashSet::new())?;
         if let Some(failure) = done.failures.first() {
-            return Err(cni_error(
-                codes::INTERFACE_FAILED,
+            return Err(NodeError::new(
+                ErrorKind::Interface,
                 format!(
                     "pod {}/{}: its wires could not all be taken apart",
                     attachment.pod.namespace, attachment.pod.name
@@ -148,27 +146,24 @@ impl Node {
                 failure.clone(),
             ));
         }
-        self.store
-            .remove_attachment(&attachment.key())
-            .map_err(store_error)?;
+        self.store.remove_attachment(&attachment.key())?;
         Ok(())
     }
 
     /// Whether the end `uid` of the pod of `attachment` is joined (another action may
     /// have done it: a same-node veth is made from either end).
-    fn is_joined(&self, attachment: &AttachmentRecord, uid: u64) -> Result<bool, CniError> {
+    fn is_joined(&self, attachment: &AttachmentRecord, uid: u64) -> Result<bool, NodeError> {
         let key = wire_key(&attachment.pod.namespace, &attachment.pod.name, uid);
         Ok(self
             .store
-            .wire(&key)
-            .map_err(store_error)?
+            .wire(&key)?
             .is_some_and(|w| w.state != WireState::Pending))
     }
 
     /// Gathers what should be and what is, as plain data: the attachments and their
     /// topologies' links, the wire records, the interfaces of each pod's namespace (and
     /// of the node's), the open fast-path ports and the far ends peers announced.
-    pub(super) fn observe(&self, scope: Scope<'_>) -> Result<Observation, CniError> {
+    pub(super) fn observe(&self, scope: Scope<'_>) -> Result<Observation, NodeError> {
         let mut desired = Desired::default();
         let mut observed = Observed {
             node_name: self.config.node_name.clone(),
@@ -177,7 +172,7 @@ impl Node {
         };
         let mut namespaces = HashMap::new();
         let mut looked_at_pods = HashSet::new();
-        for attachment in self.store.attachments().map_err(store_error)? {
+        for attachment in self.store.attachments()? {
             let (namespace, name) = (&attachment.pod.namespace, &attachment.pod.name);
             let links: Vec<LinkSpec> = self
                 .topology(namespace, name)?
@@ -208,8 +203,7 @@ impl Node {
         }
         observed.records = self
             .store
-            .wires()
-            .map_err(store_error)?
+            .wires()?
             .into_iter()
             .map(|w| (w.key(), w))
             .collect();
@@ -280,7 +274,7 @@ impl Node {
         action: Action,
         observation: &Observation,
         pass: &mut Pass,
-    ) -> Result<Option<(String, String)>, CniError> {
+    ) -> Result<Option<(String, String)>, NodeError> {
         let Observation {
             desired,
             observed,
@@ -291,7 +285,7 @@ impl Node {
                 .records
                 .get(key)
                 .cloned()
-                .ok_or_else(|| cni_error(codes::STORE_FAILED, format!("no record {key}"), ""))
+                .ok_or_else(|| NodeError::new(ErrorKind::Store, format!("no record {key}"), ""))
         };
         match action {
             Action::ForgetPod { attachment } => {
@@ -300,14 +294,14 @@ impl Node {
                 let change = "the pod's namespace is gone: forgotten";
                 Ok(Some((pod_label(&pod.attachment), change.into())))
             }
-            Action::Unreachable { reason, .. } => Err(cni_error(
-                codes::INTERFACE_FAILED,
+            Action::Unreachable { reason, .. } => Err(NodeError::new(
+ ErrorKind::Interface,
                 "its namespace cannot be opened now; its wires are left as they are",
                 reason,
             )),
             Action::RemoveWire { key, why } => {
                 self.disconnect_end(&record(&key)?, true);
-                self.store.remove_wire(&key).map_err(store_error)?;
+                self.store.remove_wire(&key)?;
                 Ok(Some((key, why.into())))
             }
             Action::Join {
@@ -347,7 +341,7 @@ impl Node {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
                 let key = wire_key(&end.pod.pod.namespace, &end.pod.pod.name, uid);
                 self.disconnect_end(&record(&key)?, true);
-                self.store.remove_wire(&key).map_err(store_error)?;
+                self.store.remove_wire(&key)?;
                 let change = self.join(
                     end.pod,
                     end.ns,
@@ -369,8 +363,8 @@ impl Node {
                 let change = self.repair_remote(end.ns, end.link, record(&key)?, end.interfaces)?;
                 Ok(Some((key, change.into())))
             }
-            Action::Foreign { key, ifname, alias } => Err(cni_error(
-                codes::INTERFACE_EXISTS,
+            Action::Foreign { key, ifname, alias } => Err(NodeError::new(
+ ErrorKind::InterfaceExists,
                 format!(
                     "the pod of wire {key} has an interface {ifname} that xwire did not make: the wire is not made again"
                 ),
@@ -396,8 +390,8 @@ impl Node {
                     ..own
                 };
                 interfaces::configure(end.ns, &settings).map_err(|e| {
-                    cni_error(
-                        codes::INTERFACE_FAILED,
+                    NodeError::new(
+ ErrorKind::Interface,
                         format!("configure {}", settings.name),
                         e.to_string(),
                     )
@@ -414,8 +408,8 @@ impl Node {
             }
             Action::RemoveNodeInterface { name, alias } => {
                 interfaces::delete(&self.node_ns, &name, &alias).map_err(|e| {
-                    cni_error(
-                        codes::INTERFACE_FAILED,
+                    NodeError::new(
+ ErrorKind::Interface,
                         "remove a stray interface",
                         e.to_string(),
                     )
@@ -433,11 +427,11 @@ impl Node {
         namespaces: &'a HashMap<String, NetnsFd>,
         attachment: &str,
         uid: u64,
-    ) -> Result<PlannedEnd<'a>, CniError> {
+    ) -> Result<PlannedEnd<'a>, NodeError> {
         let pod = pod_of(desired, attachment)?;
         let missing = || {
-            cni_error(
-                codes::STORE_FAILED,
+            NodeError::new(
+                ErrorKind::Store,
                 format!("{attachment}: nothing observed"),
                 "",
             )
@@ -501,7 +495,7 @@ impl Node {
         link: &LinkSpec,
         pod_interfaces: &Interfaces,
         what: &'static str,
-    ) -> Result<Option<&'static str>, CniError> {
+    ) -> Result<Option<&'static str>, NodeError> {
         let ours = interfaces::pod_alias(&attachment.pod.namespace, &attachment.pod.name, link.uid);
         if pod_interfaces
             .get(&link.local_intf)
@@ -518,8 +512,7 @@ impl Node {
                 let key = wire_key(&attachment.pod.namespace, &attachment.pod.name, link.uid);
                 let pending = self
                     .store
-                    .wire(&key)
-                    .map_err(store_error)?
+                    .wire(&key)?
                     .is_none_or(|w| w.state == WireState::Pending);
                 if pending {
                     self.announce_pod(&attachment.pod.namespace, &attachment.pod.name);
@@ -543,7 +536,7 @@ impl Node {
         link: &LinkSpec,
         record: WireRecord,
         pod_interfaces: &Interfaces,
-    ) -> Result<&'static str, CniError> {
+    ) -> Result<&'static str, NodeError> {
         let ours = interfaces::pod_alias(
             &record.topo_namespace,
             &record.local_pod_name,
@@ -581,18 +574,12 @@ fn pod_label(attachment: &AttachmentRecord) -> String {
 }
 
 /// The attached pod of an action.
-fn pod_of<'a>(desired: &'a Desired, attachment: &str) -> Result<&'a DesiredPod, CniError> {
+fn pod_of<'a>(desired: &'a Desired, attachment: &str) -> Result<&'a DesiredPod, NodeError> {
     desired
         .pods
         .iter()
         .find(|p| p.attachment.key() == attachment)
-        .ok_or_else(|| {
-            cni_error(
-                codes::STORE_FAILED,
-                format!("no attachment {attachment}"),
-                "",
-            )
-        })
+        .ok_or_else(|| NodeError::new(ErrorKind::Store, format!("no attachment {attachment}"), ""))
 }
 
 /// An end an action works on, as observed.

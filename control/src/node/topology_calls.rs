@@ -4,25 +4,25 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use xwire_proto::local::{codes, CniError, Response, TopologyApply, TopologyQuery};
+use xwire_proto::local::{Response, TopologyApply, TopologyQuery};
 
 use super::reconcile::Scope;
-use super::{cni_error, store_error, Node};
+use super::{ErrorKind, Node, NodeError};
 use crate::store::wire_key;
 use crate::topology::{self, Topology};
 
 impl Node {
-    pub(super) fn apply_topologies(&mut self, apply: TopologyApply) -> Result<Response, CniError> {
-        let stored = self.store.topologies().map_err(store_error)?;
+    pub(super) fn apply_topologies(&mut self, apply: TopologyApply) -> Result<Response, NodeError> {
+        let stored = self.store.topologies()?;
         let incoming = topology::check_apply(apply.objects, &stored)
-            .map_err(|msg| cni_error(codes::TOPOLOGY_INVALID, msg, ""))?;
+            .map_err(|msg| NodeError::new(ErrorKind::TopologyInvalid, msg, ""))?;
         let old: BTreeMap<String, Topology> = stored
             .into_iter()
             .filter(|t| incoming.iter().any(|i| i.key() == t.key()))
             .map(|t| (t.key(), t))
             .collect();
         self.topologies_changed();
-        self.store.put_topologies(&incoming).map_err(store_error)?;
+        self.store.put_topologies(&incoming)?;
 
         // Ends whose link changed are made anew; the pass does the rest (links that
         // came are joined, links that went are taken apart).
@@ -40,8 +40,8 @@ impl Node {
         }
         let failures = self.follow_topologies(&incoming, &rebuild)?;
         if !failures.is_empty() {
-            return Err(cni_error(
-                codes::INTERFACE_FAILED,
+            return Err(NodeError::new(
+                ErrorKind::Interface,
                 "the topology is stored, but some links of running pods could not follow it",
                 failures.join("\n"),
             ));
@@ -51,11 +51,10 @@ impl Node {
         })
     }
 
-    pub(super) fn get_topologies(&self, query: &TopologyQuery) -> Result<Response, CniError> {
+    pub(super) fn get_topologies(&self, query: &TopologyQuery) -> Result<Response, NodeError> {
         let objects = self
             .store
-            .topologies()
-            .map_err(store_error)?
+            .topologies()?
             .iter()
             .filter(|t| selects(query, t))
             .map(to_json)
@@ -66,31 +65,29 @@ impl Node {
     pub(super) fn delete_topologies(
         &mut self,
         query: &TopologyQuery,
-    ) -> Result<Response, CniError> {
+    ) -> Result<Response, NodeError> {
         if query.namespace.is_none() && query.name.is_none() {
-            return Err(cni_error(
-                codes::TOPOLOGY_INVALID,
+            return Err(NodeError::new(
+                ErrorKind::TopologyInvalid,
                 "name a namespace or an object to delete",
                 "",
             ));
         }
         let chosen: Vec<Topology> = self
             .store
-            .topologies()
-            .map_err(store_error)?
+            .topologies()?
             .into_iter()
             .filter(|t| selects(query, t))
             .collect();
         self.topologies_changed();
         for t in &chosen {
             self.store
-                .remove_topology(&t.metadata.namespace, &t.metadata.name)
-                .map_err(store_error)?;
+                .remove_topology(&t.metadata.namespace, &t.metadata.name)?;
         }
         let failures = self.follow_topologies(&chosen, &HashSet::new())?;
         if !failures.is_empty() {
-            return Err(cni_error(
-                codes::INTERFACE_FAILED,
+            return Err(NodeError::new(
+ ErrorKind::Interface,
                 "the topologies are deleted, but some wires of running pods could not be taken apart",
                 failures.join("\n"),
             ));
@@ -106,7 +103,7 @@ impl Node {
         &mut self,
         topologies: &[Topology],
         rebuild: &HashSet<String>,
-    ) -> Result<Vec<String>, CniError> {
+    ) -> Result<Vec<String>, NodeError> {
         let mut pods = Vec::new();
         for t in topologies {
             if let Some(attachment) =

@@ -8,10 +8,9 @@ use std::path::Path;
 use xwire_fastpath::peer::PeerId;
 use xwire_fastpath::{PortInfo, RemotePort, WorkerError};
 use xwire_proto::control::{ControlBody, ControlMessage, WireKey};
-use xwire_proto::local::{codes, CniError};
 use xwire_proto::WireId;
 
-use super::{cni_error, store_error, Journal, Node, Step};
+use super::{ErrorKind, Journal, Node, NodeError, Step};
 use crate::interfaces::{self, EndSettings, Removal};
 use crate::netns::NetnsFd;
 use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
@@ -55,8 +54,8 @@ fn far_end(namespace: &str, link: &LinkSpec) -> EndSettings {
     }
 }
 
-fn interface_error(what: String, e: impl std::fmt::Display) -> CniError {
-    cni_error(codes::INTERFACE_FAILED, what, e.to_string())
+fn interface_error(what: String, e: impl std::fmt::Display) -> NodeError {
+    NodeError::new(ErrorKind::Interface, what, e.to_string())
 }
 
 impl Node {
@@ -91,15 +90,15 @@ impl Node {
         pod_ns: &NetnsFd,
         link: &LinkSpec,
         journal: &mut Journal,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), NodeError> {
         let namespace = &attachment.pod.namespace;
         let mut record = self.pending_record(attachment, link);
         let taken = interfaces::inspect(pod_ns, &link.local_intf)
             .map_err(|e| interface_error(format!("read {}", link.local_intf), e))?
             .is_some();
         if taken {
-            return Err(cni_error(
-                codes::INTERFACE_EXISTS,
+            return Err(NodeError::new(
+                ErrorKind::InterfaceExists,
                 format!(
                     "pod {}/{} already has an interface named {}",
                     namespace, attachment.pod.name, link.local_intf
@@ -134,7 +133,7 @@ impl Node {
         peer: &AttachmentRecord,
         record: &mut WireRecord,
         journal: &mut Journal,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), NodeError> {
         let namespace = &attachment.pod.namespace;
         let peer_ns = NetnsFd::open(Path::new(&peer.netns)).map_err(|e| {
             interface_error(format!("open peer pod {}'s namespace", peer.pod.name), e)
@@ -148,8 +147,8 @@ impl Node {
             .map_err(|e| interface_error(format!("read {}", peer_end.name), e))?
             .is_some()
         {
-            return Err(cni_error(
-                codes::INTERFACE_EXISTS,
+            return Err(NodeError::new(
+                ErrorKind::InterfaceExists,
                 format!(
                     "peer pod {}/{} already has an interface named {}",
                     namespace, peer.pod.name, peer_end.name
@@ -177,19 +176,15 @@ impl Node {
         record.peer_intf_id = WireId::new(namespace, link.uid);
 
         let peer_key = wire_key(namespace, &peer.pod.name, link.uid);
-        let mut peer_record = self
-            .store
-            .wire(&peer_key)
-            .map_err(store_error)?
-            .unwrap_or_else(|| {
-                let mut r = self.pending_record(peer, peer_link.as_ref().unwrap_or(link));
-                if peer_link.is_none() {
-                    r.local_pod_ifname = link.peer_intf.clone();
-                    r.local_pod_ip = link.peer_ip.map(format_cidr);
-                    r.peer_pod = attachment.pod.name.clone();
-                }
-                r
-            });
+        let mut peer_record = self.store.wire(&peer_key)?.unwrap_or_else(|| {
+            let mut r = self.pending_record(peer, peer_link.as_ref().unwrap_or(link));
+            if peer_link.is_none() {
+                r.local_pod_ifname = link.peer_intf.clone();
+                r.local_pod_ip = link.peer_ip.map(format_cidr);
+                r.peer_pod = attachment.pod.name.clone();
+            }
+            r
+        });
         peer_record.state = WireState::Veth;
         peer_record.wire_ifname = own.name.clone();
         peer_record.peer_intf_id = WireId::new(namespace, link.uid);
@@ -210,15 +205,15 @@ impl Node {
         node: &str,
         record: &mut WireRecord,
         journal: &mut Journal,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), NodeError> {
         self.peer_of(node, &link.peer_pod)?;
         let namespace = record.topo_namespace.clone();
         let id = WireId::new(&namespace, link.uid);
         if let Some(other) = self.ports.values().find(|p| {
             p.wire.namespace != namespace && WireId::new(&p.wire.namespace, p.wire.link_uid) == id
         }) {
-            return Err(cni_error(
-                codes::FASTPATH_FAILED,
+            return Err(NodeError::new(
+ ErrorKind::Fastpath,
                 format!(
                     "wire {} of namespace {namespace} has the same wire id ({id}) as wire {} of namespace {}, which is up: rename one of the two namespaces",
                     link.uid, other.wire.link_uid, other.wire.namespace
@@ -271,7 +266,7 @@ impl Node {
         record: &WireRecord,
         link: &LinkSpec,
         journal: &mut Journal,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), NodeError> {
         let spec = self.remote_port(record, link)?;
         let fastpath = self
             .fastpath
@@ -291,7 +286,7 @@ impl Node {
         &self,
         record: &WireRecord,
         link: &LinkSpec,
-    ) -> Result<RemotePort, CniError> {
+    ) -> Result<RemotePort, NodeError> {
         let carrier = link.carrier;
         let node = record.peer_node.as_deref().unwrap_or_default();
         let peer = self.peer_of(node, &record.peer_pod)?;
@@ -312,11 +307,11 @@ impl Node {
         spec: &RemotePort,
         opened: Result<PortInfo, WorkerError>,
         journal: &mut Journal,
-    ) -> Result<(), CniError> {
+    ) -> Result<(), NodeError> {
         let port = opened.map_err(|e| {
             let node = record.peer_node.as_deref().unwrap_or_default();
-            cni_error(
-                codes::FASTPATH_FAILED,
+            NodeError::new(
+                ErrorKind::Fastpath,
                 format!("open {} and join it to node {node}", spec.ifname),
                 e.to_string(),
             )
@@ -340,10 +335,10 @@ impl Node {
     }
 
     /// The fast path's id for peer `node`, or why a wire to `peer_pod` there cannot be.
-    fn peer_of(&self, node: &str, peer_pod: &str) -> Result<PeerId, CniError> {
+    fn peer_of(&self, node: &str, peer_pod: &str) -> Result<PeerId, NodeError> {
         let Some(fastpath) = &self.fastpath else {
-            return Err(cni_error(
-                codes::FASTPATH_FAILED,
+            return Err(NodeError::new(
+ ErrorKind::Fastpath,
                 format!(
                     "the peer pod {peer_pod} is on node {node}, but this node has no peers configured"
                 ),
@@ -352,8 +347,8 @@ impl Node {
         };
         match fastpath.peers.get(node) {
             Some(&id) => Ok(id),
-            None => Err(cni_error(
-                codes::FASTPATH_FAILED,
+            None => Err(NodeError::new(
+                ErrorKind::Fastpath,
                 format!("node {node} is not among this node's peers"),
                 "",
             )),
@@ -433,9 +428,9 @@ impl Node {
     pub(super) fn write_wire(
         &mut self,
         record: &WireRecord,
-    ) -> Result<Option<WireRecord>, CniError> {
-        let previous = self.store.wire(&record.key()).map_err(store_error)?;
-        self.store.put_wire(record).map_err(store_error)?;
+    ) -> Result<Option<WireRecord>, NodeError> {
+        let previous = self.store.wire(&record.key())?;
+        self.store.put_wire(record)?;
         Ok(previous)
     }
 
