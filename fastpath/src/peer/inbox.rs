@@ -1,6 +1,6 @@
-//! Frames received from peers and not yet taken by the switch. DATAGRAM frames stay in
-//! the datagram quinn handed over (no copy); stream frames are copied once out of the
-//! stream's reassembly buffer, whose bytes are reused as soon as they are decoded.
+//! Frames received from peers and not yet taken by the switch, none of them copied:
+//! DATAGRAM frames stay in the datagram quinn handed over, and stream frames are slices of
+//! the stream's reassembly buffer.
 
 use std::collections::VecDeque;
 
@@ -27,12 +27,9 @@ pub(crate) struct Inbox {
     /// Checked datagrams (see `Datagram::new_checked`), and how far the first is read.
     datagrams: VecDeque<(PeerId, Bytes)>,
     datagram_offset: usize,
-    /// Stream records back to back (as on the stream), each run from one peer.
-    stream_bytes: Vec<u8>,
-    stream_runs: VecDeque<(PeerId, usize)>,
-    stream_offset: usize,
+    stream_frames: VecDeque<(PeerId, WireId, Bytes)>,
     held: usize,
-    /// The frame handed out last, so that its bytes stay in place until the next call.
+    /// What the frame handed out last came from: it is let go of on the next call.
     last: Option<Taken>,
 }
 
@@ -57,20 +54,12 @@ impl Inbox {
     }
 
     /// Keeps one stream frame from `peer`. False (nothing kept) when the inbox is full.
-    pub(crate) fn push_stream_frame(&mut self, peer: PeerId, frame: FrameRepr<'_>) -> bool {
-        let len = frame.buffer_len();
-        if self.held + len > MAX_HELD_BYTES {
+    pub(crate) fn push_stream_frame(&mut self, peer: PeerId, wire: WireId, frame: Bytes) -> bool {
+        if self.held + frame.len() > MAX_HELD_BYTES {
             return false;
         }
-        self.held += len;
-        let at = self.stream_bytes.len();
-        self.stream_bytes.resize(at + len, 0);
-        // The frame came out of a record, so it has a record's length.
-        let _ = frame.emit(&mut self.stream_bytes[at..]);
-        match self.stream_runs.back_mut() {
-            Some((last, end)) if *last == peer => *end = at + len,
-            _ => self.stream_runs.push_back((peer, at + len)),
-        }
+        self.held += frame.len();
+        self.stream_frames.push_back((peer, wire, frame));
         true
     }
 
@@ -89,14 +78,12 @@ impl Inbox {
                 });
             }
         }
-        let &(peer, end) = self.stream_runs.front()?;
-        let (frame, len) = FrameRepr::parse(&self.stream_bytes[self.stream_offset..end]).ok()?;
-        self.stream_offset += len;
+        let (peer, wire, frame) = self.stream_frames.front()?;
         self.last = Some(Taken::Stream);
         Some(ReceivedFrame {
-            peer,
-            wire: frame.wire,
-            frame: frame.frame,
+            peer: *peer,
+            wire: *wire,
+            frame,
         })
     }
 
@@ -112,15 +99,8 @@ impl Inbox {
                 }
             }
             Some(Taken::Stream) => {
-                let &(_, end) = self.stream_runs.front().expect("the last frame's run");
-                if self.stream_offset >= end {
-                    self.stream_runs.pop_front();
-                }
-                if self.stream_runs.is_empty() {
-                    self.held -= self.stream_bytes.len();
-                    self.stream_bytes.clear();
-                    self.stream_offset = 0;
-                }
+                let (_, _, frame) = self.stream_frames.pop_front().expect("the last frame");
+                self.held -= frame.len();
             }
             None => {}
         }
@@ -128,13 +108,13 @@ impl Inbox {
 
     #[cfg(test)]
     fn is_empty(&self) -> bool {
-        self.datagrams.is_empty() && self.stream_runs.is_empty()
+        self.datagrams.is_empty() && self.stream_frames.is_empty()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use xwire_proto::data::{DatagramBatch, FrameRepr};
+    use xwire_proto::data::DatagramBatch;
 
     use super::*;
 
@@ -150,12 +130,9 @@ mod tests {
         batch.push(WireId(2), &frame(2, 100)).unwrap();
         assert!(inbox.push_datagram(PeerId(0), batch.take().unwrap()));
         for seq in [3, 4] {
-            let record = frame(seq, 80);
-            let repr = FrameRepr {
-                wire: WireId(u64::from(seq)),
-                frame: &record,
-            };
-            assert!(inbox.push_stream_frame(PeerId(u32::from(seq) % 2), repr));
+            let record = Bytes::from(frame(seq, 80));
+            let peer = PeerId(u32::from(seq) % 2);
+            assert!(inbox.push_stream_frame(peer, WireId(u64::from(seq)), record));
         }
         batch.push(WireId(5), &frame(5, 64)).unwrap();
         assert!(inbox.push_datagram(PeerId(1), batch.take().unwrap()));
@@ -176,28 +153,25 @@ mod tests {
         );
         assert!(inbox.is_empty());
         assert_eq!(inbox.held, 0);
-        assert!(inbox.stream_bytes.is_empty());
     }
 
     #[test]
     fn a_full_inbox_refuses_more_until_it_is_read() {
         let mut inbox = Inbox::default();
-        let record = frame(9, 60_000);
-        let repr = FrameRepr {
-            wire: WireId(9),
-            frame: &record,
-        };
+        let record = Bytes::from(frame(9, 60_000));
+        let push =
+            |inbox: &mut Inbox| inbox.push_stream_frame(PeerId(0), WireId(9), record.clone());
         let mut kept = 0;
-        while inbox.push_stream_frame(PeerId(0), repr) {
+        while push(&mut inbox) {
             kept += 1;
         }
-        assert_eq!(kept, MAX_HELD_BYTES / repr.buffer_len());
+        assert_eq!(kept, MAX_HELD_BYTES / record.len());
         let mut read = 0;
         while inbox.next().is_some() {
             read += 1;
         }
         assert_eq!(read, kept);
         assert!(inbox.next().is_none());
-        assert!(inbox.push_stream_frame(PeerId(0), repr));
+        assert!(push(&mut inbox));
     }
 }

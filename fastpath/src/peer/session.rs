@@ -5,15 +5,15 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use bytes::{Buf, Bytes, BytesMut};
 use quinn_proto::{Connection, Dir, ReadError, StreamId, VarInt};
 use xwire_proto::control::{ControlBody, ControlMessage, Hello};
 use xwire_proto::data::{
     next_stream_frame, parse_stream_preamble, stream_preamble, Datagram, DatagramBatch, FrameRepr,
-    StreamKind, STREAM_PREAMBLE_LEN,
+    StreamKind, RECORD_HEADER_LEN, STREAM_PREAMBLE_LEN,
 };
 use xwire_proto::framing::split_record;
-use xwire_proto::DecodeError;
-use xwire_proto::WireId;
+use xwire_proto::{DecodeError, WireId};
 
 use super::inbox::Inbox;
 use super::{Carrier, PeerCounters, PeerId};
@@ -52,7 +52,8 @@ impl Outgoing {
 #[derive(Default)]
 struct Incoming {
     kind: Option<StreamKind>,
-    buf: Vec<u8>,
+    /// Decoded records are split off the front and handed on without a copy.
+    buf: BytesMut,
 }
 
 pub(crate) struct Session {
@@ -74,6 +75,8 @@ pub(crate) struct Session {
     /// what waits in them).
     deferred: Vec<StreamId>,
     batch: DatagramBatch,
+    /// Scratch for `read_stream`: the data records one read decoded.
+    records: Vec<(std::ops::Range<usize>, WireId)>,
     /// When the oldest frame not yet handed to the connection was queued.
     held_since: Option<Instant>,
 }
@@ -104,6 +107,7 @@ impl Session {
             incoming: HashMap::new(),
             deferred: Vec::new(),
             batch: DatagramBatch::new(1200),
+            records: Vec::new(),
             held_since: None,
         }
     }
@@ -302,10 +306,13 @@ impl Session {
                     return;
                 }
             }
-            state.buf.drain(..STREAM_PREAMBLE_LEN);
+            state.buf.advance(STREAM_PREAMBLE_LEN);
         }
         let mut used = 0;
         let mut held_back = false;
+        // The data records decoded: where each frame lies in `state.buf`, and its wire.
+        let records = &mut self.records;
+        records.clear();
         loop {
             let rest = &state.buf[used..];
             if before_hello && used > 0 {
@@ -316,7 +323,8 @@ impl Session {
             let step = match state.kind {
                 Some(StreamKind::Data) => next_stream_frame(rest).map(|next| {
                     next.map(|(frame, len)| {
-                        to.stream_frame(counters, frame);
+                        let start = used + RECORD_HEADER_LEN;
+                        records.push((start..start + frame.frame.len(), frame.wire));
                         len
                     })
                 }),
@@ -348,7 +356,10 @@ impl Session {
                 }
             }
         }
-        state.buf.drain(..used);
+        let decoded = state.buf.split_to(used).freeze();
+        for (range, wire) in records.drain(..) {
+            to.stream_frame(counters, wire, decoded.slice(range));
+        }
         if held_back {
             self.defer(id);
         } else if ended {
@@ -408,10 +419,10 @@ pub(crate) struct Delivery<'a> {
 }
 
 impl Delivery<'_> {
-    fn stream_frame(&mut self, counters: &mut PeerCounters, frame: FrameRepr<'_>) {
+    fn stream_frame(&mut self, counters: &mut PeerCounters, wire: WireId, frame: Bytes) {
         counters.frames_received += 1;
         match self.peer {
-            Some(peer) if self.inbox.push_stream_frame(peer, frame) => {}
+            Some(peer) if self.inbox.push_stream_frame(peer, wire, frame) => {}
             Some(_) => counters.dropped_unread += 1,
             None => counters.dropped_unknown_link += 1,
         }
