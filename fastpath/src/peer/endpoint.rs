@@ -3,6 +3,10 @@
 //! transmits, received frames, events for the control plane and its next timeout. The
 //! socket and the clock are the driver's (`transport.rs`), so that all of it can be
 //! tested in memory.
+//!
+//! Longer than most files here, for a reason: it is one state machine (the peers' states
+//! are in `state.rs`, Hello's verdict in `hello.rs`), and split by size its transitions
+//! would be read in two places.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -14,7 +18,7 @@ use bytes::BytesMut;
 use quinn_proto::{
     ClientConfig, ConnectionHandle, DatagramEvent, EndpointConfig, Event, ServerConfig, StreamEvent,
 };
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use xwire_proto::control::{
     Capabilities, ControlBody, ControlMessage, ErrorBody, ErrorCode, Hello,
 };
@@ -24,8 +28,8 @@ use super::hello::{self, Opened, Verdict, CLOSE_PROTOCOL};
 use super::inbox::{Inbox, ReceivedFrame};
 use super::session::{Delivery, Inbound, Session};
 use super::state::{Due, Ended, Peer};
+use super::transmit::{Flush, Transmit, MAX_HOLD};
 use super::{tls, Carrier, PeerConfig, PeerCounters, PeerError, PeerEvent, PeerId};
-use xwire_pki::NodeIdentity;
 
 /// QUIC application close codes (the refusals' are in `hello`).
 const CLOSE_SHUTDOWN: u32 = 3;
@@ -37,9 +41,6 @@ const CLOSE_OVERFLOW: u32 = 5;
 /// Why a connection ended when its peer knocked (it restarted).
 const KNOCK_REASON: &str = "the peer restarted (it knocked)";
 
-/// The longest a frame waits for more to share its datagram (or stream write) while the
-/// caller says more frames are coming.
-const MAX_HOLD: Duration = Duration::from_micros(50);
 /// Events the control plane has not taken yet: past this, control messages are dropped
 /// (and their connection closed), so that a peer cannot grow this node's memory.
 const MAX_EVENTS: usize = 1 << 16;
@@ -52,46 +53,6 @@ const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 const IP_UDP_OVERHEAD: u16 = 28;
 /// The UDP payload one GSO send may carry (the IP length field's limit, less headers).
 const MAX_GSO_BYTES: usize = 65_535 - 28;
-
-/// When the frames queued by `send_frame` leave.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flush {
-    /// Now: nothing more is coming soon (the caller's ports were empty this pass).
-    Now,
-    /// Once full, or after waiting `MAX_HOLD`: the caller is busy, and more frames will
-    /// share the datagram. Under load this turns one packet per pass into full packets.
-    WhenDue,
-}
-
-/// One UDP send: `size` bytes of the caller's buffer to `destination`, in segments of
-/// `segment_size` (GSO) when given.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Transmit {
-    pub destination: SocketAddr,
-    /// The ECN codepoint's bits.
-    pub ecn: Option<u8>,
-    pub size: usize,
-    pub segment_size: Option<usize>,
-    pub src_ip: Option<IpAddr>,
-}
-
-impl Transmit {
-    fn from_quinn(t: &quinn_proto::Transmit) -> Transmit {
-        Transmit {
-            destination: t.destination,
-            ecn: t.ecn.map(|e| e as u8),
-            size: t.size,
-            segment_size: t.segment_size,
-            src_ip: t.src_ip,
-        }
-    }
-
-    /// UDP datagrams in it.
-    pub fn datagrams(&self) -> usize {
-        self.segment_size
-            .map_or(1, |size| self.size.div_ceil(size.max(1)))
-    }
-}
 
 pub struct PeerEndpoint {
     name: String,
@@ -127,8 +88,8 @@ impl PeerEndpoint {
         // of waiting out the idle timeout.
         // The connection-id key must be stable too: the endpoint answers with a reset
         // only packets whose connection id it recognizes as one it could have issued.
-        let mut endpoint_config = EndpointConfig::new(Arc::new(reset_key(&config.identity)));
-        let cid_key = cid_key(&config.identity);
+        let mut endpoint_config = EndpointConfig::new(Arc::new(tls::reset_key(&config.identity)));
+        let cid_key = tls::cid_key(&config.identity);
         endpoint_config.cid_generator(move || {
             Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
         });
@@ -624,7 +585,7 @@ impl PeerEndpoint {
             Some(peer) => Opened::ByThisNode(peer),
             None => Opened::ByPeer(session.conn.remote_address()),
         };
-        let certified = certificate_names(session, &theirs.node_name);
+        let certified = tls::certificate_names(&session.conn, &theirs.node_name);
         match hello::judge(theirs, &self.hello(), opened, certified, &self.peers) {
             Verdict::NoCommonVersion { reason } => {
                 let _ = session.send_control(&ControlMessage {
@@ -818,43 +779,4 @@ fn session_peer(session: &Session) -> Option<PeerId> {
         .peer
         .filter(|_| session.hello_done)
         .map(|p| PeerId(p as u32))
-}
-
-/// Whether the peer's certificate (checked against the CA in the handshake) is for `name`.
-fn certificate_names(session: &Session, name: &str) -> bool {
-    let Some(identity) = session.conn.crypto_session().peer_identity() else {
-        return false;
-    };
-    let Ok(chain) = identity.downcast::<Vec<CertificateDer<'static>>>() else {
-        return false;
-    };
-    let (Some(cert), Ok(server_name)) = (chain.first(), ServerName::try_from(name.to_owned()))
-    else {
-        return false;
-    };
-    match rustls::server::ParsedCertificate::try_from(cert) {
-        Ok(parsed) => rustls::client::verify_server_name(&parsed, &server_name).is_ok(),
-        Err(_) => false,
-    }
-}
-
-/// An HMAC key for stateless-reset tokens that only this node's private key yields.
-fn reset_key(identity: &NodeIdentity) -> ring::hmac::Key {
-    let secret = derived(identity, "stateless reset");
-    ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_ref())
-}
-
-/// The key of the hash that marks this node's connection ids as its own.
-fn cid_key(identity: &NodeIdentity) -> u64 {
-    let secret = derived(identity, "connection ids");
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&secret.as_ref()[..8]);
-    u64::from_le_bytes(first)
-}
-
-fn derived(identity: &NodeIdentity, purpose: &str) -> ring::digest::Digest {
-    ring::digest::digest(
-        &ring::digest::SHA256,
-        format!("xwire {purpose}\n{}", identity.key_pem).as_bytes(),
-    )
 }

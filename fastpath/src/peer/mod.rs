@@ -17,6 +17,7 @@ mod inbox;
 mod session;
 mod state;
 mod tls;
+mod transmit;
 mod transport;
 mod udp;
 
@@ -25,8 +26,9 @@ use std::ops::RangeInclusive;
 
 use xwire_proto::control::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
-pub use endpoint::{Flush, PeerEndpoint, Transmit};
+pub use endpoint::PeerEndpoint;
 pub use inbox::ReceivedFrame;
+pub use transmit::{Flush, Transmit};
 pub use transport::PeerTransport;
 pub use xwire_pki::NodeIdentity;
 pub use xwire_proto::control::{Carrier, ControlMessage};

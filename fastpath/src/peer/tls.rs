@@ -8,7 +8,7 @@ use std::time::Duration;
 use quinn_proto::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn_proto::{ClientConfig, ServerConfig, TransportConfig, VarInt};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::RootCertStore;
 
@@ -115,4 +115,43 @@ pub(crate) fn client_config(
     let mut config = ClientConfig::new(Arc::new(quic));
     config.transport_config(transport(initial_mtu));
     Ok(config)
+}
+
+/// Whether the peer's certificate (checked against the CA in the handshake) is for `name`.
+pub(crate) fn certificate_names(conn: &quinn_proto::Connection, name: &str) -> bool {
+    let Some(identity) = conn.crypto_session().peer_identity() else {
+        return false;
+    };
+    let Ok(chain) = identity.downcast::<Vec<CertificateDer<'static>>>() else {
+        return false;
+    };
+    let (Some(cert), Ok(server_name)) = (chain.first(), ServerName::try_from(name.to_owned()))
+    else {
+        return false;
+    };
+    match rustls::server::ParsedCertificate::try_from(cert) {
+        Ok(parsed) => rustls::client::verify_server_name(&parsed, &server_name).is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// An HMAC key for stateless-reset tokens that only this node's private key yields.
+pub(crate) fn reset_key(identity: &NodeIdentity) -> ring::hmac::Key {
+    let secret = derived(identity, "stateless reset");
+    ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_ref())
+}
+
+/// The key of the hash that marks this node's connection ids as its own.
+pub(crate) fn cid_key(identity: &NodeIdentity) -> u64 {
+    let secret = derived(identity, "connection ids");
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&secret.as_ref()[..8]);
+    u64::from_le_bytes(first)
+}
+
+fn derived(identity: &NodeIdentity, purpose: &str) -> ring::digest::Digest {
+    ring::digest::digest(
+        &ring::digest::SHA256,
+        format!("xwire {purpose}\n{}", identity.key_pem).as_bytes(),
+    )
 }

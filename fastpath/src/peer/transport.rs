@@ -5,7 +5,8 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use super::endpoint::{Flush, PeerEndpoint, Transmit};
+use super::endpoint::PeerEndpoint;
+use super::transmit::{Flush, Transmit};
 use super::udp::Udp;
 use super::{PeerConfig, PeerCounters, PeerError};
 
