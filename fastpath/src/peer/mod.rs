@@ -106,6 +106,9 @@ pub struct PeerCounters {
     /// QUIC packets the UDP socket would not take (its buffer full): QUIC resends what
     /// needs resending, and a DATAGRAM batch in them is lost.
     pub udp_send_failed: u64,
+    /// Receive buffers made: a few at the start, then one whenever every buffer still
+    /// lends datagrams to frames not yet taken (more means the pool is too small).
+    pub recv_buffers_made: u64,
     /// Connections this node began to a peer it dials (knocks not included): more than
     /// one per restart of the peer means handshakes are failing.
     pub dials: u64,

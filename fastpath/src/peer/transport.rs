@@ -63,6 +63,7 @@ impl PeerTransport {
     pub fn counters(&self) -> PeerCounters {
         PeerCounters {
             udp_send_failed: self.udp_send_failed,
+            recv_buffers_made: self.udp.buffers_made,
             ..self.endpoint.counters()
         }
     }

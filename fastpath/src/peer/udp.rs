@@ -30,6 +30,8 @@ pub(crate) struct Udp {
     buffers: Vec<BytesMut>,
     /// The buffers of the receive under way.
     chosen: Vec<usize>,
+    /// Buffers made since the socket opened.
+    pub(crate) buffers_made: u64,
     meta: [RecvMeta; RECV_BATCH],
 }
 
@@ -59,6 +61,7 @@ impl Udp {
             state,
             buffers: Vec::new(),
             chosen: Vec::with_capacity(RECV_BATCH),
+            buffers_made: 0,
             meta: [RecvMeta::default(); RECV_BATCH],
         })
     }
@@ -140,11 +143,13 @@ impl Udp {
         while self.chosen.len() < RECV_BATCH && self.buffers.len() < MAX_RECV_BUFFERS {
             self.chosen.push(self.buffers.len());
             self.buffers.push(BytesMut::zeroed(RECV_BUFFER));
+            self.buffers_made += 1;
         }
         if self.chosen.is_empty() {
             // Every buffer still lends datagrams: the first is replaced, and its memory
             // goes when they do.
             self.buffers[0] = BytesMut::zeroed(RECV_BUFFER);
+            self.buffers_made += 1;
             self.chosen.push(0);
         }
     }
