@@ -310,7 +310,7 @@ impl Node {
                 why,
             } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
-                let key = wire_key(&end.pod.pod.namespace, &end.pod.pod.name, uid);
+                let key = end.key.clone();
                 if self.is_joined(end.pod, uid)? {
                     return Ok(None);
                 }
@@ -319,7 +319,7 @@ impl Node {
             }
             Action::RemakeVeth { attachment, uid } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
-                let key = wire_key(&end.pod.pod.namespace, &end.pod.pod.name, uid);
+                let key = end.key.clone();
                 self.set_pending(record(&key)?);
                 let change = self.join(
                     end.pod,
@@ -339,7 +339,7 @@ impl Node {
             }
             Action::Rebuild { attachment, uid } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
-                let key = wire_key(&end.pod.pod.namespace, &end.pod.pod.name, uid);
+                let key = end.key.clone();
                 self.disconnect_end(&record(&key)?, true);
                 self.store.remove_wire(&key)?;
                 let change = self.join(
@@ -353,13 +353,13 @@ impl Node {
             }
             Action::Reattach { attachment, uid } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
-                let key = wire_key(&end.pod.pod.namespace, &end.pod.pod.name, uid);
+                let key = end.key.clone();
                 pass.reattach.push((record(&key)?, end.link.clone()));
                 Ok(None)
             }
             Action::RepairRemote { attachment, uid } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
-                let key = wire_key(&end.pod.pod.namespace, &end.pod.pod.name, uid);
+                let key = end.key.clone();
                 let change = self.repair_remote(end.ns, end.link, record(&key)?, end.interfaces)?;
                 Ok(Some((key, change.into())))
             }
@@ -376,7 +376,7 @@ impl Node {
                 differs,
             } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
-                let key = wire_key(&end.pod.pod.namespace, &end.pod.pod.name, uid);
+                let key = end.key.clone();
                 let own = own_end(&end.pod.pod.namespace, &end.pod.pod.name, end.link);
                 let present = end
                     .interfaces
@@ -446,6 +446,7 @@ impl Node {
             return Err(missing());
         };
         Ok(PlannedEnd {
+            key: wire_key(&pod.attachment.pod.namespace, &pod.attachment.pod.name, uid),
             pod: &pod.attachment,
             ns,
             link,
@@ -584,6 +585,8 @@ fn pod_of<'a>(desired: &'a Desired, attachment: &str) -> Result<&'a DesiredPod, 
 
 /// An end an action works on, as observed.
 struct PlannedEnd<'a> {
+    /// Its wire record's key.
+    key: String,
     pod: &'a AttachmentRecord,
     ns: &'a NetnsFd,
     link: &'a LinkSpec,
