@@ -271,8 +271,8 @@ impl Node {
     }
 
     /// One pass over the pods whose far ends peers announced or let go of (after a batch
-    /// of events, so that a Sync of many wires costs one pass, not one each); then each
-    /// pod tells the peers what it joined.
+    /// of events, so that a Sync of many wires costs one pass, not one each); the pass
+    /// tells the peers what it joined.
     fn join_announced(&mut self) {
         if self.to_join.is_empty() {
             return;
@@ -296,9 +296,6 @@ impl Node {
                 }
             }
             Err(e) => tracing::error!("joining announced wires: {}: {}", e.msg, e.details),
-        }
-        for pod in &pods {
-            self.announce_pod(&pod.pod.namespace, &pod.pod.name);
         }
     }
 

@@ -5,7 +5,7 @@
 //! again whenever the node is idle after events, and on a timer. A second pass over an
 //! unchanged node changes nothing.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 
 use super::plan::{plan, Action, Desired, DesiredPod, Interfaces, Observed, PodNetns};
@@ -42,6 +42,9 @@ impl Reconciled {
 struct Pass {
     report: Reconciled,
     reattach: Vec<(WireRecord, LinkSpec)>,
+    /// Pods with an end joined (or recorded pending) this pass: each tells the peers its
+    /// ends once, at the end of the pass.
+    announce: BTreeSet<(String, String)>,
 }
 
 /// What a pass looks at.
@@ -265,6 +268,9 @@ impl Node {
             }
         }
         self.reattach_ports(&mut pass);
+        for (namespace, pod) in std::mem::take(&mut pass.announce) {
+            self.announce_pod(&namespace, &pod);
+        }
         pass.report
     }
 
@@ -315,6 +321,7 @@ impl Node {
                     return Ok(None);
                 }
                 let change = self.join(end.pod, end.ns, end.link, end.interfaces, why)?;
+                pass.announce.insert(pod_name(end.pod));
                 Ok(change.map(|c| (key, c.into())))
             }
             Action::RemakeVeth { attachment, uid } => {
@@ -328,6 +335,7 @@ impl Node {
                     end.interfaces,
                     "veth gone: made again",
                 )?;
+                pass.announce.insert(pod_name(end.pod));
                 Ok(change.map(|c| (key, c.into())))
             }
             Action::Unjoin { key } => {
@@ -349,6 +357,7 @@ impl Node {
                     end.interfaces,
                     "made anew for its changed link",
                 )?;
+                pass.announce.insert(pod_name(end.pod));
                 Ok(change.map(|c| (key, c.into())))
             }
             Action::Reattach { attachment, uid } => {
@@ -516,7 +525,6 @@ impl Node {
                     .wire(&key)?
                     .is_none_or(|w| w.state == WireState::Pending);
                 if pending {
-                    self.announce_pod(&attachment.pod.namespace, &attachment.pod.name);
                     Ok(Some("recorded, waiting for its far end"))
                 } else {
                     Ok(Some(what))
@@ -572,6 +580,13 @@ impl Node {
 /// How a pass's report names a pod: `namespace/name`.
 fn pod_label(attachment: &AttachmentRecord) -> String {
     format!("{}/{}", attachment.pod.namespace, attachment.pod.name)
+}
+
+fn pod_name(attachment: &AttachmentRecord) -> (String, String) {
+    (
+        attachment.pod.namespace.clone(),
+        attachment.pod.name.clone(),
+    )
 }
 
 /// The attached pod of an action.

@@ -98,7 +98,7 @@ impl Node {
     }
 
     /// A pass over the attached pods of `topologies`, so that their wires follow what
-    /// is stored now; then each announces its ends to the peers. Returns the failures.
+    /// is stored now (the pass announces what it joined). Returns the failures.
     fn follow_topologies(
         &mut self,
         topologies: &[Topology],
@@ -115,11 +115,7 @@ impl Node {
         if pods.is_empty() {
             return Ok(Vec::new());
         }
-        let done = self.pass(Scope::Pods(&pods), rebuild)?;
-        for pod in &pods {
-            self.announce_pod(&pod.pod.namespace, &pod.pod.name);
-        }
-        Ok(done.failures)
+        Ok(self.pass(Scope::Pods(&pods), rebuild)?.failures)
     }
 }
 
