@@ -58,20 +58,46 @@ pub struct Link {
     pub local_intf: String,
     pub peer_intf: String,
     /// CIDR, e.g. `10.0.0.1/30`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "empty_is_none",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub local_ip: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "empty_is_none",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub peer_ip: Option<String>,
     /// xwire's own: the MTU of both ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "empty_is_none",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub local_mac: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "empty_is_none",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub peer_mac: Option<String>,
     /// `datagram` (the default) or `stream`, for a wire that crosses nodes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "empty_is_none",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub carrier: Option<String>,
+}
+
+/// KNE (like meshnet's own examples) writes `local_ip: ""` and `peer_ip: ""` for a link
+/// with no address: an empty string is the same as a field left out.
+fn empty_is_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.filter(|s| !s.is_empty()))
 }
 
 /// A link as the daemon works with it: its addresses, MACs and carrier parsed, once, when
@@ -436,6 +462,43 @@ spec:
         assert_eq!(t[0].spec.links[0].local_ip.as_deref(), Some("10.0.0.1/30"));
         assert_eq!(t[1].spec.links[0].mtu, Some(9000));
         assert_eq!(t[1].spec.links[0].carrier.as_deref(), Some("stream"));
+    }
+
+    /// As KNE writes them: one object per lab node, uids from 0, empty addresses.
+    const KNE_AS_WRITTEN: &str = r#"
+apiVersion: networkop.co.uk/v1beta1
+kind: Topology
+metadata: {name: r1, namespace: kne-lab, labels: {topo: kne-lab}}
+spec:
+  links:
+  - {uid: 0, peer_pod: r2, local_intf: eth1, peer_intf: eth1, local_ip: "", peer_ip: ""}
+  - {uid: 1, peer_pod: r2, local_intf: eth2, peer_intf: eth2, local_ip: "", peer_ip: ""}
+---
+apiVersion: networkop.co.uk/v1beta1
+kind: Topology
+metadata: {name: r2, namespace: kne-lab, labels: {topo: kne-lab}}
+spec:
+  links:
+  - {uid: 0, peer_pod: r1, local_intf: eth1, peer_intf: eth1, local_ip: "", peer_ip: ""}
+  - {uid: 1, peer_pod: r1, local_intf: eth2, peer_intf: eth2, local_ip: "", peer_ip: ""}
+"#;
+
+    #[test]
+    fn kne_objects_with_empty_addresses_are_links_without_addresses() {
+        let topologies = parse(KNE_AS_WRITTEN).unwrap();
+        check_together(&topologies).unwrap();
+        for t in &topologies {
+            check(t).unwrap();
+            let specs = t.link_specs();
+            assert_eq!(specs.len(), 2);
+            assert!(specs.iter().all(|l| l.local_ip.is_none() && l.peer_ip.is_none()));
+        }
+        // Empty MACs and carrier mean "not given" too; an address that is not empty
+        // is still checked.
+        let text = KNE_AS_WRITTEN.replacen("peer_ip: \"\"", "peer_ip: \"\", local_mac: \"\", carrier: \"\"", 1);
+        assert_eq!(parse(&text).unwrap()[0].spec.links[0].local_mac, None);
+        let text = KNE_AS_WRITTEN.replacen("local_ip: \"\"", "local_ip: \"10.0.0.1\"", 1);
+        assert!(parse(&text).unwrap_err().contains("local_ip"));
     }
 
     #[test]
