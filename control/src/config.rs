@@ -57,6 +57,9 @@ pub struct DaemonConfig {
     pub topology: TopologySource,
     /// The other nodes this node may share wires with.
     pub peers: Vec<PeerNode>,
+    /// Chain the plugin into the node's primary CNI configuration while the daemon runs
+    /// (a cluster's DaemonSet); none: the conflist is someone else's business (the lab).
+    pub chain: Option<crate::chain::ChainConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -140,6 +143,7 @@ impl Default for DaemonConfig {
             certs: None,
             topology: TopologySource::default(),
             peers: Vec::new(),
+            chain: None,
         }
     }
 }

@@ -2,6 +2,7 @@
 //! store, the interfaces it makes, and the logic that answers CNI calls (see DESIGN.md).
 
 pub mod api_server;
+pub mod chain;
 pub mod config;
 pub mod interfaces;
 pub use xwire_netns as netns;

@@ -491,11 +491,17 @@ spec:
             check(t).unwrap();
             let specs = t.link_specs();
             assert_eq!(specs.len(), 2);
-            assert!(specs.iter().all(|l| l.local_ip.is_none() && l.peer_ip.is_none()));
+            assert!(specs
+                .iter()
+                .all(|l| l.local_ip.is_none() && l.peer_ip.is_none()));
         }
         // Empty MACs and carrier mean "not given" too; an address that is not empty
         // is still checked.
-        let text = KNE_AS_WRITTEN.replacen("peer_ip: \"\"", "peer_ip: \"\", local_mac: \"\", carrier: \"\"", 1);
+        let text = KNE_AS_WRITTEN.replacen(
+            "peer_ip: \"\"",
+            "peer_ip: \"\", local_mac: \"\", carrier: \"\"",
+            1,
+        );
         assert_eq!(parse(&text).unwrap()[0].spec.links[0].local_mac, None);
         let text = KNE_AS_WRITTEN.replacen("local_ip: \"\"", "local_ip: \"10.0.0.1\"", 1);
         assert!(parse(&text).unwrap_err().contains("local_ip"));

@@ -38,6 +38,18 @@ fn main() -> anyhow::Result<()> {
     raise_file_limit(config.max_ports);
     let socket = config.api_socket.clone();
     let node = Node::start(config.clone()).context("starting the node")?;
+    let (stop_chaining, chaining_stopped) = crossbeam_channel::bounded::<()>(1);
+    let chaining = match config.chain.clone() {
+        Some(chain) => Some(
+            std::thread::Builder::new()
+                .name("xwire-chain".into())
+                .spawn(move || {
+                    let installer = xwire_control::chain::Installer::new(chain);
+                    xwire_control::chain::run(installer, chaining_stopped, CHAIN_RECHECK)
+                })?,
+        ),
+        None => None,
+    };
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -64,8 +76,16 @@ fn main() -> anyhow::Result<()> {
     // queued ones, and stops the fast path (peers are told) as the node drops.
     drop(runtime);
     let _ = node_thread.join();
+    // Last, so that pods made until now had the plugin; after this the runtime skips it.
+    drop(stop_chaining);
+    if let Some(chaining) = chaining {
+        let _ = chaining.join();
+    }
     Ok(())
 }
+
+/// How often the chaining thread looks at the CNI configuration without being woken.
+const CHAIN_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// File descriptors a node may hold at once, per fast-path port: its AF_XDP socket and
 /// the epoll registration's share, a pod namespace opened while the port's wire is
