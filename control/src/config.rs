@@ -73,15 +73,38 @@ pub struct CertPaths {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TopologySource {
-    /// `embedded` (the wire store, fed by `xwirectl topology apply`) is the only source
-    /// built so far; `kubernetes` is refused at start.
+    /// `embedded` (the default: the redb store under `state_dir`, fed by `xwirectl
+    /// topology apply`) or `kubernetes` (Topology objects from the API server, and the
+    /// wire store in GWireKObj objects).
     pub source: String,
+    /// With `kubernetes`: a kubeconfig file; none: the in-cluster service account (or
+    /// `KUBECONFIG`).
+    pub kubeconfig: Option<PathBuf>,
+    /// With `kubernetes`: pods are wired only in namespaces with this label set to
+    /// `enabled`. Default `xwire.dev/wire`; an empty string wires every namespace.
+    pub namespace_label: String,
+    /// With `kubernetes`: how long the start waits for the first list of Topology
+    /// objects. Default 30.
+    pub sync_timeout_secs: u64,
+}
+
+impl TopologySource {
+    pub fn kube_settings(&self) -> crate::store::KubeSettings {
+        crate::store::KubeSettings {
+            kubeconfig: self.kubeconfig.clone(),
+            namespace_label: self.namespace_label.clone(),
+            sync_timeout_secs: self.sync_timeout_secs,
+        }
+    }
 }
 
 impl Default for TopologySource {
     fn default() -> Self {
         TopologySource {
             source: "embedded".into(),
+            kubeconfig: None,
+            namespace_label: crate::store::KubeSettings::default().namespace_label,
+            sync_timeout_secs: crate::store::KubeSettings::default().sync_timeout_secs,
         }
     }
 }
@@ -195,11 +218,11 @@ impl DaemonConfig {
             field,
             message,
         };
-        if config.topology.source != "embedded" {
+        if !["embedded", "kubernetes"].contains(&config.topology.source.as_str()) {
             return Err(invalid(
                 "topology.source",
                 format!(
-                    "{:?} is not available in this build; use \"embedded\"",
+                    "{:?} is not a source; use \"embedded\" or \"kubernetes\"",
                     config.topology.source
                 ),
             ));

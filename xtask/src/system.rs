@@ -33,6 +33,11 @@ const PACKAGES: &[&str] = &[
     "fonts-dejavu-core",
     // A test traces the system calls that create key files and the API socket.
     "strace",
+    // The Kubernetes-mode tests run a real etcd beside kube-apiserver (which no package
+    // ships: those tests are skipped, with the reason, where it is missing), and make
+    // the service-account signing key with openssl.
+    "etcd-server",
+    "openssl",
 ];
 
 pub fn run(cmd: &mut Command) -> Result<()> {

@@ -19,6 +19,13 @@ struct Args {
     /// The TOML configuration file (see control/README.md for its fields).
     #[arg(long, short)]
     config: Option<PathBuf>,
+    /// This node's name, over the file's `node_name` (a DaemonSet passes the Node's).
+    #[arg(long, env = "XWIRE_NODE_NAME")]
+    node_name: Option<String>,
+    /// The address peers dial, over the file's `node_address` (a DaemonSet passes the
+    /// host IP with the port).
+    #[arg(long, env = "XWIRE_NODE_ADDRESS")]
+    node_address: Option<std::net::SocketAddr>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -28,13 +35,21 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
-    let config = match args.config {
+    let mut config = match args.config {
         Some(path) => DaemonConfig::load(&path)?,
         None if std::path::Path::new(DEFAULT_CONFIG).exists() => {
             DaemonConfig::load(std::path::Path::new(DEFAULT_CONFIG))?
         }
         None => DaemonConfig::parse("", std::path::Path::new("(defaults)"))?,
     };
+    if let Some(name) = args.node_name {
+        xwire_proto::control::check_node_name(&name)
+            .map_err(|e| anyhow::anyhow!("--node-name: {e}"))?;
+        config.node_name = name.to_ascii_lowercase();
+    }
+    if let Some(address) = args.node_address {
+        config.node_address = address;
+    }
     raise_file_limit(config.max_ports);
     let socket = config.api_socket.clone();
     let node = Node::start(config.clone()).context("starting the node")?;

@@ -16,7 +16,11 @@ use crate::topology::format_mac;
 impl Node {
     pub(super) fn add(&mut self, call: CniCall) -> Result<Response, NodeError> {
         let pod = &call.pod;
-        if self.topology(&pod.namespace, &pod.name)?.is_none() {
+        // A namespace not opted in (a cluster's label), or a pod with no Topology: the
+        // primary plugin's result passes through untouched.
+        if !self.store.wires_namespace(&pod.namespace)
+            || self.topology(&pod.namespace, &pod.name)?.is_none()
+        {
             return Ok(Response::NotManaged);
         }
         // The namespace must be one before anything is recorded.
@@ -87,13 +91,37 @@ impl Node {
         match result {
             Ok(()) => {
                 self.announce_pod(&pod.namespace, &pod.name);
+                self.report_pod(&attachment, None);
                 self.added(&attachment).map(Response::Added)
             }
             Err(e) => {
                 self.rollback(journal);
+                self.report_pod(&attachment, Some(format!("{}: {}", e.msg, e.details)));
                 Err(e)
             }
         }
+    }
+
+    /// The pod's Topology status after ADD (where the store keeps one).
+    fn report_pod(&self, attachment: &AttachmentRecord, error: Option<String>) {
+        let skipped_by_peers = match error {
+            Some(_) => Vec::new(),
+            None => self
+                .wires_of(attachment)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|w| w.state == WireState::Pending)
+                .map(|w| (w.peer_pod, w.link_uid))
+                .collect(),
+        };
+        self.store.report_pod(&crate::store::PodReport {
+            namespace: attachment.pod.namespace.clone(),
+            pod: attachment.pod.name.clone(),
+            net_ns: attachment.netns.clone(),
+            container_id: attachment.container_id.clone(),
+            error,
+            skipped_by_peers,
+        });
     }
 
     /// The result of an attachment: the pod's interfaces that exist, and their addresses.

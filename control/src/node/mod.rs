@@ -24,7 +24,7 @@ use xwire_proto::local::{NodeState, Request, Response};
 
 use crate::config::DaemonConfig;
 use crate::netns::NetnsFd;
-use crate::store::{AttachmentRecord, EmbeddedStore, NodeStore, StoreError};
+use crate::store::{AttachmentRecord, EmbeddedStore, KubeStore, NodeStore, StoreError};
 use crate::topology::{pod_key, LinkSpec, Topology};
 
 pub use error::{ErrorKind, NodeError};
@@ -100,7 +100,14 @@ impl Node {
     /// Opens the store and, when the node has peers, starts the fast path and declares
     /// them. The calling thread's network namespace is the node's.
     pub fn start(config: DaemonConfig) -> Result<Node, StartError> {
-        let store: Box<dyn NodeStore> = Box::new(EmbeddedStore::open(&config.state_dir)?);
+        let store: Box<dyn NodeStore> = match config.topology.source.as_str() {
+            "kubernetes" => Box::new(KubeStore::open(
+                &config.node_name,
+                &config.node_address.ip().to_string(),
+                config.topology.kube_settings(),
+            )?),
+            _ => Box::new(EmbeddedStore::open(&config.state_dir)?),
+        };
         let node_ns = NetnsFd::current()?;
         let fastpath = match &config.certs {
             None => None,

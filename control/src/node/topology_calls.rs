@@ -97,6 +97,53 @@ impl Node {
         })
     }
 
+    /// Follows Topology objects someone else changed (a watched source: the API server).
+    /// True when there were any.
+    pub fn pump_store_events(&mut self) -> bool {
+        let changed = self.store.take_changes();
+        if changed.is_empty() {
+            return false;
+        }
+        let mut topologies = Vec::new();
+        let mut rebuild = HashSet::new();
+        for key in changed
+            .into_iter()
+            .collect::<std::collections::BTreeSet<_>>()
+        {
+            let Some((namespace, name)) = key.split_once('/') else {
+                continue;
+            };
+            let before = self.topologies.borrow_mut().remove(&key).flatten();
+            let now = match self.topology(namespace, name) {
+                Ok(now) => now,
+                Err(e) => {
+                    tracing::warn!(topology = %key, "reading a changed topology: {}", e.msg);
+                    continue;
+                }
+            };
+            if let (Some(before), Some(now)) = (&before, &now) {
+                for link in &now.topology.spec.links {
+                    if before.topology.link(link.uid).is_some_and(|b| b != link) {
+                        rebuild.insert(wire_key(namespace, name, link.uid));
+                    }
+                }
+            }
+            match (now, before) {
+                (Some(t), _) | (None, Some(t)) => topologies.push(t.topology.clone()),
+                (None, None) => {}
+            }
+        }
+        match self.follow_topologies(&topologies, &rebuild) {
+            Ok(failures) => {
+                for failure in failures {
+                    tracing::warn!("following a changed topology: {failure}");
+                }
+            }
+            Err(e) => tracing::warn!("following changed topologies: {}: {}", e.msg, e.details),
+        }
+        true
+    }
+
     /// A pass over the attached pods of `topologies`, so that their wires follow what
     /// is stored now (the pass announces what it joined). Returns the failures.
     fn follow_topologies(

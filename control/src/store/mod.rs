@@ -4,8 +4,10 @@
 //! Topology resources) can stand in for the embedded one.
 
 mod embedded;
+pub mod kube;
 
 pub use embedded::EmbeddedStore;
+pub use kube::{KubeSettings, KubeStore, PodReport};
 
 use serde::{Deserialize, Serialize};
 use xwire_proto::local::PodRef;
@@ -112,6 +114,19 @@ pub trait TopologySource {
     fn put_topologies(&self, topologies: &[Topology]) -> Result<(), StoreError>;
     /// False when there was no such object.
     fn remove_topology(&self, namespace: &str, name: &str) -> Result<bool, StoreError>;
+    /// Objects (`namespace/name`) someone else changed since the last call: a watched
+    /// source's. The embedded source changes only through the node itself.
+    fn take_changes(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Whether pods of `namespace` are wired (a cluster's opt-in label); every namespace
+    /// is, where there are no labels.
+    fn wires_namespace(&self, _namespace: &str) -> bool {
+        true
+    }
+    /// Tells the pod's Topology status how its ADD went (a cluster's objects have a
+    /// status; the embedded store keeps none).
+    fn report_pod(&self, _report: &PodReport) {}
 }
 
 /// What a node keeps: its wires and attachments, and the topologies its links come from.

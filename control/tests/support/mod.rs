@@ -2,6 +2,7 @@
 //! this build's binaries, and topologies the tests share.
 #![allow(dead_code)] // each test file uses its own part of this
 
+pub mod apiserver;
 pub mod podman;
 
 use std::path::PathBuf;

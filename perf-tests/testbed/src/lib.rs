@@ -35,3 +35,18 @@ pub use link::{LinkState, LinkStats, Mac, Veth};
 pub use names::unique_ifname;
 pub use netns::{sweep_stale_namespaces, ChildGuard, Netns};
 pub use raw::{PacketSocket, RawSocket};
+
+/// Reports the calling test as skipped, with the reason, instead of passed: a line on
+/// stderr, and a file under `XWIRE_SKIP_DIR` (set by `cargo xtask test`, which counts the
+/// files as skipped and prints their reasons). The test then returns.
+pub fn skip(reason: &str) {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .replace("::", "-");
+    eprintln!("SKIPPED {test}: {reason}");
+    if let Some(dir) = std::env::var_os("XWIRE_SKIP_DIR") {
+        let _ = std::fs::create_dir_all(&dir);
+        let _ = std::fs::write(std::path::Path::new(&dir).join(&test), reason);
+    }
+}

@@ -179,6 +179,11 @@ pub fn sweep_stale_namespaces() {
 pub struct ChildGuard(Option<Child>);
 
 impl ChildGuard {
+    /// Starts `cmd` in the calling thread's namespace, to be killed when dropped.
+    pub fn spawn(cmd: &mut Command) -> std::io::Result<ChildGuard> {
+        cmd.spawn().map(|child| ChildGuard(Some(child)))
+    }
+
     pub fn child(&mut self) -> &mut Child {
         self.0.as_mut().expect("the child is held until drop")
     }

@@ -1,0 +1,447 @@
+//! The Kubernetes backend: meshnet's Topology objects as the topology source (watched
+//! through a reflector, so reads are from memory and changes wake the node), and
+//! GWireKObj objects as the wire store (see `gwire.rs`). The node's thread calls the
+//! store's methods synchronously; they run their API calls on this store's own runtime.
+//!
+//! Writes: the GWireKObj a node owns is written with server-side apply under the field
+//! manager `xwired-<node>`, never forced (a field another manager owns is a conflict,
+//! reported, not overwritten). A Topology's status, which other writers share, is
+//! replaced with its resourceVersion and retried on a conflict.
+
+mod gwire;
+mod status;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Client;
+
+pub use status::PodReport;
+
+use self::gwire::NamespaceRecords;
+use super::{AttachmentRecord, StoreError, TopologySource, WireRecord, WireStore};
+use crate::topology::{self, Topology};
+
+/// Where the API server is and which namespaces are wired (`[topology]` in
+/// `xwired.toml`, see `config::TopologySource`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubeSettings {
+    pub kubeconfig: Option<PathBuf>,
+    pub namespace_label: String,
+    pub sync_timeout_secs: u64,
+}
+
+impl Default for KubeSettings {
+    fn default() -> Self {
+        KubeSettings {
+            kubeconfig: None,
+            namespace_label: "xwire.dev/wire".into(),
+            sync_timeout_secs: 30,
+        }
+    }
+}
+
+/// What a namespace label must say for its pods to be wired.
+pub const LABEL_VALUE: &str = "enabled";
+
+pub struct KubeStore {
+    runtime: tokio::runtime::Runtime,
+    client: Client,
+    node: String,
+    /// This node's address, written as the `src_ip` of its pods' Topology status.
+    node_ip: String,
+    settings: KubeSettings,
+    topology_resource: ApiResource,
+    gwire_resource: ApiResource,
+    topologies: Store<DynamicObject>,
+    namespaces: Store<Namespace>,
+    /// The node's records, by topology namespace: read from the API at start, then
+    /// kept here and written through.
+    records: Mutex<BTreeMap<String, NamespaceRecords>>,
+    /// Topology objects changed in the API since the node last asked, as `ns/name`.
+    changed: Arc<Mutex<Vec<String>>>,
+    /// API requests made (for the scale figures: requests per pod).
+    requests: std::sync::atomic::AtomicU64,
+}
+
+fn backend(message: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend {
+        path: "kubernetes".into(),
+        message: message.to_string(),
+    }
+}
+
+impl KubeStore {
+    /// Connects, starts the watches and reads the node's GWireKObj objects: a node that
+    /// starts with an empty disk gets its records back from here.
+    pub fn open(
+        node: &str,
+        node_ip: &str,
+        settings: KubeSettings,
+    ) -> Result<KubeStore, StoreError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("xwire-kube")
+            .enable_all()
+            .build()
+            .map_err(backend)?;
+        let client = runtime.block_on(connect(&settings))?;
+        let topology_resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("networkop.co.uk", "v1beta1", topology::KIND),
+            "topologies",
+        );
+        let gwire_resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(gwire::GROUP, gwire::VERSION, gwire::KIND),
+            gwire::PLURAL,
+        );
+        let changed = Arc::new(Mutex::new(Vec::new()));
+
+        let writer = reflector::store::Writer::new(topology_resource.clone());
+        let topologies = writer.as_reader();
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &topology_resource);
+        let queue = changed.clone();
+        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+            .default_backoff()
+            .touched_objects();
+        runtime.spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(object) => {
+                        let key = topology::pod_key(
+                            object.metadata.namespace.as_deref().unwrap_or_default(),
+                            object.metadata.name.as_deref().unwrap_or_default(),
+                        );
+                        queue.lock().expect("not poisoned").push(key);
+                    }
+                    Err(e) => tracing::warn!("watching Topology objects: {e}"),
+                }
+            }
+        });
+
+        let (namespaces, namespace_writer) = reflector::store();
+        if !settings.namespace_label.is_empty() {
+            let api: Api<Namespace> = Api::all(client.clone());
+            let stream =
+                reflector::reflector(namespace_writer, watcher(api, watcher::Config::default()))
+                    .default_backoff()
+                    .touched_objects();
+            runtime.spawn(async move {
+                futures::pin_mut!(stream);
+                while let Some(event) = stream.next().await {
+                    if let Err(e) = event {
+                        tracing::warn!("watching namespaces: {e}");
+                    }
+                }
+            });
+        }
+
+        let store = KubeStore {
+            client,
+            node: node.to_owned(),
+            node_ip: node_ip.to_owned(),
+            topology_resource,
+            gwire_resource,
+            topologies,
+            namespaces,
+            records: Mutex::new(BTreeMap::new()),
+            changed,
+            requests: Default::default(),
+            settings,
+            runtime,
+        };
+        let timeout = Duration::from_secs(store.settings.sync_timeout_secs);
+        let ready = async {
+            store.topologies.wait_until_ready().await.map_err(backend)?;
+            if !store.settings.namespace_label.is_empty() {
+                store.namespaces.wait_until_ready().await.map_err(backend)?;
+            }
+            Ok::<(), StoreError>(())
+        };
+        store
+            .runtime
+            .block_on(async { tokio::time::timeout(timeout, ready).await })
+            .map_err(|_| backend(format!("no list of Topology objects within {timeout:?}")))??;
+        store.load_records()?;
+        // The first list's objects are not changes.
+        store.changed.lock().expect("not poisoned").clear();
+        Ok(store)
+    }
+
+    fn count(&self, n: u64) {
+        self.requests
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// API requests this store has made (the watches' own are not counted).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn load_records(&self) -> Result<(), StoreError> {
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &self.gwire_resource);
+        let selector = format!("{}={}", gwire::NODE_LABEL, self.node);
+        self.count(1);
+        let list = self
+            .runtime
+            .block_on(api.list(&kube::api::ListParams::default().labels(&selector)))
+            .map_err(backend)?;
+        let mut records = self.records.lock().expect("not poisoned");
+        for object in list.items {
+            let namespace = object.metadata.namespace.clone().unwrap_or_default();
+            let value = serde_json::to_value(&object).map_err(backend)?;
+            let (read, bad) = gwire::records(&value);
+            if !bad.is_empty() {
+                tracing::warn!(%namespace, ?bad, "GWireKObj items that do not parse are left out");
+            }
+            records.insert(namespace, read);
+        }
+        Ok(())
+    }
+
+    /// Writes the node's object of `namespace` as the records now are: applied (created
+    /// if missing), then its status; deleted when it holds nothing.
+    fn write(&self, namespace: &str, records: &NamespaceRecords) -> Result<(), StoreError> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &self.gwire_resource);
+        let params = PatchParams::apply(&format!("xwired-{}", self.node));
+        let result = self.runtime.block_on(async {
+            if records.is_empty() {
+                self.count(1);
+                return match api.delete(&self.node, &DeleteParams::default()).await {
+                    Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+                    other => other.map(|_| ()),
+                };
+            }
+            let object = gwire::object(&self.node, namespace, records);
+            let status = gwire::status(&self.node, namespace, records);
+            self.count(2);
+            api.patch(&self.node, &params, &Patch::Apply(&object))
+                .await?;
+            api.patch_status(&self.node, &params, &Patch::Apply(&status))
+                .await
+                .map(|_| ())
+        });
+        result.map_err(|e| backend(format!("GWireKObj {namespace}/{}: {e}", self.node)))
+    }
+
+    fn update(
+        &self,
+        namespace: &str,
+        change: impl FnOnce(&mut NamespaceRecords) -> bool,
+    ) -> Result<bool, StoreError> {
+        let mut all = self.records.lock().expect("not poisoned");
+        let mut records = all.get(namespace).cloned().unwrap_or_default();
+        if !change(&mut records) {
+            return Ok(false);
+        }
+        // Written before it is kept: a failed write leaves memory as the API has it.
+        self.write(namespace, &records)?;
+        if records.is_empty() {
+            all.remove(namespace);
+        } else {
+            all.insert(namespace.to_owned(), records);
+        }
+        Ok(true)
+    }
+
+    fn get_topology(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<DynamicObject>, StoreError> {
+        let key = ObjectRef::new_with(name, self.topology_resource.clone()).within(namespace);
+        if let Some(object) = self.topologies.get(&key) {
+            return Ok(Some((*object).clone()));
+        }
+        // Not in the cache yet (an object made a moment ago): the API server decides.
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &self.topology_resource);
+        self.count(1);
+        self.runtime.block_on(api.get_opt(name)).map_err(backend)
+    }
+}
+
+async fn connect(settings: &KubeSettings) -> Result<Client, StoreError> {
+    let config = match &settings.kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| backend(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(file, &Default::default())
+                .await
+                .map_err(|e| backend(format!("{}: {e}", path.display())))?
+        }
+        None => kube::Config::infer().await.map_err(backend)?,
+    };
+    Client::try_from(config).map_err(backend)
+}
+
+fn to_topology(object: &DynamicObject) -> Result<Topology, StoreError> {
+    let value = serde_json::to_value(object).map_err(backend)?;
+    serde_json::from_value(value).map_err(|e| StoreError::Corrupt {
+        key: topology::pod_key(
+            object.metadata.namespace.as_deref().unwrap_or_default(),
+            object.metadata.name.as_deref().unwrap_or_default(),
+        ),
+        message: e.to_string(),
+    })
+}
+
+impl WireStore for KubeStore {
+    fn put_wire(&self, wire: &WireRecord) -> Result<(), StoreError> {
+        self.update(&wire.topo_namespace, |r| {
+            r.wires.insert(wire.key(), wire.clone()).as_ref() != Some(wire)
+        })
+        .map(|_| ())
+    }
+
+    fn wire(&self, key: &str) -> Result<Option<WireRecord>, StoreError> {
+        let namespace = key.split('/').next().unwrap_or_default();
+        let all = self.records.lock().expect("not poisoned");
+        Ok(all.get(namespace).and_then(|r| r.wires.get(key)).cloned())
+    }
+
+    fn remove_wire(&self, key: &str) -> Result<bool, StoreError> {
+        let namespace = key.split('/').next().unwrap_or_default();
+        self.update(namespace, |r| r.wires.remove(key).is_some())
+    }
+
+    fn wires(&self) -> Result<Vec<WireRecord>, StoreError> {
+        let all = self.records.lock().expect("not poisoned");
+        Ok(all
+            .values()
+            .flat_map(|r| r.wires.values().cloned())
+            .collect())
+    }
+
+    fn put_attachment(&self, attachment: &AttachmentRecord) -> Result<(), StoreError> {
+        self.update(&attachment.pod.namespace, |r| {
+            r.attachments
+                .insert(attachment.key(), attachment.clone())
+                .as_ref()
+                != Some(attachment)
+        })
+        .map(|_| ())
+    }
+
+    fn attachment(&self, key: &str) -> Result<Option<AttachmentRecord>, StoreError> {
+        let all = self.records.lock().expect("not poisoned");
+        Ok(all.values().find_map(|r| r.attachments.get(key)).cloned())
+    }
+
+    fn remove_attachment(&self, key: &str) -> Result<bool, StoreError> {
+        let namespace = {
+            let all = self.records.lock().expect("not poisoned");
+            all.iter()
+                .find(|(_, r)| r.attachments.contains_key(key))
+                .map(|(ns, _)| ns.clone())
+        };
+        match namespace {
+            Some(namespace) => self.update(&namespace, |r| r.attachments.remove(key).is_some()),
+            None => Ok(false),
+        }
+    }
+
+    fn attachments(&self) -> Result<Vec<AttachmentRecord>, StoreError> {
+        let all = self.records.lock().expect("not poisoned");
+        Ok(all
+            .values()
+            .flat_map(|r| r.attachments.values().cloned())
+            .collect())
+    }
+}
+
+impl TopologySource for KubeStore {
+    fn topology(&self, namespace: &str, name: &str) -> Result<Option<Topology>, StoreError> {
+        self.get_topology(namespace, name)?
+            .as_ref()
+            .map(to_topology)
+            .transpose()
+    }
+
+    fn topologies(&self) -> Result<Vec<Topology>, StoreError> {
+        self.topologies
+            .state()
+            .iter()
+            .map(|object| to_topology(object))
+            .collect()
+    }
+
+    fn put_topologies(&self, topologies: &[Topology]) -> Result<(), StoreError> {
+        let params = PatchParams::apply("xwirectl");
+        for t in topologies {
+            let api: Api<DynamicObject> = Api::namespaced_with(
+                self.client.clone(),
+                &t.metadata.namespace,
+                &self.topology_resource,
+            );
+            let mut value = serde_json::to_value(t).map_err(backend)?;
+            if let Some(object) = value.as_object_mut() {
+                object.remove("status");
+            }
+            self.count(1);
+            self.runtime
+                .block_on(api.patch(&t.metadata.name, &params, &Patch::Apply(&value)))
+                .map_err(|e| backend(format!("Topology {}: {e}", t.key())))?;
+        }
+        Ok(())
+    }
+
+    fn remove_topology(&self, namespace: &str, name: &str) -> Result<bool, StoreError> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &self.topology_resource);
+        self.count(1);
+        match self
+            .runtime
+            .block_on(api.delete(name, &DeleteParams::default()))
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+            Err(e) => Err(backend(format!("Topology {namespace}/{name}: {e}"))),
+        }
+    }
+
+    fn take_changes(&self) -> Vec<String> {
+        std::mem::take(&mut *self.changed.lock().expect("not poisoned"))
+    }
+
+    fn wires_namespace(&self, namespace: &str) -> bool {
+        let label = &self.settings.namespace_label;
+        if label.is_empty() {
+            return true;
+        }
+        let labelled = |ns: &Namespace| {
+            ns.metadata
+                .labels
+                .as_ref()
+                .and_then(|labels| labels.get(label))
+                .is_some_and(|value| value == LABEL_VALUE)
+        };
+        if let Some(ns) = self.namespaces.get(&ObjectRef::new(namespace)) {
+            return labelled(&ns);
+        }
+        // Not in the cache yet (made a moment ago): the API server decides.
+        self.count(1);
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        match self.runtime.block_on(api.get_opt(namespace)) {
+            Ok(ns) => ns.is_some_and(|ns| labelled(&ns)),
+            Err(e) => {
+                tracing::warn!(%namespace, "reading the namespace's labels: {e}");
+                false
+            }
+        }
+    }
+
+    fn report_pod(&self, report: &PodReport) {
+        self.count(status::write(self, report));
+    }
+}

@@ -1,0 +1,226 @@
+//! Kubernetes mode against a real kube-apiserver and etcd (see support/apiserver.rs):
+//! the CRDs and deploy manifests apply, two nodes running `xwired` with the Kubernetes
+//! backend under the DaemonSet's ServiceAccount wire pods from Topology objects made
+//! through the API, status is written, links follow their Topology, and a daemon
+//! restarted with an empty state directory brings its wires back from the API alone.
+
+mod support;
+
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject};
+use serde_json::{json, Value};
+use support::apiserver::{reach_from, ApiServer};
+use support::{call, eventually, Node, Pod, TempDir};
+use xwire_testbed::checks::ping;
+use xwire_testbed::{Netns, Veth};
+
+const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
+
+fn deploy(file: &str) -> String {
+    std::fs::read_to_string(format!("{DEPLOY}/{file}")).unwrap()
+}
+
+fn server_or_skip() -> Option<ApiServer> {
+    match ApiServer::start() {
+        Ok(server) => Some(server),
+        Err(reason) => {
+            xwire_testbed::skip(&reason);
+            None
+        }
+    }
+}
+
+/// KNE's shape: one object per pod, uids from 0, empty addresses where there are none.
+fn topology(ns: &str, pod: &str, peer: &str, links: &[(u64, &str, &str)]) -> Value {
+    json!({
+        "apiVersion": "networkop.co.uk/v1beta1",
+        "kind": "Topology",
+        "metadata": {"name": pod, "namespace": ns},
+        "spec": {"links": links.iter().map(|(uid, local_ip, peer_ip)| json!({
+            "uid": uid, "peer_pod": peer,
+            "local_intf": format!("eth{}", uid + 1), "peer_intf": format!("eth{}", uid + 1),
+            "local_ip": local_ip, "peer_ip": peer_ip,
+        })).collect::<Vec<_>>()},
+    })
+}
+
+fn apply_json(server: &ApiServer, objects: &[Value]) {
+    let yaml: Vec<String> = objects
+        .iter()
+        .map(|o| serde_json::to_string(o).unwrap())
+        .collect();
+    server.apply(&yaml.join("\n---\n"), false).unwrap();
+}
+
+fn get(
+    server: &ApiServer,
+    plural: &str,
+    kind: &str,
+    ns: &str,
+    name: &str,
+) -> Option<DynamicObject> {
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("networkop.co.uk", "v1beta1", kind),
+        plural,
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(server.client.clone(), ns, &resource);
+    server.runtime.block_on(api.get_opt(name)).unwrap()
+}
+
+/// Two node namespaces joined by an underlay, each reaching the API server over a veth
+/// of its own, each daemon with the Kubernetes backend and the ServiceAccount's token.
+fn kube_nodes(server: &ApiServer, certs: &TempDir) -> (Node, Node) {
+    let names = ["kn1", "kn2"];
+    let (ns_a, ns_b) = (Netns::new(names[0]).unwrap(), Netns::new(names[1]).unwrap());
+    let underlay = Veth::new(&ns_a, &ns_b).unwrap();
+    ns_a.add_address(underlay.a_name(), "10.252.7.1/24")
+        .unwrap();
+    ns_b.add_address(underlay.b_name(), "10.252.7.2/24")
+        .unwrap();
+    underlay.set_up().unwrap();
+    std::mem::forget(underlay); // the namespaces take it with them
+    support::write_certs(&certs.0, &names);
+    let mut nodes = Vec::new();
+    for (i, (ns, (me, peer))) in [(ns_a, (0, 1)), (ns_b, (1, 0))].into_iter().enumerate() {
+        let host_ip = reach_from(&ns, i as u8);
+        let kubeconfig = server.service_account_kubeconfig("xwire-system", "xwired", &host_ip);
+        let extra = format!(
+            "node_address = \"10.252.7.{}:7470\"\n{}[[peers]]\nname = \"{}\"\naddress = \"10.252.7.{}:7470\"\n[topology]\nsource = \"kubernetes\"\nkubeconfig = \"{}\"\n",
+            me + 1,
+            support::certs_toml(&certs.0, names[me]),
+            names[peer],
+            peer + 1,
+            kubeconfig.display()
+        );
+        nodes.push(support::start_node_in(ns, names[me], &extra));
+    }
+    let b = nodes.pop().unwrap();
+    (nodes.pop().unwrap(), b)
+}
+
+#[test]
+fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
+    let Some(server) = server_or_skip() else {
+        return;
+    };
+    for file in [
+        "crds/topologies.networkop.co.uk.yaml",
+        "crds/gwirekobjs.networkop.co.uk.yaml",
+    ] {
+        server.apply(&deploy(file), false).unwrap();
+    }
+    server.wait_for_crds();
+    // Server-side dry runs of the manifests (their namespace must exist for them).
+    server.apply(&deploy("namespace.yaml"), true).unwrap();
+    server.apply(&deploy("namespace.yaml"), false).unwrap();
+    for file in ["rbac.yaml", "daemonset.yaml"] {
+        server
+            .apply(&deploy(file), true)
+            .unwrap_or_else(|e| panic!("{file}: dry run: {e}"));
+    }
+    server.apply(&deploy("rbac.yaml"), false).unwrap();
+    let lab = "kube-lab";
+    apply_json(
+        &server,
+        &[
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": lab, "labels": {"xwire.dev/wire": "enabled"}}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-plain"}}),
+            topology(
+                lab,
+                "r1",
+                "r2",
+                &[(0, "10.0.0.1/30", "10.0.0.2/30"), (1, "", "")],
+            ),
+            topology(
+                lab,
+                "r2",
+                "r1",
+                &[(0, "10.0.0.2/30", "10.0.0.1/30"), (1, "", "")],
+            ),
+            topology("kube-plain", "p1", "p2", &[(0, "", "")]),
+        ],
+    );
+
+    let certs = TempDir::new("kcerts");
+    let (n1, mut n2) = kube_nodes(&server, &certs);
+    let config = |node: &Node, ns: &str| {
+        let mut c = node.net_config("1.0.0");
+        c["namespace"] = json!(ns);
+        c
+    };
+    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
+    let added = call(&r1, "ADD", &config(&n1, lab));
+    assert_eq!(added.code, 0, "{}\n{}", added.output, n1.log());
+    let added = call(&r2, "ADD", &config(&n2, lab));
+    assert_eq!(added.code, 0, "{}\n{}", added.output, n2.log());
+    let wired = eventually(Duration::from_secs(15), || r1.has("eth1") && r1.has("eth2"));
+    assert!(wired, "n1:\n{}\nn2:\n{}", n1.log(), n2.log());
+    assert!(ping(&r1.ns, "10.0.0.2", 3).unwrap(), "n1:\n{}", n1.log());
+
+    // Status as meshnet writes it; the wire records in the nodes' GWireKObj objects.
+    let status = &get(&server, "topologies", "Topology", lab, "r2")
+        .unwrap()
+        .data["status"];
+    assert_eq!(status["src_ip"], "10.252.7.2", "{status}");
+    assert_eq!(status["net_ns"], r2.netns());
+    assert_eq!(status["container_id"], r2.container.as_str());
+    let gwire = get(&server, "gwirekobjs", "GWireKObj", lab, "kn1").expect("kn1's GWireKObj");
+    assert_eq!(gwire.data["spec"]["uids"], json!([0, 1]));
+    let items = gwire.data["status"]["grpcWireItems"].as_array().unwrap();
+    assert_eq!(items.len(), 2);
+    assert_eq!(items[0]["gwire_peer_node_ip"], "10.252.7.2");
+    assert_eq!(items[0]["local_pod_name"], "r1");
+
+    // A namespace without the label: the pod passes through, nothing is made.
+    let p1 = Pod::new("p1");
+    let passed = call(&p1, "ADD", &config(&n1, "kube-plain"));
+    assert_eq!(passed.code, 0, "{}", passed.output);
+    assert!(!p1.has("eth1"));
+    assert!(get(&server, "gwirekobjs", "GWireKObj", "kube-plain", "kn1").is_none());
+
+    // A link added to both Topology objects through the API appears without a restart;
+    // taken out again, it goes.
+    let with_link = |pod: &str, peer: &str, extra: bool| {
+        let mut links = vec![(0, "10.0.0.1/30", "10.0.0.2/30"), (1, "", "")];
+        if pod == "r2" {
+            links[0] = (0, "10.0.0.2/30", "10.0.0.1/30");
+        }
+        if extra {
+            links.push((2, "", ""));
+        }
+        topology(lab, pod, peer, &links)
+    };
+    apply_json(
+        &server,
+        &[with_link("r1", "r2", true), with_link("r2", "r1", true)],
+    );
+    let followed = eventually(Duration::from_secs(15), || r1.has("eth3") && r2.has("eth3"));
+    assert!(followed, "n1:\n{}\nn2:\n{}", n1.log(), n2.log());
+    apply_json(
+        &server,
+        &[with_link("r1", "r2", false), with_link("r2", "r1", false)],
+    );
+    let followed = eventually(Duration::from_secs(15), || {
+        !r1.has("eth3") && !r2.has("eth3")
+    });
+    assert!(followed, "n1:\n{}\nn2:\n{}", n1.log(), n2.log());
+
+    // Killed, its state directory emptied, restarted: every wire comes back from the API.
+    n2.stop();
+    let _ = std::fs::remove_dir_all(n2.dir.0.join("state"));
+    n2.restart();
+    assert_eq!(n2.state().wires.len(), 2, "{}", n2.log());
+    assert_eq!(n2.state().attachments.len(), 1);
+    let back = eventually(Duration::from_secs(15), || {
+        ping(&r2.ns, "10.0.0.1", 1).unwrap_or(false)
+    });
+    assert!(back, "n2:\n{}", n2.log());
+    assert_eq!(call(&r2, "CHECK", &config(&n2, lab)).code, 0);
+
+    for (pod, node) in [(&r1, &n1), (&r2, &n2)] {
+        assert_eq!(call(pod, "DEL", &config(node, lab)).code, 0);
+    }
+    assert!(get(&server, "gwirekobjs", "GWireKObj", lab, "kn1").is_none());
+    assert!(get(&server, "gwirekobjs", "GWireKObj", lab, "kn2").is_none());
+}

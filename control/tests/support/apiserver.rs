@@ -1,0 +1,366 @@
+//! A real `kube-apiserver` and `etcd` for the Kubernetes-mode tests, found as envtest
+//! finds them: in `KUBEBUILDER_ASSETS`, else on PATH. Neither is faked; when one is
+//! missing, `ApiServer::start` says why, and the test reports itself skipped.
+//!
+//! The server listens on every address of the host namespace; each node namespace
+//! reaches it over a veth of its own (`reach_from`), its host end an address this test
+//! made. RBAC is on: the test itself is an admin (a static token in `system:masters`);
+//! the daemons run with a ServiceAccount token, as under the DaemonSet.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::Client;
+use xwire_testbed::cluster::TempDir;
+use xwire_testbed::{ChildGuard, Netns};
+
+pub struct ApiServer {
+    // Dropped in this order: the server before its etcd.
+    _apiserver: ChildGuard,
+    _etcd: ChildGuard,
+    pub dir: TempDir,
+    pub port: u16,
+    pub runtime: tokio::runtime::Runtime,
+    pub client: Client,
+    admin_token: String,
+}
+
+/// The binary `name`, as envtest looks for it.
+fn find(name: &str) -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os("KUBEBUILDER_ASSETS") {
+        let path = Path::new(&dir).join(name);
+        if path.is_file() {
+            return Ok(path);
+        }
+    }
+    for dir in ["/usr/local/kubebuilder/bin"]
+        .into_iter()
+        .map(PathBuf::from)
+        .chain(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        ))
+    {
+        if dir.join(name).is_file() {
+            return Ok(dir.join(name));
+        }
+    }
+    Err(format!(
+        "no {name} in KUBEBUILDER_ASSETS, /usr/local/kubebuilder/bin or PATH (no package \
+         registry ships kube-apiserver; build it from Kubernetes source and point \
+         KUBEBUILDER_ASSETS at it)"
+    ))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl ApiServer {
+    /// Starts etcd and the API server, or says why not.
+    pub fn start() -> Result<ApiServer, String> {
+        let apiserver_bin = find("kube-apiserver")?;
+        let etcd_bin = find("etcd")?;
+        let dir = TempDir::new("apiserver");
+        let d = &dir.0;
+        let (etcd_port, etcd_peer, port) = (free_port(), free_port(), free_port());
+        let etcd_log = std::fs::File::create(d.join("etcd.log")).unwrap();
+        let etcd = ChildGuard::spawn(
+            Command::new(etcd_bin)
+                .arg("--data-dir")
+                .arg(d.join("etcd"))
+                .arg(format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"))
+                .arg(format!(
+                    "--advertise-client-urls=http://127.0.0.1:{etcd_port}"
+                ))
+                .arg(format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"))
+                .arg(format!(
+                    "--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"
+                ))
+                .arg(format!(
+                    "--initial-cluster=default=http://127.0.0.1:{etcd_peer}"
+                ))
+                .stdout(Stdio::null())
+                .stderr(etcd_log),
+        )
+        .map_err(|e| format!("starting etcd: {e}"))?;
+
+        run(Command::new("openssl")
+            .args([
+                "genpkey",
+                "-algorithm",
+                "EC",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-out",
+            ])
+            .arg(d.join("sa.key")));
+        run(Command::new("openssl")
+            .args(["pkey", "-pubout", "-in"])
+            .arg(d.join("sa.key"))
+            .arg("-out")
+            .arg(d.join("sa.pub")));
+        let admin_token = format!("admin-{}", std::process::id());
+        std::fs::write(
+            d.join("tokens.csv"),
+            format!("{admin_token},admin,admin,\"system:masters\"\n"),
+        )
+        .unwrap();
+        let log = std::fs::File::create(d.join("apiserver.log")).unwrap();
+        let apiserver = ChildGuard::spawn(
+            Command::new(apiserver_bin)
+                .arg(format!("--etcd-servers=http://127.0.0.1:{etcd_port}"))
+                .arg(format!("--cert-dir={}", d.join("certs").display()))
+                .arg(format!("--secure-port={port}"))
+                .arg("--bind-address=0.0.0.0")
+                .arg("--advertise-address=127.0.0.1")
+                .arg("--service-cluster-ip-range=10.96.0.0/24")
+                .arg("--authorization-mode=RBAC")
+                .arg(format!(
+                    "--token-auth-file={}",
+                    d.join("tokens.csv").display()
+                ))
+                .arg(format!(
+                    "--service-account-key-file={}",
+                    d.join("sa.pub").display()
+                ))
+                .arg(format!(
+                    "--service-account-signing-key-file={}",
+                    d.join("sa.key").display()
+                ))
+                .arg("--service-account-issuer=https://kubernetes.default.svc")
+                .arg("--allow-privileged=true")
+                .arg("--disable-admission-plugins=ServiceAccount")
+                .stdout(Stdio::null())
+                .stderr(log),
+        )
+        .map_err(|e| format!("starting kube-apiserver: {e}"))?;
+
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let kubeconfig = kubeconfig(&format!("https://127.0.0.1:{port}"), &admin_token);
+        std::fs::write(d.join("admin.kubeconfig"), &kubeconfig).unwrap();
+        let client = runtime.block_on(client_from(&d.join("admin.kubeconfig")));
+        let server = ApiServer {
+            _apiserver: apiserver,
+            _etcd: etcd,
+            dir,
+            port,
+            runtime,
+            client,
+            admin_token,
+        };
+        server.wait_ready();
+        Ok(server)
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let ready = self.runtime.block_on(async {
+                let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
+                api.get_opt("default").await.is_ok_and(|ns| ns.is_some())
+            });
+            if ready {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kube-apiserver did not become ready:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.0.join("apiserver.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// Server-side applies every document of `yaml` as the admin (`dry_run`: checked
+    /// by the server, stored nowhere).
+    pub fn apply(&self, yaml: &str, dry_run: bool) -> Result<(), String> {
+        let discovery = self
+            .runtime
+            .block_on(kube::Discovery::new(self.client.clone()).run())
+            .map_err(|e| e.to_string())?;
+        for doc in serde_yaml_ng::Deserializer::from_str(yaml) {
+            use serde::Deserialize;
+            let value = serde_json::Value::deserialize(doc).map_err(|e| e.to_string())?;
+            if value.is_null() {
+                continue;
+            }
+            let object: DynamicObject =
+                serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
+            let types = object
+                .types
+                .clone()
+                .ok_or("an object without apiVersion and kind")?;
+            let gvk = kube::api::GroupVersionKind::try_from(&types).map_err(|e| e.to_string())?;
+            let (resource, caps) = discovery
+                .resolve_gvk(&gvk)
+                .ok_or_else(|| format!("the server does not know {gvk:?}"))?;
+            let name = object
+                .metadata
+                .name
+                .clone()
+                .ok_or("an object without a name")?;
+            let api: Api<DynamicObject> = match (&object.metadata.namespace, caps.scope) {
+                (Some(ns), kube::discovery::Scope::Namespaced) => {
+                    Api::namespaced_with(self.client.clone(), ns, &resource)
+                }
+                (None, kube::discovery::Scope::Namespaced) => {
+                    Api::default_namespaced_with(self.client.clone(), &resource)
+                }
+                _ => Api::all_with(self.client.clone(), &resource),
+            };
+            let mut params = PatchParams::apply("xwire-test").force();
+            params.dry_run = dry_run;
+            self.runtime
+                .block_on(api.patch(&name, &params, &Patch::Apply(&value)))
+                .map_err(|e| format!("{} {name}: {e}", gvk.kind))?;
+        }
+        Ok(())
+    }
+
+    /// Waits until the CRDs are served.
+    pub fn wait_for_crds(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let served = self.runtime.block_on(async {
+                let discovery = kube::Discovery::new(self.client.clone()).run().await.ok()?;
+                let gvk =
+                    kube::api::GroupVersionKind::gvk("networkop.co.uk", "v1beta1", "GWireKObj");
+                let topo =
+                    kube::api::GroupVersionKind::gvk("networkop.co.uk", "v1beta1", "Topology");
+                Some(
+                    discovery.resolve_gvk(&gvk).is_some() && discovery.resolve_gvk(&topo).is_some(),
+                )
+            });
+            if served == Some(true) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the CRDs were not served");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// A kubeconfig for `ns` (reaching the server over `reach_from`'s veth) with the
+    /// token of ServiceAccount `namespace/account`, made through the TokenRequest API.
+    pub fn service_account_kubeconfig(
+        &self,
+        namespace: &str,
+        account: &str,
+        host_ip: &str,
+    ) -> PathBuf {
+        let token = self.runtime.block_on(async {
+            let api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+                Api::namespaced(self.client.clone(), namespace);
+            let request = k8s_openapi::api::authentication::v1::TokenRequest {
+                spec: k8s_openapi::api::authentication::v1::TokenRequestSpec {
+                    audiences: vec!["https://kubernetes.default.svc".into()],
+                    expiration_seconds: Some(3600),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            api.create_token_request(account, &Default::default(), &request)
+                .await
+                .unwrap()
+                .status
+                .unwrap()
+                .token
+        });
+        let path = self.dir.0.join(format!("{account}-{host_ip}.kubeconfig"));
+        std::fs::write(
+            &path,
+            kubeconfig(&format!("https://{host_ip}:{}", self.port), &token),
+        )
+        .unwrap();
+        path
+    }
+
+    /// The admin's kubeconfig, for a client in `ns` over `reach_from`'s veth.
+    pub fn admin_kubeconfig(&self, host_ip: &str) -> PathBuf {
+        let path = self.dir.0.join(format!("admin-{host_ip}.kubeconfig"));
+        std::fs::write(
+            &path,
+            kubeconfig(
+                &format!("https://{host_ip}:{}", self.port),
+                &self.admin_token,
+            ),
+        )
+        .unwrap();
+        path
+    }
+}
+
+/// A veth from the host namespace to `ns`, addressed `10.251.<n>.1/30` on the host and
+/// `.2` in `ns`: returns the host's address, where `ns` reaches the server. The veth goes
+/// with `ns`.
+pub fn reach_from(ns: &Netns, n: u8) -> String {
+    let (third, fourth) = (std::process::id() % 250, u32::from(n) * 4);
+    let host = format!("xk{}h{n}", std::process::id() % 100_000);
+    let inner = format!("xk{}n{n}", std::process::id() % 100_000);
+    let ip = |args: &[&str]| run(Command::new("ip").args(args));
+    ip(&[
+        "link",
+        "add",
+        &host,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &inner,
+        "netns",
+        ns.name(),
+    ]);
+    let host_ip = format!("10.251.{third}.{}", fourth + 1);
+    let node_ip = format!("10.251.{third}.{}", fourth + 2);
+    ip(&["addr", "add", &format!("{host_ip}/30"), "dev", &host]);
+    ip(&["link", "set", &host, "up"]);
+    ip(&[
+        "-n",
+        ns.name(),
+        "addr",
+        "add",
+        &format!("{node_ip}/30"),
+        "dev",
+        &inner,
+    ]);
+    ip(&["-n", ns.name(), "link", "set", &inner, "up"]);
+    host_ip
+}
+
+fn kubeconfig(server: &str, token: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {server}\n    insecure-skip-tls-verify: true\nusers:\n- name: test\n  user:\n    token: {token}\ncontexts:\n- name: test\n  context: {{cluster: test, user: test}}\ncurrent-context: test\n"
+    )
+}
+
+async fn client_from(path: &Path) -> Client {
+    let file = kube::config::Kubeconfig::read_from(path).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
