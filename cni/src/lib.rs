@@ -4,6 +4,7 @@
 //! configuration keys and the error codes.
 
 mod call;
+pub mod call_log;
 mod cleanup;
 mod result;
 
@@ -62,10 +63,18 @@ pub fn run(
             );
         }
     }
+    let started = std::time::Instant::now();
     let (version, outcome) = match Invocation::parse(env, &config) {
         Ok(invocation) => (invocation.cni_version.clone(), execute(&invocation)),
         Err((version, e)) => (version, Err(e)),
     };
+    if command != "VERSION" {
+        if let Some(path) = call_log::log_file(&config) {
+            let line = call_log::entry(env, started.elapsed(), outcome.as_ref().map(|_| ()));
+            // The call's answer matters more than its log line.
+            let _ = call_log::append(std::path::Path::new(&path), &line, call_log::MAX_BYTES);
+        }
+    }
     match outcome {
         Ok(None) => 0,
         Ok(Some(result)) => {

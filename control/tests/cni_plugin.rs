@@ -239,6 +239,23 @@ fn malformed_calls_get_the_right_error_and_change_nothing() {
         "{state:?}"
     );
     assert_eq!(r1.ns.links().unwrap(), ["lo"]);
+
+    // Every call is in the node's plugin log, one JSON line each, with its error code.
+    let log = std::fs::read_to_string(node.dir.0.join("cni.log")).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let unreachable = lines
+        .iter()
+        .find(|l| l["code"] == 11)
+        .expect("the unreachable daemon's ADD is logged");
+    assert_eq!(unreachable["command"], "ADD");
+    assert_eq!(unreachable["pod"], "r1");
+    assert_eq!(unreachable["container_id"], "c1");
+    assert!(lines
+        .iter()
+        .any(|l| l["command"] == "STATUS" && l["result"] == "ok"));
 }
 
 #[test]

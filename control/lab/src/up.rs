@@ -285,6 +285,8 @@ pub fn call_plugin(
         "name": "xwire-lab",
         "type": "xwire",
         "socket": paths.node_socket(node),
+        // Each node's plugin calls, beside its daemon's log.
+        "logFile": paths.node_dir(node).join("cni.log"),
     });
     let netns = namespaces::netns_path(&paths.pod_netns(pod));
     let mut child = Command::new(&binaries.plugin)

@@ -203,6 +203,7 @@ impl Node {
             "type": "xwire",
             "socket": self.socket,
             "namespace": "lab",
+            "logFile": self.dir.0.join("cni.log"),
         })
     }
 }
