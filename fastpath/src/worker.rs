@@ -178,6 +178,10 @@ pub(crate) enum Command {
         carrier: Carrier,
         reply: Sender<Result<PeerId, WorkerError>>,
     },
+    RetirePeer {
+        peer: PeerId,
+        reply: Sender<Result<bool, WorkerError>>,
+    },
     AddRemoteLink {
         wire: WireId,
         port: PortId,
@@ -349,6 +353,12 @@ impl Worker {
             carrier,
             reply,
         })?
+    }
+
+    /// The peer node left the cluster: closes its connection and stops dialing it until
+    /// `add_peer` declares it again. False for an unknown peer.
+    pub fn retire_peer(&self, peer: PeerId) -> Result<bool, WorkerError> {
+        self.ask(|reply| Command::RetirePeer { peer, reply })?
     }
 
     /// Joins a port to a peer node by wire id; returns the link's counters.

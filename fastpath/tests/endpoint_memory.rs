@@ -433,3 +433,54 @@ fn control_messages_cross_in_order_despite_loss() {
     assert_eq!(ids, (1..=50).collect::<Vec<_>>());
     assert!(net.lost > 0);
 }
+
+#[test]
+fn a_certificate_from_a_ca_reloaded_from_its_pem_is_trusted_by_the_original() {
+    // A cluster keeps its CA in a Secret; each daemon rebuilds it from there and issues
+    // its own certificate, which a peer holding only the CA certificate must accept.
+    let ca = ClusterCa::generate("xwire-test-ca").unwrap();
+    let reloaded = ClusterCa::from_pem(&ca.cert_pem(), &ca.key_pem()).unwrap();
+    let mut id_b = reloaded.issue("node-b").unwrap();
+    id_b.ca_pem = ca.cert_pem();
+    let mut net = Net::new(ca.issue("node-a").unwrap(), id_b, Carrier::Datagram);
+    assert!(net.run_until(Duration::from_secs(2), Net::both_up));
+    // A CA that did not sign it is refused.
+    let stranger = ClusterCa::generate("another-ca").unwrap();
+    let mut net = Net::new(
+        ca.issue("node-a").unwrap(),
+        stranger.issue("node-b").unwrap(),
+        Carrier::Datagram,
+    );
+    assert!(!net.run_until(Duration::from_secs(2), Net::both_up));
+}
+
+#[test]
+fn a_retired_peer_is_let_go_and_not_dialed_until_declared_again() {
+    let (id_a, id_b) = identities();
+    let mut net = Net::new(id_a, id_b, Carrier::Datagram);
+    assert!(net.run_until(Duration::from_secs(2), Net::both_up));
+    let other = net.a.other;
+    let now = net.now;
+    assert!(net.a.endpoint.retire_peer(other, now));
+    assert!(net.run_until(Duration::from_secs(2), |n| {
+        n.a.events
+            .iter()
+            .any(|e| matches!(e, PeerEvent::Down { .. }))
+    }));
+    let dials = net.a.endpoint.counters().dials;
+    net.run_until(Duration::from_secs(20), |_| false);
+    assert_eq!(
+        net.a.endpoint.counters().dials,
+        dials,
+        "a retired peer was dialed"
+    );
+    assert!(!net.a.endpoint.is_up(other));
+
+    let now = net.now;
+    let again = net
+        .a
+        .endpoint
+        .add_peer("node-b", B.parse().unwrap(), Carrier::Datagram, now);
+    assert_eq!(again.unwrap(), other);
+    assert!(net.run_until(Duration::from_secs(2), Net::both_up));
+}

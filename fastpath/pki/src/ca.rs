@@ -26,6 +26,21 @@ impl ClusterCa {
         self.cert.pem()
     }
 
+    /// The CA's private key, PEM: for the Secret a cluster keeps it in.
+    pub fn key_pem(&self) -> String {
+        self.key.serialize_pem()
+    }
+
+    /// The CA kept as PEM (`cert_pem`, `key_pem`), to issue more node certificates. The
+    /// certificate is rebuilt from its own fields and key, so what it signs chains to
+    /// the certificate peers already trust.
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<ClusterCa, PkiError> {
+        let key = KeyPair::from_pem(key_pem).map_err(pki)?;
+        let params = CertificateParams::from_ca_cert_pem(cert_pem).map_err(pki)?;
+        let cert = params.self_signed(&key).map_err(pki)?;
+        Ok(ClusterCa { cert, key })
+    }
+
     /// A certificate for `node_name` (its DNS subject alternative name, which peers check
     /// when they dial it), signed by this CA. The name must be a node name
     /// (`xwire_proto::control::check_node_name`): no wildcard, no path.

@@ -135,12 +135,34 @@ impl PeerEndpoint {
     ) -> Result<PeerId, PeerError> {
         ServerName::try_from(name.to_owned()).map_err(|_| PeerError::BadName(name.into()))?;
         if let Some(index) = self.peers.iter().position(|p| p.name == name) {
-            self.peers[index].redeclare(addr, carrier);
+            self.peers[index].redeclare(addr, carrier, now);
             return Ok(PeerId(index as u32));
         }
         self.peers
             .push(Peer::new(&self.name, name, addr, carrier, now));
         Ok(PeerId(self.peers.len() as u32 - 1))
+    }
+
+    /// The peer node left: its connection is closed (a `Down` follows if it was up) and
+    /// it is neither dialed nor knocked until `add_peer` declares it again.
+    pub fn retire_peer(&mut self, peer: PeerId, now: Instant) -> bool {
+        let Some(state) = self.peers.get_mut(peer.0 as usize) else {
+            return false;
+        };
+        state.retired = true;
+        if let Some(handle) = state.connection() {
+            if let Some(mut session) = self.sessions.remove(&handle) {
+                self.close(
+                    handle,
+                    &mut session,
+                    CLOSE_SHUTDOWN,
+                    "the node left".into(),
+                    now,
+                );
+                self.sessions.insert(handle, session);
+            }
+        }
+        true
     }
 
     pub fn peer_name(&self, peer: PeerId) -> Option<&str> {

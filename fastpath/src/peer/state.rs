@@ -79,6 +79,9 @@ pub(crate) struct Peer {
     pub(crate) state: PeerState,
     /// The wait after the next failed dial.
     backoff: Duration,
+    /// The node left the cluster: nothing is dialed or knocked until it is declared
+    /// again (its connections are closed as it retires).
+    pub(crate) retired: bool,
 }
 
 impl Peer {
@@ -102,14 +105,27 @@ impl Peer {
                 PeerState::KnockOwed
             },
             backoff: MIN_BACKOFF,
+            retired: false,
         }
     }
 
     /// The peer declared again, perhaps at a new address or with a new carrier. A node
     /// that accepts and has no connection knocks again (at the new address).
-    pub(crate) fn redeclare(&mut self, addr: SocketAddr, carrier: Carrier) {
+    pub(crate) fn redeclare(&mut self, addr: SocketAddr, carrier: Carrier, now: Instant) {
         self.addr = addr;
         self.carrier = carrier;
+        if std::mem::take(&mut self.retired) {
+            // Back from retirement: as new, but a live connection stays.
+            self.backoff = MIN_BACKOFF;
+            if self.connection().is_none() {
+                self.state = if self.dials {
+                    PeerState::BackingOff { at: now }
+                } else {
+                    PeerState::KnockOwed
+                };
+            }
+            return;
+        }
         if matches!(self.state, PeerState::Awaiting | PeerState::Knocked { .. }) {
             self.state = PeerState::KnockOwed;
         }
@@ -133,6 +149,9 @@ impl Peer {
 
     /// Whether a knock or a dial is due at `now`.
     pub(crate) fn due(&self, now: Instant) -> Option<Due> {
+        if self.retired {
+            return None;
+        }
         match self.state {
             PeerState::KnockOwed => Some(Due::Knock),
             PeerState::BackingOff { at } if at <= now => Some(Due::Dial),
@@ -142,6 +161,9 @@ impl Peer {
 
     /// The next moment `due` may change without anything arriving.
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
+        if self.retired {
+            return None;
+        }
         match self.state {
             PeerState::BackingOff { at } => Some(at),
             _ => None,
@@ -281,6 +303,23 @@ mod tests {
     }
 
     #[test]
+    fn a_retired_peer_is_neither_dialed_nor_knocked_until_declared_again() {
+        let now = Instant::now();
+        for (local, remote, due) in [("a", "b", Due::Dial), ("b", "a", Due::Knock)] {
+            let mut peer = Peer::new(local, remote, addr(), Carrier::Datagram, now);
+            peer.retired = true;
+            assert_eq!((peer.due(now), peer.next_timeout()), (None, None));
+            // A lost dial does not bring it back either.
+            peer.dialed(Some(handle(1)), now);
+            peer.ended(handle(1), now);
+            assert_eq!(peer.due(now + MAX_BACKOFF), None);
+            peer.redeclare(addr(), Carrier::Stream, now);
+            assert_eq!(peer.due(now), Some(due), "{local}");
+            assert_eq!(peer.carrier, Carrier::Stream);
+        }
+    }
+
+    #[test]
     fn a_knock_once_sent_ends_in_waiting_and_a_redeclared_peer_is_knocked_again() {
         let now = Instant::now();
         let mut peer = Peer::new("b", "a", addr(), Carrier::Datagram, now);
@@ -289,11 +328,11 @@ mod tests {
         assert_eq!(peer.ended(handle(2), now), Ended::NotCurrent);
         assert_eq!(peer.ended(handle(1), now), Ended::Knock);
         assert_eq!(peer.state, PeerState::Awaiting);
-        peer.redeclare("192.0.2.9:1".parse().unwrap(), Carrier::Stream);
+        peer.redeclare("192.0.2.9:1".parse().unwrap(), Carrier::Stream, now);
         assert_eq!(peer.due(now), Some(Due::Knock));
         // Up, it is not knocked again when redeclared.
         peer.hello_done(handle(3), 2);
-        peer.redeclare(addr(), Carrier::Datagram);
+        peer.redeclare(addr(), Carrier::Datagram, now);
         assert_eq!(peer.up(), Some((handle(3), 2)));
         assert_eq!(peer.ended(handle(3), now), Ended::WasUp);
         assert_eq!(peer.state, PeerState::Awaiting, "the accepting side waits");

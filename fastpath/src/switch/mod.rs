@@ -263,6 +263,13 @@ impl Switch {
                 };
                 let _ = reply.send(result);
             }
+            Command::RetirePeer { peer, reply } => {
+                let result = match self.peers_mut() {
+                    Some(peers) => Ok(peers.endpoint_mut().retire_peer(peer, Instant::now())),
+                    None => Err(WorkerError::NoPeers),
+                };
+                let _ = reply.send(result);
+            }
             Command::AddRemoteLink {
                 wire,
                 port,
