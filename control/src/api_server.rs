@@ -62,7 +62,7 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
-        if node.pump_store_events() {
+        if node.pump_membership() | node.pump_store_events() {
             last_event = Some(Instant::now());
         }
         if node.pump_peer_events() {

@@ -86,6 +86,14 @@ pub struct TopologySource {
     /// With `kubernetes`: how long the start waits for the first list of Topology
     /// objects. Default 30.
     pub sync_timeout_secs: u64,
+    /// With `kubernetes` and no `[certs]`: the Secret (`namespace/name`) holding the
+    /// cluster CA (`ca.crt`, `ca.key`), from which the node issues its own certificate at
+    /// start. Default `xwire-system/xwire-ca`.
+    pub ca_secret: String,
+    /// With `kubernetes`: the other Node objects are the node's peers (at their
+    /// InternalIP and this node's `node_address` port), followed as nodes join and
+    /// leave. Default true.
+    pub discover_peers: bool,
 }
 
 impl TopologySource {
@@ -94,6 +102,9 @@ impl TopologySource {
             kubeconfig: self.kubeconfig.clone(),
             namespace_label: self.namespace_label.clone(),
             sync_timeout_secs: self.sync_timeout_secs,
+            ca_secret: self.ca_secret.clone(),
+            discover_peers: self.discover_peers,
+            peer_port: 0,
         }
     }
 }
@@ -105,6 +116,8 @@ impl Default for TopologySource {
             kubeconfig: None,
             namespace_label: crate::store::KubeSettings::default().namespace_label,
             sync_timeout_secs: crate::store::KubeSettings::default().sync_timeout_secs,
+            ca_secret: crate::store::KubeSettings::default().ca_secret,
+            discover_peers: true,
         }
     }
 }
@@ -250,7 +263,9 @@ impl DaemonConfig {
                 format!("{} is not between 2 and 1048576", config.frames_per_port),
             ));
         }
-        if !config.peers.is_empty() && config.certs.is_none() {
+        let kubernetes_identity =
+            config.topology.source == "kubernetes" && !config.topology.ca_secret.is_empty();
+        if !config.peers.is_empty() && config.certs.is_none() && !kubernetes_identity {
             return Err(invalid(
                 "certs",
                 "peers are configured, so the node needs its certificate, key and CA".into(),

@@ -11,7 +11,7 @@ use std::time::Duration;
 use kube::api::{Api, DynamicObject};
 use serde_json::{json, Value};
 use support::apiserver::{reach_from, ApiServer};
-use support::{call, eventually, Node, Pod, TempDir};
+use support::{call, eventually, Node, Pod};
 use xwire_testbed::checks::ping;
 use xwire_testbed::{Netns, Veth};
 
@@ -68,11 +68,45 @@ fn get(
     server.runtime.block_on(api.get_opt(name)).unwrap()
 }
 
+/// A Node object as a kubelet would register it: its InternalIP in status.
+fn register_node(server: &ApiServer, name: &str, ip: &str) {
+    use k8s_openapi::api::core::v1::Node as KubeNode;
+    let api: Api<KubeNode> = Api::all(server.client.clone());
+    let node: KubeNode = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+    }))
+    .unwrap();
+    server.runtime.block_on(async {
+        api.create(&Default::default(), &node).await.unwrap();
+        let status = json!({"status": {"addresses": [
+            {"type": "Hostname", "address": name}, {"type": "InternalIP", "address": ip}]}});
+        api.patch_status(name, &Default::default(), &kube::api::Patch::Merge(&status))
+            .await
+            .unwrap();
+    });
+}
+
+fn deregister_node(server: &ApiServer, name: &str) {
+    use k8s_openapi::api::core::v1::Node as KubeNode;
+    let api: Api<KubeNode> = Api::all(server.client.clone());
+    server
+        .runtime
+        .block_on(api.delete(name, &Default::default()))
+        .unwrap();
+}
+
+const NAMES: [&str; 2] = ["kn1", "kn2"];
+
+fn underlay_ip(i: usize) -> String {
+    format!("10.252.7.{}", i + 1)
+}
+
 /// Two node namespaces joined by an underlay, each reaching the API server over a veth
-/// of its own, each daemon with the Kubernetes backend and the ServiceAccount's token.
-fn kube_nodes(server: &ApiServer, certs: &TempDir) -> (Node, Node) {
-    let names = ["kn1", "kn2"];
-    let (ns_a, ns_b) = (Netns::new(names[0]).unwrap(), Netns::new(names[1]).unwrap());
+/// of its own. Each daemon runs the Kubernetes backend with the ServiceAccount's token:
+/// no certificate files and no peers in its configuration; it issues its certificate
+/// from the CA Secret and finds its peers in the Node objects.
+fn kube_nodes(server: &ApiServer) -> (Node, Node) {
+    let (ns_a, ns_b) = (Netns::new(NAMES[0]).unwrap(), Netns::new(NAMES[1]).unwrap());
     let underlay = Veth::new(&ns_a, &ns_b).unwrap();
     ns_a.add_address(underlay.a_name(), "10.252.7.1/24")
         .unwrap();
@@ -80,20 +114,16 @@ fn kube_nodes(server: &ApiServer, certs: &TempDir) -> (Node, Node) {
         .unwrap();
     underlay.set_up().unwrap();
     std::mem::forget(underlay); // the namespaces take it with them
-    support::write_certs(&certs.0, &names);
     let mut nodes = Vec::new();
-    for (i, (ns, (me, peer))) in [(ns_a, (0, 1)), (ns_b, (1, 0))].into_iter().enumerate() {
+    for (i, ns) in [ns_a, ns_b].into_iter().enumerate() {
         let host_ip = reach_from(&ns, i as u8);
         let kubeconfig = server.service_account_kubeconfig("xwire-system", "xwired", &host_ip);
         let extra = format!(
-            "node_address = \"10.252.7.{}:7470\"\n{}[[peers]]\nname = \"{}\"\naddress = \"10.252.7.{}:7470\"\n[topology]\nsource = \"kubernetes\"\nkubeconfig = \"{}\"\n",
-            me + 1,
-            support::certs_toml(&certs.0, names[me]),
-            names[peer],
-            peer + 1,
+            "node_address = \"{}:7470\"\n[topology]\nsource = \"kubernetes\"\nkubeconfig = \"{}\"\n",
+            underlay_ip(i),
             kubeconfig.display()
         );
-        nodes.push(support::start_node_in(ns, names[me], &extra));
+        nodes.push(support::start_node_in(ns, NAMES[i], &extra));
     }
     let b = nodes.pop().unwrap();
     (nodes.pop().unwrap(), b)
@@ -120,6 +150,18 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
             .unwrap_or_else(|e| panic!("{file}: dry run: {e}"));
     }
     server.apply(&deploy("rbac.yaml"), false).unwrap();
+    // The cluster CA, as deploy/README.md makes it.
+    let secret = std::process::Command::new(support::xwirectl_bin())
+        .arg("ca-secret")
+        .output()
+        .unwrap();
+    assert!(secret.status.success());
+    server
+        .apply(&String::from_utf8(secret.stdout).unwrap(), false)
+        .unwrap();
+    for (i, name) in NAMES.iter().enumerate() {
+        register_node(&server, name, &underlay_ip(i));
+    }
     let lab = "kube-lab";
     apply_json(
         &server,
@@ -142,8 +184,7 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
         ],
     );
 
-    let certs = TempDir::new("kcerts");
-    let (n1, mut n2) = kube_nodes(&server, &certs);
+    let (n1, mut n2) = kube_nodes(&server);
     let config = |node: &Node, ns: &str| {
         let mut c = node.net_config("1.0.0");
         c["namespace"] = json!(ns);
@@ -205,6 +246,19 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
         !r1.has("eth3") && !r2.has("eth3")
     });
     assert!(followed, "n1:\n{}\nn2:\n{}", n1.log(), n2.log());
+
+    // kn2 leaves the cluster: kn1 lets it go, and r1's ends of the wires to r2 go back
+    // to pending; it joins again, and they come back, with no daemon restarted.
+    deregister_node(&server, "kn2");
+    let let_go = eventually(Duration::from_secs(15), || {
+        !r1.has("eth1") && !r1.has("eth2")
+    });
+    assert!(let_go, "n1:\n{}", n1.log());
+    assert_eq!(n1.wire_state("r1", 0).as_deref(), Some("pending"));
+    register_node(&server, "kn2", &underlay_ip(1));
+    let back = eventually(Duration::from_secs(15), || r1.has("eth1") && r1.has("eth2"));
+    assert!(back, "n1:\n{}\nn2:\n{}", n1.log(), n2.log());
+    assert!(ping(&r1.ns, "10.0.0.2", 2).unwrap(), "n1:\n{}", n1.log());
 
     // Killed, its state directory emptied, restarted: every wire comes back from the API.
     n2.stop();

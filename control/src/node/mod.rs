@@ -101,17 +101,32 @@ impl Node {
     /// them. The calling thread's network namespace is the node's.
     pub fn start(config: DaemonConfig) -> Result<Node, StartError> {
         let store: Box<dyn NodeStore> = match config.topology.source.as_str() {
-            "kubernetes" => Box::new(KubeStore::open(
-                &config.node_name,
-                &config.node_address.ip().to_string(),
-                config.topology.kube_settings(),
-            )?),
+            "kubernetes" => {
+                let mut settings = config.topology.kube_settings();
+                settings.peer_port = config.node_address.port();
+                if config.certs.is_some() {
+                    // Files named in the configuration win over the cluster's CA.
+                    settings.ca_secret.clear();
+                }
+                Box::new(KubeStore::open(
+                    &config.node_name,
+                    &config.node_address.ip().to_string(),
+                    settings,
+                )?)
+            }
             _ => Box::new(EmbeddedStore::open(&config.state_dir)?),
         };
         let node_ns = NetnsFd::current()?;
-        let fastpath = match &config.certs {
+        let identity = match &config.certs {
+            Some(certs) => Some(
+                NodeIdentity::load(&config.node_name, &certs.cert, &certs.key, &certs.ca)
+                    .map_err(|e| StartError::Fastpath(format!("node identity: {e}")))?,
+            ),
+            None => store.node_identity()?,
+        };
+        let fastpath = match identity {
             None => None,
-            Some(certs) => Some(start_fastpath(&config, certs)?),
+            Some(identity) => Some(start_fastpath(&config, identity)?),
         };
         let mut node = Node {
             config,
@@ -130,6 +145,7 @@ impl Node {
         // A start that finds records is a restart: this pass re-attaches to what the last
         // run made. What it cannot do now (a peer not up yet) a later pass or the peer's
         // Sync finishes.
+        node.pump_membership();
         let started = std::time::Instant::now();
         match node.reconcile() {
             Ok(done) => tracing::info!(
@@ -224,13 +240,8 @@ impl Node {
     }
 }
 
-fn start_fastpath(
-    config: &DaemonConfig,
-    certs: &crate::config::CertPaths,
-) -> Result<Fastpath, StartError> {
+fn start_fastpath(config: &DaemonConfig, identity: NodeIdentity) -> Result<Fastpath, StartError> {
     let fail = |what: &str, e: &dyn std::fmt::Display| StartError::Fastpath(format!("{what}: {e}"));
-    let identity = NodeIdentity::load(&config.node_name, &certs.cert, &certs.key, &certs.ca)
-        .map_err(|e| fail("node identity", &e))?;
     let worker = Worker::spawn(WorkerConfig {
         core: config.data_cores.first().copied(),
         busy_poll: config.busy_poll,

@@ -370,3 +370,66 @@ impl Node {
         }
     }
 }
+
+impl Node {
+    /// Follows the cluster's nodes (where the store watches them): a node that joined is
+    /// declared to the fast path (or its address updated), one that left is retired and
+    /// the ends joined to its pods go back to pending. Says whether anything changed.
+    pub fn pump_membership(&mut self) -> bool {
+        let changes = self.store.take_peer_changes();
+        if changes.is_empty() {
+            return false;
+        }
+        let Some(fastpath) = &mut self.fastpath else {
+            tracing::warn!("nodes joined or left, but this node has no certificate for peers");
+            return true;
+        };
+        let mut left = Vec::new();
+        for change in changes {
+            match change {
+                crate::store::PeerChange::Joined { name, address } => {
+                    match fastpath.worker.add_peer(&name, address, Carrier::Datagram) {
+                        Ok(id) => {
+                            if fastpath.peers.insert(name.clone(), id).is_none() {
+                                tracing::info!(peer = %name, %address, "node joined");
+                            }
+                            fastpath.addresses.insert(name, address.to_string());
+                        }
+                        Err(e) => tracing::warn!(peer = %name, "declaring a node that joined: {e}"),
+                    }
+                }
+                crate::store::PeerChange::Left { name } => {
+                    let Some(id) = fastpath.peers.get(&name).copied() else {
+                        continue;
+                    };
+                    tracing::info!(peer = %name, "node left");
+                    if let Err(e) = fastpath.worker.retire_peer(id) {
+                        tracing::warn!(peer = %name, "retiring a node that left: {e}");
+                    }
+                    left.push(name);
+                }
+            }
+        }
+        for name in left {
+            let mut gone: HashSet<WireKey> = self
+                .remote_ends
+                .iter()
+                .filter(|(_, end)| end.node == name)
+                .map(|(key, _)| key.clone())
+                .collect();
+            gone.extend(
+                self.store
+                    .wires()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|w| w.peer_node.as_deref() == Some(name.as_str()))
+                    .map(|w| WireKey {
+                        namespace: w.topo_namespace,
+                        link_uid: w.link_uid,
+                    }),
+            );
+            self.far_ends_gone(&name, &gone);
+        }
+        true
+    }
+}

@@ -129,9 +129,36 @@ pub trait TopologySource {
     fn report_pod(&self, _report: &PodReport) {}
 }
 
+/// A change in the cluster's nodes, as a node's peers see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerChange {
+    /// A node to share wires with, at this address (new, or moved).
+    Joined {
+        name: String,
+        address: std::net::SocketAddr,
+    },
+    /// The node left the cluster.
+    Left { name: String },
+}
+
+/// Who the node's peers are and who it is, where the store knows (a cluster's Node
+/// objects and CA Secret); the embedded store knows neither, and the configuration says.
+pub trait Membership {
+    /// Nodes that joined or left since the last call; the first call lists every node.
+    fn take_peer_changes(&self) -> Vec<PeerChange> {
+        Vec::new()
+    }
+    /// This node's certificate, key and CA, when the store issues them.
+    fn node_identity(&self) -> Result<Option<xwire_fastpath::peer::NodeIdentity>, StoreError> {
+        Ok(None)
+    }
+}
+
+impl Membership for EmbeddedStore {}
+
 /// What a node keeps: its wires and attachments, and the topologies its links come from.
 /// The node holds its store as this trait object, so that a second backend (Kubernetes
-/// objects) takes nothing more than an implementation of the two traits.
-pub trait NodeStore: WireStore + TopologySource + Send {}
+/// objects) takes nothing more than an implementation of these traits.
+pub trait NodeStore: WireStore + TopologySource + Membership + Send {}
 
-impl<T: WireStore + TopologySource + Send> NodeStore for T {}
+impl<T: WireStore + TopologySource + Membership + Send> NodeStore for T {}

@@ -9,6 +9,7 @@
 //! replaced with its resourceVersion and retried on a conflict.
 
 mod gwire;
+mod membership;
 mod status;
 
 use std::collections::BTreeMap;
@@ -28,7 +29,7 @@ use kube::Client;
 pub use status::PodReport;
 
 use self::gwire::NamespaceRecords;
-use super::{AttachmentRecord, StoreError, TopologySource, WireRecord, WireStore};
+use super::{AttachmentRecord, PeerChange, StoreError, TopologySource, WireRecord, WireStore};
 use crate::topology::{self, Topology};
 
 /// Where the API server is and which namespaces are wired (`[topology]` in
@@ -38,6 +39,13 @@ pub struct KubeSettings {
     pub kubeconfig: Option<PathBuf>,
     pub namespace_label: String,
     pub sync_timeout_secs: u64,
+    /// `namespace/name` of the Secret with the cluster CA; empty: the node's certificate
+    /// comes from `[certs]` files.
+    pub ca_secret: String,
+    /// Peers are the other Node objects; false: only `[[peers]]` from the file.
+    pub discover_peers: bool,
+    /// The UDP port every node's peers listen on (this node's own).
+    pub peer_port: u16,
 }
 
 impl Default for KubeSettings {
@@ -46,6 +54,9 @@ impl Default for KubeSettings {
             kubeconfig: None,
             namespace_label: "xwire.dev/wire".into(),
             sync_timeout_secs: 30,
+            ca_secret: "xwire-system/xwire-ca".into(),
+            discover_peers: true,
+            peer_port: 7470,
         }
     }
 }
@@ -69,6 +80,8 @@ pub struct KubeStore {
     records: Mutex<BTreeMap<String, NamespaceRecords>>,
     /// Topology objects changed in the API since the node last asked, as `ns/name`.
     changed: Arc<Mutex<Vec<String>>>,
+    /// Nodes that joined or left since the node last asked.
+    peer_changes: Arc<Mutex<Vec<PeerChange>>>,
     /// API requests made (for the scale figures: requests per pod).
     requests: std::sync::atomic::AtomicU64,
 }
@@ -155,6 +168,7 @@ impl KubeStore {
             namespaces,
             records: Mutex::new(BTreeMap::new()),
             changed,
+            peer_changes: Arc::new(Mutex::new(Vec::new())),
             requests: Default::default(),
             settings,
             runtime,
@@ -171,6 +185,26 @@ impl KubeStore {
             .runtime
             .block_on(async { tokio::time::timeout(timeout, ready).await })
             .map_err(|_| backend(format!("no list of Topology objects within {timeout:?}")))??;
+        if store.settings.discover_peers {
+            // The first list of nodes is in before the node starts: its first pass
+            // already knows every peer.
+            let listed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            membership::watch_nodes(
+                &store,
+                store.settings.peer_port,
+                store.peer_changes.clone(),
+                listed.clone(),
+            );
+            let deadline = std::time::Instant::now() + timeout;
+            while !listed.load(std::sync::atomic::Ordering::Acquire) {
+                if std::time::Instant::now() > deadline {
+                    return Err(backend(format!(
+                        "no list of Node objects within {timeout:?}"
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         store.load_records()?;
         // The first list's objects are not changes.
         store.changed.lock().expect("not poisoned").clear();

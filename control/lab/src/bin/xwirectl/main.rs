@@ -59,6 +59,20 @@ enum NodeCommand {
         #[arg(required = true)]
         nodes: Vec<String>,
     },
+    /// Prints a Kubernetes Secret holding a new cluster CA (ca.crt, ca.key), for
+    /// `kubectl apply -f -`. Each xwired of the cluster issues its own node certificate
+    /// from it at start. To rotate, give the CA in use with --also-trust: ca.crt then
+    /// holds the new certificate first and the old one after it, so that nodes on either
+    /// CA keep trusting each other while the DaemonSet rolls.
+    CaSecret {
+        #[arg(long, default_value = "xwire-system")]
+        namespace: String,
+        #[arg(long, default_value = "xwire-ca")]
+        name: String,
+        /// A PEM file of CA certificates to keep trusting (the current ca.crt).
+        #[arg(long)]
+        also_trust: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -138,6 +152,31 @@ fn node_command(socket: &Path, command: NodeCommand) -> anyhow::Result<()> {
             Ok(())
         }
         NodeCommand::Certs { out, nodes } => certs(&out, &nodes),
+        NodeCommand::CaSecret {
+            namespace,
+            name,
+            also_trust,
+        } => {
+            let ca = ClusterCa::generate("xwire cluster CA")?;
+            let mut trusted = ca.cert_pem();
+            if let Some(path) = also_trust {
+                let old = std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                if !old.contains("-----BEGIN CERTIFICATE-----") {
+                    bail!("{} holds no PEM certificate", path.display());
+                }
+                trusted.push_str(&old);
+            }
+            let secret = serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": name, "namespace": namespace},
+                "type": "Opaque",
+                "stringData": {"ca.crt": trusted, "ca.key": ca.key_pem()},
+            });
+            print!("{}", serde_yaml_ng::to_string(&secret)?);
+            Ok(())
+        }
     }
 }
 
