@@ -207,6 +207,9 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
     assert_eq!(status["net_ns"], r2.netns());
     assert_eq!(status["container_id"], r2.container.as_str());
     let gwire = get(&server, "gwirekobjs", "GWireKObj", lab, "kn1").expect("kn1's GWireKObj");
+    // Owned by its Node: the cluster's garbage collector takes it with the node.
+    let owner = &gwire.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Node", "kn1"));
     assert_eq!(gwire.data["spec"]["uids"], json!([0, 1]));
     let items = gwire.data["status"]["grpcWireItems"].as_array().unwrap();
     assert_eq!(items.len(), 2);

@@ -42,14 +42,27 @@ impl NamespaceRecords {
     }
 }
 
-/// The object without its status: what creates it and owns its `spec`.
-pub fn object(node: &str, namespace: &str, records: &NamespaceRecords) -> Value {
-    json!({
+/// The object without its status: what creates it and owns its `spec`. `node_uid` is
+/// the Node object's uid, when there is one: the object is then owned by the Node, and
+/// the cluster's garbage collector deletes it with the node.
+pub fn object(
+    node: &str,
+    node_uid: Option<&str>,
+    namespace: &str,
+    records: &NamespaceRecords,
+) -> Value {
+    let mut object = json!({
         "apiVersion": format!("{GROUP}/{VERSION}"),
         "kind": KIND,
         "metadata": {"name": node, "namespace": namespace, "labels": {NODE_LABEL: node}},
         "spec": {"uids": records.uids()},
-    })
+    });
+    if let Some(uid) = node_uid {
+        object["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": "v1", "kind": "Node", "name": node, "uid": uid,
+        }]);
+    }
+    object
 }
 
 /// The object's status (for the status subresource).
@@ -209,10 +222,11 @@ mod tests {
         let (read, bad) = super::records(&object);
         assert!(bad.is_empty());
         assert_eq!(read, written);
-        assert_eq!(
-            super::object("n1", "lab", &written)["spec"]["uids"],
-            json!([0, 3])
-        );
+        let object = super::object("n1", Some("u-1"), "lab", &written);
+        assert_eq!(object["spec"]["uids"], json!([0, 3]));
+        assert_eq!(object["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        let unowned = super::object("n1", None, "lab", &written);
+        assert!(unowned["metadata"].get("ownerReferences").is_none());
     }
 
     #[test]

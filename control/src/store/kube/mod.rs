@@ -70,6 +70,9 @@ pub struct KubeStore {
     node: String,
     /// This node's address, written as the `src_ip` of its pods' Topology status.
     node_ip: String,
+    /// The uid of this node's Node object, the owner of its GWireKObj objects; none
+    /// where there is no Node object of that name.
+    node_uid: Option<String>,
     settings: KubeSettings,
     topology_resource: ApiResource,
     gwire_resource: ApiResource,
@@ -158,10 +161,11 @@ impl KubeStore {
             });
         }
 
-        let store = KubeStore {
+        let mut store = KubeStore {
             client,
             node: node.to_owned(),
             node_ip: node_ip.to_owned(),
+            node_uid: None,
             topology_resource,
             gwire_resource,
             topologies,
@@ -205,6 +209,7 @@ impl KubeStore {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
+        store.node_uid = store.find_node_uid()?;
         store.load_records()?;
         // The first list's objects are not changes.
         store.changed.lock().expect("not poisoned").clear();
@@ -219,6 +224,15 @@ impl KubeStore {
     /// API requests this store has made (the watches' own are not counted).
     pub fn requests(&self) -> u64 {
         self.requests.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn find_node_uid(&self) -> Result<Option<String>, StoreError> {
+        let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        self.count(1);
+        match self.runtime.block_on(api.get_opt(&self.node)) {
+            Ok(node) => Ok(node.and_then(|n| n.metadata.uid)),
+            Err(e) => Err(backend(format!("Node {}: {e}", self.node))),
+        }
     }
 
     fn load_records(&self) -> Result<(), StoreError> {
@@ -256,7 +270,7 @@ impl KubeStore {
                     other => other.map(|_| ()),
                 };
             }
-            let object = gwire::object(&self.node, namespace, records);
+            let object = gwire::object(&self.node, self.node_uid.as_deref(), namespace, records);
             let status = gwire::status(&self.node, namespace, records);
             self.count(2);
             api.patch(&self.node, &params, &Patch::Apply(&object))
