@@ -95,45 +95,59 @@ fn deregister_node(server: &ApiServer, name: &str) {
         .unwrap();
 }
 
-const NAMES: [&str; 2] = ["kn1", "kn2"];
+/// The nodes of one test: their names, and the third octet of their underlay /24 (the
+/// tests of this file run at once, each with its own).
+#[derive(Clone, Copy)]
+struct Nodes {
+    names: [&'static str; 2],
+    subnet: u8,
+}
+
+impl Nodes {
+    fn underlay_ip(self, i: usize) -> String {
+        format!("10.252.{}.{}", self.subnet, i + 1)
+    }
+}
+
+const NODES: Nodes = Nodes {
+    names: ["kn1", "kn2"],
+    subnet: 7,
+};
 
 fn underlay_ip(i: usize) -> String {
-    format!("10.252.7.{}", i + 1)
+    NODES.underlay_ip(i)
 }
 
 /// Two node namespaces joined by an underlay, each reaching the API server over a veth
 /// of its own. Each daemon runs the Kubernetes backend with the ServiceAccount's token:
 /// no certificate files and no peers in its configuration; it issues its certificate
 /// from the CA Secret and finds its peers in the Node objects.
-fn kube_nodes(server: &ApiServer) -> (Node, Node) {
-    let (ns_a, ns_b) = (Netns::new(NAMES[0]).unwrap(), Netns::new(NAMES[1]).unwrap());
+fn kube_nodes(server: &ApiServer, nodes: Nodes) -> (Node, Node) {
+    let names = nodes.names;
+    let (ns_a, ns_b) = (Netns::new(names[0]).unwrap(), Netns::new(names[1]).unwrap());
     let underlay = Veth::new(&ns_a, &ns_b).unwrap();
-    ns_a.add_address(underlay.a_name(), "10.252.7.1/24")
-        .unwrap();
-    ns_b.add_address(underlay.b_name(), "10.252.7.2/24")
-        .unwrap();
+    let cidr = |i: usize| format!("{}/24", nodes.underlay_ip(i));
+    ns_a.add_address(underlay.a_name(), &cidr(0)).unwrap();
+    ns_b.add_address(underlay.b_name(), &cidr(1)).unwrap();
     underlay.set_up().unwrap();
     std::mem::forget(underlay); // the namespaces take it with them
-    let mut nodes = Vec::new();
+    let mut started = Vec::new();
     for (i, ns) in [ns_a, ns_b].into_iter().enumerate() {
-        let host_ip = reach_from(&ns, i as u8);
+        let host_ip = reach_from(&ns, nodes.subnet * 2 + i as u8);
         let kubeconfig = server.service_account_kubeconfig("xwire-system", "xwired", &host_ip);
         let extra = format!(
             "node_address = \"{}:7470\"\n[topology]\nsource = \"kubernetes\"\nkubeconfig = \"{}\"\n",
-            underlay_ip(i),
+            nodes.underlay_ip(i),
             kubeconfig.display()
         );
-        nodes.push(support::start_node_in(ns, NAMES[i], &extra));
+        started.push(support::start_node_in(ns, names[i], &extra));
     }
-    let b = nodes.pop().unwrap();
-    (nodes.pop().unwrap(), b)
+    let b = started.pop().unwrap();
+    (started.pop().unwrap(), b)
 }
 
-#[test]
-fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
-    let Some(server) = server_or_skip() else {
-        return;
-    };
+/// The CRDs, the deploy manifests (dry run first), the CA Secret and the Node objects.
+fn install(server: &ApiServer, nodes: Nodes) {
     for file in [
         "crds/topologies.networkop.co.uk.yaml",
         "crds/gwirekobjs.networkop.co.uk.yaml",
@@ -159,9 +173,17 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
     server
         .apply(&String::from_utf8(secret.stdout).unwrap(), false)
         .unwrap();
-    for (i, name) in NAMES.iter().enumerate() {
-        register_node(&server, name, &underlay_ip(i));
+    for (i, name) in nodes.names.iter().enumerate() {
+        register_node(server, name, &nodes.underlay_ip(i));
     }
+}
+
+#[test]
+fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
+    let Some(server) = server_or_skip() else {
+        return;
+    };
+    install(&server, NODES);
     let lab = "kube-lab";
     apply_json(
         &server,
@@ -184,7 +206,7 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
         ],
     );
 
-    let (n1, mut n2) = kube_nodes(&server);
+    let (n1, mut n2) = kube_nodes(&server, NODES);
     let config = |node: &Node, ns: &str| {
         let mut c = node.net_config("1.0.0");
         c["namespace"] = json!(ns);
@@ -280,4 +302,121 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
     }
     assert!(get(&server, "gwirekobjs", "GWireKObj", lab, "kn1").is_none());
     assert!(get(&server, "gwirekobjs", "GWireKObj", lab, "kn2").is_none());
+}
+
+/// A KNE lab as KNE writes it: one Topology per lab node named after it, in a namespace
+/// named after the lab, uids from 0, addresses empty, eth0 never linked. r1 and r3 share
+/// a node; r2 is on the other.
+const KNE_LAB: &str = r#"
+apiVersion: networkop.co.uk/v1beta1
+kind: Topology
+metadata: {name: r1, namespace: kne-lab, labels: {topo: kne-lab}}
+spec:
+  links:
+  - {uid: 0, peer_pod: r2, local_intf: eth1, peer_intf: eth1, local_ip: "", peer_ip: ""}
+  - {uid: 2, peer_pod: r3, local_intf: eth2, peer_intf: eth2, local_ip: "", peer_ip: ""}
+---
+apiVersion: networkop.co.uk/v1beta1
+kind: Topology
+metadata: {name: r2, namespace: kne-lab, labels: {topo: kne-lab}}
+spec:
+  links:
+  - {uid: 0, peer_pod: r1, local_intf: eth1, peer_intf: eth1, local_ip: "", peer_ip: ""}
+  - {uid: 1, peer_pod: r3, local_intf: eth2, peer_intf: eth1, local_ip: "", peer_ip: ""}
+---
+apiVersion: networkop.co.uk/v1beta1
+kind: Topology
+metadata: {name: r3, namespace: kne-lab, labels: {topo: kne-lab}}
+spec:
+  links:
+  - {uid: 1, peer_pod: r2, local_intf: eth1, peer_intf: eth2, local_ip: "", peer_ip: ""}
+  - {uid: 2, peer_pod: r1, local_intf: eth2, peer_intf: eth2, local_ip: "", peer_ip: ""}
+"#;
+
+/// What a wire record says that does not depend on where it runs: pod, uid, interface,
+/// peer pod, kind of wire.
+fn wire_shapes(nodes: [&Node; 2]) -> Vec<String> {
+    let mut shapes: Vec<String> = nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, node)| {
+            node.state().wires.into_iter().map(move |w| {
+                format!(
+                    "node{i} {} uid {} {} -> {} {} ip {}",
+                    w["local_pod_name"].as_str().unwrap(),
+                    w["link_uid"],
+                    w["local_pod_ifname"].as_str().unwrap(),
+                    w["peer_pod"].as_str().unwrap(),
+                    w["state"].as_str().unwrap(),
+                    w["local_pod_ip"],
+                )
+            })
+        })
+        .collect();
+    shapes.sort();
+    shapes
+}
+
+#[test]
+fn kne_objects_make_the_same_wires_through_xwirectl_and_through_the_api_server() {
+    let Some(server) = server_or_skip() else {
+        return;
+    };
+    let nodes = Nodes {
+        names: ["kk1", "kk2"],
+        subnet: 8,
+    };
+    install(&server, nodes);
+    apply_json(
+        &server,
+        &[json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "kne-lab", "labels": {"xwire.dev/wire": "enabled"}}})],
+    );
+    server.apply(KNE_LAB, false).unwrap();
+    let (k1, k2) = kube_nodes(&server, nodes);
+
+    // The same objects through `xwirectl topology apply`, on two nodes with the
+    // embedded store.
+    let certs = support::TempDir::new("kne-certs");
+    let (e1, e2) = support::two_nodes(&certs);
+    let file = certs.0.join("kne-lab.yaml");
+    std::fs::write(&file, KNE_LAB).unwrap();
+    for node in [&e1, &e2] {
+        let applied = std::process::Command::new(support::xwirectl_bin())
+            .arg("--socket")
+            .arg(&node.socket)
+            .args(["topology", "apply"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            applied.status.success(),
+            "{}",
+            String::from_utf8_lossy(&applied.stderr)
+        );
+    }
+
+    let mut pods = Vec::new();
+    for (first, second) in [(&k1, &k2), (&e1, &e2)] {
+        let config = |node: &Node| {
+            let mut c = node.net_config("1.0.0");
+            c["namespace"] = json!("kne-lab");
+            c
+        };
+        let (r1, r2, r3) = (Pod::new("r1"), Pod::new("r2"), Pod::new("r3"));
+        for (pod, node) in [(&r1, first), (&r2, second), (&r3, first)] {
+            let added = call(pod, "ADD", &config(node));
+            assert_eq!(added.code, 0, "{}\n{}", added.output, node.log());
+            // eth0 is the primary plugin's: xwire never touches it.
+            assert!(!pod.has("eth0"));
+        }
+        let wired = eventually(Duration::from_secs(15), || {
+            r1.has("eth1") && r1.has("eth2") && r2.has("eth1") && r2.has("eth2") && r3.has("eth1")
+        });
+        assert!(wired, "{}\n{}", first.log(), second.log());
+        pods.push((r1, r2, r3));
+    }
+    let through_api = wire_shapes([&k1, &k2]);
+    assert_eq!(through_api.len(), 6, "{through_api:#?}");
+    assert_eq!(through_api, wire_shapes([&e1, &e2]));
 }
