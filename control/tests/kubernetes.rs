@@ -10,16 +10,11 @@ use std::time::Duration;
 
 use kube::api::{Api, DynamicObject};
 use serde_json::{json, Value};
-use support::apiserver::{reach_from, ApiServer};
+use support::apiserver::{
+    self, apply_objects, deregister_node, kne_topology, register_node, ApiServer, Nodes,
+};
 use support::{call, eventually, Node, Pod};
 use xwire_testbed::checks::ping;
-use xwire_testbed::{Netns, Veth};
-
-const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
-
-fn deploy(file: &str) -> String {
-    std::fs::read_to_string(format!("{DEPLOY}/{file}")).unwrap()
-}
 
 fn server_or_skip() -> Option<ApiServer> {
     match ApiServer::start() {
@@ -33,24 +28,22 @@ fn server_or_skip() -> Option<ApiServer> {
 
 /// KNE's shape: one object per pod, uids from 0, empty addresses where there are none.
 fn topology(ns: &str, pod: &str, peer: &str, links: &[(u64, &str, &str)]) -> Value {
-    json!({
-        "apiVersion": "networkop.co.uk/v1beta1",
-        "kind": "Topology",
-        "metadata": {"name": pod, "namespace": ns},
-        "spec": {"links": links.iter().map(|(uid, local_ip, peer_ip)| json!({
-            "uid": uid, "peer_pod": peer,
-            "local_intf": format!("eth{}", uid + 1), "peer_intf": format!("eth{}", uid + 1),
-            "local_ip": local_ip, "peer_ip": peer_ip,
-        })).collect::<Vec<_>>()},
-    })
+    let links: Vec<(u64, &str, String, String, &str, &str)> = links
+        .iter()
+        .map(|(uid, local_ip, peer_ip)| {
+            let ifname = format!("eth{}", uid + 1);
+            (*uid, peer, ifname.clone(), ifname, *local_ip, *peer_ip)
+        })
+        .collect();
+    let borrowed: Vec<(u64, &str, &str, &str, &str, &str)> = links
+        .iter()
+        .map(|(u, p, l, r, a, b)| (*u, *p, l.as_str(), r.as_str(), *a, *b))
+        .collect();
+    kne_topology(ns, pod, &borrowed)
 }
 
 fn apply_json(server: &ApiServer, objects: &[Value]) {
-    let yaml: Vec<String> = objects
-        .iter()
-        .map(|o| serde_json::to_string(o).unwrap())
-        .collect();
-    server.apply(&yaml.join("\n---\n"), false).unwrap();
+    apply_objects(server, objects);
 }
 
 fn get(
@@ -68,47 +61,6 @@ fn get(
     server.runtime.block_on(api.get_opt(name)).unwrap()
 }
 
-/// A Node object as a kubelet would register it: its InternalIP in status.
-fn register_node(server: &ApiServer, name: &str, ip: &str) {
-    use k8s_openapi::api::core::v1::Node as KubeNode;
-    let api: Api<KubeNode> = Api::all(server.client.clone());
-    let node: KubeNode = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
-    }))
-    .unwrap();
-    server.runtime.block_on(async {
-        api.create(&Default::default(), &node).await.unwrap();
-        let status = json!({"status": {"addresses": [
-            {"type": "Hostname", "address": name}, {"type": "InternalIP", "address": ip}]}});
-        api.patch_status(name, &Default::default(), &kube::api::Patch::Merge(&status))
-            .await
-            .unwrap();
-    });
-}
-
-fn deregister_node(server: &ApiServer, name: &str) {
-    use k8s_openapi::api::core::v1::Node as KubeNode;
-    let api: Api<KubeNode> = Api::all(server.client.clone());
-    server
-        .runtime
-        .block_on(api.delete(name, &Default::default()))
-        .unwrap();
-}
-
-/// The nodes of one test: their names, and the third octet of their underlay /24 (the
-/// tests of this file run at once, each with its own).
-#[derive(Clone, Copy)]
-struct Nodes {
-    names: [&'static str; 2],
-    subnet: u8,
-}
-
-impl Nodes {
-    fn underlay_ip(self, i: usize) -> String {
-        format!("10.252.{}.{}", self.subnet, i + 1)
-    }
-}
-
 const NODES: Nodes = Nodes {
     names: ["kn1", "kn2"],
     subnet: 7,
@@ -118,64 +70,22 @@ fn underlay_ip(i: usize) -> String {
     NODES.underlay_ip(i)
 }
 
-/// Two node namespaces joined by an underlay, each reaching the API server over a veth
-/// of its own. Each daemon runs the Kubernetes backend with the ServiceAccount's token:
-/// no certificate files and no peers in its configuration; it issues its certificate
-/// from the CA Secret and finds its peers in the Node objects.
-fn kube_nodes(server: &ApiServer, nodes: Nodes) -> (Node, Node) {
-    let names = nodes.names;
-    let (ns_a, ns_b) = (Netns::new(names[0]).unwrap(), Netns::new(names[1]).unwrap());
-    let underlay = Veth::new(&ns_a, &ns_b).unwrap();
-    let cidr = |i: usize| format!("{}/24", nodes.underlay_ip(i));
-    ns_a.add_address(underlay.a_name(), &cidr(0)).unwrap();
-    ns_b.add_address(underlay.b_name(), &cidr(1)).unwrap();
-    underlay.set_up().unwrap();
-    std::mem::forget(underlay); // the namespaces take it with them
-    let mut started = Vec::new();
-    for (i, ns) in [ns_a, ns_b].into_iter().enumerate() {
-        let host_ip = reach_from(&ns, nodes.subnet * 2 + i as u8);
-        let kubeconfig = server.service_account_kubeconfig("xwire-system", "xwired", &host_ip);
-        let extra = format!(
-            "node_address = \"{}:7470\"\n[topology]\nsource = \"kubernetes\"\nkubeconfig = \"{}\"\n",
-            nodes.underlay_ip(i),
-            kubeconfig.display()
-        );
-        started.push(support::start_node_in(ns, names[i], &extra));
-    }
-    let b = started.pop().unwrap();
-    (started.pop().unwrap(), b)
-}
-
-/// The CRDs, the deploy manifests (dry run first), the CA Secret and the Node objects.
-fn install(server: &ApiServer, nodes: Nodes) {
-    for file in [
-        "crds/topologies.networkop.co.uk.yaml",
-        "crds/gwirekobjs.networkop.co.uk.yaml",
-    ] {
-        server.apply(&deploy(file), false).unwrap();
-    }
-    server.wait_for_crds();
-    // Server-side dry runs of the manifests (their namespace must exist for them).
-    server.apply(&deploy("namespace.yaml"), true).unwrap();
-    server.apply(&deploy("namespace.yaml"), false).unwrap();
-    for file in ["rbac.yaml", "daemonset.yaml"] {
-        server
-            .apply(&deploy(file), true)
-            .unwrap_or_else(|e| panic!("{file}: dry run: {e}"));
-    }
-    server.apply(&deploy("rbac.yaml"), false).unwrap();
-    // The cluster CA, as deploy/README.md makes it.
-    let secret = std::process::Command::new(support::xwirectl_bin())
+/// What `xwirectl ca-secret` prints: the cluster CA, as deploy/README.md makes it.
+fn ca_secret() -> String {
+    let out = std::process::Command::new(support::xwirectl_bin())
         .arg("ca-secret")
         .output()
         .unwrap();
-    assert!(secret.status.success());
-    server
-        .apply(&String::from_utf8(secret.stdout).unwrap(), false)
-        .unwrap();
-    for (i, name) in nodes.names.iter().enumerate() {
-        register_node(server, name, &nodes.underlay_ip(i));
-    }
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn install(server: &ApiServer, nodes: Nodes) {
+    apiserver::install(server, nodes, &ca_secret());
+}
+
+fn kube_nodes(server: &ApiServer, nodes: Nodes) -> (Node, Node) {
+    apiserver::kube_nodes(server, &support::xwired(), nodes, "")
 }
 
 #[test]

@@ -129,6 +129,10 @@ pub struct NodeState {
     /// came from a node that does not run the far end's pod).
     #[serde(default)]
     pub refused_claims: u64,
+    /// Requests the node's store made to its backend's server (the Kubernetes API
+    /// server; the embedded store makes none), watches aside.
+    #[serde(default)]
+    pub store_requests: u64,
 }
 
 /// An interface the daemon made, in the CNI result's shape.

@@ -188,6 +188,7 @@ impl Node {
             attachments: self.store.attachments()?.iter().map(to_json).collect(),
             wires: self.store.wires()?.iter().map(to_json).collect(),
             refused_claims: self.refused_claims,
+            store_requests: self.store.requests(),
         })
     }
 

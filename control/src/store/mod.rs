@@ -148,6 +148,10 @@ pub trait Membership {
     fn take_peer_changes(&self) -> Vec<PeerChange> {
         Vec::new()
     }
+    /// Requests made to the store's server so far (watches aside).
+    fn requests(&self) -> u64 {
+        0
+    }
     /// This node's certificate, key and CA, when the store issues them.
     fn node_identity(&self) -> Result<Option<xwire_fastpath::peer::NodeIdentity>, StoreError> {
         Ok(None)

@@ -2,7 +2,8 @@
 //! this build's binaries, and topologies the tests share.
 #![allow(dead_code)] // each test file uses its own part of this
 
-pub mod apiserver;
+#[allow(unused_imports)]
+pub use xwire_testbed::apiserver;
 pub mod podman;
 
 use std::path::PathBuf;

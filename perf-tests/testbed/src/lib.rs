@@ -19,6 +19,8 @@
 //! # Ok::<(), xwire_testbed::Error>(())
 //! ```
 
+#[cfg(feature = "kube")]
+pub mod apiserver;
 pub mod checks;
 pub mod cluster;
 mod error;

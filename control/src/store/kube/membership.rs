@@ -134,6 +134,10 @@ pub(super) fn issue_identity(store: &KubeStore, secret: &str) -> Result<NodeIden
 }
 
 impl Membership for KubeStore {
+    fn requests(&self) -> u64 {
+        self.requests.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn take_peer_changes(&self) -> Vec<PeerChange> {
         std::mem::take(&mut *self.peer_changes.lock().expect("not poisoned"))
     }

@@ -221,11 +221,6 @@ impl KubeStore {
             .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// API requests this store has made (the watches' own are not counted).
-    pub fn requests(&self) -> u64 {
-        self.requests.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
     fn find_node_uid(&self) -> Result<Option<String>, StoreError> {
         let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
         self.count(1);

@@ -1,4 +1,4 @@
-//! A real `kube-apiserver` and `etcd` for the Kubernetes-mode tests, found as envtest
+//! A real `kube-apiserver` and `etcd` for the Kubernetes-mode tests and perf scenarios, found as envtest
 //! finds them: in `KUBEBUILDER_ASSETS`, else on PATH. Neither is faked; when one is
 //! missing, `ApiServer::start` says why, and the test reports itself skipped.
 //!
@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::Client;
-use xwire_testbed::cluster::TempDir;
-use xwire_testbed::{ChildGuard, Netns};
+use serde_json::{json, Value};
+
+use crate::cluster::{Node, TempDir};
+use crate::{ChildGuard, Netns, Veth};
 
 pub struct ApiServer {
     // Dropped in this order: the server before its etcd.
@@ -363,4 +365,129 @@ async fn client_from(path: &Path) -> Client {
         .await
         .unwrap();
     Client::try_from(config).unwrap()
+}
+
+/// The xwire manifests in deploy/.
+pub fn deploy(file: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy")
+        .join(file);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A Node object as a kubelet would register it: its InternalIP in status.
+pub fn register_node(server: &ApiServer, name: &str, ip: &str) {
+    use k8s_openapi::api::core::v1::Node as KubeNode;
+    let api: Api<KubeNode> = Api::all(server.client.clone());
+    let node: KubeNode = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}),
+    )
+    .unwrap();
+    server.runtime.block_on(async {
+        api.create(&Default::default(), &node).await.unwrap();
+        let status = json!({"status": {"addresses": [
+            {"type": "Hostname", "address": name}, {"type": "InternalIP", "address": ip}]}});
+        api.patch_status(name, &Default::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+    });
+}
+
+pub fn deregister_node(server: &ApiServer, name: &str) {
+    use k8s_openapi::api::core::v1::Node as KubeNode;
+    let api: Api<KubeNode> = Api::all(server.client.clone());
+    server
+        .runtime
+        .block_on(api.delete(name, &Default::default()))
+        .unwrap();
+}
+
+/// The nodes of one cluster: their names, and the third octet of their underlay /24
+/// (clusters that run at once each take their own).
+#[derive(Debug, Clone, Copy)]
+pub struct Nodes {
+    pub names: [&'static str; 2],
+    pub subnet: u8,
+}
+
+impl Nodes {
+    pub fn underlay_ip(self, i: usize) -> String {
+        format!("10.252.{}.{}", self.subnet, i + 1)
+    }
+}
+
+/// The CRDs, the deploy manifests (each checked by a server-side dry run first), the CA
+/// Secret (`ca_secret`: what `xwirectl ca-secret` prints) and the Node objects.
+pub fn install(server: &ApiServer, nodes: Nodes, ca_secret: &str) {
+    for file in [
+        "crds/topologies.networkop.co.uk.yaml",
+        "crds/gwirekobjs.networkop.co.uk.yaml",
+    ] {
+        server.apply(&deploy(file), false).unwrap();
+    }
+    server.wait_for_crds();
+    // The manifests' namespace must exist for their dry run.
+    server.apply(&deploy("namespace.yaml"), true).unwrap();
+    server.apply(&deploy("namespace.yaml"), false).unwrap();
+    for file in ["rbac.yaml", "daemonset.yaml"] {
+        server
+            .apply(&deploy(file), true)
+            .unwrap_or_else(|e| panic!("{file}: dry run: {e}"));
+    }
+    server.apply(&deploy("rbac.yaml"), false).unwrap();
+    server.apply(ca_secret, false).unwrap();
+    for (i, name) in nodes.names.iter().enumerate() {
+        register_node(server, name, &nodes.underlay_ip(i));
+    }
+}
+
+/// Two node namespaces joined by an underlay, each reaching the API server over a veth
+/// of its own. Each daemon runs the Kubernetes backend with the DaemonSet's
+/// ServiceAccount token: no certificate files and no peers in its configuration; it
+/// issues its certificate from the CA Secret and finds its peers in the Node objects.
+/// `extra`: more configuration lines for both.
+pub fn kube_nodes(server: &ApiServer, xwired: &Path, nodes: Nodes, extra: &str) -> (Node, Node) {
+    let names = nodes.names;
+    let (ns_a, ns_b) = (Netns::new(names[0]).unwrap(), Netns::new(names[1]).unwrap());
+    let underlay = Veth::new(&ns_a, &ns_b).unwrap();
+    let cidr = |i: usize| format!("{}/24", nodes.underlay_ip(i));
+    ns_a.add_address(underlay.a_name(), &cidr(0)).unwrap();
+    ns_b.add_address(underlay.b_name(), &cidr(1)).unwrap();
+    underlay.set_up().unwrap();
+    std::mem::forget(underlay); // the namespaces take it with them
+    let mut started = Vec::new();
+    for (i, ns) in [ns_a, ns_b].into_iter().enumerate() {
+        let host_ip = reach_from(&ns, nodes.subnet * 2 + i as u8);
+        let kubeconfig = server.service_account_kubeconfig("xwire-system", "xwired", &host_ip);
+        let config = format!(
+            "node_address = \"{}:7470\"\n{extra}\n[topology]\nsource = \"kubernetes\"\nkubeconfig = \"{}\"\n",
+            nodes.underlay_ip(i),
+            kubeconfig.display()
+        );
+        started.push(Node::start_in(xwired, ns, names[i], &config));
+    }
+    let b = started.pop().unwrap();
+    (started.pop().unwrap(), b)
+}
+
+/// A Topology object as KNE writes one: uids, interfaces, and addresses ("" for none).
+pub fn kne_topology(ns: &str, pod: &str, links: &[(u64, &str, &str, &str, &str, &str)]) -> Value {
+    json!({
+        "apiVersion": "networkop.co.uk/v1beta1",
+        "kind": "Topology",
+        "metadata": {"name": pod, "namespace": ns},
+        "spec": {"links": links.iter().map(|(uid, peer, local_intf, peer_intf, local_ip, peer_ip)| json!({
+            "uid": uid, "peer_pod": peer, "local_intf": local_intf, "peer_intf": peer_intf,
+            "local_ip": local_ip, "peer_ip": peer_ip,
+        })).collect::<Vec<_>>()},
+    })
+}
+
+/// Server-side applies `objects` as the admin.
+pub fn apply_objects(server: &ApiServer, objects: &[Value]) {
+    let yaml: Vec<String> = objects
+        .iter()
+        .map(|o| serde_json::to_string(o).unwrap())
+        .collect();
+    server.apply(&yaml.join("\n---\n"), false).unwrap();
 }
