@@ -91,7 +91,10 @@ impl Node {
         match result {
             Ok(()) => {
                 self.announce_pod(&pod.namespace, &pod.name);
-                self.report_pod(&attachment, None);
+                // Links of the object that do not parse (the API server does not check
+                // addresses) were left out: the object's status says which and why.
+                let left_out = self.links_left_out(&pod.namespace, &pod.name);
+                self.report_pod(&attachment, left_out);
                 self.added(&attachment).map(Response::Added)
             }
             Err(e) => {
@@ -100,6 +103,22 @@ impl Node {
                 Err(e)
             }
         }
+    }
+
+    fn links_left_out(&self, namespace: &str, pod: &str) -> Option<String> {
+        let topology = self.topology(namespace, pod).ok().flatten()?;
+        let errors: Vec<String> = topology
+            .topology
+            .spec
+            .links
+            .iter()
+            .filter_map(|link| {
+                link.parse()
+                    .err()
+                    .map(|e| format!("link uid {}: {e}", link.uid))
+            })
+            .collect();
+        (!errors.is_empty()).then(|| format!("links left out: {}", errors.join("; ")))
     }
 
     /// The pod's Topology status after ADD (where the store keeps one).

@@ -121,6 +121,20 @@ enum Scenario {
         #[arg(long)]
         json: bool,
     },
+    /// A KNE-sized ring (one Topology per pod, every link across two nodes) through a
+    /// real kube-apiserver and etcd (found in KUBEBUILDER_ASSETS or on PATH): time from
+    /// the first ADD until every wire forwards, and API requests per pod, next to the
+    /// same ring on the embedded store (needs release builds of xwired, xwire, xwirectl).
+    KubeScale {
+        #[arg(long, default_value_t = 150)]
+        pods: usize,
+        /// Where xwired, xwire and xwirectl are (default: next to this program).
+        #[arg(long)]
+        bin_dir: Option<std::path::PathBuf>,
+        /// One JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Restart reconciliation: time from a killed daemon's start to all its wires
     /// forwarding again, next to the cold bring-up of the same wires, and frames lost on
     /// wires that do not go through it (needs release builds of xwired and xwire).
@@ -186,6 +200,21 @@ fn main() -> Result<()> {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
                 xwire_perf::cni_scale::print(&report);
+            }
+            Ok(())
+        }
+        Scenario::KubeScale {
+            pods,
+            bin_dir,
+            json,
+        } => {
+            let dir = bin_dir_or_own(bin_dir)?;
+            let binaries = xwire_perf::cni_scale::Binaries::in_dir(&dir)?;
+            let report = xwire_perf::kube_scale::run(&binaries, &dir.join("xwirectl"), pods)?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                xwire_perf::kube_scale::print(&report);
             }
             Ok(())
         }

@@ -253,7 +253,12 @@ impl KubeStore {
 
     /// Writes the node's object of `namespace` as the records now are: applied (created
     /// if missing), then its status; deleted when it holds nothing.
-    fn write(&self, namespace: &str, records: &NamespaceRecords) -> Result<(), StoreError> {
+    fn write(
+        &self,
+        namespace: &str,
+        before: Option<&NamespaceRecords>,
+        records: &NamespaceRecords,
+    ) -> Result<(), StoreError> {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), namespace, &self.gwire_resource);
         let params = PatchParams::apply(&format!("xwired-{}", self.node));
@@ -265,11 +270,17 @@ impl KubeStore {
                     other => other.map(|_| ()),
                 };
             }
-            let object = gwire::object(&self.node, self.node_uid.as_deref(), namespace, records);
+            // The object itself is applied when it is new or its uids change; most
+            // writes change only the status (a wire joined, an attachment added).
+            if before.is_none_or(|b| b.uids() != records.uids()) {
+                let object =
+                    gwire::object(&self.node, self.node_uid.as_deref(), namespace, records);
+                self.count(1);
+                api.patch(&self.node, &params, &Patch::Apply(&object))
+                    .await?;
+            }
             let status = gwire::status(&self.node, namespace, records);
-            self.count(2);
-            api.patch(&self.node, &params, &Patch::Apply(&object))
-                .await?;
+            self.count(1);
             api.patch_status(&self.node, &params, &Patch::Apply(&status))
                 .await
                 .map(|_| ())
@@ -283,18 +294,25 @@ impl KubeStore {
         change: impl FnOnce(&mut NamespaceRecords) -> bool,
     ) -> Result<bool, StoreError> {
         let mut all = self.records.lock().expect("not poisoned");
-        let mut records = all.get(namespace).cloned().unwrap_or_default();
+        let before = all.get(namespace);
+        let mut records = before.cloned().unwrap_or_default();
         if !change(&mut records) {
             return Ok(false);
         }
         // Written before it is kept: a failed write leaves memory as the API has it.
-        self.write(namespace, &records)?;
+        self.write(namespace, before, &records)?;
         if records.is_empty() {
             all.remove(namespace);
         } else {
             all.insert(namespace.to_owned(), records);
         }
         Ok(true)
+    }
+
+    /// The watch's copy of a Topology object, if it has one.
+    fn cached_topology(&self, namespace: &str, name: &str) -> Option<DynamicObject> {
+        let key = ObjectRef::new_with(name, self.topology_resource.clone()).within(namespace);
+        self.topologies.get(&key).map(|object| (*object).clone())
     }
 
     fn get_topology(

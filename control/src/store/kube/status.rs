@@ -76,14 +76,23 @@ fn replace(
     let api: Api<DynamicObject> =
         Api::namespaced_with(store.client.clone(), namespace, &store.topology_resource);
     let mut requests = 0;
-    for _ in 0..ATTEMPTS {
-        requests += 1;
-        let object = match store.runtime.block_on(api.get_opt(name)) {
-            Ok(Some(object)) => object,
-            Ok(None) => return requests,
-            Err(e) => {
-                tracing::warn!(topology = %format!("{namespace}/{name}"), "reading for status: {e}");
-                return requests;
+    for attempt in 0..ATTEMPTS {
+        // The first try starts from the watch's copy; after a conflict, from a fresh read.
+        let cached = (attempt == 0)
+            .then(|| store.cached_topology(namespace, name))
+            .flatten();
+        let object = match cached {
+            Some(object) => object,
+            None => {
+                requests += 1;
+                match store.runtime.block_on(api.get_opt(name)) {
+                    Ok(Some(object)) => object,
+                    Ok(None) => return requests,
+                    Err(e) => {
+                        tracing::warn!(topology = %format!("{namespace}/{name}"), "reading for status: {e}");
+                        return requests;
+                    }
+                }
             }
         };
         let Some(status) = change(object.data.get("status").unwrap_or(&Value::Null)) else {
@@ -98,7 +107,8 @@ fn replace(
             .block_on(api.replace_status(name, &PostParams::default(), body))
         {
             Ok(_) => return requests,
-            // Someone wrote in between: read again and reapply, never overwrite.
+            // Someone wrote in between (or the copy was stale): read again and
+            // reapply, never overwrite.
             Err(kube::Error::Api(e)) if e.code == 409 => continue,
             Err(e) => {
                 tracing::warn!(topology = %format!("{namespace}/{name}"), "writing status: {e}");
