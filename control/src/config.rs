@@ -365,6 +365,27 @@ carrier = "stream"
     }
 
     #[test]
+    fn the_kubernetes_source_and_its_fields_are_read() {
+        let config = parse(
+            "[topology]\nsource = \"kubernetes\"\nkubeconfig = \"/k\"\nnamespace_label = \"\"\ndiscover_peers = false\n[[peers]]\nname = \"b\"\naddress = \"1.2.3.4:5\"\n[chain]\n[chain.entry]\nsocket = \"/s\"\n",
+        )
+        .unwrap();
+        let settings = config.topology.kube_settings();
+        assert_eq!(settings.kubeconfig.as_deref(), Some(Path::new("/k")));
+        assert_eq!(settings.namespace_label, "");
+        assert!(!settings.discover_peers);
+        // Peers need no certificate files: the node's comes from the CA Secret.
+        assert_eq!(settings.ca_secret, "xwire-system/xwire-ca");
+        let chain = config.chain.unwrap();
+        assert_eq!(chain.conf_dir, Path::new("/etc/cni/net.d"));
+        assert_eq!(chain.entry["socket"], "/s");
+        let err = parse("[topology]\nsource = \"etcd\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("etcd"), "{err}");
+    }
+
+    #[test]
     fn peers_without_certificates_are_refused() {
         let err = parse("[[peers]]\nname = \"b\"\naddress = \"1.2.3.4:5\"\n")
             .unwrap_err()

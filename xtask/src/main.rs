@@ -1,8 +1,10 @@
-//! `cargo xtask demo` (the main job) and `cargo xtask test` (every check CI runs).
+//! `cargo xtask demo` (the main job) and `cargo xtask test` (every check CI runs);
+//! `cargo xtask image [ARCHIVE]` builds the container image the DaemonSet runs.
 //! Both install the Debian packages they need first when they run as root, and otherwise
 //! say what to install.
 
 mod demo;
+mod image;
 mod libtest;
 mod system;
 
@@ -18,8 +20,9 @@ fn main() -> ExitCode {
     let result = match task.as_str() {
         "demo" => demo(),
         "test" => test(),
+        "image" => image::image(std::env::args().nth(2).map(Into::into)),
         _ => {
-            eprintln!("usage: cargo xtask demo | test");
+            eprintln!("usage: cargo xtask demo | test | image [ARCHIVE]");
             return ExitCode::from(2);
         }
     };
