@@ -125,6 +125,15 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
     let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
     let added = call(&r1, "ADD", &config(&n1, lab));
     assert_eq!(added.code, 0, "{}\n{}", added.output, n1.log());
+    // r1 came first: as meshnet does, it leaves its links in r2's `skipped`.
+    let status = &get(&server, "topologies", "Topology", lab, "r2")
+        .unwrap()
+        .data["status"];
+    assert_eq!(
+        status["skipped"],
+        json!([{"pod_name": "r1", "link_id": 0}, {"pod_name": "r1", "link_id": 1}]),
+        "{status}"
+    );
     let added = call(&r2, "ADD", &config(&n2, lab));
     assert_eq!(added.code, 0, "{}\n{}", added.output, n2.log());
     let wired = eventually(Duration::from_secs(15), || r1.has("eth1") && r1.has("eth2"));
@@ -138,6 +147,12 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
     assert_eq!(status["src_ip"], "10.252.7.2", "{status}");
     assert_eq!(status["net_ns"], r2.netns());
     assert_eq!(status["container_id"], r2.container.as_str());
+    assert_eq!(
+        status["skipped"],
+        json!([]),
+        "r2 made the links r1 left to it"
+    );
+    assert!(status.get("plumbing_error").is_none(), "{status}");
     let gwire = get(&server, "gwirekobjs", "GWireKObj", lab, "kn1").expect("kn1's GWireKObj");
     // Owned by its Node: the cluster's garbage collector takes it with the node.
     let owner = &gwire.metadata.owner_references.as_ref().unwrap()[0];
@@ -207,6 +222,46 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
     assert!(back, "n2:\n{}", n2.log());
     assert_eq!(call(&r2, "CHECK", &config(&n2, lab)).code, 0);
 
+    // A link the API server lets through but that does not parse: left out, and named in
+    // the pod's plumbing_error.
+    let r3 = Pod::new("r3");
+    apply_json(
+        &server,
+        &[topology(lab, "r3", "r9", &[(7, "10.0.0.300/30", "")])],
+    );
+    assert_eq!(call(&r3, "ADD", &config(&n1, lab)).code, 0);
+    let status = &get(&server, "topologies", "Topology", lab, "r3")
+        .unwrap()
+        .data["status"];
+    let error = status["plumbing_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("uid 7") && error.contains("10.0.0.300"),
+        "{status}"
+    );
+    assert_eq!(call(&r3, "DEL", &config(&n1, lab)).code, 0);
+
+    // The opt-in label goes: pods wired before keep their wires and are cleaned up by
+    // DEL; a pod created afterwards passes through.
+    apply_json(
+        &server,
+        &[
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": lab, "labels": {"xwire.dev/wire": "disabled"}}}),
+        ],
+    );
+    let r4 = Pod::new("r4");
+    apply_json(&server, &[topology(lab, "r4", "r1", &[(9, "", "")])]);
+    // (The daemon sees the label change through its watch: until it does, r4 is wired,
+    // and taken apart again.)
+    let unlabelled = eventually(Duration::from_secs(10), || {
+        assert_eq!(call(&r4, "ADD", &config(&n1, lab)).code, 0);
+        let passed = n1.wire_state("r4", 9).is_none();
+        if !passed {
+            assert_eq!(call(&r4, "DEL", &config(&n1, lab)).code, 0);
+        }
+        passed
+    });
+    assert!(unlabelled, "{}", n1.log());
+    assert_eq!(call(&r1, "CHECK", &config(&n1, lab)).code, 0);
     for (pod, node) in [(&r1, &n1), (&r2, &n2)] {
         assert_eq!(call(pod, "DEL", &config(node, lab)).code, 0);
     }
