@@ -53,7 +53,7 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
                         | local::Request::Status(_)
                         | local::Request::Reconcile
                 );
-                let response = node.handle(job.request);
+                let response = node.handle_batched(job.request);
                 let _ = job.reply.send(response);
                 if !reads_only {
                     last_event = Some(Instant::now());
@@ -62,6 +62,7 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
+        node.begin_batch();
         if node.pump_membership() | node.pump_store_events() {
             last_event = Some(Instant::now());
         }
@@ -76,6 +77,9 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
             }
             last_event = None;
             last_pass = Instant::now();
+        }
+        if let Err(e) = node.end_batch() {
+            tracing::error!("writing the store: {}: {}", e.msg, e.details);
         }
     }
 }

@@ -465,27 +465,12 @@ spec:
     }
 
     /// As KNE writes them: one object per lab node, uids from 0, empty addresses.
-    const KNE_AS_WRITTEN: &str = r#"
-apiVersion: networkop.co.uk/v1beta1
-kind: Topology
-metadata: {name: r1, namespace: kne-lab, labels: {topo: kne-lab}}
-spec:
-  links:
-  - {uid: 0, peer_pod: r2, local_intf: eth1, peer_intf: eth1, local_ip: "", peer_ip: ""}
-  - {uid: 1, peer_pod: r2, local_intf: eth2, peer_intf: eth2, local_ip: "", peer_ip: ""}
----
-apiVersion: networkop.co.uk/v1beta1
-kind: Topology
-metadata: {name: r2, namespace: kne-lab, labels: {topo: kne-lab}}
-spec:
-  links:
-  - {uid: 0, peer_pod: r1, local_intf: eth1, peer_intf: eth1, local_ip: "", peer_ip: ""}
-  - {uid: 1, peer_pod: r1, local_intf: eth2, peer_intf: eth2, local_ip: "", peer_ip: ""}
-"#;
+    const KNE_AS_WRITTEN: &str = include_str!("../tests/fixtures/kne/three-routers.yaml");
 
     #[test]
     fn kne_objects_with_empty_addresses_are_links_without_addresses() {
         let topologies = parse(KNE_AS_WRITTEN).unwrap();
+        assert_eq!(topologies.len(), 3);
         check_together(&topologies).unwrap();
         for t in &topologies {
             check(t).unwrap();

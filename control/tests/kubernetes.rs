@@ -61,6 +61,25 @@ fn get(
     server.runtime.block_on(api.get_opt(name)).unwrap()
 }
 
+/// The pod's Topology status once `ready` holds (Ok), or as it was after 10 s (Err).
+fn status_eventually(
+    server: &ApiServer,
+    ns: &str,
+    pod: &str,
+    ready: impl Fn(&Value) -> bool,
+) -> Result<Value, Value> {
+    let mut status = Value::Null;
+    let done = eventually(Duration::from_secs(10), || {
+        status = get(server, "topologies", "Topology", ns, pod).unwrap().data["status"].clone();
+        ready(&status)
+    });
+    if done {
+        Ok(status)
+    } else {
+        Err(status)
+    }
+}
+
 const NODES: Nodes = Nodes {
     names: ["kn1", "kn2"],
     subnet: 7,
@@ -126,24 +145,19 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
     let added = call(&r1, "ADD", &config(&n1, lab));
     assert_eq!(added.code, 0, "{}\n{}", added.output, n1.log());
     // r1 came first: as meshnet does, it leaves its links in r2's `skipped`.
-    let status = &get(&server, "topologies", "Topology", lab, "r2")
-        .unwrap()
-        .data["status"];
-    assert_eq!(
-        status["skipped"],
-        json!([{"pod_name": "r1", "link_id": 0}, {"pod_name": "r1", "link_id": 1}]),
-        "{status}"
-    );
+    let skipped = json!([{"pod_name": "r1", "link_id": 0}, {"pod_name": "r1", "link_id": 1}]);
+    let left = status_eventually(&server, lab, "r2", |s| s["skipped"] == skipped);
+    assert!(left.is_ok(), "{left:?}");
     let added = call(&r2, "ADD", &config(&n2, lab));
     assert_eq!(added.code, 0, "{}\n{}", added.output, n2.log());
     let wired = eventually(Duration::from_secs(15), || r1.has("eth1") && r1.has("eth2"));
     assert!(wired, "n1:\n{}\nn2:\n{}", n1.log(), n2.log());
     assert!(ping(&r1.ns, "10.0.0.2", 3).unwrap(), "n1:\n{}", n1.log());
 
-    // Status as meshnet writes it; the wire records in the nodes' GWireKObj objects.
-    let status = &get(&server, "topologies", "Topology", lab, "r2")
-        .unwrap()
-        .data["status"];
+    // Status as meshnet writes it (off the node's thread, so a moment after the ADD);
+    // the wire records in the nodes' GWireKObj objects.
+    let status = status_eventually(&server, lab, "r2", |s| s["container_id"] != Value::Null);
+    let status = &status.unwrap_or_else(|s| panic!("{s}"));
     assert_eq!(status["src_ip"], "10.252.7.2", "{status}");
     assert_eq!(status["net_ns"], r2.netns());
     assert_eq!(status["container_id"], r2.container.as_str());
@@ -230,9 +244,8 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
         &[topology(lab, "r3", "r9", &[(7, "10.0.0.300/30", "")])],
     );
     assert_eq!(call(&r3, "ADD", &config(&n1, lab)).code, 0);
-    let status = &get(&server, "topologies", "Topology", lab, "r3")
-        .unwrap()
-        .data["status"];
+    let status = status_eventually(&server, lab, "r3", |s| s["plumbing_error"].is_string());
+    let status = &status.unwrap_or_else(|s| panic!("{s}"));
     let error = status["plumbing_error"].as_str().unwrap_or_default();
     assert!(
         error.contains("uid 7") && error.contains("10.0.0.300"),
@@ -272,31 +285,7 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
 /// A KNE lab as KNE writes it: one Topology per lab node named after it, in a namespace
 /// named after the lab, uids from 0, addresses empty, eth0 never linked. r1 and r3 share
 /// a node; r2 is on the other.
-const KNE_LAB: &str = r#"
-apiVersion: networkop.co.uk/v1beta1
-kind: Topology
-metadata: {name: r1, namespace: kne-lab, labels: {topo: kne-lab}}
-spec:
-  links:
-  - {uid: 0, peer_pod: r2, local_intf: eth1, peer_intf: eth1, local_ip: "", peer_ip: ""}
-  - {uid: 2, peer_pod: r3, local_intf: eth2, peer_intf: eth2, local_ip: "", peer_ip: ""}
----
-apiVersion: networkop.co.uk/v1beta1
-kind: Topology
-metadata: {name: r2, namespace: kne-lab, labels: {topo: kne-lab}}
-spec:
-  links:
-  - {uid: 0, peer_pod: r1, local_intf: eth1, peer_intf: eth1, local_ip: "", peer_ip: ""}
-  - {uid: 1, peer_pod: r3, local_intf: eth2, peer_intf: eth1, local_ip: "", peer_ip: ""}
----
-apiVersion: networkop.co.uk/v1beta1
-kind: Topology
-metadata: {name: r3, namespace: kne-lab, labels: {topo: kne-lab}}
-spec:
-  links:
-  - {uid: 1, peer_pod: r2, local_intf: eth1, peer_intf: eth2, local_ip: "", peer_ip: ""}
-  - {uid: 2, peer_pod: r1, local_intf: eth2, peer_intf: eth2, local_ip: "", peer_ip: ""}
-"#;
+const KNE_LAB: &str = include_str!("fixtures/kne/three-routers.yaml");
 
 /// What a wire record says that does not depend on where it runs: pod, uid, interface,
 /// peer pod, kind of wire.

@@ -159,6 +159,38 @@ impl Node {
         Ok(node)
     }
 
+    /// Answers `request` with the store's writes made together at its end (one request
+    /// to a server's store, not one per record). A change that could not be written
+    /// turns a success into the store's error: the call is retried, and the write with
+    /// it.
+    pub fn handle_batched(&mut self, request: Request) -> Response {
+        let changes = !matches!(
+            request,
+            Request::State | Request::TopologyGet(_) | Request::Status(_)
+        );
+        self.store.begin_batch();
+        let response = self.handle(request);
+        match self.store.end_batch() {
+            Err(e) if changes && !matches!(response, Response::Error(_)) => {
+                Response::Error(NodeError::from(e).to_cni())
+            }
+            Err(e) => {
+                tracing::error!("writing the store: {e}");
+                response
+            }
+            Ok(()) => response,
+        }
+    }
+
+    /// See `handle_batched`: for the node's own work between requests.
+    pub fn begin_batch(&self) {
+        self.store.begin_batch();
+    }
+
+    pub fn end_batch(&self) -> Result<(), NodeError> {
+        Ok(self.store.end_batch()?)
+    }
+
     pub fn config(&self) -> &DaemonConfig {
         &self.config
     }

@@ -104,6 +104,14 @@ pub trait WireStore {
     fn attachment(&self, key: &str) -> Result<Option<AttachmentRecord>, StoreError>;
     fn remove_attachment(&self, key: &str) -> Result<bool, StoreError>;
     fn attachments(&self) -> Result<Vec<AttachmentRecord>, StoreError>;
+    /// From here to `end_batch`, changes may be kept and written together at its end (a
+    /// store whose every write is a request to a server). The embedded store writes each
+    /// at once.
+    fn begin_batch(&self) {}
+    /// Writes what the batch changed. An error leaves it to be written at the next end.
+    fn end_batch(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// Where pods' links come from.

@@ -85,8 +85,16 @@ pub struct KubeStore {
     changed: Arc<Mutex<Vec<String>>>,
     /// Nodes that joined or left since the node last asked.
     peer_changes: Arc<Mutex<Vec<PeerChange>>>,
+    /// Within a batch (a node job: one CNI call, one batch of peer events), changes are
+    /// kept in memory and written once at its end: an ADD that writes an attachment and
+    /// four wire records costs one request, not five.
+    batching: std::sync::atomic::AtomicBool,
+    /// Namespaces changed in memory and not yet written, with what the API server holds.
+    pending: Mutex<BTreeMap<String, Option<NamespaceRecords>>>,
     /// API requests made (for the scale figures: requests per pod).
-    requests: std::sync::atomic::AtomicU64,
+    requests: Arc<std::sync::atomic::AtomicU64>,
+    /// Pods' Topology status, written in order off the node's thread.
+    status: Option<tokio::sync::mpsc::UnboundedSender<PodReport>>,
 }
 
 fn backend(message: impl std::fmt::Display) -> StoreError {
@@ -173,7 +181,10 @@ impl KubeStore {
             records: Mutex::new(BTreeMap::new()),
             changed,
             peer_changes: Arc::new(Mutex::new(Vec::new())),
+            batching: Default::default(),
+            pending: Mutex::new(BTreeMap::new()),
             requests: Default::default(),
+            status: None,
             settings,
             runtime,
         };
@@ -210,6 +221,16 @@ impl KubeStore {
             }
         }
         store.node_uid = store.find_node_uid()?;
+        store.status = Some(
+            status::StatusWriter {
+                client: store.client.clone(),
+                resource: store.topology_resource.clone(),
+                topologies: store.topologies.clone(),
+                node_ip: store.node_ip.clone(),
+                requests: store.requests.clone(),
+            }
+            .spawn(&store.runtime),
+        );
         store.load_records()?;
         // The first list's objects are not changes.
         store.changed.lock().expect("not poisoned").clear();
@@ -294,13 +315,21 @@ impl KubeStore {
         change: impl FnOnce(&mut NamespaceRecords) -> bool,
     ) -> Result<bool, StoreError> {
         let mut all = self.records.lock().expect("not poisoned");
-        let before = all.get(namespace);
-        let mut records = before.cloned().unwrap_or_default();
+        let mut pending = self.pending.lock().expect("not poisoned");
+        let before = all.get(namespace).cloned();
+        let mut records = before.clone().unwrap_or_default();
         if !change(&mut records) {
             return Ok(false);
         }
-        // Written before it is kept: a failed write leaves memory as the API has it.
-        self.write(namespace, before, &records)?;
+        // What the API server holds: as memory was, unless an unwritten change is pending.
+        let held = pending.get(namespace).cloned().unwrap_or(before);
+        if self.batching.load(std::sync::atomic::Ordering::Relaxed) {
+            pending.entry(namespace.to_owned()).or_insert(held);
+        } else {
+            // Written before it is kept: a failed write leaves memory as it was.
+            self.write(namespace, held.as_ref(), &records)?;
+            pending.remove(namespace);
+        }
         if records.is_empty() {
             all.remove(namespace);
         } else {
@@ -309,10 +338,23 @@ impl KubeStore {
         Ok(true)
     }
 
-    /// The watch's copy of a Topology object, if it has one.
-    fn cached_topology(&self, namespace: &str, name: &str) -> Option<DynamicObject> {
-        let key = ObjectRef::new_with(name, self.topology_resource.clone()).within(namespace);
-        self.topologies.get(&key).map(|object| (*object).clone())
+    /// Writes what changed since the batch began: each namespace once, however many of
+    /// its records changed. One that fails stays pending, for the next batch's end.
+    fn flush(&self) -> Result<(), StoreError> {
+        let all = self.records.lock().expect("not poisoned");
+        let mut pending = self.pending.lock().expect("not poisoned");
+        let mut first_error = None;
+        for (namespace, held) in std::mem::take(&mut *pending) {
+            let now = all.get(&namespace).cloned().unwrap_or_default();
+            if held.clone().unwrap_or_default() == now {
+                continue;
+            }
+            if let Err(e) = self.write(&namespace, held.as_ref(), &now) {
+                pending.insert(namespace, held);
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     fn get_topology(
@@ -358,6 +400,17 @@ fn to_topology(object: &DynamicObject) -> Result<Topology, StoreError> {
 }
 
 impl WireStore for KubeStore {
+    fn begin_batch(&self) {
+        self.batching
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn end_batch(&self) -> Result<(), StoreError> {
+        self.batching
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        self.flush()
+    }
+
     fn put_wire(&self, wire: &WireRecord) -> Result<(), StoreError> {
         self.update(&wire.topo_namespace, |r| {
             r.wires.insert(wire.key(), wire.clone()).as_ref() != Some(wire)
@@ -503,6 +556,8 @@ impl TopologySource for KubeStore {
     }
 
     fn report_pod(&self, report: &PodReport) {
-        self.count(status::write(self, report));
+        if let Some(status) = &self.status {
+            let _ = status.send(report.clone());
+        }
     }
 }

@@ -5,10 +5,12 @@
 //! up and makes those links. Status is shared with other writers, so each write reads
 //! the object and replaces its status with that resourceVersion, retried on a conflict.
 
-use kube::api::{Api, DynamicObject, PostParams};
-use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-use super::KubeStore;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use serde_json::{json, Value};
 
 /// What the node says about a pod after ADD.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,70 +56,90 @@ pub fn skipped_status(current: &Value, pod: &str, uid: u64) -> Option<Value> {
     Some(Value::Object(status))
 }
 
-/// Writes the report; returns the API requests it took. Failures are logged: status is
-/// a report for people and KNE, not state the node depends on.
-pub(super) fn write(store: &KubeStore, report: &PodReport) -> u64 {
-    let mut requests = 0;
-    let own = |current: &Value| Some(own_status(current, &store.node_ip, report));
-    requests += replace(store, &report.namespace, &report.pod, own);
-    for (peer, uid) in &report.skipped_by_peers {
-        let add = |current: &Value| skipped_status(current, &report.pod, *uid);
-        requests += replace(store, &report.namespace, peer, add);
-    }
-    requests
+/// Writes reports in the order they come, off the node's thread: status is a report for
+/// people and KNE (and the claim rule's `src_ip`), not state the node waits for, so an ADD
+/// does not wait for it either. Failures are logged.
+pub(super) struct StatusWriter {
+    pub(super) client: kube::Client,
+    pub(super) resource: kube::api::ApiResource,
+    pub(super) topologies: kube::runtime::reflector::Store<DynamicObject>,
+    pub(super) node_ip: String,
+    pub(super) requests: Arc<AtomicU64>,
 }
 
-fn replace(
-    store: &KubeStore,
-    namespace: &str,
-    name: &str,
-    change: impl Fn(&Value) -> Option<Value>,
-) -> u64 {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(store.client.clone(), namespace, &store.topology_resource);
-    let mut requests = 0;
-    for attempt in 0..ATTEMPTS {
-        // The first try starts from the watch's copy; after a conflict, from a fresh read.
-        let cached = (attempt == 0)
-            .then(|| store.cached_topology(namespace, name))
-            .flatten();
-        let object = match cached {
-            Some(object) => object,
-            None => {
-                requests += 1;
-                match store.runtime.block_on(api.get_opt(name)) {
-                    Ok(Some(object)) => object,
-                    Ok(None) => return requests,
-                    Err(e) => {
-                        tracing::warn!(topology = %format!("{namespace}/{name}"), "reading for status: {e}");
-                        return requests;
-                    }
-                }
+impl StatusWriter {
+    /// Starts the writer on `runtime`; reports sent to the answer are written one by one.
+    pub(super) fn spawn(
+        self,
+        runtime: &tokio::runtime::Runtime,
+    ) -> tokio::sync::mpsc::UnboundedSender<PodReport> {
+        let (reports, mut inbox) = tokio::sync::mpsc::unbounded_channel::<PodReport>();
+        runtime.spawn(async move {
+            while let Some(report) = inbox.recv().await {
+                self.write(&report).await;
             }
-        };
-        let Some(status) = change(object.data.get("status").unwrap_or(&Value::Null)) else {
-            return requests;
-        };
-        let mut updated = object.clone();
-        updated.data["status"] = status;
-        let body = serde_json::to_vec(&updated).expect("serializes");
-        requests += 1;
-        match store
-            .runtime
-            .block_on(api.replace_status(name, &PostParams::default(), body))
-        {
-            Ok(_) => return requests,
-            // Someone wrote in between (or the copy was stale): read again and
-            // reapply, never overwrite.
-            Err(kube::Error::Api(e)) if e.code == 409 => continue,
-            Err(e) => {
-                tracing::warn!(topology = %format!("{namespace}/{name}"), "writing status: {e}");
-                return requests;
-            }
+        });
+        reports
+    }
+
+    async fn write(&self, report: &PodReport) {
+        let own = |current: &Value| Some(own_status(current, &self.node_ip, report));
+        self.replace(&report.namespace, &report.pod, own).await;
+        for (peer, uid) in &report.skipped_by_peers {
+            let add = |current: &Value| skipped_status(current, &report.pod, *uid);
+            self.replace(&report.namespace, peer, add).await;
         }
     }
-    tracing::warn!(topology = %format!("{namespace}/{name}"), "status not written: conflicts {ATTEMPTS} times");
-    requests
+
+    fn cached(&self, namespace: &str, name: &str) -> Option<DynamicObject> {
+        let key = ObjectRef::new_with(name, self.resource.clone()).within(namespace);
+        self.topologies.get(&key).map(|object| (*object).clone())
+    }
+
+    async fn replace(&self, namespace: &str, name: &str, change: impl Fn(&Value) -> Option<Value>) {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &self.resource);
+        let count = || self.requests.fetch_add(1, Ordering::Relaxed);
+        for attempt in 0..ATTEMPTS {
+            // The first try starts from the watch's copy; after a conflict, from a
+            // fresh read.
+            let object = match (attempt == 0)
+                .then(|| self.cached(namespace, name))
+                .flatten()
+            {
+                Some(object) => object,
+                None => {
+                    count();
+                    match api.get_opt(name).await {
+                        Ok(Some(object)) => object,
+                        Ok(None) => return,
+                        Err(e) => {
+                            tracing::warn!(topology = %format!("{namespace}/{name}"), "reading for status: {e}");
+                            return;
+                        }
+                    }
+                }
+            };
+            let Some(status) = change(object.data.get("status").unwrap_or(&Value::Null)) else {
+                return;
+            };
+            let mut updated = object;
+            updated.data["status"] = status;
+            let body = serde_json::to_vec(&updated).expect("serializes");
+            count();
+            match api.replace_status(name, &PostParams::default(), body).await {
+                Ok(_) => return,
+                // Someone wrote in between (or the copy was stale): read again and
+                // reapply, never overwrite.
+                Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                Err(e) => {
+                    tracing::warn!(topology = %format!("{namespace}/{name}"), "writing status: {e}");
+                    return;
+                }
+            }
+        }
+        tracing::warn!(topology = %format!("{namespace}/{name}"), "status not written: conflicts {ATTEMPTS} times");
+    }
 }
 
 #[cfg(test)]
