@@ -73,15 +73,15 @@ pub(crate) fn judge(
     };
     if let Some(peer) = peers
         .iter()
-        .position(|p| p.name == theirs.node_name && p.dials)
+        .position(|p| p.name == theirs.node_name && p.dials && !p.retired)
     {
         return Verdict::KnockFrom { peer };
     }
     // The peer is who its Hello (and certificate) say, and must be a configured peer at
-    // the address it connects from.
+    // the address it connects from, and not one that left the cluster.
     match peers
         .iter()
-        .position(|p| p.name == theirs.node_name && p.addr.ip() == remote.ip())
+        .position(|p| p.name == theirs.node_name && p.addr.ip() == remote.ip() && !p.retired)
     {
         Some(peer) => Verdict::Up {
             peer,
@@ -211,6 +211,23 @@ mod tests {
                 judge(&theirs, &ours, opened, certified, &peers),
                 want,
                 "{theirs:?} on {opened:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_retired_peer_is_refused_whichever_side_dials() {
+        let ours = hello("node-b", (1, 2));
+        let mut peers = peers();
+        for peer in &mut peers {
+            peer.retired = true;
+        }
+        for (name, ip) in [("node-a", "192.0.2.1"), ("node-c", "192.0.2.3")] {
+            let opened = Opened::ByPeer(format!("{ip}:999").parse().unwrap());
+            let verdict = judge(&hello(name, (1, 2)), &ours, opened, true, &peers);
+            assert!(
+                matches!(verdict, Verdict::Refuse { .. }),
+                "{name}: {verdict:?}"
             );
         }
     }
