@@ -2,6 +2,7 @@
 
 pub mod counters;
 pub mod endpoint;
+pub mod impair;
 pub mod link_table;
 mod packet_port;
 pub mod peer;
