@@ -1,5 +1,6 @@
 //! The xwire data plane: ports, pinned poll-mode workers and the link table (see DESIGN.md).
 
+pub mod capture;
 pub mod counters;
 pub mod endpoint;
 pub mod impair;

@@ -38,6 +38,8 @@ const PACKAGES: &[&str] = &[
     // the service-account signing key with openssl.
     "etcd-server",
     "openssl",
+    // The capture tests read their pcapng files with Wireshark's own reader.
+    "tshark",
 ];
 
 pub fn run(cmd: &mut Command) -> Result<()> {
