@@ -97,14 +97,15 @@ pub struct TopologySource {
 }
 
 impl TopologySource {
-    pub fn kube_settings(&self) -> crate::store::KubeSettings {
+    /// The Kubernetes store's settings; `peer_port` is the node's own (`node_address`).
+    pub fn kube_settings(&self, peer_port: u16) -> crate::store::KubeSettings {
         crate::store::KubeSettings {
             kubeconfig: self.kubeconfig.clone(),
             namespace_label: self.namespace_label.clone(),
             sync_timeout_secs: self.sync_timeout_secs,
             ca_secret: self.ca_secret.clone(),
             discover_peers: self.discover_peers,
-            peer_port: 0,
+            peer_port,
         }
     }
 }
@@ -370,7 +371,7 @@ carrier = "stream"
             "[topology]\nsource = \"kubernetes\"\nkubeconfig = \"/k\"\nnamespace_label = \"\"\ndiscover_peers = false\n[[peers]]\nname = \"b\"\naddress = \"1.2.3.4:5\"\n[chain]\n[chain.entry]\nsocket = \"/s\"\n",
         )
         .unwrap();
-        let settings = config.topology.kube_settings();
+        let settings = config.topology.kube_settings(7470);
         assert_eq!(settings.kubeconfig.as_deref(), Some(Path::new("/k")));
         assert_eq!(settings.namespace_label, "");
         assert!(!settings.discover_peers);

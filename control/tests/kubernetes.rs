@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use kube::api::{Api, DynamicObject};
 use serde_json::{json, Value};
-use support::apiserver::{
-    self, apply_objects, deregister_node, kne_topology, register_node, ApiServer, Nodes,
-};
+use support::apiserver::{self, apply_objects, deregister_node, register_node, ApiServer, Nodes};
 use support::{call, eventually, Node, Pod};
 use xwire_testbed::checks::ping;
 
@@ -28,22 +26,16 @@ fn server_or_skip() -> Option<ApiServer> {
 
 /// KNE's shape: one object per pod, uids from 0, empty addresses where there are none.
 fn topology(ns: &str, pod: &str, peer: &str, links: &[(u64, &str, &str)]) -> Value {
-    let links: Vec<(u64, &str, String, String, &str, &str)> = links
-        .iter()
-        .map(|(uid, local_ip, peer_ip)| {
-            let ifname = format!("eth{}", uid + 1);
-            (*uid, peer, ifname.clone(), ifname, *local_ip, *peer_ip)
-        })
-        .collect();
-    let borrowed: Vec<(u64, &str, &str, &str, &str, &str)> = links
-        .iter()
-        .map(|(u, p, l, r, a, b)| (*u, *p, l.as_str(), r.as_str(), *a, *b))
-        .collect();
-    kne_topology(ns, pod, &borrowed)
-}
-
-fn apply_json(server: &ApiServer, objects: &[Value]) {
-    apply_objects(server, objects);
+    json!({
+        "apiVersion": "networkop.co.uk/v1beta1",
+        "kind": "Topology",
+        "metadata": {"name": pod, "namespace": ns},
+        "spec": {"links": links.iter().map(|(uid, local_ip, peer_ip)| json!({
+            "uid": uid, "peer_pod": peer,
+            "local_intf": format!("eth{}", uid + 1), "peer_intf": format!("eth{}", uid + 1),
+            "local_ip": local_ip, "peer_ip": peer_ip,
+        })).collect::<Vec<_>>()},
+    })
 }
 
 fn get(
@@ -114,7 +106,7 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
     };
     install(&server, NODES);
     let lab = "kube-lab";
-    apply_json(
+    apply_objects(
         &server,
         &[
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": lab, "labels": {"xwire.dev/wire": "enabled"}}}),
@@ -196,13 +188,13 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
         }
         topology(lab, pod, peer, &links)
     };
-    apply_json(
+    apply_objects(
         &server,
         &[with_link("r1", "r2", true), with_link("r2", "r1", true)],
     );
     let followed = eventually(Duration::from_secs(15), || r1.has("eth3") && r2.has("eth3"));
     assert!(followed, "n1:\n{}\nn2:\n{}", n1.log(), n2.log());
-    apply_json(
+    apply_objects(
         &server,
         &[with_link("r1", "r2", false), with_link("r2", "r1", false)],
     );
@@ -239,7 +231,7 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
     // A link the API server lets through but that does not parse: left out, and named in
     // the pod's plumbing_error.
     let r3 = Pod::new("r3");
-    apply_json(
+    apply_objects(
         &server,
         &[topology(lab, "r3", "r9", &[(7, "10.0.0.300/30", "")])],
     );
@@ -255,14 +247,14 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
 
     // The opt-in label goes: pods wired before keep their wires and are cleaned up by
     // DEL; a pod created afterwards passes through.
-    apply_json(
+    apply_objects(
         &server,
         &[
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": lab, "labels": {"xwire.dev/wire": "disabled"}}}),
         ],
     );
     let r4 = Pod::new("r4");
-    apply_json(&server, &[topology(lab, "r4", "r1", &[(9, "", "")])]);
+    apply_objects(&server, &[topology(lab, "r4", "r1", &[(9, "", "")])]);
     // (The daemon sees the label change through its watch: until it does, r4 is wired,
     // and taken apart again.)
     let unlabelled = eventually(Duration::from_secs(10), || {
@@ -321,7 +313,7 @@ fn kne_objects_make_the_same_wires_through_xwirectl_and_through_the_api_server()
         subnet: 8,
     };
     install(&server, nodes);
-    apply_json(
+    apply_objects(
         &server,
         &[json!({"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": "kne-lab", "labels": {"xwire.dev/wire": "enabled"}}})],

@@ -102,8 +102,7 @@ impl Node {
     pub fn start(config: DaemonConfig) -> Result<Node, StartError> {
         let store: Box<dyn NodeStore> = match config.topology.source.as_str() {
             "kubernetes" => {
-                let mut settings = config.topology.kube_settings();
-                settings.peer_port = config.node_address.port();
+                let mut settings = config.topology.kube_settings(config.node_address.port());
                 if config.certs.is_some() {
                     // Files named in the configuration win over the cluster's CA.
                     settings.ca_secret.clear();

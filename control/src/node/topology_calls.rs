@@ -28,14 +28,8 @@ impl Node {
         // came are joined, links that went are taken apart).
         let mut rebuild = HashSet::new();
         for t in &incoming {
-            let before = old
-                .get(&t.key())
-                .map(|o| o.spec.links.as_slice())
-                .unwrap_or(&[]);
-            for link in &t.spec.links {
-                if before.iter().any(|b| b.uid == link.uid && b != link) {
-                    rebuild.insert(wire_key(&t.metadata.namespace, &t.metadata.name, link.uid));
-                }
+            if let Some(before) = old.get(&t.key()) {
+                rebuild.extend(changed_ends(before, t));
             }
         }
         let failures = self.follow_topologies(&incoming, &rebuild)?;
@@ -122,11 +116,7 @@ impl Node {
                 }
             };
             if let (Some(before), Some(now)) = (&before, &now) {
-                for link in &now.topology.spec.links {
-                    if before.topology.link(link.uid).is_some_and(|b| b != link) {
-                        rebuild.insert(wire_key(namespace, name, link.uid));
-                    }
-                }
+                rebuild.extend(changed_ends(&before.topology, &now.topology));
             }
             match (now, before) {
                 (Some(t), _) | (None, Some(t)) => topologies.push(t.topology.clone()),
@@ -164,6 +154,16 @@ impl Node {
         }
         Ok(self.pass(Scope::Pods(&pods), rebuild)?.failures)
     }
+}
+
+/// The ends (wire record keys) of links that `now` has with other settings than `before`:
+/// they are made anew. Links that came or went are the pass's to join or take apart.
+fn changed_ends<'a>(before: &'a Topology, now: &'a Topology) -> impl Iterator<Item = String> + 'a {
+    now.spec
+        .links
+        .iter()
+        .filter(|link| before.link(link.uid).is_some_and(|b| b != *link))
+        .map(|link| wire_key(&now.metadata.namespace, &now.metadata.name, link.uid))
 }
 
 fn selects(query: &TopologyQuery, t: &Topology) -> bool {

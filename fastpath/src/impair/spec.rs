@@ -91,14 +91,13 @@ impl ImpairSpec {
     /// Whether it changes nothing at all (a link with such an impairment needs no
     /// impairment state).
     pub fn is_none(&self) -> bool {
-        *self == ImpairSpec::default()
-            || (self.delay.is_zero()
-                && self.jitter.is_zero()
-                && self.loss.mean() == 0.0
-                && self.rate.is_none()
-                && self.corrupt == 0.0
-                && self.duplicate == 0.0
-                && self.reorder == 0.0)
+        self.delay.is_zero()
+            && self.jitter.is_zero()
+            && self.loss.mean() == 0.0
+            && self.rate.is_none()
+            && self.corrupt == 0.0
+            && self.duplicate == 0.0
+            && self.reorder == 0.0
     }
 
     /// Checks the ranges; the error names the field.

@@ -470,19 +470,6 @@ pub fn kube_nodes(server: &ApiServer, xwired: &Path, nodes: Nodes, extra: &str) 
     (started.pop().unwrap(), b)
 }
 
-/// A Topology object as KNE writes one: uids, interfaces, and addresses ("" for none).
-pub fn kne_topology(ns: &str, pod: &str, links: &[(u64, &str, &str, &str, &str, &str)]) -> Value {
-    json!({
-        "apiVersion": "networkop.co.uk/v1beta1",
-        "kind": "Topology",
-        "metadata": {"name": pod, "namespace": ns},
-        "spec": {"links": links.iter().map(|(uid, peer, local_intf, peer_intf, local_ip, peer_ip)| json!({
-            "uid": uid, "peer_pod": peer, "local_intf": local_intf, "peer_intf": peer_intf,
-            "local_ip": local_ip, "peer_ip": peer_ip,
-        })).collect::<Vec<_>>()},
-    })
-}
-
 /// Server-side applies `objects` as the admin.
 pub fn apply_objects(server: &ApiServer, objects: &[Value]) {
     let yaml: Vec<String> = objects

@@ -362,9 +362,8 @@ impl KubeStore {
         namespace: &str,
         name: &str,
     ) -> Result<Option<DynamicObject>, StoreError> {
-        let key = ObjectRef::new_with(name, self.topology_resource.clone()).within(namespace);
-        if let Some(object) = self.topologies.get(&key) {
-            return Ok(Some((*object).clone()));
+        if let Some(object) = watched(&self.topologies, &self.topology_resource, namespace, name) {
+            return Ok(Some(object));
         }
         // Not in the cache yet (an object made a moment ago): the API server decides.
         let api: Api<DynamicObject> =
@@ -372,6 +371,17 @@ impl KubeStore {
         self.count(1);
         self.runtime.block_on(api.get_opt(name)).map_err(backend)
     }
+}
+
+/// The watch's copy of an object, if it has one.
+fn watched(
+    store: &Store<DynamicObject>,
+    resource: &ApiResource,
+    namespace: &str,
+    name: &str,
+) -> Option<DynamicObject> {
+    let key = ObjectRef::new_with(name, resource.clone()).within(namespace);
+    store.get(&key).map(|object| (*object).clone())
 }
 
 async fn connect(settings: &KubeSettings) -> Result<Client, StoreError> {

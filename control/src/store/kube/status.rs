@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use kube::api::{Api, DynamicObject, PostParams};
-use kube::runtime::reflector::ObjectRef;
 use serde_json::{json, Value};
 
 /// What the node says about a pod after ADD.
@@ -91,11 +90,6 @@ impl StatusWriter {
         }
     }
 
-    fn cached(&self, namespace: &str, name: &str) -> Option<DynamicObject> {
-        let key = ObjectRef::new_with(name, self.resource.clone()).within(namespace);
-        self.topologies.get(&key).map(|object| (*object).clone())
-    }
-
     async fn replace(&self, namespace: &str, name: &str, change: impl Fn(&Value) -> Option<Value>) {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), namespace, &self.resource);
@@ -104,7 +98,7 @@ impl StatusWriter {
             // The first try starts from the watch's copy; after a conflict, from a
             // fresh read.
             let object = match (attempt == 0)
-                .then(|| self.cached(namespace, name))
+                .then(|| super::watched(&self.topologies, &self.resource, namespace, name))
                 .flatten()
             {
                 Some(object) => object,
