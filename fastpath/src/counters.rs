@@ -22,16 +22,26 @@ pub enum DropReason {
     NoBuffer = 4,
     /// The link's peer node is not connected, or its carrier had no room.
     PeerDown = 5,
+    /// Lost by the link's impairment (its loss setting).
+    ImpairLoss = 6,
+    /// The link's rate limit queue was full (tail drop).
+    RateQueueFull = 7,
+    /// The worker already holds as many delayed frames of this link and direction as it
+    /// may (`impair::HELD_PER_DIRECTION`).
+    HeldFull = 8,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 6] = [
+    pub const ALL: [DropReason; 9] = [
         DropReason::NoLink,
         DropReason::TooLarge,
         DropReason::Runt,
         DropReason::TxFull,
         DropReason::NoBuffer,
         DropReason::PeerDown,
+        DropReason::ImpairLoss,
+        DropReason::RateQueueFull,
+        DropReason::HeldFull,
     ];
 
     pub fn name(self) -> &'static str {
@@ -42,6 +52,9 @@ impl DropReason {
             DropReason::TxFull => "tx_full",
             DropReason::NoBuffer => "no_buffer",
             DropReason::PeerDown => "peer_down",
+            DropReason::ImpairLoss => "impair_loss",
+            DropReason::RateQueueFull => "rate_queue_full",
+            DropReason::HeldFull => "held_full",
         }
     }
 }

@@ -63,6 +63,21 @@ pub enum Verdict {
     },
 }
 
+impl Verdict {
+    /// The link a frame is sent on, and its direction (`None` for a drop).
+    pub fn link(&self) -> Option<(usize, Direction)> {
+        match *self {
+            Verdict::Forward {
+                link, direction, ..
+            }
+            | Verdict::Remote {
+                link, direction, ..
+            } => Some((link, direction)),
+            Verdict::Drop { .. } => None,
+        }
+    }
+}
+
 /// Why a link could not be added.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LinkError {
@@ -295,6 +310,27 @@ impl LinkTable {
             link,
             direction,
         }
+    }
+
+    /// The index (as given in a `Verdict`) of the link of `wire`.
+    pub fn link_index(&self, wire: WireId) -> Option<usize> {
+        self.links
+            .iter()
+            .position(|l| l.as_ref().is_some_and(|l| l.wire == wire))
+    }
+
+    /// The link of `wire` and the direction of the frames it receives on `port`, when
+    /// `port` is one of its ends.
+    pub fn direction_from(&self, wire: WireId, port: PortId) -> Option<(usize, Direction)> {
+        let index = self.link_index(wire)?;
+        self.route(port)
+            .filter(|r| r.link == index)
+            .map(|r| (index, r.direction))
+    }
+
+    /// The index of the link `port` is an end of.
+    pub fn link_of_port(&self, port: PortId) -> Option<usize> {
+        self.route(port).map(|r| r.link)
     }
 
     /// The counters of the link at `index` (as given in a `Verdict`).

@@ -11,7 +11,9 @@ use xwire_proto::WireId;
 
 use crossbeam_channel::{bounded, Sender};
 
+use crate::capture::Tap;
 use crate::counters::LinkCounters;
+use crate::impair::ImpairSpec;
 use crate::link_table::{LinkError, PortId};
 use crate::peer::{
     Carrier, ControlMessage, PeerConfig, PeerCounters, PeerError, PeerEvent, PeerId,
@@ -123,6 +125,10 @@ pub enum WorkerError {
     Peer(#[from] PeerError),
     #[error("this worker has no peer transport (attach_peers first)")]
     NoPeers,
+    #[error("invalid impairment: {0}")]
+    Impairment(String),
+    #[error("no link {0} with an end on port {1:?}")]
+    NoSuchLink(WireId, PortId),
 }
 
 /// A port to open and join to a peer node by wire id, as one command (see
@@ -201,6 +207,25 @@ pub(crate) enum Command {
     KernelDrops {
         id: PortId,
         reply: Sender<Result<KernelDrops, WorkerError>>,
+    },
+    /// Impairs (or with `None`, clears) the frames that link `wire` receives on `from`.
+    SetImpairment {
+        wire: WireId,
+        from: PortId,
+        spec: Option<ImpairSpec>,
+        reply: Sender<Result<(), WorkerError>>,
+    },
+    /// Taps link `wire`; the tap's `AToB` is the frames received on `from`.
+    Capture {
+        wire: WireId,
+        from: PortId,
+        tap: Tap,
+        reply: Sender<Result<(), WorkerError>>,
+    },
+    HeldFrames {
+        wire: WireId,
+        from: PortId,
+        reply: Sender<Result<usize, WorkerError>>,
     },
     Stop,
 }
@@ -397,6 +422,42 @@ impl Worker {
     /// buffer): the drops the link counters cannot see.
     pub fn kernel_drops(&self, id: PortId) -> Result<KernelDrops, WorkerError> {
         self.ask(|reply| Command::KernelDrops { id, reply })?
+    }
+
+    /// Impairs the frames that link `wire` receives on port `from` (the egress of the
+    /// pod behind it), replacing what was in force; `None` clears it. Frames already
+    /// held keep their times.
+    pub fn set_impairment(
+        &self,
+        wire: WireId,
+        from: PortId,
+        spec: Option<ImpairSpec>,
+    ) -> Result<(), WorkerError> {
+        if let Some(spec) = &spec {
+            spec.check().map_err(WorkerError::Impairment)?;
+        }
+        self.ask(|reply| Command::SetImpairment {
+            wire,
+            from,
+            spec,
+            reply,
+        })?
+    }
+
+    /// Taps link `wire`: the tap's `AToB` is the frames the link receives on `from`, its
+    /// `BToA` those it sends out of it. The tap goes when its reader is dropped.
+    pub fn capture(&self, wire: WireId, from: PortId, tap: Tap) -> Result<(), WorkerError> {
+        self.ask(|reply| Command::Capture {
+            wire,
+            from,
+            tap,
+            reply,
+        })?
+    }
+
+    /// The frames held (delayed or rate-limited) that link `wire` received on `from`.
+    pub fn held_frames(&self, wire: WireId, from: PortId) -> Result<usize, WorkerError> {
+        self.ask(|reply| Command::HeldFrames { wire, from, reply })?
     }
 
     fn ask<T>(&self, command: impl FnOnce(Sender<T>) -> Command) -> Result<T, WorkerError> {

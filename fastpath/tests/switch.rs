@@ -2,95 +2,16 @@
 //! namespace where a worker links the two node-side ends through AF_XDP or AF_PACKET
 //! ports, or one of each (these tests need root).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use xwire_fastpath::{
-    Direction, LinkCounters, PortChoice, PortError, PortId, PortInfo, PortKind, Worker,
-    WorkerConfig, WorkerError, XdpMode,
+    Direction, PortChoice, PortError, PortId, PortKind, Worker, WorkerConfig, WorkerError, XdpMode,
 };
 use xwire_testbed::checks::{self, test_frame};
 use xwire_testbed::{unique_ifname, Netns, RawSocket, Veth};
 
-/// Two pods, a node, and the node-side ends of the pods' veths.
-struct Bed {
-    pod_a: Netns,
-    pod_b: Netns,
-    node: Netns,
-}
-
-impl Bed {
-    fn new(label: &str) -> Bed {
-        Bed {
-            pod_a: Netns::new(&format!("{label}-a")).unwrap(),
-            pod_b: Netns::new(&format!("{label}-b")).unwrap(),
-            node: Netns::new(&format!("{label}-node")).unwrap(),
-        }
-    }
-
-    /// A veth from `pod:eth1` to a uniquely named end in the node, both up, with the
-    /// pod's TX checksum offload off (frames must carry real checksums through a
-    /// userspace switch).
-    fn wire<'a>(&'a self, pod: &'a Netns) -> Veth<'a> {
-        let veth = Veth::named(pod, "eth1", &self.node, &unique_ifname()).unwrap();
-        pod.set_tx_checksum("eth1", false).unwrap();
-        veth.set_up().unwrap();
-        veth
-    }
-
-    fn worker(&self) -> Worker {
-        self.node
-            .run(|| Worker::spawn(WorkerConfig::default()))
-            .unwrap()
-            .unwrap()
-    }
-}
-
-/// A bed whose two pods are linked by the switch as link 1.
-struct Linked<'a> {
-    worker: Worker,
-    ports: [PortInfo; 2],
-    counters: Arc<LinkCounters>,
-    _wires: [Veth<'a>; 2],
-}
-
-fn link(bed: &Bed) -> Linked<'_> {
-    link_with(bed, 1500, [PortChoice::AfXdp; 2])
-}
-
-/// Links the pods through ports of the given kinds (pod A's first).
-fn link_with(bed: &Bed, mtu: u32, kinds: [PortChoice; 2]) -> Linked<'_> {
-    let wires = [bed.wire(&bed.pod_a), bed.wire(&bed.pod_b)];
-    for wire in &wires {
-        wire.set_mtu(mtu).unwrap();
-    }
-    let worker = bed.worker();
-    let max_frame = mtu as usize + 14;
-    let pa = worker
-        .add_port_as(wires[0].b_name(), max_frame, Some(kinds[0]))
-        .unwrap();
-    let pb = worker
-        .add_port_as(wires[1].b_name(), max_frame, Some(kinds[1]))
-        .unwrap();
-    for (port, choice) in [(&pa, kinds[0]), (&pb, kinds[1])] {
-        let packet = port.kind == PortKind::AfPacket;
-        assert_eq!(
-            packet,
-            choice == PortChoice::AfPacket,
-            "{}",
-            port.kind.name()
-        );
-    }
-    let counters = worker
-        .add_link(xwire_proto::WireId(1), pa.id, pb.id)
-        .unwrap();
-    Linked {
-        worker,
-        ports: [pa, pb],
-        counters,
-        _wires: wires,
-    }
-}
+mod switch_bed;
+use switch_bed::{link, link_with, Bed, Linked};
 
 fn ping(from: &Netns, to: &str, count: u32) -> bool {
     checks::ping(from, to, count).unwrap()

@@ -35,7 +35,8 @@ impl<K, T> Ord for Entry<K, T> {
 
 pub struct Held<K, T> {
     heap: BinaryHeap<Reverse<Entry<K, T>>>,
-    per_key: HashMap<K, usize>,
+    /// How many items each key holds, and the latest time among them.
+    per_key: HashMap<K, (usize, Instant)>,
     limit_per_key: usize,
     seq: u64,
 }
@@ -53,11 +54,12 @@ impl<K: Hash + Eq + Clone, T> Held<K, T> {
 
     /// Holds `item` until `at`; gives it back when its key already holds its limit.
     pub fn hold(&mut self, key: K, at: Instant, item: T) -> Result<(), T> {
-        let count = self.per_key.entry(key.clone()).or_insert(0);
+        let (count, latest) = self.per_key.entry(key.clone()).or_insert((0, at));
         if *count >= self.limit_per_key {
             return Err(item);
         }
         *count += 1;
+        *latest = (*latest).max(at);
         self.seq += 1;
         self.heap.push(Reverse(Entry {
             at,
@@ -74,7 +76,7 @@ impl<K: Hash + Eq + Clone, T> Held<K, T> {
             return None;
         }
         let Reverse(entry) = self.heap.pop()?;
-        if let Some(count) = self.per_key.get_mut(&entry.key) {
+        if let Some((count, _)) = self.per_key.get_mut(&entry.key) {
             *count -= 1;
             if *count == 0 {
                 self.per_key.remove(&entry.key);
@@ -89,7 +91,13 @@ impl<K: Hash + Eq + Clone, T> Held<K, T> {
     }
 
     pub fn held(&self, key: &K) -> usize {
-        self.per_key.get(key).copied().unwrap_or(0)
+        self.per_key.get(key).map_or(0, |&(count, _)| count)
+    }
+
+    /// The latest time of the items `key` holds: what a frame that must not overtake
+    /// them waits for.
+    pub fn latest(&self, key: &K) -> Option<Instant> {
+        self.per_key.get(key).map(|&(_, latest)| latest)
     }
 
     pub fn len(&self) -> usize {
@@ -154,6 +162,8 @@ mod tests {
         assert_eq!(held.hold(1, t0, 'c'), Err('c'));
         assert!(held.hold(2, t0, 'd').is_ok());
         assert_eq!(held.held(&1), 2);
+        assert_eq!(held.latest(&1), Some(t0));
+        assert_eq!(held.latest(&3), None);
         assert_eq!(held.drain_key(&1), ['a', 'b']);
         assert_eq!(held.held(&1), 0);
         assert_eq!(held.pop_due(t0), Some((2, 'd')));

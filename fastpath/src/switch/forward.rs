@@ -9,6 +9,7 @@ use crate::peer::PeerTransport;
 use crate::worker::WorkerConfig;
 use crate::xdp_port::{Lent, MAX_FRAME_ROOM};
 
+use super::extras::LinkExtras;
 use super::{remote, Port, Slot, Switch};
 
 /// A frame (or part of one) on its way out, the link it is counted on, and whether it is
@@ -39,6 +40,7 @@ impl Switch {
             moved += self.receive_from(index, config.batch);
         }
         moved += self.poll_peers(moved > 0);
+        moved += self.release_held();
         for index in 0..self.slots.len() {
             self.flush_to(index);
         }
@@ -60,6 +62,7 @@ impl Switch {
             frame_buf,
             received,
             now,
+            extras,
             ..
         } = self;
         let (this, mut others) = split_slot(slots, index);
@@ -106,7 +109,7 @@ impl Switch {
                                 frame_buf
                             }
                         };
-                        route(table, peers, &mut others, verdict, frame, *now);
+                        route(table, peers, &mut others, extras, verdict, frame, *now);
                     }
                     port.recycle(&mut slot.rx_chain);
                 }
@@ -122,9 +125,31 @@ impl Switch {
                     },
                     v => v,
                 };
-                route(table, peers, &mut others, verdict, frame, *now);
+                route(table, peers, &mut others, extras, verdict, frame, *now);
             }),
         }
+    }
+
+    /// Sends the held frames whose time has come; returns how many.
+    fn release_held(&mut self) -> usize {
+        let Switch {
+            slots,
+            peers,
+            table,
+            extras,
+            now,
+            ..
+        } = self;
+        if extras.next_due().is_none_or(|due| due > *now) {
+            return 0;
+        }
+        let mut others = OtherSlots {
+            before: slots,
+            after: &mut [],
+        };
+        extras.release_due(*now, |frame, verdict| {
+            send_now(table, peers, &mut others, verdict, frame, *now)
+        })
     }
 
     /// Sends what waits for the port at `index`: whole frames, as many as its TX ring has
@@ -194,8 +219,28 @@ fn split_slot(slots: &mut [Option<Slot>], index: usize) -> (&mut Option<Slot>, O
     (this, OtherSlots { before, after })
 }
 
-/// Sends one received frame where its verdict says.
+/// Sends one received frame where its verdict says: at once, or through its link's
+/// impairment (`LinkExtras::admit`).
 fn route(
+    table: &LinkTable,
+    peers: &mut Option<PeerTransport>,
+    others: &mut OtherSlots<'_>,
+    extras: &mut LinkExtras,
+    verdict: Verdict,
+    frame: &[u8],
+    now: Instant,
+) {
+    match verdict.link() {
+        Some((link, _)) if extras.has(link) => {
+            extras.admit(table, verdict, frame, now, |bytes, verdict| {
+                send_now(table, peers, others, verdict, bytes, now)
+            })
+        }
+        _ => send_now(table, peers, others, verdict, frame, now),
+    }
+}
+
+fn send_now(
     table: &LinkTable,
     peers: &mut Option<PeerTransport>,
     others: &mut OtherSlots<'_>,

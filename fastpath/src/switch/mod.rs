@@ -23,6 +23,7 @@ use crate::worker::{Command, Join, PortChoice, PortInfo, PortKind, WorkerConfig,
 use crate::xdp_port::{Lent, PortError, XdpPort};
 use crate::xdp_redirect::RedirectProgram;
 
+mod extras;
 mod forward;
 mod remote;
 mod sleep;
@@ -108,6 +109,8 @@ pub(crate) struct Switch {
     next_retry: Instant,
     /// When the current pass began: the time frames queued for peers are held from.
     now: Instant,
+    /// Impairments and capture taps of the links that have them, and the frames held.
+    extras: extras::LinkExtras,
 }
 
 impl Switch {
@@ -141,6 +144,7 @@ impl Switch {
             waiting: Vec::new(),
             next_retry: Instant::now(),
             now: Instant::now(),
+            extras: extras::LinkExtras::default(),
         })
     }
 
@@ -199,6 +203,11 @@ impl Switch {
         if let Some(timer) = self.peers.as_mut().and_then(PeerTransport::timeout) {
             limit = limit.min(timer);
         }
+        if let Some(due) = self.extras.next_due() {
+            // epoll counts whole milliseconds and rounds down: the worker wakes before
+            // a held frame is due and passes until it is.
+            limit = limit.min(due.saturating_duration_since(Instant::now()));
+        }
         self.sleeper.sleep(limit);
         let mut drain = [0u8; 64];
         while self.woken.recv(&mut drain).is_ok() {}
@@ -234,7 +243,47 @@ impl Switch {
                 let _ = reply.send(result);
             }
             Command::RemoveLink { wire, reply } => {
+                if let Some(link) = self.table.link_index(wire) {
+                    self.extras.forget(link);
+                }
                 let _ = reply.send(self.table.remove_link(wire));
+            }
+            Command::SetImpairment {
+                wire,
+                from,
+                spec,
+                reply,
+            } => {
+                let result = match self.table.direction_from(wire, from) {
+                    Some((link, direction)) => {
+                        self.extras.set_impairment(link, wire, direction, spec);
+                        Ok(())
+                    }
+                    None => Err(WorkerError::NoSuchLink(wire, from)),
+                };
+                let _ = reply.send(result);
+            }
+            Command::Capture {
+                wire,
+                from,
+                tap,
+                reply,
+            } => {
+                let result = match self.table.direction_from(wire, from) {
+                    Some((link, direction)) => {
+                        self.extras.set_tap(link, tap, direction);
+                        Ok(())
+                    }
+                    None => Err(WorkerError::NoSuchLink(wire, from)),
+                };
+                let _ = reply.send(result);
+            }
+            Command::HeldFrames { wire, from, reply } => {
+                let result = match self.table.direction_from(wire, from) {
+                    Some((link, direction)) => Ok(self.extras.held(link, direction)),
+                    None => Err(WorkerError::NoSuchLink(wire, from)),
+                };
+                let _ = reply.send(result);
             }
             Command::AttachPeers { config, reply } => {
                 let result = PeerTransport::bind(*config)
@@ -432,6 +481,9 @@ impl Switch {
         let Some(slot) = self.slots.get_mut(usize::from(id.0)).and_then(Option::take) else {
             return Err(WorkerError::NoSuchPort(id));
         };
+        if let Some(link) = self.table.link_of_port(id) {
+            self.extras.forget(link);
+        }
         self.table.remove_port(id);
         self.sleeper.unwatch(slot.port.as_fd());
         if let Port::Xdp(xdp) = &slot.port {

@@ -7,6 +7,7 @@ use crate::counters::DropReason;
 use crate::link_table::{LinkTable, Verdict};
 use crate::peer::{Flush, PeerCounters, PeerEvent, PeerTransport, ReceivedFrame};
 
+use super::extras::LinkExtras;
 use super::forward::{count_drop, deliver};
 use super::{Slot, Switch};
 
@@ -51,6 +52,7 @@ pub(super) fn send(
 fn deliver_remote(
     table: &LinkTable,
     slots: &mut [Option<Slot>],
+    extras: &mut LinkExtras,
     received: ReceivedFrame<'_>,
 ) -> bool {
     let ReceivedFrame { peer, wire, frame } = received;
@@ -60,6 +62,10 @@ fn deliver_remote(
             link,
             direction,
         } => {
+            // Impaired where it left its node; only a capture here.
+            if extras.has(link) {
+                extras.tap(link, direction, frame);
+            }
             let slot = slots.get_mut(usize::from(out.0)).and_then(Option::as_mut);
             deliver(table, slot, frame, (link, direction));
             true
@@ -87,6 +93,7 @@ impl Switch {
             peers,
             table,
             slots,
+            extras,
             ..
         } = self;
         let Some(peers) = peers.as_mut() else {
@@ -95,7 +102,7 @@ impl Switch {
         let arrived = peers.poll(flush);
         let endpoint = peers.endpoint_mut();
         while let Some(frame) = endpoint.poll_frame() {
-            if !deliver_remote(table, slots, frame) {
+            if !deliver_remote(table, slots, extras, frame) {
                 endpoint.count_unknown_link();
             }
         }

@@ -21,6 +21,24 @@ pub fn ping(from: &Netns, to: &str, count: u32) -> Result<bool, Error> {
     Ok(out.status.success())
 }
 
+/// Pings `to` from `from` `count` times, 0.1 s apart, and returns the round-trip time of
+/// each reply, in milliseconds (fewer than `count` when replies were lost).
+pub fn ping_rtts(from: &Netns, to: &str, count: u32) -> Result<Vec<f64>, Error> {
+    let out = from.exec(Command::new("ping").args([
+        "-c",
+        &count.to_string(),
+        "-i",
+        "0.1",
+        "-W",
+        "2",
+        to,
+    ]))?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.split_once("time=")?.1.split(' ').next()?.parse().ok())
+        .collect())
+}
+
 /// Sends `bytes` bytes of a known pattern over TCP from `client` to a listener at `to` in
 /// `server`; returns what the server read, which should equal `pattern(bytes)`.
 pub fn tcp_transfer(
