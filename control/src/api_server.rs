@@ -15,12 +15,14 @@ use tokio::sync::oneshot;
 use xwire_proto::local::{self, codes, CniError, Response};
 use xwire_proto::DecodeError;
 
-use crate::node::Node;
+use crate::node::{CaptureStream, Node};
 
 /// A request on its way to the node, and where its answer goes.
 pub struct Job {
     pub request: local::Request,
-    pub reply: oneshot::Sender<Response>,
+    /// The answer, and the capture a `Capture` request started (streamed by the
+    /// connection after the answer).
+    pub reply: oneshot::Sender<(Response, Option<CaptureStream>)>,
 }
 
 /// How often the node looks at peer events when no request comes.
@@ -54,7 +56,8 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
                         | local::Request::Reconcile
                 );
                 let response = node.handle_batched(job.request);
-                let _ = job.reply.send(response);
+                // A capture whose connection has gone ends here, as it is dropped.
+                let _ = job.reply.send((response, node.take_started_capture()));
                 if !reads_only {
                     last_event = Some(Instant::now());
                 }
@@ -69,6 +72,7 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
         if node.pump_peer_events() {
             last_event = Some(Instant::now());
         }
+        node.captures_ended();
         let settled = last_event.is_some_and(|t| t.elapsed() >= SETTLE);
         let due = interval.is_some_and(|i| last_pass.elapsed() >= i);
         if settled || due {
@@ -164,11 +168,21 @@ async fn connection(mut stream: UnixStream, jobs: Sender<Job>) {
                 }
                 Ok(Some((body, used))) => match local::decode_request(body) {
                     Ok((id, request)) => (id, ask(&jobs, request).await, used),
-                    Err(e) => (request_id(&e, body), decode_error(&e), used),
+                    Err(e) => (request_id(&e, body), (decode_error(&e), None), used),
                 },
             };
             buf.drain(..used);
+            let (response, capture) = response;
             if write(&mut stream, id, &response).await.is_err() {
+                return;
+            }
+            if let Some(capture) = capture {
+                // The rest of the connection is the capture's pcapng stream, written by
+                // a blocking thread (the writer blocks on the tap's queue).
+                let Ok(socket) = stream.into_std() else {
+                    return;
+                };
+                tokio::task::spawn_blocking(move || crate::capture_stream::serve(socket, capture));
                 return;
             }
         }
@@ -183,14 +197,15 @@ async fn connection(mut stream: UnixStream, jobs: Sender<Job>) {
 /// and this never blocks the runtime on it: with the queue full, the caller is told at
 /// once to try again later (the code a CNI runtime retries on), and the runtime goes on
 /// serving, stop signals included.
-async fn ask(jobs: &Sender<Job>, request: local::Request) -> Response {
+async fn ask(jobs: &Sender<Job>, request: local::Request) -> (Response, Option<CaptureStream>) {
     let (reply, answer) = oneshot::channel();
     let try_again = |msg: String| {
-        Response::Error(CniError {
+        let error = Response::Error(CniError {
             code: codes::TRY_AGAIN_LATER,
             msg,
             details: String::new(),
-        })
+        });
+        (error, None)
     };
     match jobs.try_send(Job { request, reply }) {
         Ok(()) => {}

@@ -2,8 +2,10 @@
 //! store, the interfaces it makes, and the logic that answers CNI calls (see DESIGN.md).
 
 pub mod api_server;
+pub mod capture_stream;
 pub mod chain;
 pub mod config;
+pub mod impairment;
 pub mod interfaces;
 pub use xwire_netns as netns;
 pub mod node;

@@ -1,11 +1,14 @@
 //! meshnet's Topology resource (`networkop.co.uk/v1beta1`, kind `Topology`): one object
 //! per pod, named after the pod, in the lab's namespace, listing the pod's links. xwire
 //! reads exactly meshnet's fields and adds optional ones of its own to a link (mtu,
-//! local_mac, peer_mac, carrier). Parsing and checking are pure; storing is elsewhere.
+//! local_mac, peer_mac, carrier, impairment). Parsing and checking are pure; storing is elsewhere.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use xwire_fastpath::impair::ImpairSpec;
 use xwire_proto::control::Carrier;
+
+use crate::impairment::Impairment;
 use xwire_proto::data::MAX_LINK_MTU;
 
 use serde::{Deserialize, Serialize};
@@ -92,6 +95,10 @@ pub struct Link {
         skip_serializing_if = "Option::is_none"
     )]
     pub carrier: Option<String>,
+    /// xwire's own: what the frames this pod sends on the link suffer (delay, loss, rate
+    /// and the rest: `impairment::Impairment`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub impairment: Option<Impairment>,
 }
 
 /// KNE (like meshnet's own examples) writes `local_ip: ""` and `peer_ip: ""` for a link
@@ -102,7 +109,7 @@ fn empty_is_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String
 
 /// A link as the daemon works with it: its addresses, MACs and carrier parsed, once, when
 /// its topology is loaded (a stored topology passed `check`, so they parse).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LinkSpec {
     pub uid: u64,
     pub peer_pod: String,
@@ -115,6 +122,8 @@ pub struct LinkSpec {
     pub peer_mac: Option<[u8; 6]>,
     /// `None`: the peer node's carrier.
     pub carrier: Option<Carrier>,
+    /// The impairment of this end's egress, when the link has one.
+    pub impairment: Option<ImpairSpec>,
 }
 
 impl Link {
@@ -148,6 +157,11 @@ impl Link {
                 .carrier
                 .as_deref()
                 .map(crate::config::carrier_name::parse)
+                .transpose()?,
+            impairment: self
+                .impairment
+                .as_ref()
+                .map(|i| i.spec().map_err(|e| format!("impairment: {e}")))
                 .transpose()?,
         })
     }

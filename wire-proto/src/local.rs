@@ -117,6 +117,34 @@ pub enum Request {
     State,
     /// `xwirectl reconcile`: converge the node on its store now, and say what changed.
     Reconcile,
+    /// `xwirectl capture`: the answer is `Capturing`, then the connection carries a
+    /// pcapng stream until the caller shuts its side down (the daemon then ends the
+    /// file with its statistics) or goes away.
+    Capture(CaptureCall),
+}
+
+/// A capture of one wire end's link, named by its pod and its link uid or interface.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureCall {
+    pub namespace: String,
+    pub pod: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_uid: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ifname: Option<String>,
+    /// What the pod sends on the link, what it receives, or both.
+    pub direction: CaptureDirection,
+    /// The most bytes kept of each frame (0: whole frames).
+    #[serde(default)]
+    pub snaplen: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CaptureDirection {
+    Egress,
+    Ingress,
+    Both,
 }
 
 /// What `Request::State` answers: the store's records, as JSON.
@@ -194,10 +222,15 @@ pub enum Response {
         changes: Vec<String>,
         failures: Vec<String>,
     },
+    /// A capture started: the pcapng stream follows. `interfaces` names the file's two
+    /// interfaces (the sending endpoint of each direction, `pod:interface`).
+    Capturing {
+        interfaces: Vec<String>,
+    },
 }
 
 /// The `type` values of `Request`, for telling an unknown type from a malformed one.
-const REQUEST_TYPES: [&str; 10] = [
+const REQUEST_TYPES: [&str; 11] = [
     "add",
     "del",
     "check",
@@ -208,8 +241,9 @@ const REQUEST_TYPES: [&str; 10] = [
     "topology_delete",
     "state",
     "reconcile",
+    "capture",
 ];
-const RESPONSE_TYPES: [&str; 7] = [
+const RESPONSE_TYPES: [&str; 8] = [
     "added",
     "not_managed",
     "ok",
@@ -217,6 +251,7 @@ const RESPONSE_TYPES: [&str; 7] = [
     "topologies",
     "state",
     "reconciled",
+    "capturing",
 ];
 
 #[derive(Serialize)]
@@ -346,6 +381,14 @@ mod tests {
             Request::TopologyDelete(TopologyQuery::default()),
             Request::State,
             Request::Reconcile,
+            Request::Capture(CaptureCall {
+                namespace: "lab".into(),
+                pod: "r1".into(),
+                link_uid: Some(1),
+                ifname: None,
+                direction: CaptureDirection::Both,
+                snaplen: 0,
+            }),
         ];
         for r in requests {
             let v = serde_json::to_value(&r).unwrap();
@@ -360,6 +403,7 @@ mod tests {
                 changes: vec![],
                 failures: vec![],
             },
+            Response::Capturing { interfaces: vec![] },
         ];
         for r in responses {
             let v = serde_json::to_value(&r).unwrap();

@@ -11,6 +11,17 @@ use std::time::Duration;
 use xwire_proto::local::{self, Request, Response};
 
 pub fn call(socket: &Path, request: &Request, timeout: Duration) -> std::io::Result<Response> {
+    open(socket, request, timeout).map(|(response, _, _)| response)
+}
+
+/// Sends `request` and reads its answer, then hands back the connection and whatever
+/// arrived after the answer: for a request whose answer is followed by a stream (a
+/// capture's pcapng).
+pub fn open(
+    socket: &Path,
+    request: &Request,
+    timeout: Duration,
+) -> std::io::Result<(Response, UnixStream, Vec<u8>)> {
     let mut stream = UnixStream::connect(socket)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
@@ -23,10 +34,12 @@ pub fn call(socket: &Path, request: &Request, timeout: Duration) -> std::io::Res
     let mut buf = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     loop {
-        if let Some((body, _)) = local::next_record(&buf).map_err(invalid)? {
-            return local::decode_response(body)
+        if let Some((body, used)) = local::next_record(&buf).map_err(invalid)? {
+            let response = local::decode_response(body)
                 .map(|(_, r)| r)
-                .map_err(invalid);
+                .map_err(invalid)?;
+            let rest = buf[used..].to_vec();
+            return Ok((response, stream, rest));
         }
         let n = stream.read(&mut chunk)?;
         if n == 0 {

@@ -20,6 +20,8 @@ pub struct Changes {
     pub links_removed: Vec<u64>,
     pub pods_added: Vec<String>,
     pub pods_removed: Vec<String>,
+    /// Links that stay whose impairment changed (they are not made again).
+    pub links_impaired: Vec<u64>,
 }
 
 impl Changes {
@@ -46,9 +48,25 @@ pub fn plan(old: &Lab, new: &Lab) -> Result<Changes> {
     }
     let link_uids = |links: Vec<&LabLink>| links.into_iter().map(|l| l.uid).collect();
     let names = |pods: Vec<&String>| pods.into_iter().cloned().collect();
+    // An impairment changes in place: the link is the same wire.
+    let bare = |l: &LabLink| LabLink {
+        impair: [None, None],
+        ..l.clone()
+    };
+    let has = |links: &[LabLink], l: &LabLink| links.iter().any(|o| bare(o) == bare(l));
     Ok(Changes {
-        links_added: link_uids(only_in(&new.links, |l| old.links.contains(l))),
-        links_removed: link_uids(only_in(&old.links, |l| new.links.contains(l))),
+        links_added: link_uids(only_in(&new.links, |l| has(&old.links, l))),
+        links_removed: link_uids(only_in(&old.links, |l| has(&new.links, l))),
+        links_impaired: new
+            .links
+            .iter()
+            .filter(|l| {
+                old.links
+                    .iter()
+                    .any(|o| bare(o) == bare(l) && o.impair != l.impair)
+            })
+            .map(|l| l.uid)
+            .collect(),
         pods_added: names(only_in(new.pods.keys(), |p| old.pods.contains_key(*p))),
         pods_removed: names(only_in(old.pods.keys(), |p| new.pods.contains_key(*p))),
     })

@@ -10,6 +10,7 @@ use std::fmt;
 use marked_yaml::{Marker, Span, Spanned};
 use serde::{Deserialize, Serialize};
 
+use xwire_control::impairment::Impairment;
 use xwire_control::topology::{self, Link, Metadata, Topology, TopologySpec};
 
 /// The longest lab name: it goes into namespace names and paths.
@@ -28,7 +29,7 @@ pub struct Lab {
     pub links: Vec<LabLink>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LabLink {
     pub uid: u64,
     pub endpoints: [Endpoint; 2],
@@ -38,6 +39,14 @@ pub struct LabLink {
     pub mtu: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub carrier: Option<String>,
+    /// The impairment of each direction: `[0]` is what the first endpoint sends (A to
+    /// B), `[1]` what the second sends.
+    #[serde(default, skip_serializing_if = "no_impairment")]
+    pub impair: [Option<Impairment>; 2],
+}
+
+fn no_impairment(impair: &[Option<Impairment>; 2]) -> bool {
+    impair.iter().all(Option::is_none)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -102,6 +111,10 @@ struct RawLink {
     ips: Option<Spanned<Vec<Spanned<String>>>>,
     mtu: Option<Spanned<u32>>,
     carrier: Option<Spanned<String>>,
+    /// Both directions' impairment; `impair_a_to_b` and `impair_b_to_a` replace it for one.
+    impair: Option<Spanned<Impairment>>,
+    impair_a_to_b: Option<Spanned<Impairment>>,
+    impair_b_to_a: Option<Spanned<Impairment>>,
 }
 
 fn at(span: &Span, message: impl Into<String>) -> LabFileError {
@@ -243,6 +256,17 @@ fn check_links(
             xwire_control::config::carrier_name::parse(carrier)
                 .map_err(|e| at(carrier.span(), e))?;
         }
+        let mut impair = [None, None];
+        for (direction, own) in [&link.impair_a_to_b, &link.impair_b_to_a]
+            .into_iter()
+            .enumerate()
+        {
+            let Some(given) = own.as_ref().or(link.impair.as_ref()) else {
+                continue;
+            };
+            given.spec().map_err(|e| at(given.span(), e))?;
+            impair[direction] = Some((**given).clone());
+        }
         let uid = match &link.uid {
             Some(uid) => **uid,
             None => {
@@ -262,6 +286,7 @@ fn check_links(
             ips,
             mtu: link.mtu.as_ref().map(|m| **m),
             carrier: link.carrier.as_ref().map(|c| c.to_string()),
+            impair,
         });
     }
     Ok(links)
@@ -399,6 +424,7 @@ pub fn topologies(lab: &Lab) -> Vec<Topology> {
                         local_mac: None,
                         peer_mac: None,
                         carrier: link.carrier.clone(),
+                        impairment: link.impair[me].clone(),
                     });
                 }
             }

@@ -5,10 +5,12 @@
 //! becomes the Topology objects a cluster would hold, so both take the same path.
 
 pub mod bench;
+pub mod capture;
 mod chart;
 pub mod down;
 pub mod edit;
 pub mod file;
+pub mod impair;
 pub mod namespaces;
 pub mod node_api;
 pub mod paths;

@@ -45,7 +45,8 @@ pub struct WireStatus {
     /// `local` (both pods on one node: a veth pair) or `remote` (through the fast path
     /// and QUIC).
     pub kind: &'static str,
-    /// `veth`, or the QUIC carrier: `datagram` or `stream`.
+    /// `veth`, `switch` (a same-node wire through the fast path: impaired or captured),
+    /// or the QUIC carrier: `datagram` or `stream`.
     pub carrier: String,
     /// The endpoints' addresses, when the lab file gives them.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -55,6 +56,8 @@ pub struct WireStatus {
     /// Each end's record on its node ("veth", "remote", "pending"), or "none".
     pub end_states: [String; 2],
     pub counters: [EndCounters; 2],
+    /// The impairment in force A to B and B to A (`lab impair`, or the lab file).
+    pub impairments: [Option<String>; 2],
 }
 
 /// The kernel's counters of one pod interface.
@@ -132,7 +135,7 @@ fn wire_status(
             .unwrap_or_else(|| "none".into())
     };
     let end_states = [end_state(&a.pod), end_state(&b.pod)];
-    let joined = |s: &str| s == "veth" || s == "remote";
+    let joined = |s: &str| matches!(s, "veth" | "remote" | "switched");
     let state = if end_states.iter().all(|s| joined(s)) {
         "up".to_owned()
     } else {
@@ -151,7 +154,9 @@ fn wire_status(
         uid: link.uid,
         endpoints: [a.to_string(), b.to_string()],
         kind: if local { "local" } else { "remote" },
-        carrier: if local {
+        carrier: if local && end_states.iter().any(|s| s == "switched") {
+            "switch".into()
+        } else if local {
             "veth".into()
         } else {
             link.carrier.clone().unwrap_or_else(|| "datagram".into())
@@ -160,6 +165,7 @@ fn wire_status(
         state,
         end_states,
         counters,
+        impairments: link.impair.clone().map(|i| i.map(|i| i.to_string())),
     }
 }
 
@@ -228,5 +234,20 @@ pub fn render(status: &LabStatus) -> String {
     out.push_str(
         "\n(frames: sent at one end / received at the other, from the pod interfaces' counters)\n",
     );
+    let impaired: Vec<&WireStatus> = status
+        .wires
+        .iter()
+        .filter(|w| w.impairments.iter().any(Option::is_some))
+        .collect();
+    if !impaired.is_empty() {
+        out.push_str(&format!("\n{:>5}  {:<5} {}\n", "UID", "DIR", "IMPAIRMENT"));
+        for w in impaired {
+            for (direction, impairment) in ["A->B", "B->A"].iter().zip(&w.impairments) {
+                if let Some(impairment) = impairment {
+                    out.push_str(&format!("{:>5}  {direction:<5} {impairment}\n", w.uid));
+                }
+            }
+        }
+    }
     out
 }

@@ -349,7 +349,7 @@ pub(super) fn wait_for_wires(lab: &Lab, paths: &LabPaths) -> Result<()> {
             .filter(|(uid, end)| {
                 !matches!(
                     states.get(&(end.pod.clone(), *uid)).map(String::as_str),
-                    Some("veth" | "remote")
+                    Some("veth" | "remote" | "switched")
                 )
             })
             .map(|(uid, end)| format!("{end} (uid {uid})"))

@@ -3,12 +3,14 @@
 //! the API server and the peer-event pump hand it work in turn, so every change to a
 //! pod's wires is serialized.
 
+mod capture;
 mod cni_calls;
 mod error;
 mod journal;
 mod peers;
 mod plan;
 mod reconcile;
+mod switched;
 mod topology_calls;
 mod wiring;
 
@@ -27,6 +29,7 @@ use crate::netns::NetnsFd;
 use crate::store::{AttachmentRecord, EmbeddedStore, KubeStore, NodeStore, StoreError};
 use crate::topology::{pod_key, LinkSpec, Topology};
 
+pub use capture::CaptureStream;
 pub use error::{ErrorKind, NodeError};
 pub use journal::{Journal, Step};
 pub use reconcile::Reconciled;
@@ -52,7 +55,7 @@ pub struct Node {
     fastpath: Option<Fastpath>,
     /// Wire ends on other nodes, by wire: learned from AddWire and Sync.
     remote_ends: HashMap<WireKey, RemoteEnd>,
-    /// Fast-path ports of this node's remote wire ends, by wire record key.
+    /// Fast-path ports of this node's remote and switched wire ends, by wire record key.
     ports: HashMap<String, OpenPort>,
     /// The control protocol version each peer that is up speaks.
     peer_versions: HashMap<String, u16>,
@@ -71,6 +74,11 @@ pub struct Node {
     /// times). Emptied whenever the node writes topologies; nothing else writes them
     /// while the daemon runs.
     topologies: RefCell<HashMap<String, Option<Arc<LoadedTopology>>>>,
+    /// Captures running, by wire: each holds its wire on the switch path while its
+    /// reader lives (see `capture.rs`).
+    captures: HashMap<WireKey, Vec<std::sync::Weak<()>>>,
+    /// The capture the last request started, until the API connection takes it.
+    started_capture: Option<CaptureStream>,
 }
 
 /// A topology as read from the store, with its links parsed (once, here).
@@ -80,10 +88,14 @@ struct LoadedTopology {
     links: Vec<LinkSpec>,
 }
 
-/// A fast-path port of a remote wire end, and the wire whose frames it carries.
+/// A fast-path port of a wire end (remote, or switched on this node), the wire whose
+/// frames it carries, the pod whose end it is, and the impairment the worker was told
+/// for that pod's egress.
 struct OpenPort {
     id: PortId,
     wire: WireKey,
+    pod: String,
+    impairment: Option<xwire_fastpath::impair::ImpairSpec>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +152,8 @@ impl Node {
             to_join: BTreeSet::new(),
             withdrawn: HashMap::new(),
             topologies: RefCell::new(HashMap::new()),
+            captures: HashMap::new(),
+            started_capture: None,
         };
         // A start that finds records is a restart: this pass re-attaches to what the last
         // run made. What it cannot do now (a peer not up yet) a later pass or the peer's
@@ -209,6 +223,7 @@ impl Node {
                 changes: done.changes,
                 failures: done.failures,
             }),
+            Request::Capture(call) => self.start_capture(call),
         };
         result.unwrap_or_else(|e| Response::Error(e.to_cni()))
     }

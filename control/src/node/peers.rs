@@ -142,7 +142,7 @@ impl Node {
             .filter(|w| match w.state {
                 WireState::Pending => true,
                 WireState::Remote => w.peer_node.as_deref() == Some(peer),
-                WireState::Veth => false,
+                WireState::Veth | WireState::Switched => false,
             })
             .filter_map(|w| self.spec_of(w))
             .collect();
@@ -252,7 +252,7 @@ impl Node {
         };
         match record.state {
             WireState::Remote if record.peer_node.as_deref() == Some(from) => {}
-            WireState::Veth => {
+            WireState::Veth | WireState::Switched => {
                 tracing::warn!(peer = %from, wire = %key, "AddWire for a wire joined on this node");
             }
             WireState::Pending | WireState::Remote => {

@@ -230,6 +230,7 @@ impl Node {
             .map(|(key, end)| (key.clone(), end.pod.clone()))
             .collect();
         desired.withdrawn = self.withdrawn.clone();
+        desired.switched = self.switched_wires(&desired);
         Ok(Observation {
             desired,
             observed,
@@ -245,7 +246,7 @@ impl Node {
     ) -> Result<Interfaces, crate::netns::NetnsError> {
         let mut found = Interfaces::new();
         for record in observed.records.values().filter(|r| {
-            r.state == WireState::Remote
+            r.state.has_node_end()
                 && pods.contains(&(r.topo_namespace.clone(), r.local_pod_name.clone()))
         }) {
             if let Some(state) = interfaces::inspect(&self.node_ns, &record.wire_ifname)? {
@@ -270,6 +271,9 @@ impl Node {
         self.reattach_ports(&mut pass);
         for (namespace, pod) in std::mem::take(&mut pass.announce) {
             self.announce_pod(&namespace, &pod);
+        }
+        for failure in self.sync_impairments() {
+            pass.report.failures.push(failure);
         }
         pass.report
     }
@@ -363,7 +367,12 @@ impl Node {
             Action::Reattach { attachment, uid } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
                 let key = end.key.clone();
-                pass.reattach.push((record(&key)?, end.link.clone()));
+                let record = record(&key)?;
+                if record.state == WireState::Switched {
+                    self.reopen_switched(&record, end.link)?;
+                    return Ok(Some((key, "re-attached to its interfaces".into())));
+                }
+                pass.reattach.push((record, end.link.clone()));
                 Ok(None)
             }
             Action::RepairRemote { attachment, uid } => {

@@ -162,8 +162,22 @@ fn changed_ends<'a>(before: &'a Topology, now: &'a Topology) -> impl Iterator<It
     now.spec
         .links
         .iter()
-        .filter(|link| before.link(link.uid).is_some_and(|b| b != *link))
+        .filter(|link| {
+            before
+                .link(link.uid)
+                .is_some_and(|b| !same_but_impairment(b, link))
+        })
         .map(|link| wire_key(&now.metadata.namespace, &now.metadata.name, link.uid))
+}
+
+/// An impairment changes without remaking the end: the pass after tells the worker
+/// (and moves a same-node wire onto or off the switch path).
+fn same_but_impairment(a: &topology::Link, b: &topology::Link) -> bool {
+    let bare = |l: &topology::Link| topology::Link {
+        impairment: None,
+        ..l.clone()
+    };
+    bare(a) == bare(b)
 }
 
 fn selects(query: &TopologyQuery, t: &Topology) -> bool {

@@ -10,6 +10,7 @@ use xwire_fastpath::{PortInfo, RemotePort, WorkerError};
 use xwire_proto::control::{ControlBody, ControlMessage, WireKey};
 use xwire_proto::WireId;
 
+use super::switched::PodEnd;
 use super::{ErrorKind, Journal, Node, NodeError, Step};
 use crate::interfaces::{self, EndSettings, Removal};
 use crate::netns::NetnsFd;
@@ -157,22 +158,51 @@ impl Node {
             ));
         }
         let own = own_end(namespace, &attachment.pod.name, link);
-        interfaces::create_veth(pod_ns, &own, &peer_ns, &peer_end).map_err(|e| {
-            interface_error(
-                format!(
-                    "make the veth {}:{} -- {}:{}",
-                    attachment.pod.name, own.name, peer.pod.name, peer_end.name
-                ),
-                e,
-            )
-        })?;
-        journal.record(Step::Interface {
-            netns: attachment.netns.clone(),
-            name: own.name.clone(),
-            alias: own.alias.clone().unwrap_or_default(),
-        });
-        record.state = WireState::Veth;
-        record.wire_ifname = peer_end.name.clone();
+        let switched = self.wants_switched(namespace, link, peer_link.as_ref());
+        let (state, own_wire_ifname, peer_wire_ifname) = if switched {
+            let own_end = PodEnd {
+                ns: pod_ns,
+                pod: &attachment.pod.name,
+                settings: own.clone(),
+            };
+            let (own_node_end, _) = self.make_switched_end(namespace, own_end, link, journal)?;
+            let peer_side = PodEnd {
+                ns: &peer_ns,
+                pod: &peer.pod.name,
+                settings: peer_end.clone(),
+            };
+            let (peer_node_end, _) = self.make_switched_end(
+                namespace,
+                peer_side,
+                peer_link.as_ref().unwrap_or(link),
+                journal,
+            )?;
+            self.link_switched(
+                namespace,
+                [&attachment.pod.name, &peer.pod.name],
+                link.uid,
+                Some(journal),
+            )?;
+            (WireState::Switched, own_node_end, peer_node_end)
+        } else {
+            interfaces::create_veth(pod_ns, &own, &peer_ns, &peer_end).map_err(|e| {
+                interface_error(
+                    format!(
+                        "make the veth {}:{} -- {}:{}",
+                        attachment.pod.name, own.name, peer.pod.name, peer_end.name
+                    ),
+                    e,
+                )
+            })?;
+            journal.record(Step::Interface {
+                netns: attachment.netns.clone(),
+                name: own.name.clone(),
+                alias: own.alias.clone().unwrap_or_default(),
+            });
+            (WireState::Veth, peer_end.name.clone(), own.name.clone())
+        };
+        record.state = state;
+        record.wire_ifname = own_wire_ifname;
         record.peer_intf_id = WireId::new(namespace, link.uid);
 
         let peer_key = wire_key(namespace, &peer.pod.name, link.uid);
@@ -185,8 +215,8 @@ impl Node {
             }
             r
         });
-        peer_record.state = WireState::Veth;
-        peer_record.wire_ifname = own.name.clone();
+        peer_record.state = state;
+        peer_record.wire_ifname = peer_wire_ifname;
         peer_record.peer_intf_id = WireId::new(namespace, link.uid);
         let previous = self.write_wire(&peer_record)?;
         journal.record(Step::Wire {
@@ -329,6 +359,8 @@ impl Node {
                     namespace: record.topo_namespace.clone(),
                     link_uid: record.link_uid,
                 },
+                pod: record.local_pod_name.clone(),
+                impairment: None,
             },
         );
         Ok(())
@@ -380,6 +412,7 @@ impl Node {
                     }
                 }
             }
+            WireState::Switched => self.disconnect_switched(record),
             WireState::Remote => {
                 if let Some(fastpath) = &self.fastpath {
                     let _ = fastpath.worker.remove_link(record.peer_intf_id);

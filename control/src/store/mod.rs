@@ -33,6 +33,16 @@ pub enum WireState {
     Veth,
     /// A veth to the node, whose end is a fast-path port joined to the peer node.
     Remote,
+    /// A veth to the node, whose end is a fast-path port linked to the peer pod's, on
+    /// this node: a same-node wire that is impaired or captured.
+    Switched,
+}
+
+impl WireState {
+    /// Whether the end is a veth to the node with a fast-path port there.
+    pub fn has_node_end(self) -> bool {
+        matches!(self, WireState::Remote | WireState::Switched)
+    }
 }
 
 /// One end of a wire on this node: GWire's fields, then xwire's.

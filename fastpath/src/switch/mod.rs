@@ -43,6 +43,9 @@ const REBIND_PAUSE: Duration = Duration::from_millis(2);
 /// `WorkerConfig::idle_spin`: a time, not a count of passes, since a pass over a thousand
 /// ports takes a hundred times longer than one over ten.
 const SLEEP: Duration = Duration::from_millis(10);
+/// How close a held frame's time must be for the worker to pass until it rather than
+/// sleep: two of epoll's millisecond ticks.
+const HELD_SPIN: Duration = Duration::from_millis(2);
 /// The longest a pass spends on commands before it serves the ports again.
 const COMMAND_BUDGET: Duration = Duration::from_millis(2);
 
@@ -179,7 +182,13 @@ impl Switch {
                 idle_since = Instant::now();
                 continue;
             }
-            if config.busy_poll || idle_since.elapsed() < config.idle_spin {
+            // epoll's timeout is in whole milliseconds: a held frame due sooner than
+            // `HELD_SPIN` is waited for by passing, so that it leaves on time.
+            let held_soon = self
+                .extras
+                .next_due()
+                .is_some_and(|due| due <= Instant::now() + HELD_SPIN);
+            if config.busy_poll || held_soon || idle_since.elapsed() < config.idle_spin {
                 // The kernel work our sends start (the receiving veth's softirq) runs on
                 // this CPU; once it overflows into ksoftirqd, a worker that spins keeps it
                 // waiting for a scheduler slice, which costs milliseconds and drops. An
@@ -204,9 +213,10 @@ impl Switch {
             limit = limit.min(timer);
         }
         if let Some(due) = self.extras.next_due() {
-            // epoll counts whole milliseconds and rounds down: the worker wakes before
-            // a held frame is due and passes until it is.
-            limit = limit.min(due.saturating_duration_since(Instant::now()));
+            // Wakes at least `HELD_SPIN` early (epoll may round a timeout up to the next
+            // millisecond); `run` passes the rest of the way.
+            let early = due.saturating_duration_since(Instant::now()).saturating_sub(HELD_SPIN);
+            limit = limit.min(early);
         }
         self.sleeper.sleep(limit);
         let mut drain = [0u8; 64];

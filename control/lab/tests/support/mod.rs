@@ -3,6 +3,8 @@
 //! them there, as it does in a release.
 #![allow(dead_code)] // each test file uses its own part of this
 
+pub mod lab;
+
 use std::path::PathBuf;
 use std::sync::Once;
 

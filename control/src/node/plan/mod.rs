@@ -32,6 +32,9 @@ pub(crate) struct Desired {
     /// Far ends their node has let go of (DelWire, or left out of a Sync): the wire
     /// joined to that node goes back to pending.
     pub(crate) withdrawn: HashMap<WireKey, String>,
+    /// Same-node wires that go through the fast path (impaired or captured); the others
+    /// are a veth straight between the two pods.
+    pub(crate) switched: HashSet<WireKey>,
 }
 
 /// The interfaces of one namespace, by name.
@@ -279,7 +282,8 @@ pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
                 }
                 Some(record)
                     if record.state != WireState::Pending
-                        && (desired.rebuild.contains(&key) || !made_for(record, link)) =>
+                        && (desired.rebuild.contains(&key)
+                            || !made_for(record, link, desired.switched.contains(&wire))) =>
                 {
                     Some(Action::Rebuild {
                         attachment: attachment.key(),
@@ -304,8 +308,13 @@ pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
                         })
                     }
                     WireState::Veth => end.configure(),
-                    WireState::Remote if observed.node_unreadable.is_some() => None,
+                    WireState::Remote | WireState::Switched
+                        if observed.node_unreadable.is_some() =>
+                    {
+                        None
+                    }
                     WireState::Remote => end.remote(observed, record, &key),
+                    WireState::Switched => end.switched(observed, record, &key),
                 },
             };
             // A join with the far end's pod attached here makes that end too (one veth).
@@ -348,7 +357,7 @@ pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
     let staying_remote: HashMap<&str, &WireRecord> = observed
         .records
         .iter()
-        .filter(|(key, r)| r.state == WireState::Remote && !removed.contains(key.as_str()))
+        .filter(|(key, r)| r.state.has_node_end() && !removed.contains(key.as_str()))
         .map(|(key, r)| (key.as_str(), r))
         .collect();
     let mut stray_ports: Vec<&String> = observed
@@ -363,7 +372,7 @@ pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
     let named: HashSet<&str> = observed
         .records
         .values()
-        .filter(|r| r.state == WireState::Remote)
+        .filter(|r| r.state.has_node_end())
         .map(|r| r.wire_ifname.as_str())
         .collect();
     if observed.node_unreadable.is_some() {
@@ -385,11 +394,16 @@ pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
 }
 
 /// Whether a joined end's record is of `link` as it is: the same interface, to the same
-/// pod (and, for a same-node veth, to the same interface there).
-fn made_for(record: &WireRecord, link: &LinkSpec) -> bool {
+/// pod (and, for a same-node veth, to the same interface there), and a same-node wire
+/// through the fast path exactly when it is to be `switched`.
+fn made_for(record: &WireRecord, link: &LinkSpec, switched: bool) -> bool {
     record.local_pod_ifname == link.local_intf
         && record.peer_pod == link.peer_pod
-        && (record.state != WireState::Veth || record.wire_ifname == link.peer_intf)
+        && match record.state {
+            WireState::Veth => record.wire_ifname == link.peer_intf && !switched,
+            WireState::Switched => switched,
+            WireState::Pending | WireState::Remote => true,
+        }
 }
 
 /// The records of one pod, by key.
@@ -448,6 +462,20 @@ impl End<'_> {
                     _ => Some(Action::RepairRemote { attachment, uid }),
                 }
             }
+        }
+    }
+
+    /// A same-node end through the fast path: in place and open, its port to open again,
+    /// or (a part gone) both ends made again.
+    fn switched(&self, observed: &Observed, record: &WireRecord, key: &str) -> Option<Action> {
+        let in_place = self.interfaces.contains_key(&record.local_pod_ifname)
+            && observed.node_interfaces.contains_key(&record.wire_ifname);
+        let uid = self.link.uid;
+        let attachment = self.attachment.key();
+        match (in_place, observed.ports.contains(key)) {
+            (true, true) => self.configure(),
+            (true, false) => Some(Action::Reattach { attachment, uid }),
+            (false, _) => Some(Action::Rebuild { attachment, uid }),
         }
     }
 

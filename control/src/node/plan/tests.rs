@@ -38,6 +38,7 @@ fn link(uid: u64, peer: &str, intf: &str) -> LinkSpec {
         local_mac: None,
         peer_mac: None,
         carrier: None,
+        impairment: None,
     }
 }
 
@@ -45,7 +46,7 @@ fn record(pod: &str, link: &LinkSpec, state: WireState) -> WireRecord {
     let wire_ifname = match state {
         WireState::Pending => String::new(),
         WireState::Veth => link.peer_intf.clone(),
-        WireState::Remote => format!("xw-{pod}-{}", link.uid),
+        WireState::Remote | WireState::Switched => format!("xw-{pod}-{}", link.uid),
     };
     WireRecord {
         node_name: NODE.into(),
@@ -163,6 +164,80 @@ fn join(pod: &str, uid: u64) -> Action {
         attachment: attachment(pod).key(),
         uid,
         why: "joined",
+    }
+}
+
+#[test]
+fn a_same_node_wire_goes_onto_the_switch_path_when_impaired_and_back_when_not() {
+    let to_r2 = link(1, "r2", "eth1");
+    let r2_back = link(1, "r1", "eth1");
+    let wire = WireKey {
+        namespace: "lab".into(),
+        link_uid: 1,
+    };
+    let pods = |state: WireState, switched: bool| {
+        let mut f = Fixture::new()
+            .pod("r1", &[to_r2.clone()], &[("eth1", ours("r1", 1))])
+            .pod("r2", &[r2_back.clone()], &[("eth1", ours("r2", 1))])
+            .records(&[record("r1", &to_r2, state), record("r2", &r2_back, state)]);
+        if switched {
+            f.desired.switched.insert(wire.clone());
+        }
+        f
+    };
+    let rebuild = vec![Action::Rebuild {
+        attachment: attachment("r1").key(),
+        uid: 1,
+    }];
+    let in_place = |f: Fixture| {
+        f.node_interfaces(&[
+            ("xw-r1-1", node_end("r1", 1)),
+            ("xw-r2-1", node_end("r2", 1)),
+        ])
+    };
+    let table: Vec<(&str, Fixture, Vec<Action>)> = vec![
+        (
+            "a veth wire, not impaired: nothing",
+            pods(WireState::Veth, false),
+            vec![],
+        ),
+        (
+            "a veth wire now impaired: made again, switched",
+            pods(WireState::Veth, true),
+            rebuild.clone(),
+        ),
+        (
+            "a switched wire in place with both ports: nothing",
+            in_place(pods(WireState::Switched, true)).ports(&["lab/r1/1", "lab/r2/1"]),
+            vec![],
+        ),
+        (
+            "a switched wire after a restart: each end's port opened again",
+            in_place(pods(WireState::Switched, true)),
+            vec![
+                Action::Reattach {
+                    attachment: attachment("r1").key(),
+                    uid: 1,
+                },
+                Action::Reattach {
+                    attachment: attachment("r2").key(),
+                    uid: 1,
+                },
+            ],
+        ),
+        (
+            "a switched wire with a node end gone: made again",
+            pods(WireState::Switched, true).ports(&["lab/r1/1", "lab/r2/1"]),
+            rebuild.clone(),
+        ),
+        (
+            "a switched wire no longer impaired: back to a veth",
+            in_place(pods(WireState::Switched, false)).ports(&["lab/r1/1", "lab/r2/1"]),
+            rebuild,
+        ),
+    ];
+    for (case, fixture, expected) in table {
+        assert_eq!(fixture.plan(), expected, "{case}");
     }
 }
 

@@ -3,8 +3,101 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Subcommand;
-use xwire_lab::{self as lab, bench, down, edit, status, supervisor, up};
+use clap::{Args, Subcommand, ValueEnum};
+use xwire_control::impairment::Impairment;
+use xwire_lab::impair::Directions;
+use xwire_lab::{self as lab, bench, capture, down, edit, impair, status, supervisor, up};
+use xwire_proto::local::{CaptureCall, CaptureDirection};
+
+/// A direction of a link: from its first endpoint in the lab file (A) to its second (B),
+/// back, or both.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LinkDirection {
+    AToB,
+    BToA,
+    Both,
+}
+
+impl From<LinkDirection> for Directions {
+    fn from(d: LinkDirection) -> Directions {
+        match d {
+            LinkDirection::AToB => Directions::AToB,
+            LinkDirection::BToA => Directions::BToA,
+            LinkDirection::Both => Directions::Both,
+        }
+    }
+}
+
+/// A direction seen from one end of a wire.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EndDirection {
+    Egress,
+    Ingress,
+    Both,
+}
+
+impl From<EndDirection> for CaptureDirection {
+    fn from(d: EndDirection) -> CaptureDirection {
+        match d {
+            EndDirection::Egress => CaptureDirection::Egress,
+            EndDirection::Ingress => CaptureDirection::Ingress,
+            EndDirection::Both => CaptureDirection::Both,
+        }
+    }
+}
+
+/// The settings of `lab impair` (docs/lab-file.md describes each).
+#[derive(Args)]
+pub struct ImpairArgs {
+    /// Added latency, e.g. 10ms, 250us.
+    #[arg(long)]
+    delay: Option<String>,
+    /// Spread around the delay, e.g. 1ms.
+    #[arg(long)]
+    jitter: Option<String>,
+    /// How jitter is spread: uniform or normal.
+    #[arg(long)]
+    jitter_distribution: Option<String>,
+    /// Percent of frames lost at random.
+    #[arg(long)]
+    loss: Option<f64>,
+    /// Rate limit, e.g. 100mbit, 1gbit.
+    #[arg(long)]
+    rate: Option<String>,
+    /// The rate limit's queue in frames (default 1000).
+    #[arg(long)]
+    queue_frames: Option<u64>,
+    /// The rate limit's queue in bytes.
+    #[arg(long)]
+    queue_bytes: Option<u64>,
+    /// Percent of frames with a bit flipped.
+    #[arg(long)]
+    corrupt: Option<f64>,
+    /// Percent of frames sent twice.
+    #[arg(long)]
+    duplicate: Option<f64>,
+    /// Percent of frames sent ahead of those the delay holds.
+    #[arg(long)]
+    reorder: Option<f64>,
+}
+
+impl ImpairArgs {
+    fn impairment(&self) -> Impairment {
+        Impairment {
+            delay: self.delay.clone(),
+            jitter: self.jitter.clone(),
+            jitter_distribution: self.jitter_distribution.clone(),
+            loss: self.loss,
+            loss_burst: None,
+            rate: self.rate.clone(),
+            queue_frames: self.queue_frames,
+            queue_bytes: self.queue_bytes,
+            corrupt: self.corrupt,
+            duplicate: self.duplicate,
+            reorder: self.reorder,
+        }
+    }
+}
 
 #[derive(Subcommand)]
 pub enum LabCommand {
@@ -60,6 +153,42 @@ pub enum LabCommand {
     /// Applies a changed lab file to the running lab of that name: added links and pods
     /// appear, removed ones disappear, the other pods and wires carry on untouched.
     Edit { file: PathBuf },
+    /// Impairs a link of the running lab, per direction: the settings given are laid over
+    /// what is in force (--clear takes it all away). LINK is a uid or an endpoint POD:IF;
+    /// A is the link's first endpoint in the lab file.
+    Impair {
+        link: String,
+        /// The lab (needed only when several are up).
+        #[arg(long)]
+        lab: Option<String>,
+        #[arg(long, value_enum, default_value_t = LinkDirection::Both)]
+        direction: LinkDirection,
+        #[command(flatten)]
+        settings: ImpairArgs,
+        /// Take every impairment of the direction(s) away.
+        #[arg(long, conflicts_with_all = ["delay", "jitter", "jitter_distribution", "loss", "rate", "queue_frames", "queue_bytes", "corrupt", "duplicate", "reorder"])]
+        clear: bool,
+    },
+    /// Captures a link's frames to pcapng until Ctrl-C (or for --seconds), taken at
+    /// endpoint A's node: one interface per direction, named after the endpoint that
+    /// sent. `-w -` streams to standard output: `xwirectl lab capture 1 -w - | tshark -r -`.
+    Capture {
+        link: String,
+        /// The lab (needed only when several are up).
+        #[arg(long)]
+        lab: Option<String>,
+        #[arg(long, value_enum, default_value_t = LinkDirection::Both)]
+        direction: LinkDirection,
+        /// Where the file goes; `-` is standard output.
+        #[arg(short = 'w', long = "write", default_value = "-")]
+        write: PathBuf,
+        /// Bytes kept of each frame (0: whole frames).
+        #[arg(long, default_value_t = 0)]
+        snaplen: u32,
+        /// Stop after this many seconds instead of at Ctrl-C.
+        #[arg(long)]
+        seconds: Option<f64>,
+    },
     /// Keeps the lab's daemons running (started by `lab up`; not for people).
     #[command(hide = true)]
     Supervise { name: String },
@@ -112,10 +241,11 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
                         .join(", ")
                 };
                 println!(
-                    "lab {}: links added [{}], removed [{}]; pods added [{}], removed [{}]",
+                    "lab {}: links added [{}], removed [{}], impairment changed [{}]; pods added [{}], removed [{}]",
                     lab.name,
                     list(&changes.links_added),
                     list(&changes.links_removed),
+                    list(&changes.links_impaired),
                     changes.pods_added.join(", "),
                     changes.pods_removed.join(", ")
                 );
@@ -145,6 +275,55 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             } else {
                 print!("{}", bench::render(&results, &chart));
             }
+        }
+        LabCommand::Impair {
+            link,
+            lab: name,
+            direction,
+            settings,
+            clear,
+        } => {
+            let running = lab::pick_lab(name.as_deref())?;
+            let new = impair::changed(
+                &running,
+                &link,
+                direction.into(),
+                &settings.impairment(),
+                clear,
+            )?;
+            impair::apply(&new)?;
+            let changed = impair::find_link(&new, &link)?;
+            println!("lab {} link {}:", new.name, changed.uid);
+            for line in impair::describe(changed) {
+                println!("  {line}");
+            }
+        }
+        LabCommand::Capture {
+            link,
+            lab: name,
+            direction,
+            write,
+            snaplen,
+            seconds,
+        } => {
+            let running = lab::pick_lab(name.as_deref())?;
+            let found = impair::find_link(&running, &link)?;
+            let a = &found.endpoints[0];
+            let node = &running.pods[&a.pod];
+            let socket = lab::paths::LabPaths::of(&running).node_socket(node);
+            let call = CaptureCall {
+                namespace: running.name.clone(),
+                pod: a.pod.clone(),
+                link_uid: Some(found.uid),
+                ifname: None,
+                direction: match direction {
+                    LinkDirection::AToB => CaptureDirection::Egress,
+                    LinkDirection::BToA => CaptureDirection::Ingress,
+                    LinkDirection::Both => CaptureDirection::Both,
+                },
+                snaplen,
+            };
+            capture::capture(&socket, call, &capture::Output::from_arg(&write), seconds)?;
         }
         LabCommand::Supervise { name } => {
             let binaries = up::Binaries::find()?;

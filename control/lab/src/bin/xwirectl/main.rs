@@ -50,6 +50,30 @@ enum NodeCommand {
     /// Runs a reconciliation pass now and prints what it changed (nothing, on a node
     /// that is as its store says).
     Reconcile,
+    /// Captures the frames of one of the node's wires to pcapng, until Ctrl-C (or for
+    /// --seconds): one interface per direction, named after the endpoint that sent.
+    /// A same-node wire moves onto the switch path while it is captured.
+    Capture {
+        /// The pod's (the Topology's) namespace.
+        #[arg(long, short)]
+        namespace: String,
+        /// The pod whose end of the wire is captured.
+        pod: String,
+        /// The wire: the link's uid, or the pod's interface name.
+        link: String,
+        /// What the pod sends on the wire, what it receives, or both.
+        #[arg(long, value_enum, default_value_t = lab::EndDirection::Both)]
+        direction: lab::EndDirection,
+        /// Where the file goes; `-` streams it to standard output (for `| tshark -r -`).
+        #[arg(short = 'w', long = "write", default_value = "-")]
+        write: PathBuf,
+        /// Bytes kept of each frame (0: whole frames).
+        #[arg(long, default_value_t = 0)]
+        snaplen: u32,
+        /// Stop after this many seconds instead of at Ctrl-C.
+        #[arg(long)]
+        seconds: Option<f64>,
+    },
     /// Makes a cluster CA and a certificate and key for each node, as PEM files in DIR:
     /// ca.pem, NODE.pem and NODE.key.
     Certs {
@@ -149,6 +173,31 @@ fn node_command(socket: &Path, command: NodeCommand) -> anyhow::Result<()> {
             if !failures.is_empty() {
                 bail!("{} change(s) could not be made", failures.len());
             }
+            Ok(())
+        }
+        NodeCommand::Capture {
+            namespace,
+            pod,
+            link,
+            direction,
+            write,
+            snaplen,
+            seconds,
+        } => {
+            let (link_uid, ifname) = match link.parse::<u64>() {
+                Ok(uid) => (Some(uid), None),
+                Err(_) => (None, Some(link)),
+            };
+            let call = xwire_proto::local::CaptureCall {
+                namespace,
+                pod,
+                link_uid,
+                ifname,
+                direction: direction.into(),
+                snaplen,
+            };
+            let output = xwire_lab::capture::Output::from_arg(&write);
+            xwire_lab::capture::capture(socket, call, &output, seconds)?;
             Ok(())
         }
         NodeCommand::Certs { out, nodes } => certs(&out, &nodes),

@@ -1,0 +1,236 @@
+//! Impairments and capture in a running lab, through the real CLI, daemons and
+//! namespaces: a delay in the lab file and one set at runtime show in ping's round trip
+//! (a same-node wire moves onto the switch path and back), and a capture of a ping
+//! across a remote wire is read back by tshark with each direction on its interface.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::eventually;
+use support::lab::{run, text, unique, xwirectl, Lab};
+
+/// The demo's shape with the same-node wire (uid 0) delayed 20 ms each way.
+fn impaired_lab(name: &str) -> String {
+    format!(
+        "name: {name}
+nodes: [node-a, node-b]
+pods:
+  r1: {{node: node-a}}
+  r2: {{node: node-a}}
+  r3: {{node: node-b}}
+links:
+  - endpoints: [r1:eth1, r2:eth1]
+    ips: [10.0.12.1/30, 10.0.12.2/30]
+    impair: {{delay: 20ms}}
+  - endpoints: [r1:eth2, r3:eth1]
+    ips: [10.0.13.1/30, 10.0.13.2/30]
+"
+    )
+}
+
+/// The round trips of `count` pings from `pod`, in milliseconds.
+fn rtts(lab: &Lab, pod: &str, address: &str, count: u32) -> Vec<f64> {
+    let count = count.to_string();
+    let out = lab.exec(
+        pod,
+        &["ping", "-c", &count, "-i", "0.1", "-W", "2", address],
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once("time=")?.1.split(' ').next()?.parse().ok())
+        .collect()
+}
+
+fn wire(status: &serde_json::Value, uid: u64) -> &serde_json::Value {
+    status["wires"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["uid"] == uid)
+        .unwrap()
+}
+
+#[test]
+fn a_delay_from_the_lab_file_or_set_at_runtime_shows_in_pings_round_trip() {
+    let name = unique("timp");
+    let lab = Lab::up(&name, &impaired_lab(&name));
+    let status = lab.status();
+    assert_eq!(wire(&status, 0)["carrier"], "switch", "{status:#}");
+    assert_eq!(wire(&status, 0)["state"], "up", "{status:#}");
+    assert_eq!(wire(&status, 0)["impairments"][0], "delay 20ms");
+    assert!(lab.pings("r1", "10.0.12.2", 56));
+    let delayed = rtts(&lab, "r1", "10.0.12.2", 5);
+    assert_eq!(delayed.len(), 5, "{delayed:?}");
+    assert!(delayed.iter().all(|&ms| ms >= 40.0), "{delayed:?}");
+    let table = text(&run(&["lab", "status", &name]));
+    assert!(table.contains("A->B  delay 20ms"), "{table}");
+
+    // Cleared: the wire is a straight veth again, and still forwards.
+    let out = run(&["lab", "impair", "0", "--lab", &name, "--clear"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("not impaired"), "{}", text(&out));
+    assert!(eventually(Duration::from_secs(10), || wire(
+        &lab.status(),
+        0
+    )["carrier"]
+        == "veth"));
+    assert!(lab.pings("r1", "10.0.12.2", 56));
+    let cleared = rtts(&lab, "r1", "10.0.12.2", 3);
+    assert!(cleared.iter().all(|&ms| ms < 20.0), "{cleared:?}");
+
+    // One direction of the remote wire, named by an endpoint, at runtime.
+    assert!(lab.pings("r1", "10.0.13.2", 56));
+    let out = run(&[
+        "lab",
+        "impair",
+        "r3:eth1",
+        "--lab",
+        &name,
+        "--direction",
+        "b-to-a",
+        "--delay",
+        "30ms",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let one_way = rtts(&lab, "r1", "10.0.13.2", 5);
+    assert_eq!(one_way.len(), 5, "{one_way:?}");
+    assert!(
+        one_way.iter().all(|&ms| (30.0..60.0).contains(&ms)),
+        "{one_way:?}"
+    );
+
+    // A setting out of range is refused with its name, and nothing changes.
+    let out = run(&["lab", "impair", "1", "--lab", &name, "--loss", "150"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("loss"), "{}", text(&out));
+    assert!(!text(&out).contains("stack backtrace"), "{}", text(&out));
+    assert_eq!(
+        wire(&lab.status(), 1)["impairments"],
+        serde_json::json!([null, "delay 30ms"])
+    );
+}
+
+/// tshark's view of a capture file: each ICMP frame's interface, type and sequence.
+fn icmp_in(file: &std::path::Path) -> Vec<(String, u8, u16)> {
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(file)
+        .args(["-Y", "icmp", "-T", "fields", "-E", "separator=,"])
+        .args([
+            "-e",
+            "frame.interface_name",
+            "-e",
+            "icmp.type",
+            "-e",
+            "icmp.seq",
+        ])
+        .output()
+        .expect("run tshark (Debian's tshark package)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split(',').collect();
+            (
+                fields[0].to_owned(),
+                fields[1].parse().unwrap(),
+                fields[2].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_capture_of_a_ping_across_a_remote_wire_shows_both_directions_in_order() {
+    let name = unique("tcap");
+    let lab = Lab::up(&name, &impaired_lab(&name));
+    assert!(lab.pings("r1", "10.0.13.2", 56));
+    let file = lab.file.with_file_name("remote.pcapng");
+    let mut capture = xwirectl()
+        .args(["lab", "capture", "1", "--lab", &name, "-w"])
+        .arg(&file)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || std::fs::metadata(
+        &file
+    )
+    .is_ok_and(|m| m.len() > 0)));
+    let replies = rtts(&lab, "r1", "10.0.13.2", 3);
+    assert_eq!(replies.len(), 3);
+    // Ctrl-C ends it with a whole file.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(capture.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let ended = capture.wait().unwrap();
+    assert!(ended.success(), "{ended:?}");
+    let expected: Vec<(String, u8, u16)> = (1..=3)
+        .flat_map(|seq| {
+            [
+                ("r1:eth2".to_owned(), 8, seq),
+                ("r3:eth1".to_owned(), 0, seq),
+            ]
+        })
+        .collect();
+    assert_eq!(icmp_in(&file), expected);
+
+    // Streamed to tshark while the lab runs, on the same-node wire once its delay is
+    // cleared: it moves onto the switch path while it is captured, and back after.
+    let out = run(&["lab", "impair", "0", "--lab", &name, "--clear"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(eventually(Duration::from_secs(10), || wire(
+        &lab.status(),
+        0
+    )["carrier"]
+        == "veth"));
+    let mut capture = xwirectl()
+        .args([
+            "lab",
+            "capture",
+            "r2:eth1",
+            "--lab",
+            &name,
+            "--seconds",
+            "5",
+            "-w",
+            "-",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let tshark = Command::new("tshark")
+        .args(["-r", "-", "-Y", "icmp", "-T", "fields"])
+        .args(["-e", "frame.interface_name", "-e", "icmp.type"])
+        .stdin(capture.stdout.take().unwrap())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(4), || wire(
+        &lab.status(),
+        0
+    )["carrier"]
+        == "switch"));
+    assert!(lab.pings("r1", "10.0.12.2", 56));
+    assert!(capture.wait().unwrap().success());
+    let seen = tshark.wait_with_output().unwrap();
+    let seen = String::from_utf8_lossy(&seen.stdout).to_string();
+    assert!(
+        seen.contains("r1:eth1\t8") && seen.contains("r2:eth1\t0"),
+        "{seen}"
+    );
+    assert!(eventually(Duration::from_secs(10), || wire(
+        &lab.status(),
+        0
+    )["carrier"]
+        == "veth"));
+    assert!(lab.pings("r1", "10.0.12.2", 56));
+}

@@ -1,0 +1,223 @@
+//! Captures of a wire end's link: the node puts a tap on the link in the worker and
+//! hands the reader to the API connection that asked, which writes the pcapng stream
+//! (`api_server::capture`). A same-node wire that is a straight veth moves onto the
+//! switch path for as long as a capture of it runs, and back when the last one ends.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Weak};
+
+use xwire_fastpath::capture::{Direction, Tap, TapReader};
+use xwire_proto::control::WireKey;
+use xwire_proto::local::{CaptureCall, CaptureDirection, Response};
+use xwire_proto::WireId;
+
+use super::reconcile::Scope;
+use super::{ErrorKind, Node, NodeError};
+use crate::store::{wire_key, WireRecord, WireState};
+
+/// Frames a capture holds that its writer has not taken yet; beyond them frames are
+/// left out of the capture and counted in the file's statistics.
+const CAPTURE_QUEUE: usize = 8192;
+
+/// A capture the node started, for the connection to stream.
+pub struct CaptureStream {
+    pub reader: TapReader,
+    /// The file's interfaces: the tap's A-to-B direction (what the pod sends) first.
+    pub interfaces: [String; 2],
+    pub snaplen: u32,
+    /// Held while the capture runs; the node sees it gone and puts the wire back.
+    pub alive: Arc<()>,
+}
+
+impl Node {
+    /// Whether a capture of `wire` runs.
+    pub(super) fn captured(&self, wire: &WireKey) -> bool {
+        self.captures
+            .get(wire)
+            .is_some_and(|c| c.iter().any(|w| w.strong_count() > 0))
+    }
+
+    /// The capture started by the last request, for the API connection to take.
+    pub fn take_started_capture(&mut self) -> Option<CaptureStream> {
+        self.started_capture.take()
+    }
+
+    pub(super) fn start_capture(&mut self, call: CaptureCall) -> Result<Response, NodeError> {
+        let record = self.captured_end(&call)?;
+        let wire = WireKey {
+            namespace: record.topo_namespace.clone(),
+            link_uid: record.link_uid,
+        };
+        let alive = Arc::new(());
+        self.captures
+            .entry(wire.clone())
+            .or_default()
+            .push(Arc::downgrade(&alive));
+        let result = self.tap(&call, record);
+        if result.is_err() {
+            drop(alive);
+            self.captures_ended();
+            return result.map(|_| Response::Ok);
+        }
+        let (reader, interfaces) = result?;
+        self.started_capture = Some(CaptureStream {
+            reader,
+            interfaces: interfaces.clone(),
+            snaplen: call.snaplen,
+            alive,
+        });
+        Ok(Response::Capturing {
+            interfaces: interfaces.to_vec(),
+        })
+    }
+
+    /// The record of the end a capture names, joined.
+    fn captured_end(&self, call: &CaptureCall) -> Result<WireRecord, NodeError> {
+        let not_found = |what: String| NodeError::new(ErrorKind::UnknownContainer, what, "");
+        let uid = match (call.link_uid, &call.ifname) {
+            (Some(uid), _) => uid,
+            (None, Some(ifname)) => self
+                .store
+                .wires()?
+                .into_iter()
+                .find(|w| {
+                    w.topo_namespace == call.namespace
+                        && w.local_pod_name == call.pod
+                        && &w.local_pod_ifname == ifname
+                })
+                .map(|w| w.link_uid)
+                .ok_or_else(|| {
+                    not_found(format!(
+                        "pod {}/{} has no wire on {ifname} on this node",
+                        call.namespace, call.pod
+                    ))
+                })?,
+            (None, None) => {
+                return Err(NodeError::new(
+                    ErrorKind::TopologyInvalid,
+                    "a capture names its link by uid or by interface",
+                    "",
+                ))
+            }
+        };
+        let key = wire_key(&call.namespace, &call.pod, uid);
+        match self.store.wire(&key)? {
+            None => Err(not_found(format!("no wire {key} on this node"))),
+            Some(r) if r.state == WireState::Pending => Err(NodeError::new(
+                ErrorKind::Fastpath,
+                format!("wire {key} is not up (its far end is not there yet): nothing crosses it"),
+                "",
+            )),
+            Some(r) => Ok(r),
+        }
+    }
+
+    /// Puts the tap on the end's link, moving a straight veth onto the switch path first.
+    fn tap(
+        &mut self,
+        call: &CaptureCall,
+        mut record: WireRecord,
+    ) -> Result<(TapReader, [String; 2]), NodeError> {
+        if record.state == WireState::Veth {
+            self.repass_wire(&record)?;
+            record = self.store.wire(&record.key())?.unwrap_or(record);
+            if record.state != WireState::Switched {
+                return Err(NodeError::new(
+                    ErrorKind::Fastpath,
+                    format!(
+                        "wire {} could not be moved onto the switch path to capture it",
+                        record.key()
+                    ),
+                    "see the daemon's log",
+                ));
+            }
+        }
+        let Some(port) = self.ports.get(&record.key()) else {
+            return Err(NodeError::new(
+                ErrorKind::Fastpath,
+                format!("wire {} has no fast-path port now", record.key()),
+                "its far end's node may be down",
+            ));
+        };
+        let directions: &[Direction] = match call.direction {
+            CaptureDirection::Egress => &[Direction::AToB],
+            CaptureDirection::Ingress => &[Direction::BToA],
+            CaptureDirection::Both => &[Direction::AToB, Direction::BToA],
+        };
+        let snaplen = match call.snaplen {
+            0 => usize::from(u16::MAX),
+            n => n as usize,
+        };
+        let (tap, reader) = Tap::new(directions, snaplen, CAPTURE_QUEUE);
+        let fastpath = self.fastpath.as_ref().expect("a port means a fast path");
+        let wire = WireId::new(&record.topo_namespace, record.link_uid);
+        fastpath.worker.capture(wire, port.id, tap).map_err(|e| {
+            NodeError::new(
+                ErrorKind::Fastpath,
+                format!("tap wire {}", record.key()),
+                e.to_string(),
+            )
+        })?;
+        let link = self.topology_link(
+            &record.topo_namespace,
+            &record.local_pod_name,
+            record.link_uid,
+        )?;
+        let peer_intf = link.map_or_else(String::new, |l| l.peer_intf);
+        Ok((
+            reader,
+            [
+                format!("{}:{}", record.local_pod_name, record.local_pod_ifname),
+                format!("{}:{peer_intf}", record.peer_pod),
+            ],
+        ))
+    }
+
+    /// A pass over the pods of a same-node wire, so that it is made as it should be now
+    /// (switched or a straight veth).
+    fn repass_wire(&mut self, record: &WireRecord) -> Result<(), NodeError> {
+        let mut pods = Vec::new();
+        for pod in [&record.local_pod_name, &record.peer_pod] {
+            if let Some(attachment) = self.attachment_of_pod(&record.topo_namespace, pod)? {
+                pods.push(attachment);
+            }
+        }
+        let done = self.pass(Scope::Pods(&pods), &HashSet::new())?;
+        match done.failures.first() {
+            None => Ok(()),
+            Some(failure) => Err(NodeError::new(
+                ErrorKind::Interface,
+                format!("wire {}: {failure}", record.key()),
+                done.failures.join("\n"),
+            )),
+        }
+    }
+
+    /// Forgets captures that ended; a same-node wire moved only for them goes back to a
+    /// straight veth. Returns whether any ended.
+    pub fn captures_ended(&mut self) -> bool {
+        let mut ended = Vec::new();
+        self.captures.retain(|wire, captures| {
+            captures.retain(|c: &Weak<()>| c.strong_count() > 0);
+            if captures.is_empty() {
+                ended.push(wire.clone());
+            }
+            !captures.is_empty()
+        });
+        for wire in &ended {
+            let switched = self.store.wires().ok().and_then(|wires| {
+                wires.into_iter().find(|w| {
+                    w.topo_namespace == wire.namespace
+                        && w.link_uid == wire.link_uid
+                        && w.state == WireState::Switched
+                })
+            });
+            if let Some(record) = switched {
+                if let Err(e) = self.repass_wire(&record) {
+                    tracing::warn!("after a capture: {}: {}", e.msg, e.details);
+                }
+            }
+        }
+        !ended.is_empty()
+    }
+}

@@ -1,0 +1,287 @@
+//! Same-node wires through the fast path, and impairments. A wire between two pods of
+//! this node is a veth straight between them (the fastest wire there is) until it is
+//! impaired or captured; then each pod's end is a veth to the node whose node end is a
+//! fast-path port, and the worker links the two ports. When neither is wanted any more,
+//! the wire goes back to a straight veth. Either change remakes both pods' interfaces as
+//! their topology describes them (name, MAC, MTU, address); the pods keep running.
+//!
+//! Impairments are kept as the topology says on every end with a port (remote or
+//! switched): `sync_impairments` compares what the worker was told with the links and
+//! tells it the difference, after every pass.
+
+use std::collections::HashSet;
+
+use xwire_fastpath::impair::ImpairSpec;
+use xwire_fastpath::link_table::LinkError;
+use xwire_fastpath::link_table::PortId;
+use xwire_fastpath::WorkerError;
+use xwire_proto::control::WireKey;
+use xwire_proto::WireId;
+
+use super::plan::Desired;
+use super::wiring::{log_removal, node_ifname};
+use super::{ErrorKind, Journal, Node, NodeError, OpenPort, Step};
+use crate::interfaces::{self, EndSettings};
+use crate::netns::NetnsFd;
+use crate::store::{wire_key, WireRecord, WireState};
+use crate::topology::LinkSpec;
+
+/// One pod's end of a switched wire, for `make_switched_end`.
+pub(super) struct PodEnd<'a> {
+    pub(super) ns: &'a NetnsFd,
+    pub(super) pod: &'a str,
+    pub(super) settings: EndSettings,
+}
+
+fn fastpath_error(what: String, e: impl std::fmt::Display) -> NodeError {
+    NodeError::new(ErrorKind::Fastpath, what, e.to_string())
+}
+
+impl Node {
+    /// Whether the same-node wire of `link` (and `peer_link`, the far end's view of it)
+    /// goes through the fast path: it is impaired either way, or captured.
+    pub(super) fn wants_switched(
+        &self,
+        namespace: &str,
+        link: &LinkSpec,
+        peer_link: Option<&LinkSpec>,
+    ) -> bool {
+        link.impairment.is_some()
+            || peer_link.is_some_and(|l| l.impairment.is_some())
+            || self.captured(&WireKey {
+                namespace: namespace.to_owned(),
+                link_uid: link.uid,
+            })
+    }
+
+    /// The same-node wires of `desired` that go through the fast path.
+    pub(super) fn switched_wires(&self, desired: &Desired) -> HashSet<WireKey> {
+        let mut switched: HashSet<WireKey> = self
+            .captures
+            .keys()
+            .filter(|wire| self.captured(wire))
+            .cloned()
+            .collect();
+        for pod in &desired.pods {
+            for link in pod.links.iter().filter(|l| l.impairment.is_some()) {
+                switched.insert(WireKey {
+                    namespace: pod.attachment.pod.namespace.clone(),
+                    link_uid: link.uid,
+                });
+            }
+        }
+        switched
+    }
+
+    /// Makes one pod's end of a switched wire: the veth to the node and the port on its
+    /// node end. Returns the node end's name and the port.
+    pub(super) fn make_switched_end(
+        &mut self,
+        namespace: &str,
+        end: PodEnd<'_>,
+        link: &LinkSpec,
+        journal: &mut Journal,
+    ) -> Result<(String, PortId), NodeError> {
+        let Some(fastpath) = &self.fastpath else {
+            return Err(NodeError::new(
+                ErrorKind::Fastpath,
+                format!(
+                    "link {} of {namespace}/{} is impaired or captured, which needs the node's fast path",
+                    link.uid, end.pod
+                ),
+                "the fast path starts with the node's certificates ([certs] in xwired.toml, or the cluster's CA)",
+            ));
+        };
+        let node_end = EndSettings {
+            mtu: link.mtu,
+            checksum_off: true,
+            alias: Some(interfaces::node_alias(
+                &self.config.node_name,
+                namespace,
+                end.pod,
+                link.uid,
+            )),
+            ..EndSettings::named(&node_ifname(namespace, end.pod, link.uid))
+        };
+        let own = EndSettings {
+            checksum_off: true,
+            ..end.settings
+        };
+        interfaces::create_veth(end.ns, &own, &self.node_ns, &node_end).map_err(|e| {
+            NodeError::new(
+                ErrorKind::Interface,
+                format!(
+                    "make the veth {}:{} -- node:{}",
+                    end.pod, own.name, node_end.name
+                ),
+                e.to_string(),
+            )
+        })?;
+        journal.record(Step::Interface {
+            netns: String::new(),
+            name: node_end.name.clone(),
+            alias: node_end.alias.clone().unwrap_or_default(),
+        });
+        let max_frame = link.mtu.unwrap_or(1500) as usize + 18;
+        let port = fastpath
+            .worker
+            .add_port(&node_end.name, max_frame)
+            .map_err(|e| fastpath_error(format!("open a port on {}", node_end.name), e))?;
+        let key = wire_key(namespace, end.pod, link.uid);
+        journal.record(Step::Port {
+            key: key.clone(),
+            id: port.id,
+        });
+        self.ports.insert(
+            key,
+            OpenPort {
+                id: port.id,
+                wire: WireKey {
+                    namespace: namespace.to_owned(),
+                    link_uid: link.uid,
+                },
+                pod: end.pod.to_owned(),
+                impairment: None,
+            },
+        );
+        Ok((node_end.name, port.id))
+    }
+
+    /// Links the ports of a switched wire's two ends, once both are open (at a restart
+    /// they open one at a time). A link already there is left.
+    pub(super) fn link_switched(
+        &self,
+        namespace: &str,
+        pods: [&str; 2],
+        uid: u64,
+        journal: Option<&mut Journal>,
+    ) -> Result<(), NodeError> {
+        let ports = pods.map(|pod| self.ports.get(&wire_key(namespace, pod, uid)).map(|p| p.id));
+        let ([Some(a), Some(b)], Some(fastpath)) = (ports, &self.fastpath) else {
+            return Ok(());
+        };
+        let wire = WireId::new(namespace, uid);
+        match fastpath.worker.add_link(wire, a, b) {
+            Ok(_) => {
+                if let Some(journal) = journal {
+                    journal.record(Step::RemoteLink { wire });
+                }
+                Ok(())
+            }
+            Err(WorkerError::Link(LinkError::DuplicateWire(_))) => Ok(()),
+            Err(e) => Err(fastpath_error(
+                format!("link the ports of wire {uid} of {namespace}"),
+                e,
+            )),
+        }
+    }
+
+    /// Opens the port of a switched end whose interfaces are in place (the run that
+    /// opened it ended), and links it to its far end's when that is open too.
+    pub(super) fn reopen_switched(
+        &mut self,
+        record: &WireRecord,
+        link: &LinkSpec,
+    ) -> Result<(), NodeError> {
+        let Some(fastpath) = &self.fastpath else {
+            return Err(NodeError::new(
+                ErrorKind::Fastpath,
+                "a switched wire needs the node's fast path",
+                "",
+            ));
+        };
+        let max_frame = link.mtu.unwrap_or(1500) as usize + 18;
+        let port = fastpath
+            .worker
+            .add_port(&record.wire_ifname, max_frame)
+            .map_err(|e| fastpath_error(format!("open a port on {}", record.wire_ifname), e))?;
+        self.ports.insert(
+            record.key(),
+            OpenPort {
+                id: port.id,
+                wire: WireKey {
+                    namespace: record.topo_namespace.clone(),
+                    link_uid: record.link_uid,
+                },
+                pod: record.local_pod_name.clone(),
+                impairment: None,
+            },
+        );
+        self.link_switched(
+            &record.topo_namespace,
+            [&record.local_pod_name, &record.peer_pod],
+            record.link_uid,
+            None,
+        )
+    }
+
+    /// Takes one switched end apart: the link (which goes with either end), its port and
+    /// its veth.
+    pub(super) fn release_switched_end(&mut self, record: &WireRecord) {
+        if let Some(fastpath) = &self.fastpath {
+            let _ = fastpath.worker.remove_link(record.peer_intf_id);
+            if let Some(port) = self.ports.remove(&record.key()) {
+                let _ = fastpath.worker.remove_port(port.id);
+            }
+        }
+        let alias = interfaces::node_alias(
+            &self.config.node_name,
+            &record.topo_namespace,
+            &record.local_pod_name,
+            record.link_uid,
+        );
+        log_removal(
+            interfaces::delete(&self.node_ns, &record.wire_ifname, &alias),
+            &record.wire_ifname,
+        );
+    }
+
+    /// Takes a switched wire apart from one end: both ends go, and the far end's record
+    /// goes back to pending (the next join makes both, switched or not).
+    pub(super) fn disconnect_switched(&mut self, record: &WireRecord) {
+        self.release_switched_end(record);
+        let peer_key = wire_key(&record.topo_namespace, &record.peer_pod, record.link_uid);
+        if let Ok(Some(peer)) = self.store.wire(&peer_key) {
+            if peer.state == WireState::Switched {
+                self.release_switched_end(&peer);
+                self.set_pending(peer);
+            }
+        }
+    }
+
+    /// Tells the worker the impairment of every end with a port whose link says other
+    /// than what it was told last. Returns the failures, one line each.
+    pub(super) fn sync_impairments(&mut self) -> Vec<String> {
+        let Some(fastpath) = &self.fastpath else {
+            return Vec::new();
+        };
+        let mut failures = Vec::new();
+        let mut told: Vec<(String, Option<ImpairSpec>)> = Vec::new();
+        for (key, port) in &self.ports {
+            let wanted =
+                match self.topology_link(&port.wire.namespace, &port.pod, port.wire.link_uid) {
+                    Ok(link) => link.and_then(|l| l.impairment),
+                    Err(e) => {
+                        failures.push(format!("{key}: {}", e.msg));
+                        continue;
+                    }
+                };
+            if wanted == port.impairment {
+                continue;
+            }
+            let wire = WireId::new(&port.wire.namespace, port.wire.link_uid);
+            match fastpath.worker.set_impairment(wire, port.id, wanted) {
+                Ok(()) => told.push((key.clone(), wanted)),
+                // A remote end whose link waits for its peer: told once it is up.
+                Err(WorkerError::NoSuchLink(..)) => {}
+                Err(e) => failures.push(format!("{key}: impairment not set: {e}")),
+            }
+        }
+        for (key, spec) in told {
+            if let Some(port) = self.ports.get_mut(&key) {
+                port.impairment = spec;
+            }
+        }
+        failures
+    }
+}
