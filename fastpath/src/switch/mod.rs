@@ -215,7 +215,9 @@ impl Switch {
         if let Some(due) = self.extras.next_due() {
             // Wakes at least `HELD_SPIN` early (epoll may round a timeout up to the next
             // millisecond); `run` passes the rest of the way.
-            let early = due.saturating_duration_since(Instant::now()).saturating_sub(HELD_SPIN);
+            let early = due
+                .saturating_duration_since(Instant::now())
+                .saturating_sub(HELD_SPIN);
             limit = limit.min(early);
         }
         self.sleeper.sleep(limit);

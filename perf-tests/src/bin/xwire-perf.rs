@@ -4,6 +4,7 @@
 //!   xwire-perf local-fwd [--seconds 5] [--reps 3] [--sizes 64,1514] [--devices ...] [--json]
 //!   xwire-perf remote-wire [--seconds 5] [--reps 3] [--sizes 64,1514] [--paths ...] [--json]
 //!   xwire-perf cni-scale [--pods 50] [--bin-dir DIR] [--json]
+//!   xwire-perf impair [--reps 3] [--seconds 5] [--busy-poll] [--json]
 //!   xwire-perf restart [--wires 10,100,1000] [--frames-per-port 256] [--bin-dir DIR] [--json]
 
 use std::time::Duration;
@@ -121,6 +122,23 @@ enum Scenario {
         #[arg(long)]
         json: bool,
     },
+    /// The accuracy of the switch's impairments (delay 1/10/100 ms, loss 1/10/50 %,
+    /// rate 10/100/1000 Mbit/s) and the cost of an all-zero one, each against the same
+    /// wire unimpaired in the same run (xwire-pktgen's generator and sink).
+    Impair {
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+        /// Seconds of each latency, rate and cost run.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Keep the worker spinning when idle (a benchmark node) rather than sleeping in
+        /// epoll (a lab's node).
+        #[arg(long)]
+        busy_poll: bool,
+        /// One JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// A KNE-sized ring (one Topology per pod, every link across two nodes) through a
     /// real kube-apiserver and etcd (found in KUBEBUILDER_ASSETS or on PATH): time from
     /// the first ADD until every wire forwards, and API requests per pod, next to the
@@ -200,6 +218,20 @@ fn main() -> Result<()> {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
                 xwire_perf::cni_scale::print(&report);
+            }
+            Ok(())
+        }
+        Scenario::Impair {
+            reps,
+            seconds,
+            busy_poll,
+            json,
+        } => {
+            let figures = xwire_perf::impair_accuracy::run(reps, seconds, busy_poll)?;
+            if json {
+                println!("{}", serde_json::to_string(&figures)?);
+            } else {
+                xwire_perf::impair_accuracy::print(&figures);
             }
             Ok(())
         }

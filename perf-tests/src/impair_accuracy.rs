@@ -1,0 +1,325 @@
+//! `xwire-perf impair`: how closely the switch's impairments match their settings, and
+//! what an impaired wire with every setting at zero costs. One bed for the whole run: a
+//! generator namespace, a node namespace whose worker (adaptive as in a lab, or busy
+//! polling) links two
+//! AF_XDP ports, and a sink namespace; the generator and sink are xwire-pktgen's, in one
+//! thread on CPU 0, the worker on CPU 1. Each figure is measured against the same wire
+//! unimpaired in the same run.
+//!
+//! - delay: the median one-way latency added (impaired p50 minus unimpaired p50), and
+//!   p99 minus p50, at 1000 frames a second;
+//! - loss: the share of 100,000 frames lost;
+//! - rate: the rate delivered while the generator offers more, from the sink
+//!   interface's byte counter over the steady part of the run;
+//! - cost: peak frames per second with an all-zero impairment over without one.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use serde::Serialize;
+use xwire_bench::traffic::{self, PortOptions, Traffic};
+use xwire_fastpath::impair::{ImpairSpec, Loss, QueueLimit, Rate};
+use xwire_fastpath::{PortChoice, PortId, WireId, Worker, WorkerConfig};
+
+use crate::measure::{on_cpu, probe_traffic};
+use crate::testbed::{Netns, RawSocket, Veth};
+
+const GEN_CPU: usize = 0;
+const DUT_CPU: usize = 1;
+const WIRE: WireId = WireId(1);
+
+/// One figure: the setting, what was measured (median of the repetitions), each
+/// repetition, and whether it is within the bound.
+#[derive(Debug, Clone, Serialize)]
+pub struct Figure {
+    pub what: String,
+    pub setting: f64,
+    pub measured: f64,
+    pub runs: Vec<f64>,
+    pub unit: &'static str,
+    pub bound: String,
+    pub within: bool,
+}
+
+/// The namespaces, wires and worker of the run. Field order matters: the worker stops
+/// before its interfaces go.
+struct Bed<'a> {
+    worker: Worker,
+    from: PortId,
+    _wires: (Veth<'a>, Veth<'a>),
+    gen: &'a Netns,
+    sink: &'a Netns,
+    gen_if: String,
+    sink_if: String,
+}
+
+struct Hosts {
+    gen: Netns,
+    dut: Netns,
+    sink: Netns,
+}
+
+impl<'a> Bed<'a> {
+    fn new(hosts: &'a Hosts, busy_poll: bool) -> Result<Bed<'a>> {
+        let inbound = Veth::new(&hosts.gen, &hosts.dut)?;
+        let outbound = Veth::new(&hosts.dut, &hosts.sink)?;
+        for wire in [&inbound, &outbound] {
+            wire.set_up()?;
+        }
+        let config = WorkerConfig {
+            core: Some(DUT_CPU),
+            ports: PortChoice::AfXdp,
+            busy_poll,
+            ..WorkerConfig::default()
+        };
+        let worker = hosts.dut.run(|| Worker::spawn(config))??;
+        let a = worker.add_port(inbound.b_name(), 1514)?;
+        let b = worker.add_port(outbound.a_name(), 1514)?;
+        worker.add_link(WIRE, a.id, b.id)?;
+        let bed = Bed {
+            worker,
+            from: a.id,
+            gen_if: inbound.a_name().to_owned(),
+            sink_if: outbound.b_name().to_owned(),
+            _wires: (inbound, outbound),
+            gen: &hosts.gen,
+            sink: &hosts.sink,
+        };
+        bed.wait_until_forwarding()?;
+        Ok(bed)
+    }
+
+    fn wait_until_forwarding(&self) -> Result<()> {
+        let raw = RawSocket::open(self.gen, &self.gen_if)?;
+        let mut frame = [0u8; 60];
+        frame[..6].copy_from_slice(&[0xff; 6]);
+        frame[6..12].copy_from_slice(&[0x02, 0x78, 0x77, 0, 0, 9]);
+        frame[12..14].copy_from_slice(&xwire_bench::probe::ETHERTYPE.to_be_bytes());
+        let before = self.sink.link_stats(&self.sink_if)?.rx_packets;
+        for _ in 0..300 {
+            raw.send(&frame)?;
+            std::thread::sleep(Duration::from_millis(50));
+            if self.sink.link_stats(&self.sink_if)?.rx_packets > before {
+                return Ok(());
+            }
+        }
+        bail!("the switch did not forward within 15 s")
+    }
+
+    fn impair(&self, spec: Option<ImpairSpec>) -> Result<()> {
+        self.worker.set_impairment(WIRE, self.from, spec)?;
+        // Frames the last setting still holds leave before the next measurement.
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(())
+    }
+
+    /// Paced traffic received in the generator's thread: the sink's report.
+    fn paced(&self, traffic: &Traffic, drain: Duration) -> Result<xwire_bench::stats::Report> {
+        let size = traffic.size;
+        let (sent, received) = on_cpu(self.gen, GEN_CPU, || -> Result<_> {
+            let mut sink = self
+                .sink
+                .run(|| traffic::open(&self.sink_if, size, PortOptions::default()))??;
+            let mut gen = traffic::open(&self.gen_if, size, PortOptions::default())?;
+            traffic::send_and_sink(&mut gen, &mut sink, traffic, drain)
+        })??;
+        Ok(received.stats.report(size, sent.frames, sent.seconds))
+    }
+
+    /// Full speed for `seconds`: frames per second and bits per second delivered at the
+    /// sink interface, over the run after its first second (a rate limit's queue fills
+    /// in that second).
+    fn peak(&self, size: usize, seconds: f64) -> Result<(f64, f64)> {
+        let traffic = probe_traffic(size, seconds, 0, [0xff; 6]);
+        std::thread::scope(|s| -> Result<(f64, f64)> {
+            let sender = s.spawn(|| {
+                on_cpu(self.gen, GEN_CPU, || {
+                    traffic::send(&self.gen_if, &traffic, PortOptions::default())
+                })
+            });
+            std::thread::sleep(Duration::from_secs(1));
+            let before = self.sink.link_stats(&self.sink_if)?;
+            let start = Instant::now();
+            std::thread::sleep(Duration::from_secs_f64((seconds - 1.5).max(0.5)));
+            let after = self.sink.link_stats(&self.sink_if)?;
+            let elapsed = start.elapsed().as_secs_f64();
+            sender.join().expect("the sender thread")??;
+            let frames = (after.rx_packets - before.rx_packets) as f64 / elapsed;
+            let bits = (after.rx_bytes - before.rx_bytes) as f64 * 8.0 / elapsed;
+            Ok((frames, bits))
+        })
+    }
+}
+
+fn median(mut runs: Vec<f64>) -> f64 {
+    runs.sort_by(f64::total_cmp);
+    runs[runs.len() / 2]
+}
+
+fn delay(ms: u64) -> ImpairSpec {
+    ImpairSpec {
+        delay: Duration::from_millis(ms),
+        ..ImpairSpec::default()
+    }
+}
+
+/// Runs every measurement `reps` times; `busy_poll` keeps the worker spinning (as a
+/// benchmark node) instead of sleeping when idle (as a lab's).
+pub fn run(reps: usize, seconds: f64, busy_poll: bool) -> Result<Vec<Figure>> {
+    let hosts = Hosts {
+        gen: Netns::new("ia-gen")?,
+        dut: Netns::new("ia-dut")?,
+        sink: Netns::new("ia-sink")?,
+    };
+    let bed = Bed::new(&hosts, busy_poll)?;
+    let reps = reps.max(1);
+    let mut figures = Vec::new();
+
+    // One frame per flush, so that the generator adds no batching to the latency.
+    let latency_traffic = Traffic {
+        batch: 1,
+        ..probe_traffic(64, seconds.min(3.0), 1000, [0xff; 6])
+    };
+    for ms in [1u64, 10, 100] {
+        let mut added = Vec::new();
+        let mut spread = Vec::new();
+        let mut base_spread = Vec::new();
+        for _ in 0..reps {
+            bed.impair(None)?;
+            let base = bed.paced(&latency_traffic, Duration::from_millis(300))?;
+            bed.impair(Some(delay(ms)))?;
+            let drain = Duration::from_millis(ms * 2 + 300);
+            let delayed = bed.paced(&latency_traffic, drain)?;
+            added.push((delayed.p50_us - base.p50_us) / 1000.0);
+            spread.push(delayed.p99_us - delayed.p50_us);
+            base_spread.push(base.p99_us - base.p50_us);
+        }
+        let setting = ms as f64;
+        let bound = (setting * 0.02).max(0.05);
+        let measured = median(added.clone());
+        figures.push(Figure {
+            what: format!("delay {ms} ms: added median latency"),
+            setting,
+            measured,
+            within: (measured - setting).abs() <= bound,
+            runs: added,
+            unit: "ms",
+            bound: format!("within {bound} ms"),
+        });
+        let measured = median(spread.clone());
+        figures.push(Figure {
+            what: format!("delay {ms} ms: p99 - p50"),
+            setting: 0.0,
+            measured,
+            within: measured < 200.0,
+            runs: spread,
+            unit: "us",
+            bound: "under 200 us".into(),
+        });
+        figures.push(Figure {
+            what: "  (unimpaired, same runs: p99 - p50)".to_owned(),
+            setting: 0.0,
+            measured: median(base_spread.clone()),
+            within: true,
+            runs: base_spread,
+            unit: "us",
+            bound: "reported".into(),
+        });
+    }
+
+    let loss_traffic = Traffic {
+        count: Some(100_000),
+        ..probe_traffic(64, 60.0, 20_000, [0xff; 6])
+    };
+    for percent in [1.0f64, 10.0, 50.0] {
+        let mut runs = Vec::new();
+        for _ in 0..reps {
+            bed.impair(Some(ImpairSpec {
+                loss: Loss::Random(percent / 100.0),
+                ..ImpairSpec::default()
+            }))?;
+            let report = bed.paced(&loss_traffic, Duration::from_millis(300))?;
+            runs.push(report.loss_ratio * 100.0);
+        }
+        let measured = median(runs.clone());
+        figures.push(Figure {
+            what: format!("loss {percent}%: frames lost of 100,000"),
+            setting: percent,
+            measured,
+            within: (measured - percent).abs() <= percent * 0.1,
+            runs,
+            unit: "%",
+            bound: "within 10% of the setting".into(),
+        });
+    }
+
+    for mbit in [10u64, 100, 1000] {
+        let mut runs = Vec::new();
+        for _ in 0..reps {
+            bed.impair(Some(ImpairSpec {
+                rate: Some(Rate {
+                    bits_per_second: mbit * 1_000_000,
+                    limit: QueueLimit::Frames(1000),
+                }),
+                ..ImpairSpec::default()
+            }))?;
+            let (_, bits) = bed.peak(1514, seconds)?;
+            runs.push(bits / 1e6);
+            // The queue the limit held drains before the next run.
+            bed.impair(None)?;
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        let setting = mbit as f64;
+        let measured = median(runs.clone());
+        figures.push(Figure {
+            what: format!("rate {mbit} Mbit/s: delivered"),
+            setting,
+            measured,
+            within: (measured - setting).abs() <= setting * 0.02,
+            runs,
+            unit: "Mbit/s",
+            bound: "within 2% of the setting".into(),
+        });
+    }
+
+    for size in [64usize, 1514] {
+        let mut runs = Vec::new();
+        for _ in 0..reps {
+            bed.impair(None)?;
+            let (plain, _) = bed.peak(size, seconds)?;
+            bed.impair(Some(ImpairSpec::default()))?;
+            let (zero, _) = bed.peak(size, seconds)?;
+            runs.push(zero / plain);
+        }
+        figures.push(Figure {
+            what: format!("cost at {size} B: all-zero impairment / none (peak frames/s)"),
+            setting: 1.0,
+            measured: median(runs.clone()),
+            within: true,
+            runs,
+            unit: "ratio",
+            bound: "reported".into(),
+        });
+    }
+    Ok(figures)
+}
+
+pub fn print(figures: &[Figure]) {
+    println!(
+        "{:<58} {:>10} {:>10} {:<7} {:<28} RUNS",
+        "MEASUREMENT", "SETTING", "MEASURED", "UNIT", "BOUND"
+    );
+    for f in figures {
+        let runs: Vec<String> = f.runs.iter().map(|r| format!("{r:.3}")).collect();
+        println!(
+            "{:<58} {:>10.3} {:>10.3} {:<7} {:<28} {} {}",
+            f.what,
+            f.setting,
+            f.measured,
+            f.unit,
+            f.bound,
+            runs.join(" "),
+            if f.within { "" } else { "(outside)" }
+        );
+    }
+}
