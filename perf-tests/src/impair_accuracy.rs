@@ -9,8 +9,9 @@
 //! - delay: the median one-way latency added (impaired p50 minus unimpaired p50), and
 //!   p99 minus p50, at 1000 frames a second;
 //! - loss: the share of 100,000 frames lost;
-//! - rate: the rate delivered while the generator offers more, from the sink
-//!   interface's byte counter over the steady part of the run;
+//! - rate: the rate delivered while the generator offers more, in whole frames' bits
+//!   (the sink interface's bytes plus each frame's Ethernet header, which a veth does
+//!   not count), over the steady part of the run;
 //! - cost: peak frames per second with an all-zero impairment over without one.
 
 use std::time::{Duration, Instant};
@@ -145,7 +146,11 @@ impl<'a> Bed<'a> {
             let elapsed = start.elapsed().as_secs_f64();
             sender.join().expect("the sender thread")??;
             let frames = (after.rx_packets - before.rx_packets) as f64 / elapsed;
-            let bits = (after.rx_bytes - before.rx_bytes) as f64 * 8.0 / elapsed;
+            // A veth counts a frame's bytes after its Ethernet header; the rate limit
+            // counts whole frames, as a wire carries them.
+            let frames_in = after.rx_packets - before.rx_packets;
+            let bytes = after.rx_bytes - before.rx_bytes + 14 * frames_in;
+            let bits = bytes as f64 * 8.0 / elapsed;
             Ok((frames, bits))
         })
     }
