@@ -16,14 +16,14 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use serde::Serialize;
 use xwire_bench::traffic::{self, PortOptions, Traffic};
 use xwire_fastpath::impair::{ImpairSpec, Loss, QueueLimit, Rate};
 use xwire_fastpath::{PortChoice, PortId, WireId, Worker, WorkerConfig};
 
-use crate::measure::{on_cpu, probe_traffic};
-use crate::testbed::{Netns, RawSocket, Veth};
+use crate::measure::{on_cpu, probe_traffic, wait_until_forwarding};
+use crate::testbed::{Netns, Veth};
 
 const GEN_CPU: usize = 0;
 const DUT_CPU: usize = 1;
@@ -91,20 +91,13 @@ impl<'a> Bed<'a> {
     }
 
     fn wait_until_forwarding(&self) -> Result<()> {
-        let raw = RawSocket::open(self.gen, &self.gen_if)?;
-        let mut frame = [0u8; 60];
-        frame[..6].copy_from_slice(&[0xff; 6]);
-        frame[6..12].copy_from_slice(&[0x02, 0x78, 0x77, 0, 0, 9]);
-        frame[12..14].copy_from_slice(&xwire_bench::probe::ETHERTYPE.to_be_bytes());
-        let before = self.sink.link_stats(&self.sink_if)?.rx_packets;
-        for _ in 0..300 {
-            raw.send(&frame)?;
-            std::thread::sleep(Duration::from_millis(50));
-            if self.sink.link_stats(&self.sink_if)?.rx_packets > before {
-                return Ok(());
-            }
-        }
-        bail!("the switch did not forward within 15 s")
+        wait_until_forwarding(
+            self.gen,
+            &self.gen_if,
+            self.sink,
+            &self.sink_if,
+            "the switch",
+        )
     }
 
     fn impair(&self, spec: Option<ImpairSpec>) -> Result<()> {

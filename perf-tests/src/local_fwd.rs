@@ -21,8 +21,8 @@ use xwire_bench::traffic::{self, PortOptions, Traffic};
 pub use crate::measure::{median_by, IdleRow, Row};
 pub use devices::Device;
 
-use crate::measure::{busy_while, on_cpu, probe_traffic};
-use crate::testbed::{Netns, RawSocket, Veth};
+use crate::measure::{busy_while, on_cpu, probe_traffic, wait_until_forwarding};
+use crate::testbed::{Netns, Veth};
 
 const GEN_CPU: usize = 0;
 const DUT_CPU: usize = 1;
@@ -98,20 +98,13 @@ impl<'a> Bed<'a> {
     /// Sends a frame now and then until one reaches the sink: the peers take a few
     /// seconds to attach to their interfaces.
     fn wait_until_forwarding(&self, device: Device) -> Result<()> {
-        let raw = RawSocket::open(self.gen, &self.gen_if)?;
-        let mut frame = [0u8; 60];
-        frame[..6].copy_from_slice(&[0xff; 6]);
-        frame[6..12].copy_from_slice(&[0x02, 0x78, 0x77, 0, 0, 9]);
-        frame[12..14].copy_from_slice(&xwire_bench::probe::ETHERTYPE.to_be_bytes());
-        let before = self.sink.link_stats(&self.sink_if)?.rx_packets;
-        for _ in 0..300 {
-            raw.send(&frame)?;
-            std::thread::sleep(Duration::from_millis(50));
-            if self.sink.link_stats(&self.sink_if)?.rx_packets > before {
-                return Ok(());
-            }
-        }
-        bail!("{} did not forward within 15 s", device.name())
+        wait_until_forwarding(
+            self.gen,
+            &self.gen_if,
+            self.sink,
+            &self.sink_if,
+            device.name(),
+        )
     }
 
     /// Runs `f` on a thread pinned to the generator's CPU, inside the generator's

@@ -137,3 +137,28 @@ pub fn on_cpu<T: Send>(ns: &Netns, cpu: usize, f: impl FnOnce() -> T + Send) -> 
         f()
     })
 }
+
+/// Sends a probe frame from `gen_if` every 50 ms until one reaches `sink_if` (a device
+/// takes a moment to attach to its interfaces), for at most 15 s.
+pub fn wait_until_forwarding(
+    gen: &Netns,
+    gen_if: &str,
+    sink: &Netns,
+    sink_if: &str,
+    device: &str,
+) -> anyhow::Result<()> {
+    let raw = crate::testbed::RawSocket::open(gen, gen_if)?;
+    let mut frame = [0u8; 60];
+    frame[..6].copy_from_slice(&[0xff; 6]);
+    frame[6..12].copy_from_slice(&[0x02, 0x78, 0x77, 0, 0, 9]);
+    frame[12..14].copy_from_slice(&xwire_bench::probe::ETHERTYPE.to_be_bytes());
+    let before = sink.link_stats(sink_if)?.rx_packets;
+    for _ in 0..300 {
+        raw.send(&frame)?;
+        std::thread::sleep(Duration::from_millis(50));
+        if sink.link_stats(sink_if)?.rx_packets > before {
+            return Ok(());
+        }
+    }
+    anyhow::bail!("{device} did not forward within 15 s")
+}

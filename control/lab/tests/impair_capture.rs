@@ -182,6 +182,43 @@ fn a_capture_of_a_ping_across_a_remote_wire_shows_both_directions_in_order() {
         .collect();
     assert_eq!(icmp_in(&file), expected);
 
+    // The far end's node, through the node command a cluster's operator uses: the
+    // interface names are the same, seen from r3.
+    let socket = format!("/run/xwire/labs/{name}/nodes/node-b/api.sock");
+    let far = lab.file.with_file_name("far.pcapng");
+    let mut capture = xwirectl()
+        .args([
+            "--socket",
+            &socket,
+            "capture",
+            "-n",
+            &name,
+            "r3",
+            "eth1",
+            "--seconds",
+            "3",
+            "-w",
+        ])
+        .arg(&far)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || std::fs::metadata(
+        &far
+    )
+    .is_ok_and(|m| m.len() > 0)));
+    assert_eq!(rtts(&lab, "r1", "10.0.13.2", 2).len(), 2);
+    assert!(capture.wait().unwrap().success());
+    let expected: Vec<(String, u8, u16)> = (1..=2)
+        .flat_map(|seq| {
+            [
+                ("r1:eth2".to_owned(), 8, seq),
+                ("r3:eth1".to_owned(), 0, seq),
+            ]
+        })
+        .collect();
+    assert_eq!(icmp_in(&far), expected);
+
     // Streamed to tshark while the lab runs, on the same-node wire once its delay is
     // cleared: it moves onto the switch path while it is captured, and back after.
     let out = run(&["lab", "impair", "0", "--lab", &name, "--clear"]);

@@ -131,6 +131,10 @@ impl Node {
                 }
             }
         }
+        // The pod's impaired ends are impaired from their first frame.
+        for failure in self.sync_impairments() {
+            tracing::warn!("{failure}");
+        }
         Ok(())
     }
 

@@ -215,9 +215,9 @@ impl Node {
         )
     }
 
-    /// Takes one switched end apart: the link (which goes with either end), its port and
-    /// its veth.
-    pub(super) fn release_switched_end(&mut self, record: &WireRecord) {
+    /// Takes apart an end with a node end (remote or switched): its link (a switched
+    /// wire's goes with either end), its port and its veth.
+    pub(super) fn release_node_end(&mut self, record: &WireRecord) {
         if let Some(fastpath) = &self.fastpath {
             let _ = fastpath.worker.remove_link(record.peer_intf_id);
             if let Some(port) = self.ports.remove(&record.key()) {
@@ -239,11 +239,11 @@ impl Node {
     /// Takes a switched wire apart from one end: both ends go, and the far end's record
     /// goes back to pending (the next join makes both, switched or not).
     pub(super) fn disconnect_switched(&mut self, record: &WireRecord) {
-        self.release_switched_end(record);
+        self.release_node_end(record);
         let peer_key = wire_key(&record.topo_namespace, &record.peer_pod, record.link_uid);
         if let Ok(Some(peer)) = self.store.wire(&peer_key) {
             if peer.state == WireState::Switched {
-                self.release_switched_end(&peer);
+                self.release_node_end(&peer);
                 self.set_pending(peer);
             }
         }

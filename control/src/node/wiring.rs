@@ -414,22 +414,7 @@ impl Node {
             }
             WireState::Switched => self.disconnect_switched(record),
             WireState::Remote => {
-                if let Some(fastpath) = &self.fastpath {
-                    let _ = fastpath.worker.remove_link(record.peer_intf_id);
-                    if let Some(port) = self.ports.remove(&record.key()) {
-                        let _ = fastpath.worker.remove_port(port.id);
-                    }
-                }
-                let alias = interfaces::node_alias(
-                    &self.config.node_name,
-                    &record.topo_namespace,
-                    &record.local_pod_name,
-                    record.link_uid,
-                );
-                log_removal(
-                    interfaces::delete(&self.node_ns, &record.wire_ifname, &alias),
-                    &record.wire_ifname,
-                );
+                self.release_node_end(record);
                 if tell_peer {
                     if let Some(node) = &record.peer_node {
                         self.send_to(

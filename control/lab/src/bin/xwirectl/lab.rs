@@ -46,6 +46,29 @@ impl From<EndDirection> for CaptureDirection {
     }
 }
 
+/// Where a capture goes and how much of it.
+#[derive(Args)]
+pub struct CaptureArgs {
+    /// Where the file goes; `-` streams it to standard output (for `| tshark -r -`).
+    #[arg(short = 'w', long = "write", default_value = "-")]
+    write: PathBuf,
+    /// Bytes kept of each frame (0: whole frames).
+    #[arg(long, default_value_t = 0)]
+    snaplen: u32,
+    /// Stop after this many seconds instead of at Ctrl-C.
+    #[arg(long)]
+    seconds: Option<f64>,
+}
+
+impl CaptureArgs {
+    /// Captures what `call` names (its snap length taken from here).
+    pub fn capture(&self, socket: &std::path::Path, mut call: CaptureCall) -> anyhow::Result<()> {
+        call.snaplen = self.snaplen;
+        let output = capture::Output::from_arg(&self.write);
+        capture::capture(socket, call, &output, self.seconds).map(drop)
+    }
+}
+
 /// The settings of `lab impair` (docs/lab-file.md describes each).
 #[derive(Args)]
 pub struct ImpairArgs {
@@ -179,15 +202,8 @@ pub enum LabCommand {
         lab: Option<String>,
         #[arg(long, value_enum, default_value_t = LinkDirection::Both)]
         direction: LinkDirection,
-        /// Where the file goes; `-` is standard output.
-        #[arg(short = 'w', long = "write", default_value = "-")]
-        write: PathBuf,
-        /// Bytes kept of each frame (0: whole frames).
-        #[arg(long, default_value_t = 0)]
-        snaplen: u32,
-        /// Stop after this many seconds instead of at Ctrl-C.
-        #[arg(long)]
-        seconds: Option<f64>,
+        #[command(flatten)]
+        output: CaptureArgs,
     },
     /// Keeps the lab's daemons running (started by `lab up`; not for people).
     #[command(hide = true)]
@@ -302,9 +318,7 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             link,
             lab: name,
             direction,
-            write,
-            snaplen,
-            seconds,
+            output,
         } => {
             let running = lab::pick_lab(name.as_deref())?;
             let found = impair::find_link(&running, &link)?;
@@ -321,9 +335,9 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
                     LinkDirection::BToA => CaptureDirection::Ingress,
                     LinkDirection::Both => CaptureDirection::Both,
                 },
-                snaplen,
+                snaplen: 0,
             };
-            capture::capture(&socket, call, &capture::Output::from_arg(&write), seconds)?;
+            output.capture(&socket, call)?;
         }
         LabCommand::Supervise { name } => {
             let binaries = up::Binaries::find()?;

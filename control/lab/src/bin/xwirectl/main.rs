@@ -64,15 +64,8 @@ enum NodeCommand {
         /// What the pod sends on the wire, what it receives, or both.
         #[arg(long, value_enum, default_value_t = lab::EndDirection::Both)]
         direction: lab::EndDirection,
-        /// Where the file goes; `-` streams it to standard output (for `| tshark -r -`).
-        #[arg(short = 'w', long = "write", default_value = "-")]
-        write: PathBuf,
-        /// Bytes kept of each frame (0: whole frames).
-        #[arg(long, default_value_t = 0)]
-        snaplen: u32,
-        /// Stop after this many seconds instead of at Ctrl-C.
-        #[arg(long)]
-        seconds: Option<f64>,
+        #[command(flatten)]
+        output: lab::CaptureArgs,
     },
     /// Makes a cluster CA and a certificate and key for each node, as PEM files in DIR:
     /// ca.pem, NODE.pem and NODE.key.
@@ -180,9 +173,7 @@ fn node_command(socket: &Path, command: NodeCommand) -> anyhow::Result<()> {
             pod,
             link,
             direction,
-            write,
-            snaplen,
-            seconds,
+            output,
         } => {
             let (link_uid, ifname) = match link.parse::<u64>() {
                 Ok(uid) => (Some(uid), None),
@@ -194,11 +185,9 @@ fn node_command(socket: &Path, command: NodeCommand) -> anyhow::Result<()> {
                 link_uid,
                 ifname,
                 direction: direction.into(),
-                snaplen,
+                snaplen: 0,
             };
-            let output = xwire_lab::capture::Output::from_arg(&write);
-            xwire_lab::capture::capture(socket, call, &output, seconds)?;
-            Ok(())
+            output.capture(socket, call)
         }
         NodeCommand::Certs { out, nodes } => certs(&out, &nodes),
         NodeCommand::CaSecret {
