@@ -12,7 +12,7 @@ use kube::api::{Api, DynamicObject};
 use serde_json::{json, Value};
 use support::apiserver::{self, apply_objects, deregister_node, register_node, ApiServer, Nodes};
 use support::{call, eventually, Node, Pod};
-use xwire_testbed::checks::ping;
+use xwire_testbed::checks::{ping, ping_rtts};
 
 fn server_or_skip() -> Option<ApiServer> {
     match ApiServer::start() {
@@ -202,6 +202,28 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
         !r1.has("eth3") && !r2.has("eth3")
     });
     assert!(followed, "n1:\n{}\nn2:\n{}", n1.log(), n2.log());
+
+    // An impairment in r1's Topology link (xwire's own field, kept by the CRD's schema)
+    // delays what r1 sends on the wire, where it leaves kn1; taken out, it goes.
+    let impaired = |delay: Option<&str>| {
+        let mut t = with_link("r1", "r2", false);
+        if let Some(delay) = delay {
+            t["spec"]["links"][0]["impairment"] = json!({ "delay": delay });
+        }
+        t
+    };
+    apply_objects(&server, &[impaired(Some("20ms"))]);
+    let delayed = eventually(Duration::from_secs(15), || {
+        let rtts = ping_rtts(&r1.ns, "10.0.0.2", 3).unwrap_or_default();
+        rtts.len() == 3 && rtts.iter().all(|&ms| ms >= 20.0)
+    });
+    assert!(delayed, "n1:\n{}", n1.log());
+    apply_objects(&server, &[impaired(None)]);
+    let undelayed = eventually(Duration::from_secs(15), || {
+        let rtts = ping_rtts(&r1.ns, "10.0.0.2", 3).unwrap_or_default();
+        rtts.len() == 3 && rtts.iter().all(|&ms| ms < 20.0)
+    });
+    assert!(undelayed, "n1:\n{}", n1.log());
 
     // kn2 leaves the cluster: kn1 lets it go, and r1's ends of the wires to r2 go back
     // to pending; it joins again, and they come back, with no daemon restarted.
