@@ -75,3 +75,73 @@ fn stream(socket: UnixStream, capture: &CaptureStream) -> std::io::Result<()> {
         .map_err(failed)?;
     std::io::Write::flush(&mut out)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
+    use pcap_file::pcapng::blocks::interface_statistics::InterfaceStatisticsOption;
+    use pcap_file::pcapng::{Block, PcapNgReader};
+    use xwire_fastpath::capture::{Direction, Tap};
+
+    use super::*;
+
+    /// The frames a full queue left out are in the file's statistics block, and the
+    /// file ends whole when the caller shuts its side down.
+    #[test]
+    fn the_file_ends_whole_with_what_each_direction_saw_and_left_out() {
+        let (tap, reader) = Tap::new(&[Direction::AToB, Direction::BToA], 65535, 2);
+        for n in 0..5u8 {
+            tap.offer(Direction::AToB, 1_000 + u64::from(n), &[n; 60]);
+        }
+        tap.offer(Direction::BToA, 2_000, &[9; 60]);
+        let capture = CaptureStream {
+            reader,
+            interfaces: ["r1:eth1".into(), "r2:eth1".into()],
+            snaplen: 0,
+            alive: Arc::new(()),
+        };
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let writer = std::thread::spawn(move || serve(ours, capture));
+        theirs.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut file = Vec::new();
+        theirs.read_to_end(&mut file).unwrap();
+        writer.join().unwrap();
+        drop(tap);
+
+        let mut reader = PcapNgReader::new(file.as_slice()).unwrap();
+        let (mut packets, mut names, mut stats) = (0, Vec::new(), Vec::new());
+        while let Some(block) = reader.next_block() {
+            match block.unwrap() {
+                Block::EnhancedPacket(_) => packets += 1,
+                Block::InterfaceDescription(idb) => {
+                    names.extend(idb.options.iter().filter_map(|o| match o {
+                        InterfaceDescriptionOption::IfName(n) => Some(n.to_string()),
+                        _ => None,
+                    }))
+                }
+                Block::InterfaceStatistics(isb) => {
+                    let count = |want: fn(&InterfaceStatisticsOption) -> Option<u64>| {
+                        isb.options.iter().find_map(want)
+                    };
+                    stats.push((
+                        isb.interface_id,
+                        count(|o| match o {
+                            InterfaceStatisticsOption::IsbIfRecv(n) => Some(*n),
+                            _ => None,
+                        }),
+                        count(|o| match o {
+                            InterfaceStatisticsOption::IsbIfDrop(n) => Some(*n),
+                            _ => None,
+                        }),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(names, ["r1:eth1", "r2:eth1"]);
+        assert_eq!(packets, 2, "the two the queue held");
+        assert_eq!(stats, [(0, Some(5), Some(3)), (1, Some(1), Some(1))]);
+    }
+}
