@@ -53,13 +53,15 @@ impl Node {
             .entry(wire.clone())
             .or_default()
             .push(Arc::downgrade(&alive));
-        let result = self.tap(&call, record);
-        if result.is_err() {
-            drop(alive);
-            self.captures_ended();
-            return result.map(|_| Response::Ok);
-        }
-        let (reader, interfaces) = result?;
+        let (reader, interfaces) = match self.tap(&call, record) {
+            Ok(tapped) => tapped,
+            Err(e) => {
+                // A wire moved for this capture goes back.
+                drop(alive);
+                self.captures_ended();
+                return Err(e);
+            }
+        };
         self.started_capture = Some(CaptureStream {
             reader,
             interfaces: interfaces.clone(),

@@ -37,6 +37,14 @@ fn fastpath_error(what: String, e: impl std::fmt::Display) -> NodeError {
     NodeError::new(ErrorKind::Fastpath, what, e.to_string())
 }
 
+fn no_fastpath(namespace: &str, pod: &str, uid: u64) -> NodeError {
+    NodeError::new(
+        ErrorKind::Fastpath,
+        format!("link {uid} of {namespace}/{pod} is impaired or captured, which needs the node's fast path"),
+        "the fast path starts with the node's certificates ([certs] in xwired.toml, or the cluster's CA)",
+    )
+}
+
 impl Node {
     /// Whether the same-node wire of `link` (and `peer_link`, the far end's view of it)
     /// goes through the fast path: it is impaired either way, or captured.
@@ -82,16 +90,9 @@ impl Node {
         link: &LinkSpec,
         journal: &mut Journal,
     ) -> Result<(String, PortId), NodeError> {
-        let Some(fastpath) = &self.fastpath else {
-            return Err(NodeError::new(
-                ErrorKind::Fastpath,
-                format!(
-                    "link {} of {namespace}/{} is impaired or captured, which needs the node's fast path",
-                    link.uid, end.pod
-                ),
-                "the fast path starts with the node's certificates ([certs] in xwired.toml, or the cluster's CA)",
-            ));
-        };
+        if self.fastpath.is_none() {
+            return Err(no_fastpath(namespace, end.pod, link.uid));
+        }
         let node_end = EndSettings {
             mtu: link.mtu,
             checksum_off: true,
@@ -122,29 +123,43 @@ impl Node {
             name: node_end.name.clone(),
             alias: node_end.alias.clone().unwrap_or_default(),
         });
+        let key = wire_key(namespace, end.pod, link.uid);
+        let port = self.open_switched_port(&key, &node_end.name, namespace, end.pod, link)?;
+        journal.record(Step::Port { key, id: port });
+        Ok((node_end.name, port))
+    }
+
+    /// Opens the fast-path port on a switched end's node interface and records it under
+    /// the end's key.
+    fn open_switched_port(
+        &mut self,
+        key: &str,
+        ifname: &str,
+        namespace: &str,
+        pod: &str,
+        link: &LinkSpec,
+    ) -> Result<PortId, NodeError> {
+        let Some(fastpath) = &self.fastpath else {
+            return Err(no_fastpath(namespace, pod, link.uid));
+        };
         let max_frame = link.mtu.unwrap_or(1500) as usize + 18;
         let port = fastpath
             .worker
-            .add_port(&node_end.name, max_frame)
-            .map_err(|e| fastpath_error(format!("open a port on {}", node_end.name), e))?;
-        let key = wire_key(namespace, end.pod, link.uid);
-        journal.record(Step::Port {
-            key: key.clone(),
-            id: port.id,
-        });
+            .add_port(ifname, max_frame)
+            .map_err(|e| fastpath_error(format!("open a port on {ifname}"), e))?;
         self.ports.insert(
-            key,
+            key.to_owned(),
             OpenPort {
                 id: port.id,
                 wire: WireKey {
                     namespace: namespace.to_owned(),
                     link_uid: link.uid,
                 },
-                pod: end.pod.to_owned(),
+                pod: pod.to_owned(),
                 impairment: None,
             },
         );
-        Ok((node_end.name, port.id))
+        Ok(port.id)
     }
 
     /// Links the ports of a switched wire's two ends, once both are open (at a restart
@@ -183,30 +198,13 @@ impl Node {
         record: &WireRecord,
         link: &LinkSpec,
     ) -> Result<(), NodeError> {
-        let Some(fastpath) = &self.fastpath else {
-            return Err(NodeError::new(
-                ErrorKind::Fastpath,
-                "a switched wire needs the node's fast path",
-                "",
-            ));
-        };
-        let max_frame = link.mtu.unwrap_or(1500) as usize + 18;
-        let port = fastpath
-            .worker
-            .add_port(&record.wire_ifname, max_frame)
-            .map_err(|e| fastpath_error(format!("open a port on {}", record.wire_ifname), e))?;
-        self.ports.insert(
-            record.key(),
-            OpenPort {
-                id: port.id,
-                wire: WireKey {
-                    namespace: record.topo_namespace.clone(),
-                    link_uid: record.link_uid,
-                },
-                pod: record.local_pod_name.clone(),
-                impairment: None,
-            },
-        );
+        self.open_switched_port(
+            &record.key(),
+            &record.wire_ifname,
+            &record.topo_namespace,
+            &record.local_pod_name,
+            link,
+        )?;
         self.link_switched(
             &record.topo_namespace,
             [&record.local_pod_name, &record.peer_pod],

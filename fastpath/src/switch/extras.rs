@@ -237,15 +237,15 @@ impl LinkExtras {
         mut send: impl FnMut(&[u8], Verdict),
     ) -> usize {
         let mut released = 0;
-        while let Some(((link, direction), frame)) = self.held.pop_due(now) {
+        while let Some((key, frame)) = self.held.pop_due(now) {
             if let Some((link, direction)) = frame.verdict.link() {
                 self.tap(link, direction, &frame.bytes);
             }
             send(&frame.bytes, frame.verdict);
             self.recycle(frame.bytes);
             released += 1;
-            if self.held.held(&(link, direction)) == 0 {
-                self.tidy(link);
+            if self.held.held(&key) == 0 {
+                self.tidy(key.0);
             }
         }
         released
