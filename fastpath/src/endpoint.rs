@@ -6,7 +6,7 @@ use std::os::fd::RawFd;
 
 use crate::packet_port::PacketPort;
 use crate::worker::{PortChoice, PortKind, WorkerError};
-use crate::xdp_port::{Lent, PortError, XdpMode, XdpPort, MAX_FRAME_ROOM};
+use crate::xdp_port::{Lent, PortError, Steering, XdpMode, XdpPort, MAX_FRAME_ROOM};
 use crate::xdp_redirect::RedirectProgram;
 
 /// Frames taken from the RX ring at once.
@@ -85,7 +85,13 @@ impl Endpoint {
             mode: "load the XDP program",
             source,
         })?;
-        let mut port = XdpPort::open(ifname, mode, max_frame, ring * 4, Some((&program, 0)))?;
+        let mut port = XdpPort::open(
+            ifname,
+            mode,
+            max_frame,
+            ring * 4,
+            Steering::Worker(&program, 0),
+        )?;
         // A quarter of the frames wait in the fill ring; the rest are for sending.
         port.set_fill_target(ring);
         port.refill();

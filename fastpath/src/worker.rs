@@ -18,6 +18,7 @@ use crate::link_table::{LinkError, PortId};
 use crate::peer::{
     Carrier, ControlMessage, PeerConfig, PeerCounters, PeerError, PeerEvent, PeerId,
 };
+use crate::steered_port::SteeredEnd;
 use crate::switch::Switch;
 use crate::xdp_port::{KernelDrops, PortError, XdpMode};
 
@@ -160,9 +161,15 @@ pub(crate) enum Command {
         join: Option<Join>,
         reply: Sender<Result<PortInfo, WorkerError>>,
     },
-    RemovePort {
-        id: PortId,
+    RemovePorts {
+        ids: Vec<PortId>,
         reply: Sender<Result<(), WorkerError>>,
+    },
+    SteerPair {
+        wire: WireId,
+        ends: Box<[SteeredEnd; 2]>,
+        max_frame: usize,
+        reply: Sender<Result<[PortInfo; 2], WorkerError>>,
     },
     AddLink {
         wire: WireId,
@@ -338,7 +345,36 @@ impl Worker {
     }
 
     pub fn remove_port(&self, id: PortId) -> Result<(), WorkerError> {
-        self.ask(|reply| Command::RemovePort { id, reply })?
+        self.remove_ports(&[id])
+    }
+
+    /// Closes ports together. Steered ones stop steering first, and what was in flight
+    /// through them goes on before they close: closing both ports of a steered pair this
+    /// way puts the pair back as a plain veth pair without losing a frame.
+    pub fn remove_ports(&self, ids: &[PortId]) -> Result<(), WorkerError> {
+        let ids = ids.to_vec();
+        self.ask(|reply| Command::RemovePorts { ids, reply })?
+    }
+
+    /// Steers the veth pair whose ends are `ends` (each pod's interface, in the pod's
+    /// network namespace) through this worker as `wire`, in place: the pair stays, and
+    /// each pod's frames go through the switch (where the link's impairments and captures
+    /// apply) until its ports are removed (`remove_ports`). Returns the two ports, the
+    /// first standing for the pod of `ends[0]` (receiving what it sends), the second for
+    /// the other. Needs native XDP: frames up to `NATIVE_MAX_FRAME`.
+    pub fn steer_pair(
+        &self,
+        wire: WireId,
+        ends: [SteeredEnd; 2],
+        max_frame: usize,
+    ) -> Result<[PortInfo; 2], WorkerError> {
+        let ends = Box::new(ends);
+        self.ask(|reply| Command::SteerPair {
+            wire,
+            ends,
+            max_frame,
+            reply,
+        })?
     }
 
     /// Joins two ports; returns the link's counters, readable at any time.

@@ -83,6 +83,8 @@ pub enum PortError {
         #[source]
         source: nix::Error,
     },
+    #[error("{ifname}: cannot steer it through the switch: {reason}")]
+    Unsteerable { ifname: String, reason: String },
     #[error("no room for another port (the worker has {0})")]
     NoRoom(usize),
     #[error("{ifname}: no UMEM of {frames} frames: {reason}")]
@@ -171,19 +173,31 @@ pub(crate) struct XdpPort {
     umem: Umem,
 }
 
+/// How frames reach a port's socket.
+pub(crate) enum Steering<'a> {
+    /// Through libxdp's default program, which libxdp attaches to the interface.
+    Libxdp,
+    /// Through the worker's program, attached to the interface, with the port in `slot`.
+    Worker(&'a RedirectProgram, u32),
+    /// Through a program the caller attaches later (`RedirectProgram::steer`) that names
+    /// `slot` itself; the socket is bound to the interface's first queue.
+    Later(&'a RedirectProgram, u32),
+    /// None: the socket only sends, from the interface's queue `queue`.
+    SendOnly { queue: u32 },
+}
+
 impl XdpPort {
     /// Opens a port on `ifname` (in the calling thread's network namespace) with `frames`
     /// UMEM frames for frames up to `max_frame` bytes, in `mode` or, with `None`, the
     /// fastest mode that can carry such frames: native (falling back to generic), or
-    /// generic alone for frames above `NATIVE_MAX_FRAME`. With `redirect`, frames reach the
-    /// socket through that program (in the port's slot); without, through libxdp's
-    /// default program.
+    /// generic alone for frames above `NATIVE_MAX_FRAME`. `steering` says how frames reach
+    /// the socket.
     pub(crate) fn open(
         ifname: &str,
         mode: Option<XdpMode>,
         max_frame: usize,
         frames: usize,
-        redirect: Option<(&RedirectProgram, u32)>,
+        steering: Steering<'_>,
     ) -> Result<XdpPort, PortError> {
         let interface: Interface = ifname
             .parse()
@@ -202,18 +216,36 @@ impl XdpPort {
             None if max_frame > NATIVE_MAX_FRAME => &[XdpMode::Generic],
             None => &[XdpMode::Native, XdpMode::Generic],
         };
-        let (mode, rings, redirect) = match redirect {
-            Some((program, slot)) => {
-                let config = SocketConfig::builder()
-                    .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
-                    .bind_flags(BindFlags::XDP_USE_NEED_WAKEUP | BindFlags::XDP_USE_SG)
-                    .rx_queue_size(layout.ring)
-                    .tx_queue_size(layout.ring)
-                    .build();
-                let at = (&interface, ifname, ifindex);
+        let config = SocketConfig::builder()
+            .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
+            .bind_flags(BindFlags::XDP_USE_NEED_WAKEUP | BindFlags::XDP_USE_SG)
+            .rx_queue_size(layout.ring)
+            .tx_queue_size(layout.ring)
+            .build();
+        let at = (&interface, ifname, ifindex);
+        let (mode, rings, redirect) = match steering {
+            Steering::Worker(program, slot) => {
                 XdpPort::open_redirected(&umem, config, at, modes, program, slot)?
             }
-            None => XdpPort::open_with_libxdp(&umem, &layout, &interface, ifname, modes)?,
+            Steering::Libxdp => {
+                XdpPort::open_with_libxdp(&umem, &layout, &interface, ifname, modes)?
+            }
+            Steering::Later(program, slot) => {
+                let rings = XdpPort::bind(&umem, config, at, 0)?;
+                program
+                    .register_socket(slot, rings.1.fd().as_raw_fd())
+                    .map_err(|source| PortError::Socket {
+                        ifname: ifname.into(),
+                        mode: XdpMode::Native.name(),
+                        source,
+                    })?;
+                (XdpMode::Native, rings, None)
+            }
+            Steering::SendOnly { queue } => (
+                XdpMode::Native,
+                XdpPort::bind(&umem, config, at, queue)?,
+                None,
+            ),
         };
         let frame_size = layout.frame_size;
         tracing::info!(
@@ -253,12 +285,8 @@ impl XdpPort {
         program: &RedirectProgram,
         slot: u32,
     ) -> Result<Opened, PortError> {
-        // SAFETY: as in `open_with_libxdp`.
-        let (tx, rx, rings) = unsafe { xsk_rs::Socket::new(config, umem, interface, 0) }
-            .map_err(|e| socket_error(ifname, "bind", &e))?;
-        let Some((fill, completion)) = rings else {
-            return Err(PortError::AlreadyOpen(ifname.into()));
-        };
+        let (tx, rx, fill, completion) =
+            XdpPort::bind(umem, config, (interface, ifname, ifindex), 0)?;
         let mut last_error = None;
         for &mode in modes {
             match program.attach(ifindex, mode) {
@@ -284,6 +312,22 @@ impl XdpPort {
             }
         }
         Err(last_error.expect("at least one mode was tried"))
+    }
+
+    /// Binds a socket to queue `queue` of the interface, with no program.
+    fn bind(
+        umem: &Umem,
+        config: SocketConfig,
+        (interface, ifname, _): (&Interface, &str, u32),
+        queue: u32,
+    ) -> Result<(TxQueue, RxQueue, FillQueue, CompQueue), PortError> {
+        // SAFETY: as in `open_with_libxdp`.
+        let (tx, rx, rings) = unsafe { xsk_rs::Socket::new(config, umem, interface, queue) }
+            .map_err(|e| socket_error(ifname, "bind", &e))?;
+        let Some((fill, completion)) = rings else {
+            return Err(PortError::AlreadyOpen(ifname.into()));
+        };
+        Ok((tx, rx, fill, completion))
     }
 
     fn open_with_libxdp(
@@ -455,6 +499,11 @@ impl XdpPort {
             self.free.extend_from_slice(&self.scratch);
         }
         n
+    }
+
+    /// Frames in the TX ring the kernel has not finished sending.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_tx
     }
 
     /// Asks the kernel to send what waits in the TX ring.

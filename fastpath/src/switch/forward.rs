@@ -45,11 +45,17 @@ impl Switch {
             self.flush_to(index);
         }
         for slot in self.slots.iter_mut().flatten() {
-            let Port::Xdp(port) = &mut slot.port else {
-                continue;
+            let (receiver, sender) = match &mut slot.port {
+                Port::Packet(_) => continue,
+                Port::Xdp(port) => {
+                    port.drain_tx(MAX_KICKS_PER_PASS);
+                    port.refill();
+                    continue;
+                }
+                Port::Steered(port) => port.both(),
             };
-            port.drain_tx(MAX_KICKS_PER_PASS);
-            port.refill();
+            sender.drain_tx(MAX_KICKS_PER_PASS);
+            receiver.refill();
         }
         moved
     }
@@ -70,64 +76,66 @@ impl Switch {
             return 0;
         };
         let in_port = PortId(index as u16);
-        match &mut slot.port {
-            Port::Xdp(port) => {
-                let n = port.receive(batch, received);
-                for lent in received.drain(..) {
-                    let more = lent.has_more();
-                    slot.rx_chain.push(lent);
-                    if slot.rx_overflow {
-                        // The rest of a frame longer than any frame can be: dropped with
-                        // the chain's start, up to and including its last descriptor.
-                        slot.rx_overflow = more;
-                        port.recycle(&mut slot.rx_chain);
-                        continue;
-                    }
-                    if more && slot.rx_chain.len() < MAX_CHAIN {
-                        continue;
-                    }
-                    // A whole frame: one descriptor, or a chain of them (jumbo frames).
-                    let len: usize = slot.rx_chain.iter().map(Lent::len).sum();
-                    let verdict = if more {
-                        // Longer than any frame can be: drop it whole, and what is still
-                        // to come of it.
-                        slot.rx_overflow = true;
-                        table.oversized(in_port)
-                    } else {
-                        table.decide(in_port, len)
+        let port = match &mut slot.port {
+            Port::Packet(port) => {
+                return port.receive(batch, |frame, whole| {
+                    let verdict = match table.decide(in_port, frame.len()) {
+                        Verdict::Forward {
+                            link, direction, ..
+                        } if !whole => Verdict::Drop {
+                            reason: DropReason::TooLarge,
+                            link: Some((link, direction)),
+                        },
+                        v => v,
                     };
-                    if let Verdict::Drop { .. } = verdict {
-                        count_drop(table, verdict);
-                    } else {
-                        let frame: &[u8] = match slot.rx_chain.as_slice() {
-                            [one] => port.frame_data(one),
-                            chain => {
-                                frame_buf.clear();
-                                for part in chain {
-                                    frame_buf.extend_from_slice(port.frame_data(part));
-                                }
-                                frame_buf
-                            }
-                        };
-                        route(table, peers, &mut others, extras, verdict, frame, *now);
-                    }
-                    port.recycle(&mut slot.rx_chain);
-                }
-                n
+                    route(table, peers, &mut others, extras, verdict, frame, *now);
+                })
             }
-            Port::Packet(port) => port.receive(batch, |frame, whole| {
-                let verdict = match table.decide(in_port, frame.len()) {
-                    Verdict::Forward {
-                        link, direction, ..
-                    } if !whole => Verdict::Drop {
-                        reason: DropReason::TooLarge,
-                        link: Some((link, direction)),
-                    },
-                    v => v,
+            Port::Xdp(port) => port,
+            Port::Steered(port) => port.receiver(),
+        };
+        let n = port.receive(batch, received);
+        for lent in received.drain(..) {
+            let more = lent.has_more();
+            slot.rx_chain.push(lent);
+            if slot.rx_overflow {
+                // The rest of a frame longer than any frame can be: dropped with
+                // the chain's start, up to and including its last descriptor.
+                slot.rx_overflow = more;
+                port.recycle(&mut slot.rx_chain);
+                continue;
+            }
+            if more && slot.rx_chain.len() < MAX_CHAIN {
+                continue;
+            }
+            // A whole frame: one descriptor, or a chain of them (jumbo frames).
+            let len: usize = slot.rx_chain.iter().map(Lent::len).sum();
+            let verdict = if more {
+                // Longer than any frame can be: drop it whole, and what is still
+                // to come of it.
+                slot.rx_overflow = true;
+                table.oversized(in_port)
+            } else {
+                table.decide(in_port, len)
+            };
+            if let Verdict::Drop { .. } = verdict {
+                count_drop(table, verdict);
+            } else {
+                let frame: &[u8] = match slot.rx_chain.as_slice() {
+                    [one] => port.frame_data(one),
+                    chain => {
+                        frame_buf.clear();
+                        for part in chain {
+                            frame_buf.extend_from_slice(port.frame_data(part));
+                        }
+                        frame_buf
+                    }
                 };
                 route(table, peers, &mut others, extras, verdict, frame, *now);
-            }),
+            }
+            port.recycle(&mut slot.rx_chain);
         }
+        n
     }
 
     /// Sends the held frames whose time has come; returns how many.
@@ -160,8 +168,9 @@ impl Switch {
         };
         let port = match &mut slot.port {
             Port::Packet(port) => return port.flush(),
-            Port::Xdp(_) if slot.pending.is_empty() => return,
+            _ if slot.pending.is_empty() => return,
             Port::Xdp(port) => port,
+            Port::Steered(port) => port.sender(),
         };
         let pending = &mut slot.pending;
         let room = port.tx_room(pending.len());
@@ -268,10 +277,27 @@ pub(super) fn deliver(
     frame: &[u8],
     (link, direction): (usize, Direction),
 ) {
-    let reason = match out.map(|slot| (&mut slot.port, &mut slot.pending)) {
+    let reason = match out {
         // The port closed since the link table decided.
         None => DropReason::NoLink,
-        Some((Port::Xdp(port), pending)) => {
+        Some(Slot {
+            port: Port::Packet(port),
+            ..
+        }) => {
+            if port.queue(std::iter::once(frame)) {
+                if let Some(counters) = table.counters(link) {
+                    counters.forwarded(direction, 1, frame.len() as u64);
+                }
+                return;
+            }
+            DropReason::TxFull
+        }
+        Some(Slot { port, pending, .. }) => {
+            let port = match port {
+                Port::Steered(port) => port.sender(),
+                Port::Xdp(port) => port,
+                Port::Packet(_) => unreachable!("matched above"),
+            };
             let room = port.frame_room();
             let parts = frame.len().div_ceil(room);
             if port.free_frames() < parts {
@@ -289,15 +315,6 @@ pub(super) fn deliver(
                 }
                 return;
             }
-        }
-        Some((Port::Packet(port), _)) => {
-            if port.queue(std::iter::once(frame)) {
-                if let Some(counters) = table.counters(link) {
-                    counters.forwarded(direction, 1, frame.len() as u64);
-                }
-                return;
-            }
-            DropReason::TxFull
         }
     };
     count_drop(

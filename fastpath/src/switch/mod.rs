@@ -19,14 +19,16 @@ use crate::counters::LinkCounters;
 use crate::link_table::{LinkTable, PortId};
 use crate::packet_port::PacketPort;
 use crate::peer::PeerTransport;
+use crate::steered_port::SteeredPort;
 use crate::worker::{Command, Join, PortChoice, PortInfo, PortKind, WorkerConfig, WorkerError};
-use crate::xdp_port::{Lent, PortError, XdpPort};
+use crate::xdp_port::{Lent, PortError, Steering, XdpPort};
 use crate::xdp_redirect::RedirectProgram;
 
 mod extras;
 mod forward;
 mod remote;
 mod sleep;
+mod steer;
 
 use forward::{Outgoing, MAX_CHAIN};
 use sleep::Sleeper;
@@ -55,6 +57,8 @@ const COMMAND_BUDGET: Duration = Duration::from_millis(2);
 enum Port {
     Xdp(XdpPort),
     Packet(PacketPort),
+    /// One pod of a veth pair steered through the switch in place (`steered_port`).
+    Steered(Box<SteeredPort>),
 }
 
 impl Port {
@@ -62,6 +66,7 @@ impl Port {
         match self {
             Port::Xdp(p) => p.as_fd(),
             Port::Packet(p) => p.as_fd(),
+            Port::Steered(p) => p.as_fd(),
         }
     }
 }
@@ -243,8 +248,16 @@ impl Switch {
                 };
                 self.try_add_port(waiting, config);
             }
-            Command::RemovePort { id, reply } => {
-                let _ = reply.send(self.remove_port(id));
+            Command::RemovePorts { ids, reply } => {
+                let _ = reply.send(self.remove_ports(&ids, config));
+            }
+            Command::SteerPair {
+                wire,
+                ends,
+                max_frame,
+                reply,
+            } => {
+                let _ = reply.send(self.steer_pair(wire, *ends, max_frame, config));
             }
             Command::AddLink { wire, a, b, reply } => {
                 let missing = [a, b].into_iter().find(|&p| self.port(p).is_none());
@@ -375,6 +388,9 @@ impl Switch {
                     Some(Port::Packet(port)) => {
                         port.kernel_drops().map_err(WorkerError::Statistics)
                     }
+                    Some(Port::Steered(port)) => {
+                        port.kernel_drops().map_err(WorkerError::Statistics)
+                    }
                 };
                 let _ = reply.send(drops);
             }
@@ -423,9 +439,12 @@ impl Switch {
         if choice == PortChoice::AfPacket {
             return packet();
         }
-        let redirect = self.redirect.as_ref().map(|p| (p, slot as u32));
+        let steering = match &self.redirect {
+            Some(program) => Steering::Worker(program, slot as u32),
+            None => Steering::Libxdp,
+        };
         let frames = config.frames_per_port;
-        let opened = XdpPort::open(ifname, config.xdp_mode, max_frame, frames, redirect)
+        let opened = XdpPort::open(ifname, config.xdp_mode, max_frame, frames, steering)
             .map(|p| (PortKind::AfXdp(p.mode()), p))
             .map(|(kind, p)| (Port::Xdp(p), kind));
         match (choice, opened) {
@@ -444,6 +463,18 @@ impl Switch {
         }
     }
 
+    /// The index of a slot free for a new port (a new slot up to `max_ports`).
+    fn free_slot(&mut self, config: &WorkerConfig) -> Result<usize, WorkerError> {
+        match self.slots.iter().position(Option::is_none) {
+            Some(free) => Ok(free),
+            None if self.slots.len() < config.max_ports => {
+                self.slots.push(None);
+                Ok(self.slots.len() - 1)
+            }
+            None => Err(PortError::NoRoom(config.max_ports).into()),
+        }
+    }
+
     fn add_port(
         &mut self,
         ifname: &str,
@@ -451,17 +482,29 @@ impl Switch {
         choice: PortChoice,
         config: &WorkerConfig,
     ) -> Result<PortInfo, WorkerError> {
-        let index = match self.slots.iter().position(Option::is_none) {
-            Some(free) => free,
-            None if self.slots.len() < config.max_ports => {
-                self.slots.push(None);
-                self.slots.len() - 1
-            }
-            None => return Err(PortError::NoRoom(config.max_ports).into()),
-        };
-        let (mut port, kind) = self.open_port(ifname, max_frame, choice, config, index)?;
-        if let Port::Xdp(port) = &mut port {
-            port.refill();
+        let index = self.free_slot(config)?;
+        let (port, kind) = self.open_port(ifname, max_frame, choice, config, index)?;
+        self.install(index, port, ifname, max_frame, config)?;
+        Ok(PortInfo {
+            id: PortId(index as u16),
+            ifname: ifname.into(),
+            kind,
+        })
+    }
+
+    /// Puts an open port in slot `index`, its fill ring topped up and its socket watched.
+    fn install(
+        &mut self,
+        index: usize,
+        mut port: Port,
+        ifname: &str,
+        max_frame: usize,
+        config: &WorkerConfig,
+    ) -> Result<(), WorkerError> {
+        match &mut port {
+            Port::Xdp(port) => port.refill(),
+            Port::Steered(port) => port.receiver().refill(),
+            Port::Packet(_) => {}
         }
         let id = PortId(index as u16);
         let watched = self.sleeper.watch(port.as_fd());
@@ -473,19 +516,15 @@ impl Switch {
         });
         self.table.set_max_frame(id, max_frame);
         // A port the worker could not wake for would be served only while it spins.
-        if let Err(e) = watched {
+        if let Err(source) = watched {
             let _ = self.remove_port(id);
             return Err(PortError::Unwatched {
                 ifname: ifname.into(),
-                source: e,
+                source,
             }
             .into());
         }
-        Ok(PortInfo {
-            id,
-            ifname: ifname.into(),
-            kind,
-        })
+        Ok(())
     }
 
     /// Closes a port. Its frames, wherever they are, go with its UMEM.
@@ -498,6 +537,10 @@ impl Switch {
         }
         self.table.remove_port(id);
         self.sleeper.unwatch(slot.port.as_fd());
+        if let (Port::Steered(port), Some(program)) = (&slot.port, &self.redirect) {
+            // Dropping the port detaches its program (if `remove_ports` has not already).
+            program.unregister_socket(port.slot());
+        }
         if let Port::Xdp(xdp) = &slot.port {
             if let (Some(program), Some((ifindex, index))) = (&self.redirect, xdp.redirect()) {
                 program.release(ifindex, index, xdp.mode());
