@@ -61,7 +61,12 @@ pub fn wire_states(lab: &Lab, paths: &LabPaths) -> HashMap<(String, u64), String
         .filter_map(|w| {
             let pod = w["local_pod_name"].as_str()?.to_owned();
             let uid = w["link_uid"].as_u64()?;
-            Some(((pod, uid), w["state"].as_str()?.to_owned()))
+            // A straight veth steered through the switch (impaired or captured).
+            let state = match w["steered"].as_bool() {
+                Some(true) => "steered",
+                _ => w["state"].as_str()?,
+            };
+            Some(((pod, uid), state.to_owned()))
         })
         .collect()
 }

@@ -135,7 +135,7 @@ fn wire_status(
             .unwrap_or_else(|| "none".into())
     };
     let end_states = [end_state(&a.pod), end_state(&b.pod)];
-    let joined = |s: &str| matches!(s, "veth" | "remote" | "switched");
+    let joined = |s: &str| matches!(s, "veth" | "remote" | "switched" | "steered");
     let state = if end_states.iter().all(|s| joined(s)) {
         "up".to_owned()
     } else {
@@ -154,7 +154,7 @@ fn wire_status(
         uid: link.uid,
         endpoints: [a.to_string(), b.to_string()],
         kind: if local { "local" } else { "remote" },
-        carrier: if local && end_states.iter().any(|s| s == "switched") {
+        carrier: if local && end_states.iter().any(|s| s == "switched" || s == "steered") {
             "switch".into()
         } else if local {
             "veth".into()

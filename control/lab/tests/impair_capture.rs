@@ -112,6 +112,79 @@ fn a_delay_from_the_lab_file_or_set_at_runtime_shows_in_pings_round_trip() {
     );
 }
 
+#[test]
+fn impairing_and_clearing_a_same_node_wire_loses_no_ping() {
+    let name = unique("tmove");
+    let lab = Lab::up(&name, &support::lab::demo(&name));
+    assert!(lab.pings("r1", "10.0.12.2", 56));
+    // 200 pings a second for 4 s, while the wire moves onto the switch path and back
+    // twice (once for a delay, once for a capture).
+    let mut pinging = xwirectl()
+        .args(["lab", "exec", "--lab", &name, "r1", "--"])
+        .args([
+            "ping",
+            "-q",
+            "-c",
+            "800",
+            "-i",
+            "0.005",
+            "-W",
+            "2",
+            "10.0.12.2",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let impair = |args: &[&str]| {
+        let mut all = vec!["lab", "impair", "0", "--lab", &name];
+        all.extend_from_slice(args);
+        let out = run(&all);
+        assert!(out.status.success(), "{}", text(&out));
+    };
+    impair(&["--delay", "2ms"]);
+    assert_eq!(wire(&lab.status(), 0)["carrier"], "switch");
+    std::thread::sleep(Duration::from_millis(700));
+    impair(&["--clear"]);
+    assert_eq!(wire(&lab.status(), 0)["carrier"], "veth");
+    std::thread::sleep(Duration::from_millis(500));
+    let mut capture = xwirectl()
+        .args(["lab", "capture", "0", "--lab", &name, "-w", "-"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(5), || wire(
+        &lab.status(),
+        0
+    )["carrier"]
+        == "switch"));
+    std::thread::sleep(Duration::from_millis(700));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(capture.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let captured = capture.wait_with_output().unwrap();
+    assert!(
+        captured.stdout.len() > 1000,
+        "{}",
+        String::from_utf8_lossy(&captured.stderr)
+    );
+    assert!(eventually(Duration::from_secs(5), || wire(
+        &lab.status(),
+        0
+    )["carrier"]
+        == "veth"));
+    let out = pinging.wait_with_output().unwrap();
+    let summary = text(&out);
+    assert!(
+        summary.contains("800 packets transmitted, 800 received"),
+        "{summary}"
+    );
+}
+
 /// tshark's view of a capture file: each ICMP frame's interface, type and sequence.
 fn icmp_in(file: &std::path::Path) -> Vec<(String, u8, u16)> {
     let out = Command::new("tshark")

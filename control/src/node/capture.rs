@@ -1,7 +1,7 @@
 //! Captures of a wire end's link: the node puts a tap on the link in the worker and
 //! hands the reader to the API connection that asked, which writes the pcapng stream
-//! (`api_server::capture`). A same-node wire that is a straight veth moves onto the
-//! switch path for as long as a capture of it runs, and back when the last one ends.
+//! (`api_server::capture`). A same-node wire that is a straight veth is steered through
+//! the switch for as long as a capture of it runs, and back when the last one ends.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
@@ -11,7 +11,9 @@ use xwire_proto::control::WireKey;
 use xwire_proto::local::{CaptureCall, CaptureDirection, Response};
 use xwire_proto::WireId;
 
+use super::plan::Desired;
 use super::reconcile::Scope;
+use super::steered::steerable;
 use super::{ErrorKind, Node, NodeError};
 use crate::store::{wire_key, WireRecord, WireState};
 
@@ -120,7 +122,28 @@ impl Node {
         call: &CaptureCall,
         mut record: WireRecord,
     ) -> Result<(TapReader, [String; 2]), NodeError> {
-        if record.state == WireState::Veth {
+        let wire = WireKey {
+            namespace: record.topo_namespace.clone(),
+            link_uid: record.link_uid,
+        };
+        let link = self.topology_link(
+            &record.topo_namespace,
+            &record.local_pod_name,
+            record.link_uid,
+        )?;
+        if record.state == WireState::Veth && link.as_ref().is_none_or(steerable) {
+            let failures = self.sync_steering(&Desired::default());
+            if !self.steered.contains_key(&wire) {
+                return Err(NodeError::new(
+                    ErrorKind::Fastpath,
+                    format!(
+                        "wire {} could not be steered through the switch to capture it",
+                        record.key()
+                    ),
+                    failures.join("\n"),
+                ));
+            }
+        } else if record.state == WireState::Veth {
             self.repass_wire(&record)?;
             record = self.store.wire(&record.key())?.unwrap_or(record);
             if record.state != WireState::Switched {
@@ -134,7 +157,7 @@ impl Node {
                 ));
             }
         }
-        let Some(port) = self.ports.get(&record.key()) else {
+        let Some(port) = self.end_port(&record.key()) else {
             return Err(NodeError::new(
                 ErrorKind::Fastpath,
                 format!("wire {} has no fast-path port now", record.key()),
@@ -160,11 +183,6 @@ impl Node {
                 e.to_string(),
             )
         })?;
-        let link = self.topology_link(
-            &record.topo_namespace,
-            &record.local_pod_name,
-            record.link_uid,
-        )?;
         let peer_intf = link.map_or_else(String::new, |l| l.peer_intf);
         Ok((
             reader,
@@ -206,6 +224,11 @@ impl Node {
             }
             !captures.is_empty()
         });
+        if ended.iter().any(|wire| self.steered.contains_key(wire)) {
+            for failure in self.sync_steering(&Desired::default()) {
+                tracing::warn!("after a capture: {failure}");
+            }
+        }
         for wire in &ended {
             let switched = self.store.wires().ok().and_then(|wires| {
                 wires.into_iter().find(|w| {

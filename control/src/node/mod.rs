@@ -10,6 +10,7 @@ mod journal;
 mod peers;
 mod plan;
 mod reconcile;
+mod steered;
 mod switched;
 mod topology_calls;
 mod wiring;
@@ -79,6 +80,9 @@ pub struct Node {
     captures: HashMap<WireKey, Vec<std::sync::Weak<()>>>,
     /// The capture the last request started, until the API connection takes it.
     started_capture: Option<CaptureStream>,
+    /// Same-node wires steered through the switch now, and their two ports (see
+    /// `steered.rs`).
+    steered: HashMap<WireKey, steered::SteeredPorts>,
 }
 
 /// A topology as read from the store, with its links parsed (once, here).
@@ -153,6 +157,7 @@ impl Node {
             withdrawn: HashMap::new(),
             topologies: RefCell::new(HashMap::new()),
             captures: HashMap::new(),
+            steered: HashMap::new(),
             started_capture: None,
         };
         // A start that finds records is a restart: this pass re-attaches to what the last
@@ -232,7 +237,23 @@ impl Node {
         Ok(NodeState {
             node: self.config.node_name.clone(),
             attachments: self.store.attachments()?.iter().map(to_json).collect(),
-            wires: self.store.wires()?.iter().map(to_json).collect(),
+            wires: self
+                .store
+                .wires()?
+                .iter()
+                .map(|record| {
+                    let mut json = to_json(record);
+                    // A straight veth steered through the switch now (not in the store).
+                    let wire = WireKey {
+                        namespace: record.topo_namespace.clone(),
+                        link_uid: record.link_uid,
+                    };
+                    if self.steered.contains_key(&wire) {
+                        json["steered"] = serde_json::Value::Bool(true);
+                    }
+                    json
+                })
+                .collect(),
             refused_claims: self.refused_claims,
             store_requests: self.store.requests(),
         })

@@ -132,7 +132,8 @@ impl Node {
             }
         }
         // The pod's impaired ends are impaired from their first frame.
-        for failure in self.sync_impairments() {
+        let steering = self.sync_steering(&observation.desired);
+        for failure in steering.into_iter().chain(self.sync_impairments()) {
             tracing::warn!("{failure}");
         }
         Ok(())
@@ -276,7 +277,8 @@ impl Node {
         for (namespace, pod) in std::mem::take(&mut pass.announce) {
             self.announce_pod(&namespace, &pod);
         }
-        for failure in self.sync_impairments() {
+        let steering = self.sync_steering(&observation.desired);
+        for failure in steering.into_iter().chain(self.sync_impairments()) {
             pass.report.failures.push(failure);
         }
         pass.report

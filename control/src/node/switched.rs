@@ -1,9 +1,11 @@
-//! Same-node wires through the fast path, and impairments. A wire between two pods of
-//! this node is a veth straight between them (the fastest wire there is) until it is
-//! impaired or captured; then each pod's end is a veth to the node whose node end is a
-//! fast-path port, and the worker links the two ports. When neither is wanted any more,
-//! the wire goes back to a straight veth. Either change remakes both pods' interfaces as
-//! their topology describes them (name, MAC, MTU, address); the pods keep running.
+//! Same-node wires too large to steer, and impairments. A wire between two pods of this
+//! node is a veth straight between them (the fastest wire there is); impaired or
+//! captured, it is steered through the switch in place (`steered.rs`), unless its frames
+//! are larger than native XDP on a veth takes (jumbo MTUs). Such a wire is remade: each
+//! pod's end becomes a veth to the node whose node end is a fast-path port, and the
+//! worker links the two ports; when neither is wanted any more, it goes back to a
+//! straight veth. Either change remakes both pods' interfaces as their topology describes
+//! them (name, MAC, MTU, address); the pods keep running, and frames in flight are lost.
 //!
 //! Impairments are kept as the topology says on every end with a port (remote or
 //! switched): `sync_impairments` compares what the worker was told with the links and
@@ -19,6 +21,7 @@ use xwire_proto::control::WireKey;
 use xwire_proto::WireId;
 
 use super::plan::Desired;
+use super::steered::steerable;
 use super::wiring::{log_removal, node_ifname};
 use super::{ErrorKind, Journal, Node, NodeError, OpenPort, Step};
 use crate::interfaces::{self, EndSettings};
@@ -47,8 +50,20 @@ fn no_fastpath(namespace: &str, pod: &str, uid: u64) -> NodeError {
 
 impl Node {
     /// Whether the same-node wire of `link` (and `peer_link`, the far end's view of it)
-    /// goes through the fast path: it is impaired either way, or captured.
+    /// is remade through the node: it is impaired either way, or captured, and too large
+    /// to steer in place.
     pub(super) fn wants_switched(
+        &self,
+        namespace: &str,
+        link: &LinkSpec,
+        peer_link: Option<&LinkSpec>,
+    ) -> bool {
+        let fits = steerable(link) && peer_link.is_none_or(steerable);
+        !fits && self.wants_fastpath(namespace, link, peer_link)
+    }
+
+    /// Whether the same-node wire of `link` goes through the switch at all.
+    fn wants_fastpath(
         &self,
         namespace: &str,
         link: &LinkSpec,
@@ -62,20 +77,18 @@ impl Node {
             })
     }
 
-    /// The same-node wires of `desired` that go through the fast path.
+    /// The same-node wires of `desired` that are remade through the node.
     pub(super) fn switched_wires(&self, desired: &Desired) -> HashSet<WireKey> {
-        let mut switched: HashSet<WireKey> = self
-            .captures
-            .keys()
-            .filter(|wire| self.captured(wire))
-            .cloned()
-            .collect();
+        let mut switched = HashSet::new();
         for pod in &desired.pods {
-            for link in pod.links.iter().filter(|l| l.impairment.is_some()) {
-                switched.insert(WireKey {
+            for link in pod.links.iter().filter(|l| !steerable(l)) {
+                let wire = WireKey {
                     namespace: pod.attachment.pod.namespace.clone(),
                     link_uid: link.uid,
-                });
+                };
+                if link.impairment.is_some() || self.captured(&wire) {
+                    switched.insert(wire);
+                }
             }
         }
         switched
@@ -255,7 +268,8 @@ impl Node {
         };
         let mut failures = Vec::new();
         let mut told: Vec<(String, Option<ImpairSpec>)> = Vec::new();
-        for (key, port) in &self.ports {
+        let steered = self.steered.values().flatten().map(|(k, p)| (k, p));
+        for (key, port) in self.ports.iter().chain(steered) {
             let wanted =
                 match self.topology_link(&port.wire.namespace, &port.pod, port.wire.link_uid) {
                     Ok(link) => link.and_then(|l| l.impairment),
@@ -276,7 +290,7 @@ impl Node {
             }
         }
         for (key, spec) in told {
-            if let Some(port) = self.ports.get_mut(&key) {
+            if let Some(port) = self.end_port_mut(&key) {
                 port.impairment = spec;
             }
         }

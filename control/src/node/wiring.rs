@@ -394,6 +394,10 @@ impl Node {
         match record.state {
             WireState::Pending => {}
             WireState::Veth => {
+                self.forget_steering(&WireKey {
+                    namespace: record.topo_namespace.clone(),
+                    link_uid: record.link_uid,
+                });
                 if let Ok(ns) = NetnsFd::open(Path::new(&record.local_pod_netns)) {
                     let alias = interfaces::pod_alias(
                         &record.topo_namespace,

@@ -1,0 +1,274 @@
+//! Same-node wires steered through the switch in place. A wire between two pods of this
+//! node is a veth straight between them; while it is impaired (either way) or captured,
+//! the worker steers the pair's frames through the switch without remaking it
+//! (`xwire_fastpath::steered_port` says how), so the move on and off loses no frame and
+//! the pods' interfaces, addresses and routes stay as they are. The store keeps no trace
+//! of it: steering is derived from the topology and the captures, and a daemon that dies
+//! leaves a plain pair, which the first pass after the restart steers again.
+//!
+//! Frames larger than native XDP on a veth takes (jumbo MTUs) cannot be steered: such a
+//! wire is remade through the node instead (`switched.rs`).
+
+use std::collections::HashSet;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use xwire_fastpath::{SteeredEnd, NATIVE_MAX_FRAME};
+use xwire_proto::control::WireKey;
+use xwire_proto::WireId;
+
+use super::plan::Desired;
+use super::{ErrorKind, Node, NodeError, OpenPort};
+use crate::netns::offload::{set_offload, Offload};
+use crate::netns::NetnsFd;
+use crate::store::{wire_key, WireRecord, WireState};
+use crate::topology::LinkSpec;
+
+/// How long taking a wire off the switch path waits for the frames its delay holds.
+const RELEASE_LIMIT: Duration = Duration::from_secs(5);
+
+/// The two ends of a steered wire: each pod's record key and port.
+pub(super) type SteeredPorts = [(String, OpenPort); 2];
+
+/// Whether a same-node wire of `link` can be steered in place (its frames fit native XDP
+/// on a veth); a larger one is remade through the node.
+pub(super) fn steerable(link: &LinkSpec) -> bool {
+    link.mtu.unwrap_or(1500) as usize + 18 <= NATIVE_MAX_FRAME
+}
+
+fn steer_error(wire: &WireKey, e: impl std::fmt::Display) -> NodeError {
+    NodeError::new(
+        ErrorKind::Fastpath,
+        format!(
+            "steer wire {} of {} through the switch",
+            wire.link_uid, wire.namespace
+        ),
+        e.to_string(),
+    )
+}
+
+impl Node {
+    /// Steers every same-node veth wire that should go through the switch (impaired or
+    /// captured) and is not, and puts back every steered wire that should not any more.
+    /// Looks at the impaired links of `desired`, the captures, and the wires steered now.
+    /// Returns the failures, one line each.
+    pub(super) fn sync_steering(&mut self, desired: &Desired) -> Vec<String> {
+        let mut candidates: HashSet<(WireKey, String)> = HashSet::new();
+        for pod in &desired.pods {
+            for link in pod.links.iter().filter(|l| l.impairment.is_some()) {
+                let wire = WireKey {
+                    namespace: pod.attachment.pod.namespace.clone(),
+                    link_uid: link.uid,
+                };
+                candidates.insert((wire, pod.attachment.pod.name.clone()));
+            }
+        }
+        for (wire, ends) in &self.steered {
+            candidates.insert((wire.clone(), ends[0].1.pod.clone()));
+        }
+        let captured: Vec<WireKey> = self
+            .captures
+            .keys()
+            .filter(|w| self.captured(w) && !self.steered.contains_key(*w))
+            .cloned()
+            .collect();
+        if !captured.is_empty() {
+            for record in self.store.wires().unwrap_or_default() {
+                let wire = WireKey {
+                    namespace: record.topo_namespace.clone(),
+                    link_uid: record.link_uid,
+                };
+                if captured.contains(&wire) {
+                    candidates.insert((wire, record.local_pod_name));
+                }
+            }
+        }
+        let mut failures = Vec::new();
+        let mut seen = HashSet::new();
+        for (wire, pod) in candidates {
+            if !seen.insert(wire.clone()) {
+                continue;
+            }
+            let wanted = match self.steering_wanted(&wire, &pod) {
+                Ok(wanted) => wanted,
+                Err(e) => {
+                    failures.push(format!("{}: {}", e.msg, e.details));
+                    continue;
+                }
+            };
+            let result = match (wanted, self.steered.contains_key(&wire)) {
+                (Some(records), false) => self.steer(&wire, &records),
+                (None, true) => {
+                    self.unsteer(&wire);
+                    Ok(())
+                }
+                _ => Ok(()),
+            };
+            if let Err(e) = result {
+                failures.push(format!("{}: {}", e.msg, e.details));
+            }
+        }
+        failures
+    }
+
+    /// The two records of `wire` (the one of `pod` first) when the wire should be
+    /// steered now: a straight veth on this node, impaired either way or captured, of a
+    /// size that can be steered.
+    fn steering_wanted(
+        &self,
+        wire: &WireKey,
+        pod: &str,
+    ) -> Result<Option<[WireRecord; 2]>, NodeError> {
+        let Some(own) = self
+            .store
+            .wire(&wire_key(&wire.namespace, pod, wire.link_uid))?
+        else {
+            return Ok(None);
+        };
+        let Some(peer) =
+            self.store
+                .wire(&wire_key(&wire.namespace, &own.peer_pod, wire.link_uid))?
+        else {
+            return Ok(None);
+        };
+        if own.state != WireState::Veth || peer.state != WireState::Veth {
+            return Ok(None);
+        }
+        let links = [
+            self.topology_link(&wire.namespace, &own.local_pod_name, wire.link_uid)?,
+            self.topology_link(&wire.namespace, &peer.local_pod_name, wire.link_uid)?,
+        ];
+        let impaired = links.iter().flatten().any(|l| l.impairment.is_some());
+        let fits = links.iter().flatten().all(steerable);
+        Ok(((impaired || self.captured(wire)) && fits).then_some([own, peer]))
+    }
+
+    /// Steers the pair of `records` through the worker and records its two ports.
+    fn steer(&mut self, wire: &WireKey, records: &[WireRecord; 2]) -> Result<(), NodeError> {
+        let Some(fastpath) = &self.fastpath else {
+            return Err(NodeError::new(
+                ErrorKind::Fastpath,
+                format!(
+                    "wire {} of {} is impaired or captured, which needs the node's fast path",
+                    wire.link_uid, wire.namespace
+                ),
+                "the fast path starts with the node's certificates ([certs] in xwired.toml, or the cluster's CA)",
+            ));
+        };
+        let mut ends = Vec::with_capacity(2);
+        for record in records {
+            let ns = NetnsFd::open(Path::new(&record.local_pod_netns))
+                .map_err(|e| steer_error(wire, e))?;
+            // The switch forwards what the pod sent as it is: a checksum left to an
+            // offload would never be filled in.
+            let ifname = record.local_pod_ifname.clone();
+            ns.run("turn tx checksum off", || {
+                set_offload(&ifname, Offload::TxChecksum, false)
+            })
+            .map_err(|e| steer_error(wire, e))?
+            .map_err(|e| steer_error(wire, e))?;
+            let netns = OwnedFd::from(ns.file().try_clone().map_err(|e| steer_error(wire, e))?);
+            ends.push(SteeredEnd {
+                netns,
+                ifname: record.local_pod_ifname.clone(),
+            });
+        }
+        let ends: [SteeredEnd; 2] = ends.try_into().expect("two ends");
+        let mtu = self
+            .topology_link(&wire.namespace, &records[0].local_pod_name, wire.link_uid)?
+            .and_then(|l| l.mtu)
+            .unwrap_or(1500);
+        let id = WireId::new(&wire.namespace, wire.link_uid);
+        let ports = fastpath
+            .worker
+            .steer_pair(id, ends, mtu as usize + 18)
+            .map_err(|e| steer_error(wire, e))?;
+        let end = |i: usize| {
+            (
+                records[i].key(),
+                OpenPort {
+                    id: ports[i].id,
+                    wire: wire.clone(),
+                    pod: records[i].local_pod_name.clone(),
+                    impairment: None,
+                },
+            )
+        };
+        self.steered.insert(wire.clone(), [end(0), end(1)]);
+        tracing::info!(
+            namespace = wire.namespace,
+            uid = wire.link_uid,
+            "wire steered through the switch"
+        );
+        Ok(())
+    }
+
+    /// Takes `wire` off the switch path: its impairments cleared, the frames its delay
+    /// holds sent on (for up to `RELEASE_LIMIT`), then its ports closed together, which
+    /// forwards what was in flight. Nothing is lost.
+    fn unsteer(&mut self, wire: &WireKey) {
+        let Some(ends) = self.steered.remove(wire) else {
+            return;
+        };
+        let Some(fastpath) = &self.fastpath else {
+            return;
+        };
+        let id = WireId::new(&wire.namespace, wire.link_uid);
+        for (_, port) in &ends {
+            let _ = fastpath.worker.set_impairment(id, port.id, None);
+        }
+        let since = Instant::now();
+        while since.elapsed() < RELEASE_LIMIT
+            && ends.iter().any(|(_, port)| {
+                fastpath
+                    .worker
+                    .held_frames(id, port.id)
+                    .is_ok_and(|held| held > 0)
+            })
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if let Err(e) = fastpath.worker.remove_ports(&[ends[0].1.id, ends[1].1.id]) {
+            tracing::warn!(
+                namespace = wire.namespace,
+                uid = wire.link_uid,
+                "take the wire off the switch path: {e}"
+            );
+        }
+        tracing::info!(
+            namespace = wire.namespace,
+            uid = wire.link_uid,
+            "wire back to a straight veth"
+        );
+    }
+
+    /// Stops steering `wire` at once, for a wire being taken apart: what it holds goes.
+    pub(super) fn forget_steering(&mut self, wire: &WireKey) {
+        if let (Some(ends), Some(fastpath)) = (self.steered.remove(wire), &self.fastpath) {
+            let _ = fastpath.worker.remove_ports(&[ends[0].1.id, ends[1].1.id]);
+        }
+    }
+
+    /// The port of a wire end with one (remote, switched or steered), by record key.
+    pub(super) fn end_port(&self, key: &str) -> Option<&OpenPort> {
+        self.ports.get(key).or_else(|| {
+            self.steered
+                .values()
+                .flatten()
+                .find(|(k, _)| k == key)
+                .map(|(_, port)| port)
+        })
+    }
+
+    pub(super) fn end_port_mut(&mut self, key: &str) -> Option<&mut OpenPort> {
+        if self.ports.contains_key(key) {
+            return self.ports.get_mut(key);
+        }
+        self.steered
+            .values_mut()
+            .flatten()
+            .find(|(k, _)| k == key)
+            .map(|(_, port)| port)
+    }
+}
