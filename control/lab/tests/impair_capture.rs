@@ -119,7 +119,7 @@ fn impairing_and_clearing_a_same_node_wire_loses_no_ping() {
     assert!(lab.pings("r1", "10.0.12.2", 56));
     // 200 pings a second for 4 s, while the wire moves onto the switch path and back
     // twice (once for a delay, once for a capture).
-    let mut pinging = xwirectl()
+    let pinging = xwirectl()
         .args(["lab", "exec", "--lab", &name, "r1", "--"])
         .args([
             "ping",
@@ -149,7 +149,7 @@ fn impairing_and_clearing_a_same_node_wire_loses_no_ping() {
     impair(&["--clear"]);
     assert_eq!(wire(&lab.status(), 0)["carrier"], "veth");
     std::thread::sleep(Duration::from_millis(500));
-    let mut capture = xwirectl()
+    let capture = xwirectl()
         .args(["lab", "capture", "0", "--lab", &name, "-w", "-"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
