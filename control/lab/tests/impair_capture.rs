@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use support::eventually;
-use support::lab::{run, text, unique, xwirectl, Lab};
+use support::lab::{daemon_pid, run, text, unique, xwirectl, Lab};
 
 /// The demo's shape with the same-node wire (uid 0) delayed 20 ms each way.
 fn impaired_lab(name: &str) -> String {
@@ -66,6 +66,23 @@ fn a_delay_from_the_lab_file_or_set_at_runtime_shows_in_pings_round_trip() {
     assert!(delayed.iter().all(|&ms| ms >= 40.0), "{delayed:?}");
     let table = text(&run(&["lab", "status", &name]));
     assert!(table.contains("A->B  delay 20ms"), "{table}");
+
+    // A daemon killed leaves a plain pair; the one started again steers it again.
+    let old = daemon_pid(&lab, "node-a").expect("node-a's daemon runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(eventually(Duration::from_secs(20), || {
+        daemon_pid(&lab, "node-a").is_some_and(|pid| pid != old)
+    }));
+    assert!(eventually(Duration::from_secs(10), || {
+        rtts(&lab, "r1", "10.0.12.2", 2)
+            .iter()
+            .all(|&ms| ms >= 40.0)
+    }));
+    assert_eq!(wire(&lab.status(), 0)["carrier"], "switch");
 
     // Cleared: the wire is a straight veth again, and still forwards.
     let out = run(&["lab", "impair", "0", "--lab", &name, "--clear"]);
@@ -183,6 +200,40 @@ fn impairing_and_clearing_a_same_node_wire_loses_no_ping() {
         summary.contains("800 packets transmitted, 800 received"),
         "{summary}"
     );
+}
+
+#[test]
+fn an_impaired_jumbo_wire_is_remade_through_the_node_and_carries_jumbo_frames() {
+    let name = unique("tjumbo");
+    let yaml = format!(
+        "name: {name}
+nodes: [node-a]
+pods:
+  r1: {{node: node-a}}
+  r2: {{node: node-a}}
+links:
+  - endpoints: [r1:eth1, r2:eth1]
+    ips: [10.0.12.1/30, 10.0.12.2/30]
+    mtu: 9000
+    impair: {{delay: 10ms}}
+"
+    );
+    let lab = Lab::up(&name, &yaml);
+    let status = lab.status();
+    // Too large to steer in place: each pod's end is a veth to the node.
+    assert_eq!(wire(&status, 0)["end_states"][0], "switched", "{status:#}");
+    assert_eq!(wire(&status, 0)["carrier"], "switch", "{status:#}");
+    assert!(lab.pings("r1", "10.0.12.2", 8000));
+    let delayed = rtts(&lab, "r1", "10.0.12.2", 3);
+    assert!(delayed.iter().all(|&ms| ms >= 20.0), "{delayed:?}");
+    let out = run(&["lab", "impair", "0", "--lab", &name, "--clear"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(eventually(Duration::from_secs(10), || wire(
+        &lab.status(),
+        0
+    )["end_states"][0]
+        == "veth"));
+    assert!(lab.pings("r1", "10.0.12.2", 8000));
 }
 
 /// tshark's view of a capture file: each ICMP frame's interface, type and sequence.

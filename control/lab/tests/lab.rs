@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::lab::{demo, processes_mentioning, run, text, unique, xwirectl, Lab};
+use support::lab::{daemon_pid, demo, processes_mentioning, run, text, unique, xwirectl, Lab};
 use support::{eventually, TempDir};
 
 fn namespaces_of(name: &str) -> Vec<String> {
@@ -31,19 +31,6 @@ fn assert_gone(name: &str) {
             .is_empty()),
         "processes of lab {name} are left"
     );
-}
-
-fn daemon_pid(lab: &Lab, node: &str) -> Option<i32> {
-    processes_mentioning(&format!(
-        "/run/xwire/labs/{}/nodes/{node}/xwired.toml",
-        lab.name
-    ))
-    .into_iter()
-    .find(|pid| {
-        std::fs::read_link(format!("/proc/{pid}/exe"))
-            .map(|exe| exe.ends_with("xwired"))
-            .unwrap_or(false)
-    })
 }
 
 fn wires_up(status: &Value) -> bool {

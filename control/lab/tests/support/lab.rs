@@ -131,3 +131,17 @@ pub fn processes_mentioning(mark: &str) -> Vec<i32> {
         })
         .collect()
 }
+
+/// The pid of the daemon of `node` in `lab`.
+pub fn daemon_pid(lab: &Lab, node: &str) -> Option<i32> {
+    processes_mentioning(&format!(
+        "/run/xwire/labs/{}/nodes/{node}/xwired.toml",
+        lab.name
+    ))
+    .into_iter()
+    .find(|pid| {
+        std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map(|exe| exe.ends_with("xwired"))
+            .unwrap_or(false)
+    })
+}
