@@ -17,6 +17,8 @@ pub use counters::{Direction, DropReason, LinkCounters};
 pub use endpoint::Endpoint;
 pub use link_table::PortId;
 pub use steered_port::SteeredEnd;
-pub use worker::{PortChoice, PortInfo, PortKind, RemotePort, Worker, WorkerConfig, WorkerError};
+pub use worker::{
+    PortChoice, PortInfo, PortKind, RemotePort, SteeredPair, Worker, WorkerConfig, WorkerError,
+};
 pub use xdp_port::{KernelDrops, PortError, XdpMode, NATIVE_MAX_FRAME};
 pub use xwire_proto::WireId;

@@ -144,6 +144,14 @@ pub struct RemotePort {
     pub carrier: Option<Carrier>,
 }
 
+/// A veth pair the worker steers: its two ports (the first standing for the pod of the
+/// first end) and its link's counters.
+#[derive(Debug, Clone)]
+pub struct SteeredPair {
+    pub ports: [PortInfo; 2],
+    pub counters: Arc<LinkCounters>,
+}
+
 /// The remote link a newly opened port joins (`Command::AddPort`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Join {
@@ -169,7 +177,7 @@ pub(crate) enum Command {
         wire: WireId,
         ends: Box<[SteeredEnd; 2]>,
         max_frame: usize,
-        reply: Sender<Result<[PortInfo; 2], WorkerError>>,
+        reply: Sender<Result<SteeredPair, WorkerError>>,
     },
     AddLink {
         wire: WireId,
@@ -367,7 +375,7 @@ impl Worker {
         wire: WireId,
         ends: [SteeredEnd; 2],
         max_frame: usize,
-    ) -> Result<[PortInfo; 2], WorkerError> {
+    ) -> Result<SteeredPair, WorkerError> {
         let ends = Box::new(ends);
         self.ask(|reply| Command::SteerPair {
             wire,

@@ -89,7 +89,7 @@ fn a_steered_pair_takes_the_links_delay_and_is_plain_again_after() {
     let worker = pair.worker();
     assert_eq!(ping_rtts(&pair.pod_a, "192.0.2.2", 2).unwrap().len(), 2);
 
-    let ports = worker.steer_pair(WIRE, pair.ends(), 1514).unwrap();
+    let ports = worker.steer_pair(WIRE, pair.ends(), 1514).unwrap().ports;
     worker.set_impairment(WIRE, ports[0].id, delay(20)).unwrap();
     worker.set_impairment(WIRE, ports[1].id, delay(10)).unwrap();
     let rtts = ping_rtts(&pair.pod_a, "192.0.2.2", 4).unwrap();
@@ -103,7 +103,7 @@ fn a_steered_pair_takes_the_links_delay_and_is_plain_again_after() {
     assert_eq!(rtts.len(), 4, "{rtts:?}");
     assert!(rtts.iter().all(|&ms| ms < 10.0), "{rtts:?}");
     // The same pair steers again at once (the kernel may still be releasing its queues).
-    let ports = worker.steer_pair(WIRE, pair.ends(), 1514).unwrap();
+    let ports = worker.steer_pair(WIRE, pair.ends(), 1514).unwrap().ports;
     worker.set_impairment(WIRE, ports[1].id, delay(15)).unwrap();
     let rtts = ping_rtts(&pair.pod_b, "192.0.2.1", 2).unwrap();
     assert!(rtts.iter().all(|&ms| ms >= 15.0), "{rtts:?}");
@@ -134,7 +134,7 @@ fn moving_on_and_off_the_switch_path_loses_no_frame() {
     .unwrap();
     assert!(a_to_b.forwards(20, Duration::from_secs(2)));
     for round in 0..4 {
-        let ports = worker.steer_pair(WIRE, pair.ends(), 1514).unwrap();
+        let ports = worker.steer_pair(WIRE, pair.ends(), 1514).unwrap().ports;
         if round % 2 == 0 {
             worker.set_impairment(WIRE, ports[0].id, delay(5)).unwrap();
         }

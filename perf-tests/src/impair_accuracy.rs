@@ -1,10 +1,12 @@
 //! `xwire-perf impair`: how closely the switch's impairments match their settings, and
 //! what an impaired wire with every setting at zero costs. One bed for the whole run: a
 //! generator namespace, a node namespace whose worker (adaptive as in a lab, or busy
-//! polling) links two
-//! AF_XDP ports, and a sink namespace; the generator and sink are xwire-pktgen's, in one
-//! thread on CPU 0, the worker on CPU 1. Each figure is measured against the same wire
-//! unimpaired in the same run.
+//! polling) carries the wire, and a sink namespace. The wire takes one of two paths
+//! (`WirePath`): a veth pair straight between generator and sink that the worker steers
+//! (a same-node wire in a lab), or two veths to the node whose node ends are AF_XDP ports
+//! the worker links (the shape of a remote wire's end, and of a jumbo same-node wire).
+//! The generator and sink are xwire-pktgen's, in one thread on CPU 0, the worker on
+//! CPU 1. Each figure is measured against the same wire unimpaired in the same run.
 //!
 //! - delay: the median one-way latency added (impaired p50 minus unimpaired p50), and
 //!   p99 minus p50, at 1000 frames a second;
@@ -14,13 +16,18 @@
 //!   not count), over the steady part of the run;
 //! - cost: peak frames per second with an all-zero impairment over without one.
 
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use serde::Serialize;
 use xwire_bench::traffic::{self, PortOptions, Traffic};
 use xwire_fastpath::impair::{ImpairSpec, Loss, QueueLimit, Rate};
-use xwire_fastpath::{PortChoice, PortId, WireId, Worker, WorkerConfig};
+use xwire_fastpath::{
+    Direction, LinkCounters, PortChoice, PortId, SteeredEnd, WireId, Worker, WorkerConfig,
+};
 
 use crate::measure::{on_cpu, probe_traffic, wait_until_forwarding};
 use crate::testbed::{Netns, Veth};
@@ -47,7 +54,15 @@ pub struct Figure {
 struct Bed<'a> {
     worker: Worker,
     from: PortId,
-    _wires: (Veth<'a>, Veth<'a>),
+    _wires: Vec<Veth<'a>>,
+    /// The generator's and sink's ports: AF_PACKET on a steered pair (whose interfaces
+    /// carry the steering program, so an AF_XDP endpoint's cannot go there too).
+    ports: PortOptions,
+    /// A steered pair's link counters while it is steered: what the switch sends on to
+    /// the sink. (The sink interface's own counters take in the frames its steering
+    /// program hands the switch as well.)
+    steered: Option<Steered>,
+    path: WirePath,
     gen: &'a Netns,
     sink: &'a Netns,
     gen_if: String,
@@ -61,12 +76,7 @@ struct Hosts {
 }
 
 impl<'a> Bed<'a> {
-    fn new(hosts: &'a Hosts, busy_poll: bool) -> Result<Bed<'a>> {
-        let inbound = Veth::new(&hosts.gen, &hosts.dut)?;
-        let outbound = Veth::new(&hosts.dut, &hosts.sink)?;
-        for wire in [&inbound, &outbound] {
-            wire.set_up()?;
-        }
+    fn new(hosts: &'a Hosts, busy_poll: bool, path: WirePath) -> Result<Bed<'a>> {
         let config = WorkerConfig {
             core: Some(DUT_CPU),
             ports: PortChoice::AfXdp,
@@ -74,17 +84,50 @@ impl<'a> Bed<'a> {
             ..WorkerConfig::default()
         };
         let worker = hosts.dut.run(|| Worker::spawn(config))??;
-        let a = worker.add_port(inbound.b_name(), 1514)?;
-        let b = worker.add_port(outbound.a_name(), 1514)?;
-        worker.add_link(WIRE, a.id, b.id)?;
-        let bed = Bed {
-            worker,
-            from: a.id,
-            gen_if: inbound.a_name().to_owned(),
-            sink_if: outbound.b_name().to_owned(),
-            _wires: (inbound, outbound),
-            gen: &hosts.gen,
-            sink: &hosts.sink,
+        let bed = match path {
+            WirePath::Ports => {
+                let inbound = Veth::new(&hosts.gen, &hosts.dut)?;
+                let outbound = Veth::new(&hosts.dut, &hosts.sink)?;
+                for wire in [&inbound, &outbound] {
+                    wire.set_up()?;
+                }
+                let a = worker.add_port(inbound.b_name(), 1514)?;
+                let b = worker.add_port(outbound.a_name(), 1514)?;
+                worker.add_link(WIRE, a.id, b.id)?;
+                Bed {
+                    worker,
+                    from: a.id,
+                    gen_if: inbound.a_name().to_owned(),
+                    sink_if: outbound.b_name().to_owned(),
+                    _wires: vec![inbound, outbound],
+                    ports: PortOptions::default(),
+                    steered: None,
+                    path,
+                    gen: &hosts.gen,
+                    sink: &hosts.sink,
+                }
+            }
+            WirePath::Steered => {
+                let pair = Veth::new(&hosts.gen, &hosts.sink)?;
+                pair.set_up()?;
+                let mut bed = Bed {
+                    worker,
+                    from: PortId(0),
+                    gen_if: pair.a_name().to_owned(),
+                    sink_if: pair.b_name().to_owned(),
+                    _wires: vec![pair],
+                    ports: PortOptions {
+                        af_packet: true,
+                        ..PortOptions::default()
+                    },
+                    steered: None,
+                    path,
+                    gen: &hosts.gen,
+                    sink: &hosts.sink,
+                };
+                bed.steer()?;
+                bed
+            }
         };
         bed.wait_until_forwarding()?;
         Ok(bed)
@@ -113,8 +156,8 @@ impl<'a> Bed<'a> {
         let (sent, received) = on_cpu(self.gen, GEN_CPU, || -> Result<_> {
             let mut sink = self
                 .sink
-                .run(|| traffic::open(&self.sink_if, size, PortOptions::default()))??;
-            let mut gen = traffic::open(&self.gen_if, size, PortOptions::default())?;
+                .run(|| traffic::open(&self.sink_if, size, self.ports))??;
+            let mut gen = traffic::open(&self.gen_if, size, self.ports)?;
             traffic::send_and_sink(&mut gen, &mut sink, traffic, drain)
         })??;
         Ok(received.stats.report(size, sent.frames, sent.seconds))
@@ -128,24 +171,66 @@ impl<'a> Bed<'a> {
         std::thread::scope(|s| -> Result<(f64, f64)> {
             let sender = s.spawn(|| {
                 on_cpu(self.gen, GEN_CPU, || {
-                    traffic::send(&self.gen_if, &traffic, PortOptions::default())
+                    traffic::send(&self.gen_if, &traffic, self.ports)
                 })
             });
             std::thread::sleep(Duration::from_secs(1));
-            let before = self.sink.link_stats(&self.sink_if)?;
+            let before = self.delivered()?;
             let start = Instant::now();
             std::thread::sleep(Duration::from_secs_f64((seconds - 1.5).max(0.5)));
-            let after = self.sink.link_stats(&self.sink_if)?;
+            let after = self.delivered()?;
             let elapsed = start.elapsed().as_secs_f64();
             sender.join().expect("the sender thread")??;
-            let frames = (after.rx_packets - before.rx_packets) as f64 / elapsed;
-            // A veth counts a frame's bytes after its Ethernet header; the rate limit
-            // counts whole frames, as a wire carries them.
-            let frames_in = after.rx_packets - before.rx_packets;
-            let bytes = after.rx_bytes - before.rx_bytes + 14 * frames_in;
-            let bits = bytes as f64 * 8.0 / elapsed;
+            let frames = (after.0 - before.0) as f64 / elapsed;
+            let bits = (after.1 - before.1) as f64 * 8.0 / elapsed;
             Ok((frames, bits))
         })
+    }
+}
+
+/// The ports and counters of the steered pair.
+struct Steered {
+    ports: [PortId; 2],
+    counters: Arc<LinkCounters>,
+}
+
+impl Bed<'_> {
+    /// Steers the generator-sink pair through the worker.
+    fn steer(&mut self) -> Result<()> {
+        let end = |ns: &Netns, ifname: &str| -> Result<SteeredEnd> {
+            Ok(SteeredEnd {
+                netns: OwnedFd::from(File::open(ns.path())?),
+                ifname: ifname.into(),
+            })
+        };
+        let ends = [end(self.gen, &self.gen_if)?, end(self.sink, &self.sink_if)?];
+        let pair = self.worker.steer_pair(WIRE, ends, 1514)?;
+        self.from = pair.ports[0].id;
+        self.steered = Some(Steered {
+            ports: [pair.ports[0].id, pair.ports[1].id],
+            counters: pair.counters,
+        });
+        Ok(())
+    }
+
+    /// Puts the generator-sink pair back as a plain veth pair.
+    fn unsteer(&mut self) -> Result<()> {
+        if let Some(steered) = self.steered.take() {
+            self.worker.remove_ports(&steered.ports)?;
+        }
+        Ok(())
+    }
+
+    /// Frames and whole frames' bytes delivered towards the sink so far.
+    fn delivered(&self) -> Result<(u64, u64)> {
+        if let Some(Steered { counters, .. }) = &self.steered {
+            let sent = counters.snapshot(Direction::AToB);
+            return Ok((sent.frames, sent.bytes));
+        }
+        let stats = self.sink.link_stats(&self.sink_if)?;
+        // A veth counts a frame's bytes after its Ethernet header; the rate limit counts
+        // whole frames, as a wire carries them.
+        Ok((stats.rx_packets, stats.rx_bytes + 14 * stats.rx_packets))
     }
 }
 
@@ -161,15 +246,40 @@ fn delay(ms: u64) -> ImpairSpec {
     }
 }
 
-/// Runs every measurement `reps` times; `busy_poll` keeps the worker spinning (as a
-/// benchmark node) instead of sleeping when idle (as a lab's).
-pub fn run(reps: usize, seconds: f64, busy_poll: bool) -> Result<Vec<Figure>> {
+/// The path the measured wire takes through the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WirePath {
+    /// A veth pair straight between the pods, steered through the switch in place.
+    Steered,
+    /// A veth from each pod to the node, whose node ends are the switch's ports.
+    Ports,
+}
+
+/// A group of the run's measurements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Part {
+    Delay,
+    Loss,
+    Rate,
+    Cost,
+}
+
+/// Runs the measurements of `parts` (all when empty) `reps` times; `busy_poll` keeps the
+/// worker spinning (as a benchmark node) instead of sleeping when idle (as a lab's).
+pub fn run(
+    reps: usize,
+    seconds: f64,
+    busy_poll: bool,
+    path: WirePath,
+    parts: &[Part],
+) -> Result<Vec<Figure>> {
+    let wanted = |part: Part| parts.is_empty() || parts.contains(&part);
     let hosts = Hosts {
         gen: Netns::new("ia-gen")?,
         dut: Netns::new("ia-dut")?,
         sink: Netns::new("ia-sink")?,
     };
-    let bed = Bed::new(&hosts, busy_poll)?;
+    let mut bed = Bed::new(&hosts, busy_poll, path)?;
     let reps = reps.max(1);
     let mut figures = Vec::new();
 
@@ -178,7 +288,7 @@ pub fn run(reps: usize, seconds: f64, busy_poll: bool) -> Result<Vec<Figure>> {
         batch: 1,
         ..probe_traffic(64, seconds.min(3.0), 1000, [0xff; 6])
     };
-    for ms in [1u64, 10, 100] {
+    for ms in [1u64, 10, 100].into_iter().filter(|_| wanted(Part::Delay)) {
         let mut added = Vec::new();
         let mut spread = Vec::new();
         let mut base_spread = Vec::new();
@@ -229,7 +339,7 @@ pub fn run(reps: usize, seconds: f64, busy_poll: bool) -> Result<Vec<Figure>> {
         count: Some(100_000),
         ..probe_traffic(64, 60.0, 20_000, [0xff; 6])
     };
-    for percent in [1.0f64, 10.0, 50.0] {
+    for percent in [1.0f64, 10.0, 50.0].into_iter().filter(|_| wanted(Part::Loss)) {
         let mut runs = Vec::new();
         for _ in 0..reps {
             bed.impair(Some(ImpairSpec {
@@ -251,7 +361,7 @@ pub fn run(reps: usize, seconds: f64, busy_poll: bool) -> Result<Vec<Figure>> {
         });
     }
 
-    for mbit in [10u64, 100, 1000] {
+    for mbit in [10u64, 100, 1000].into_iter().filter(|_| wanted(Part::Rate)) {
         let mut runs = Vec::new();
         for _ in 0..reps {
             bed.impair(Some(ImpairSpec {
@@ -280,14 +390,33 @@ pub fn run(reps: usize, seconds: f64, busy_poll: bool) -> Result<Vec<Figure>> {
         });
     }
 
-    for size in [64usize, 1514] {
+    for size in [64usize, 1514].into_iter().filter(|_| wanted(Part::Cost)) {
         let mut runs = Vec::new();
+        let mut against_veth = Vec::new();
         for _ in 0..reps {
             bed.impair(None)?;
             let (plain, _) = bed.peak(size, seconds)?;
             bed.impair(Some(ImpairSpec::default()))?;
             let (zero, _) = bed.peak(size, seconds)?;
             runs.push(zero / plain);
+            if bed.path == WirePath::Steered {
+                bed.unsteer()?;
+                let (veth, _) = bed.peak(size, seconds)?;
+                bed.steer()?;
+                bed.wait_until_forwarding()?;
+                against_veth.push(zero / veth);
+            }
+        }
+        if !against_veth.is_empty() {
+            figures.push(Figure {
+                what: format!("cost at {size} B: all-zero impairment / plain veth pair"),
+                setting: 1.0,
+                measured: median(against_veth.clone()),
+                within: true,
+                runs: against_veth,
+                unit: "ratio",
+                bound: "reported".into(),
+            });
         }
         figures.push(Figure {
             what: format!("cost at {size} B: all-zero impairment / none (peak frames/s)"),

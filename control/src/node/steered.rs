@@ -183,7 +183,8 @@ impl Node {
         let ports = fastpath
             .worker
             .steer_pair(id, ends, mtu as usize + 18)
-            .map_err(|e| steer_error(wire, e))?;
+            .map_err(|e| steer_error(wire, e))?
+            .ports;
         let end = |i: usize| {
             (
                 records[i].key(),

@@ -7,7 +7,7 @@ use xwire_proto::WireId;
 
 use crate::link_table::PortId;
 use crate::steered_port::{SteeredEnd, SteeredPort};
-use crate::worker::{PortInfo, PortKind, WorkerConfig, WorkerError};
+use crate::worker::{PortInfo, PortKind, SteeredPair, WorkerConfig, WorkerError};
 use crate::xdp_port::{PortError, XdpMode};
 
 use super::{Port, Switch, REBIND_PAUSE, RELEASE_GRACE};
@@ -26,7 +26,7 @@ impl Switch {
         ends: [SteeredEnd; 2],
         max_frame: usize,
         config: &WorkerConfig,
-    ) -> Result<[PortInfo; 2], WorkerError> {
+    ) -> Result<SteeredPair, WorkerError> {
         let mut opened = Vec::with_capacity(2);
         // Pod a's port is on b's interface, and b's on a's.
         for far in [&ends[1], &ends[0]] {
@@ -39,10 +39,13 @@ impl Switch {
             }
         }
         let ids = [opened[0].id, opened[1].id];
-        if let Err(e) = self.table.add_link(wire, ids[0], ids[1]) {
-            self.close_all(&opened);
-            return Err(e.into());
-        }
+        let counters = match self.table.add_link(wire, ids[0], ids[1]) {
+            Ok(counters) => counters,
+            Err(e) => {
+                self.close_all(&opened);
+                return Err(e.into());
+            }
+        };
         for id in ids {
             let (Some(Port::Steered(port)), Some(program)) = (
                 self.slots[usize::from(id.0)].as_mut().map(|s| &mut s.port),
@@ -56,8 +59,8 @@ impl Switch {
                 return Err(e.into());
             }
         }
-        let [a, b] = <[PortInfo; 2]>::try_from(opened).expect("two ports");
-        Ok([a, b])
+        let ports = <[PortInfo; 2]>::try_from(opened).expect("two ports");
+        Ok(SteeredPair { ports, counters })
     }
 
     fn add_steered_port(

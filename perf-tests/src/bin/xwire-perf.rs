@@ -135,6 +135,13 @@ enum Scenario {
         /// epoll (a lab's node).
         #[arg(long)]
         busy_poll: bool,
+        /// The wire's path: a same-node veth pair steered through the switch, or veths to
+        /// the node whose node ends are the switch's ports (a remote wire's end).
+        #[arg(long, value_enum, default_value = "steered")]
+        path: xwire_perf::impair_accuracy::WirePath,
+        /// Only these groups of measurements (repeat the option; all by default).
+        #[arg(long, value_enum)]
+        only: Vec<xwire_perf::impair_accuracy::Part>,
         /// One JSON array instead of a table.
         #[arg(long)]
         json: bool,
@@ -225,9 +232,12 @@ fn main() -> Result<()> {
             reps,
             seconds,
             busy_poll,
+            path,
+            only,
             json,
         } => {
-            let figures = xwire_perf::impair_accuracy::run(reps, seconds, busy_poll)?;
+            let figures =
+                xwire_perf::impair_accuracy::run(reps, seconds, busy_poll, path, &only)?;
             if json {
                 println!("{}", serde_json::to_string(&figures)?);
             } else {
