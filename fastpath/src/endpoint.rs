@@ -155,23 +155,50 @@ impl Endpoint {
 
     /// Hands up to `budget` received frames to `take`; returns how many.
     pub fn receive(&mut self, budget: usize, mut take: impl FnMut(&[u8])) -> usize {
+        self.receive_timed(budget, |frame, _| take(frame))
+    }
+
+    /// As `receive`, with when each frame arrived where the kernel knows it: an AF_PACKET
+    /// port's receive timestamp (taken as the kernel hands the frame to the socket, so a
+    /// receiver that was not running then does not count), on CLOCK_MONOTONIC in
+    /// nanoseconds; `None` for AF_XDP, whose copy mode on a veth stamps nothing.
+    pub fn receive_timed(
+        &mut self,
+        budget: usize,
+        mut take: impl FnMut(&[u8], Option<u64>),
+    ) -> usize {
         let taken = match &mut self.io {
             Io::Xdp(x) => {
                 let XdpIo { port, received, .. } = &mut **x;
                 let n = port.receive(budget.min(RECEIVE_BATCH), received);
                 for lent in received.drain(..) {
-                    take(port.frame_data(&lent));
+                    take(port.frame_data(&lent), None);
                     port.recycle_one(lent);
                 }
                 port.refill();
                 n
             }
-            Io::Packet(port) => port.receive(budget, |frame, whole| {
-                if whole {
-                    take(frame)
-                }
-            }),
+            Io::Packet(port) => {
+                let realtime_ahead =
+                    clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC);
+                port.receive_stamped(budget, |frame, whole, stamp| {
+                    if whole {
+                        take(frame, Some((stamp as i128 - realtime_ahead) as u64))
+                    }
+                })
+            }
         };
         taken
     }
+}
+
+/// A clock's reading in nanoseconds.
+fn clock_ns(clock: libc::clockid_t) -> i128 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given, which lives across the call.
+    unsafe { libc::clock_gettime(clock, &mut t) };
+    i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec)
 }

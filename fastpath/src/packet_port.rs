@@ -225,6 +225,16 @@ impl PacketPort {
     /// whole: a frame larger than a slot is cut short), returning each slot to the kernel
     /// afterwards. Returns how many frames were taken.
     pub(crate) fn receive(&mut self, budget: usize, mut take: impl FnMut(&[u8], bool)) -> usize {
+        self.receive_stamped(budget, |frame, whole, _| take(frame, whole))
+    }
+
+    /// As `receive`, with the time the kernel gave each frame to the socket (its
+    /// software receive timestamp, CLOCK_REALTIME nanoseconds).
+    pub(crate) fn receive_stamped(
+        &mut self,
+        budget: usize,
+        mut take: impl FnMut(&[u8], bool, u64),
+    ) -> usize {
         let mut taken = 0;
         while taken < budget {
             let index = self.rx_next;
@@ -239,12 +249,14 @@ impl PacketPort {
                 let header = &*self.slot(index).cast::<libc::tpacket2_hdr>();
                 let data = self.slot(index).add(usize::from(header.tp_mac));
                 let whole = header.tp_snaplen == header.tp_len;
+                let stamp = u64::from(header.tp_sec) * 1_000_000_000 + u64::from(header.tp_nsec);
                 (
                     std::slice::from_raw_parts(data, header.tp_snaplen as usize),
                     whole,
+                    stamp,
                 )
             };
-            take(frame.0, frame.1);
+            take(frame.0, frame.1, frame.2);
             self.status(index)
                 .store(libc::TP_STATUS_KERNEL, Ordering::Release);
             self.rx_next = (index + 1) % self.slots;

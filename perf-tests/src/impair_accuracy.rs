@@ -339,7 +339,10 @@ pub fn run(
         count: Some(100_000),
         ..probe_traffic(64, 60.0, 20_000, [0xff; 6])
     };
-    for percent in [1.0f64, 10.0, 50.0].into_iter().filter(|_| wanted(Part::Loss)) {
+    for percent in [1.0f64, 10.0, 50.0]
+        .into_iter()
+        .filter(|_| wanted(Part::Loss))
+    {
         let mut runs = Vec::new();
         for _ in 0..reps {
             bed.impair(Some(ImpairSpec {
@@ -361,7 +364,10 @@ pub fn run(
         });
     }
 
-    for mbit in [10u64, 100, 1000].into_iter().filter(|_| wanted(Part::Rate)) {
+    for mbit in [10u64, 100, 1000]
+        .into_iter()
+        .filter(|_| wanted(Part::Rate))
+    {
         let mut runs = Vec::new();
         for _ in 0..reps {
             bed.impair(Some(ImpairSpec {

@@ -236,8 +236,7 @@ fn main() -> Result<()> {
             only,
             json,
         } => {
-            let figures =
-                xwire_perf::impair_accuracy::run(reps, seconds, busy_poll, path, &only)?;
+            let figures = xwire_perf::impair_accuracy::run(reps, seconds, busy_poll, path, &only)?;
             if json {
                 println!("{}", serde_json::to_string(&figures)?);
             } else {
