@@ -35,6 +35,16 @@ use crate::testbed::{Netns, Veth};
 const GEN_CPU: usize = 0;
 const DUT_CPU: usize = 1;
 const WIRE: WireId = WireId(1);
+/// The sink's port, on either path: AF_PACKET, whose kernel receive timestamps time each
+/// frame's arrival. The sink shares its thread with the generator; with an AF_XDP sink
+/// (no timestamps in copy mode) a moment the thread was not running added to a delayed
+/// frame's latency, and to none of an unimpaired one's (its frames are sent by that
+/// same thread), which showed as a p99 of a millisecond or more under a delay.
+const SINK_PORT: PortOptions = PortOptions {
+    af_packet: true,
+    generic: false,
+    verbose: false,
+};
 
 /// One figure: the setting, what was measured (median of the repetitions), each
 /// repetition, and whether it is within the bound.
@@ -55,9 +65,9 @@ struct Bed<'a> {
     worker: Worker,
     from: PortId,
     _wires: Vec<Veth<'a>>,
-    /// The generator's and sink's ports: AF_PACKET on a steered pair (whose interfaces
-    /// carry the steering program, so an AF_XDP endpoint's cannot go there too).
-    ports: PortOptions,
+    /// The generator's port: AF_PACKET on a steered pair (whose interfaces carry the
+    /// steering program, so an AF_XDP endpoint's cannot go there too).
+    gen_port: PortOptions,
     /// A steered pair's link counters while it is steered: what the switch sends on to
     /// the sink. (The sink interface's own counters take in the frames its steering
     /// program hands the switch as well.)
@@ -100,7 +110,7 @@ impl<'a> Bed<'a> {
                     gen_if: inbound.a_name().to_owned(),
                     sink_if: outbound.b_name().to_owned(),
                     _wires: vec![inbound, outbound],
-                    ports: PortOptions::default(),
+                    gen_port: PortOptions::default(),
                     steered: None,
                     path,
                     gen: &hosts.gen,
@@ -116,10 +126,7 @@ impl<'a> Bed<'a> {
                     gen_if: pair.a_name().to_owned(),
                     sink_if: pair.b_name().to_owned(),
                     _wires: vec![pair],
-                    ports: PortOptions {
-                        af_packet: true,
-                        ..PortOptions::default()
-                    },
+                    gen_port: SINK_PORT,
                     steered: None,
                     path,
                     gen: &hosts.gen,
@@ -156,8 +163,8 @@ impl<'a> Bed<'a> {
         let (sent, received) = on_cpu(self.gen, GEN_CPU, || -> Result<_> {
             let mut sink = self
                 .sink
-                .run(|| traffic::open(&self.sink_if, size, self.ports))??;
-            let mut gen = traffic::open(&self.gen_if, size, self.ports)?;
+                .run(|| traffic::open(&self.sink_if, size, SINK_PORT))??;
+            let mut gen = traffic::open(&self.gen_if, size, self.gen_port)?;
             traffic::send_and_sink(&mut gen, &mut sink, traffic, drain)
         })??;
         Ok(received.stats.report(size, sent.frames, sent.seconds))
@@ -171,7 +178,7 @@ impl<'a> Bed<'a> {
         std::thread::scope(|s| -> Result<(f64, f64)> {
             let sender = s.spawn(|| {
                 on_cpu(self.gen, GEN_CPU, || {
-                    traffic::send(&self.gen_if, &traffic, self.ports)
+                    traffic::send(&self.gen_if, &traffic, self.gen_port)
                 })
             });
             std::thread::sleep(Duration::from_secs(1));
