@@ -142,7 +142,19 @@ fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     bytes.try_into().map_err(|_| format!("{s}: not six bytes"))
 }
 
-fn main() -> Result<()> {
+/// An error is one line on standard error and exit status 1, whatever RUST_BACKTRACE
+/// says.
+fn main() -> std::process::ExitCode {
+    match dispatch() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xwire-pktgen: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch() -> Result<()> {
     match Cli::parse().command {
         Mode::Run(args) => run(args),
         Mode::Send(args) => {

@@ -70,6 +70,19 @@ pub fn exec(lab: &Lab, pod: &str, command: &[String]) -> Result<i32> {
         .unwrap_or(128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)))
 }
 
+/// A lab's name, given as itself or as the path of its lab file (a name has no `/` and
+/// no `.yaml`/`.yml` ending, so an argument that has one is read as a file).
+pub fn name_or_file(arg: &str) -> Result<String> {
+    let looks_like_file = arg.contains('/') || arg.ends_with(".yaml") || arg.ends_with(".yml");
+    if !looks_like_file {
+        return Ok(arg.to_owned());
+    }
+    let text = std::fs::read_to_string(arg)
+        .map_err(|e| anyhow::anyhow!("cannot read the lab file {arg}: {e}"))?;
+    let lab = file::parse(&text, None).map_err(|e| anyhow::anyhow!("{arg}: {e}"))?;
+    Ok(lab.name)
+}
+
 /// The one lab that is up, or the one named.
 pub fn pick_lab(name: Option<&str>) -> Result<Lab> {
     match name {

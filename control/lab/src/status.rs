@@ -23,6 +23,13 @@ pub struct LabStatus {
     pub wires: Vec<WireStatus>,
 }
 
+impl LabStatus {
+    /// Every node's daemon answers and every wire is up.
+    pub fn all_up(&self) -> bool {
+        self.nodes.iter().all(|n| n.daemon_up) && self.wires.iter().all(|w| w.state == "up")
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct NodeStatus {
     pub name: String,

@@ -99,9 +99,34 @@ fn a_lab_comes_up_forwards_on_every_wire_and_goes_down_without_a_trace() {
         text(&missing)
     );
 
-    let out = run(&["lab", "down", &name]);
+    // Listed, checked, and an object that is not there is an error.
+    let listed = run(&["lab", "list"]);
+    assert!(
+        text(&listed).lines().any(|l| l == name),
+        "{}",
+        text(&listed)
+    );
+    assert!(run(&["lab", "status", &name, "--check"]).status.success());
+    let socket = format!("/run/xwire/labs/{name}/nodes/node-a/api.sock");
+    let missing = run(&["--socket", &socket, "topology", "get", "-n", &name, "r9"]);
+    assert!(!missing.status.success());
+    assert_eq!(
+        text(&missing).trim(),
+        format!("xwirectl: no Topology r9 in namespace {name}")
+    );
+    let present = run(&["--socket", &socket, "topology", "get", "-n", &name, "r1"]);
+    assert!(present.status.success(), "{}", text(&present));
+
+    // Down by the lab's file.
+    let out = run(&["lab", "down", lab.file.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("lab {name} is down")),
+        "{}",
+        text(&out)
+    );
     assert_gone(&name);
+    assert!(!text(&run(&["lab", "list"])).lines().any(|l| l == name));
     let again = run(&["lab", "down", &name]);
     assert!(!again.status.success());
     assert!(text(&again).contains("no lab named"), "{}", text(&again));
@@ -139,7 +164,18 @@ fn lab_file_mistakes_are_refused_with_their_place_and_nothing_is_made() {
     ];
     for (from, to, place, says) in cases {
         let lab = Lab::write(&name, &good.replacen(from, to, 1));
-        let out = run(&["lab", "up", lab.file.to_str().unwrap()]);
+        // A user's mistake is one line, even where backtraces are asked for.
+        let out = xwirectl()
+            .env("RUST_BACKTRACE", "1")
+            .args(["lab", "up", lab.file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr).trim().lines().count(),
+            1,
+            "{}",
+            text(&out)
+        );
         assert!(!out.status.success(), "{to:?} was taken");
         let said = text(&out);
         assert!(

@@ -28,7 +28,19 @@ struct Args {
     node_address: Option<std::net::SocketAddr>,
 }
 
-fn main() -> anyhow::Result<()> {
+/// An error is one line on standard error and exit status 1, whatever RUST_BACKTRACE
+/// says.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xwired: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false)

@@ -203,7 +203,19 @@ enum Scenario {
     },
 }
 
-fn main() -> Result<()> {
+/// An error is one line on standard error and exit status 1, whatever RUST_BACKTRACE
+/// says.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xwire-perf: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     match Cli::parse().scenario {
         Scenario::Dut {
             ports,

@@ -131,9 +131,16 @@ pub enum LabCommand {
     Status {
         /// The lab (needed only when several are up).
         name: Option<String>,
+        /// Print JSON (the same fields) instead of tables.
         #[arg(long)]
         json: bool,
+        /// Exit with status 1 when a wire is not up or a node's daemon is down (after
+        /// printing the status as usual): for scripts that wait on a lab.
+        #[arg(long)]
+        check: bool,
     },
+    /// The labs that are up (or that left something behind for `lab down` to remove).
+    List,
     /// Runs a command inside a pod's network namespace.
     Exec {
         /// The lab (needed only when several labs have a pod of that name).
@@ -170,7 +177,7 @@ pub enum LabCommand {
     /// Removes everything the lab made: processes, namespaces, interfaces, state. Works
     /// after a crash or a kill -9 of any part.
     Down {
-        /// The lab (needed only when several are up).
+        /// The lab, by name or by its lab file (needed only when several are up).
         name: Option<String>,
     },
     /// Applies a changed lab file to the running lab of that name: added links and pods
@@ -219,13 +226,21 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             print!("{}", status::render(&status));
             println!("\nlook around:  xwirectl lab status {0}\n              xwirectl lab exec {1} -- ip addr\ntear down:    xwirectl lab down {0}", lab.name, lab.pods.keys().next().map(String::as_str).unwrap_or("POD"));
         }
-        LabCommand::Status { name, json } => {
+        LabCommand::Status { name, json, check } => {
             let lab = lab::pick_lab(name.as_deref())?;
             let status = status::status(&lab);
             if json {
                 println!("{}", serde_json::to_string_pretty(&status)?);
             } else {
                 print!("{}", status::render(&status));
+            }
+            if check && !status.all_up() {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        LabCommand::List => {
+            for name in down::labs_present() {
+                println!("{name}");
             }
         }
         LabCommand::Exec {
@@ -238,6 +253,7 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
         }
         LabCommand::Down { name } => {
+            let name = name.map(|n| lab::name_or_file(&n)).transpose()?;
             let (name, removed) = down::down(name.as_deref())?;
             println!(
                 "lab {name} is down: {} processes stopped, {} namespaces removed",

@@ -128,7 +128,19 @@ enum Format {
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-fn main() -> anyhow::Result<std::process::ExitCode> {
+/// An error is one line on standard error and exit status 1, whatever RUST_BACKTRACE
+/// says: a refused file or an unknown object is the user's to fix, not a crash.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("xwirectl: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<std::process::ExitCode> {
     let args = Args::parse();
     match args.command {
         Command::Lab { command } => lab::run(command),
@@ -258,13 +270,19 @@ fn topology_command(socket: &Path, command: TopologyCommand) -> anyhow::Result<(
             name,
             output,
         } => {
-            let response = ask(
-                socket,
-                &Request::TopologyGet(TopologyQuery { namespace, name }),
-            )?;
+            let query = TopologyQuery { namespace, name };
+            let response = ask(socket, &Request::TopologyGet(query.clone()))?;
             let Response::Topologies { objects } = response else {
                 bail!("unexpected answer: {response:?}");
             };
+            if objects.is_empty() {
+                match (&query.namespace, &query.name) {
+                    (Some(ns), Some(name)) => bail!("no Topology {name} in namespace {ns}"),
+                    (None, Some(name)) => bail!("no Topology {name}"),
+                    // An empty list is an answer when no one object was asked for.
+                    _ => {}
+                }
+            }
             match output {
                 Format::Json => println!("{}", serde_json::to_string_pretty(&objects)?),
                 Format::Yaml => {
