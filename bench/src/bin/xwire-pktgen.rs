@@ -19,6 +19,7 @@ use xwire_bench::traffic::{self, sink, PortOptions, Sent};
 #[derive(Parser)]
 #[command(
     name = "xwire-pktgen",
+    version,
     about = "Traffic generator and sink over AF_XDP / AF_PACKET"
 )]
 struct Cli {
@@ -83,12 +84,17 @@ struct Io {
 
 #[derive(Args)]
 struct RunArgs {
+    /// The interface the generator sends on.
     #[arg(long)]
     tx_iface: String,
+    /// The network namespace of --tx-iface (a name under /run/netns or a path; this
+    /// one's by default).
     #[arg(long)]
     tx_netns: Option<String>,
+    /// The interface the sink receives on.
     #[arg(long)]
     rx_iface: String,
+    /// The network namespace of --rx-iface (as --tx-netns).
     #[arg(long)]
     rx_netns: Option<String>,
     /// Pin the sender to this CPU.
@@ -339,4 +345,20 @@ fn print<T: serde::Serialize>(io: &Io, text: &str, value: &T) -> Result<()> {
         println!("{text}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_argument_has_help_and_the_version_names_the_binary() {
+        let command = super::Cli::command();
+        assert_eq!(
+            xwire_testbed::cli::undocumented(&command),
+            Vec::<String>::new()
+        );
+        let version = xwire_testbed::cli::version_line(&command);
+        assert!(version.starts_with("xwire-pktgen "), "{version}");
+    }
 }

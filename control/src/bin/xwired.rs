@@ -14,7 +14,7 @@ use xwire_control::node::Node;
 const DEFAULT_CONFIG: &str = "/etc/xwire/xwired.toml";
 
 #[derive(Parser)]
-#[command(version, about = "The xwire node daemon")]
+#[command(name = "xwired", version, about = "The xwire node daemon")]
 struct Args {
     /// The TOML configuration file (see control/README.md for its fields).
     #[arg(long, short)]
@@ -165,5 +165,21 @@ async fn stop_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_argument_has_help_and_the_version_names_the_binary() {
+        let command = super::Args::command();
+        assert_eq!(
+            xwire_testbed::cli::undocumented(&command),
+            Vec::<String>::new()
+        );
+        let version = xwire_testbed::cli::version_line(&command);
+        assert!(version.starts_with("xwired "), "{version}");
     }
 }

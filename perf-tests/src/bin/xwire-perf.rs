@@ -20,6 +20,7 @@ use xwire_perf::testbed::cluster::TEST_FRAMES_PER_PORT;
 #[derive(Parser)]
 #[command(
     name = "xwire-perf",
+    version,
     about = "xwire perf scenarios with their baselines"
 )]
 struct Cli {
@@ -113,6 +114,7 @@ enum Scenario {
     /// up and torn down through the CNI plugin; p50/p99 ADD and DEL times next to the
     /// bridge plugin's, and total bring-up and tear-down times.
     CniScale {
+        /// Pods to add and delete, one after another.
         #[arg(long, default_value_t = 50)]
         pods: usize,
         /// Where xwired and xwire are (default: next to this program).
@@ -126,6 +128,7 @@ enum Scenario {
     /// rate 10/100/1000 Mbit/s) and the cost of an all-zero one, each against the same
     /// wire unimpaired in the same run (xwire-pktgen's generator and sink).
     Impair {
+        /// Repetitions of each measurement; the median is reported.
         #[arg(long, default_value_t = 3)]
         reps: usize,
         /// Seconds of each latency, rate and cost run.
@@ -151,6 +154,7 @@ enum Scenario {
     /// the first ADD until every wire forwards, and API requests per pod, next to the
     /// same ring on the embedded store (needs release builds of xwired, xwire, xwirectl).
     KubeScale {
+        /// Pods in the ring.
         #[arg(long, default_value_t = 150)]
         pods: usize,
         /// Where xwired, xwire and xwirectl are (default: next to this program).
@@ -164,6 +168,7 @@ enum Scenario {
     /// forwarding again, next to the cold bring-up of the same wires, and frames lost on
     /// wires that do not go through it (needs release builds of xwired and xwire).
     Restart {
+        /// Wire counts to restart a node with, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
         wires: Vec<usize>,
         /// UMEM frames per fast-path port, each value a run for every --wires (the
@@ -562,5 +567,21 @@ fn emit(row: &Row, json: bool) {
             us(row.p99_us),
             row.cpu_cores
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_argument_has_help_and_the_version_names_the_binary() {
+        let command = super::Cli::command();
+        assert_eq!(
+            xwire_testbed::cli::undocumented(&command),
+            Vec::<String>::new()
+        );
+        let version = xwire_testbed::cli::version_line(&command);
+        assert!(version.starts_with("xwire-perf "), "{version}");
     }
 }

@@ -22,6 +22,7 @@
 #[cfg(feature = "kube")]
 pub mod apiserver;
 pub mod checks;
+pub mod cli;
 pub mod cluster;
 mod error;
 mod flow;

@@ -126,7 +126,10 @@ impl ImpairArgs {
 pub enum LabCommand {
     /// Brings up the lab described in FILE (see docs/lab-file.md): a namespace per node
     /// running its own xwired, a namespace per pod, every wire joined.
-    Up { file: PathBuf },
+    Up {
+        /// The lab file.
+        file: PathBuf,
+    },
     /// Nodes, pods, and every wire with its state, carrier and counters.
     Status {
         /// The lab (needed only when several are up).
@@ -146,6 +149,7 @@ pub enum LabCommand {
         /// The lab (needed only when several labs have a pod of that name).
         #[arg(long)]
         lab: Option<String>,
+        /// The pod.
         pod: String,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
@@ -171,6 +175,7 @@ pub enum LabCommand {
         /// Where the chart goes (default: LAB-bench.png here).
         #[arg(long)]
         chart: Option<PathBuf>,
+        /// Print JSON instead of the table.
         #[arg(long)]
         json: bool,
     },
@@ -182,15 +187,20 @@ pub enum LabCommand {
     },
     /// Applies a changed lab file to the running lab of that name: added links and pods
     /// appear, removed ones disappear, the other pods and wires carry on untouched.
-    Edit { file: PathBuf },
+    Edit {
+        /// The changed lab file (its name says which lab).
+        file: PathBuf,
+    },
     /// Impairs a link of the running lab, per direction: the settings given are laid over
     /// what is in force (--clear takes it all away). LINK is a uid or an endpoint POD:IF;
     /// A is the link's first endpoint in the lab file.
     Impair {
+        /// The link: its uid, or one endpoint as POD:IF.
         link: String,
         /// The lab (needed only when several are up).
         #[arg(long)]
         lab: Option<String>,
+        /// A to B (what endpoint A sends), B to A, or both.
         #[arg(long, value_enum, default_value_t = LinkDirection::Both)]
         direction: LinkDirection,
         #[command(flatten)]
@@ -203,10 +213,12 @@ pub enum LabCommand {
     /// endpoint A's node: one interface per direction, named after the endpoint that
     /// sent. `-w -` streams to standard output: `xwirectl lab capture 1 -w - | tshark -r -`.
     Capture {
+        /// The link: its uid, or one endpoint as POD:IF.
         link: String,
         /// The lab (needed only when several are up).
         #[arg(long)]
         lab: Option<String>,
+        /// A to B (what endpoint A sends), B to A, or both.
         #[arg(long, value_enum, default_value_t = LinkDirection::Both)]
         direction: LinkDirection,
         #[command(flatten)]

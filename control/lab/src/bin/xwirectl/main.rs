@@ -17,10 +17,15 @@ use xwire_pki::ClusterCa;
 use xwire_proto::local::{Request, Response, TopologyApply, TopologyQuery};
 
 #[derive(Parser)]
-#[command(version, about = "Control an xwire node")]
+#[command(
+    name = "xwirectl",
+    version,
+    about = "Control an xwire node, or run a lab"
+)]
 struct Args {
-    /// The daemon's local API socket.
-    #[arg(long, global = true, default_value = DEFAULT_API_SOCKET)]
+    /// The node daemon's local API socket, for the node commands (the lab's commands
+    /// find their own nodes').
+    #[arg(long, default_value = DEFAULT_API_SOCKET)]
     socket: PathBuf,
     #[command(subcommand)]
     command: Command,
@@ -70,6 +75,7 @@ enum NodeCommand {
     /// Makes a cluster CA and a certificate and key for each node, as PEM files in DIR:
     /// ca.pem, NODE.pem and NODE.key.
     Certs {
+        /// The directory the PEM files go to (made if missing).
         #[arg(long)]
         out: PathBuf,
         /// Node names.
@@ -82,8 +88,10 @@ enum NodeCommand {
     /// holds the new certificate first and the old one after it, so that nodes on either
     /// CA keep trusting each other while the DaemonSet rolls.
     CaSecret {
+        /// The Secret's namespace.
         #[arg(long, default_value = "xwire-system")]
         namespace: String,
+        /// The Secret's name.
         #[arg(long, default_value = "xwire-ca")]
         name: String,
         /// A PEM file of CA certificates to keep trusting (the current ca.crt).
@@ -97,6 +105,7 @@ enum TopologyCommand {
     /// Stores the Topology objects in FILE (YAML or JSON; `-` reads standard input).
     /// Links of running pods follow: added links appear, removed ones disappear.
     Apply {
+        /// The file of Topology objects.
         file: PathBuf,
         /// Write into the store in this state directory instead of asking the daemon,
         /// for a node whose daemon is down; its next start joins the links. Refused
@@ -106,16 +115,21 @@ enum TopologyCommand {
     },
     /// Prints stored objects: all, a namespace's, or one.
     Get {
+        /// Only this namespace's objects.
         #[arg(long, short)]
         namespace: Option<String>,
+        /// Only the object of this name (its pod's name).
         name: Option<String>,
+        /// Print YAML documents or one JSON array.
         #[arg(long, short, value_enum, default_value_t = Format::Yaml)]
         output: Format,
     },
     /// Removes a namespace's objects, or one; the pods' wires go with them.
     Delete {
+        /// The namespace whose objects go (all of them without a name).
         #[arg(long, short)]
         namespace: Option<String>,
+        /// Only the object of this name.
         name: Option<String>,
     },
 }
@@ -356,4 +370,20 @@ fn certs(out: &Path, nodes: &[String]) -> anyhow::Result<()> {
         out.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_argument_has_help_and_the_version_names_the_binary() {
+        let command = super::Args::command();
+        assert_eq!(
+            xwire_testbed::cli::undocumented(&command),
+            Vec::<String>::new()
+        );
+        let version = xwire_testbed::cli::version_line(&command);
+        assert!(version.starts_with("xwirectl "), "{version}");
+    }
 }

@@ -1,0 +1,32 @@
+//! Checks of a binary's command line, for its own tests.
+
+/// Every argument and option of `command` and of its subcommands, at any depth, that has
+/// no help text, as "SUBCOMMAND PATH: ARGUMENT" lines (`--help` and `--version` aside).
+pub fn undocumented(command: &clap::Command) -> Vec<String> {
+    let mut missing = Vec::new();
+    collect(command, command.get_name(), &mut missing);
+    missing
+}
+
+fn collect(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+    for arg in command.get_arguments() {
+        let id = arg.get_id().as_str();
+        if id == "help" || id == "version" || arg.is_hide_set() {
+            continue;
+        }
+        if arg.get_help().is_none() && arg.get_long_help().is_none() {
+            missing.push(format!("{path}: {id}"));
+        }
+    }
+    for sub in command.get_subcommands() {
+        if sub.is_hide_set() {
+            continue;
+        }
+        collect(sub, &format!("{path} {}", sub.get_name()), missing);
+    }
+}
+
+/// The first line `--version` prints, with the binary's own name.
+pub fn version_line(command: &clap::Command) -> String {
+    command.clone().render_version().trim().to_owned()
+}
