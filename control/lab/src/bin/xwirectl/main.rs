@@ -57,7 +57,7 @@ enum NodeCommand {
     Reconcile,
     /// Captures the frames of one of the node's wires to pcapng, until Ctrl-C (or for
     /// --seconds): one interface per direction, named after the endpoint that sent.
-    /// A same-node wire moves onto the switch path while it is captured.
+    /// A same-node wire is steered through the switch while it is captured.
     Capture {
         /// The pod's (the Topology's) namespace.
         #[arg(long, short)]
