@@ -10,6 +10,7 @@ mod chart;
 pub mod down;
 pub mod edit;
 pub mod file;
+pub mod graph;
 pub mod impair;
 pub mod namespaces;
 pub mod node_api;
@@ -70,11 +71,11 @@ pub fn exec(lab: &Lab, pod: &str, command: &[String]) -> Result<i32> {
         .unwrap_or(128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)))
 }
 
-/// A lab's name, given as itself or as the path of its lab file (a name has no `/` and
-/// no `.yaml`/`.yml` ending, so an argument that has one is read as a file).
+/// A lab's name, given as itself or as the path of its lab file: an argument that names
+/// a file that exists is read as the lab file; anything else is a name (and checked as
+/// one where it is used).
 pub fn name_or_file(arg: &str) -> Result<String> {
-    let looks_like_file = arg.contains('/') || arg.ends_with(".yaml") || arg.ends_with(".yml");
-    if !looks_like_file {
+    if !std::path::Path::new(arg).is_file() {
         return Ok(arg.to_owned());
     }
     let text = std::fs::read_to_string(arg)

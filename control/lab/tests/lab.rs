@@ -107,6 +107,13 @@ fn a_lab_comes_up_forwards_on_every_wire_and_goes_down_without_a_trace() {
         text(&listed)
     );
     assert!(run(&["lab", "status", &name, "--check"]).status.success());
+    let mermaid = text(&run(&["lab", "graph", &name]));
+    assert!(
+        mermaid.contains("p_r1 ---|\"1: eth2 - eth1 (remote, datagram)\"| p_r3"),
+        "{mermaid}"
+    );
+    let dot = text(&run(&["lab", "graph", &name, "--format", "dot"]));
+    assert!(dot.contains("subgraph \"cluster_node-b\""), "{dot}");
     let socket = format!("/run/xwire/labs/{name}/nodes/node-a/api.sock");
     let missing = run(&["--socket", &socket, "topology", "get", "-n", &name, "r9"]);
     assert!(!missing.status.success());

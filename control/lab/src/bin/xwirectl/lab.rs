@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand, ValueEnum};
 use xwire_control::impairment::Impairment;
 use xwire_lab::impair::Directions;
-use xwire_lab::{self as lab, bench, capture, down, edit, impair, status, supervisor, up};
+use xwire_lab::{self as lab, bench, capture, down, edit, graph, impair, status, supervisor, up};
 use xwire_proto::local::{CaptureCall, CaptureDirection};
 
 /// A direction of a link: from its first endpoint in the lab file (A) to its second (B),
@@ -29,6 +29,12 @@ impl From<LinkDirection> for Directions {
 }
 
 /// A direction seen from one end of a wire.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GraphFormat {
+    Mermaid,
+    Dot,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum EndDirection {
     Egress,
@@ -144,6 +150,16 @@ pub enum LabCommand {
     },
     /// The labs that are up (or that left something behind for `lab down` to remove).
     List,
+    /// Prints the lab's topology as a graph: nodes holding their pods, and each wire with
+    /// its uid, interfaces, kind and carrier. Mermaid renders on GitHub and in many
+    /// editors; `--format dot | dot -Tpng` draws it with Graphviz.
+    Graph {
+        /// The lab (needed only when several are up).
+        name: Option<String>,
+        /// Mermaid flowchart or Graphviz DOT.
+        #[arg(long, value_enum, default_value_t = GraphFormat::Mermaid)]
+        format: GraphFormat,
+    },
     /// Runs a command inside a pod's network namespace.
     Exec {
         /// The lab (needed only when several labs have a pod of that name).
@@ -249,6 +265,15 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             if check && !status.all_up() {
                 return Ok(ExitCode::FAILURE);
             }
+        }
+        LabCommand::Graph { name, format } => {
+            let lab = lab::pick_lab(name.as_deref())?;
+            let status = status::status(&lab);
+            let format = match format {
+                GraphFormat::Mermaid => graph::Format::Mermaid,
+                GraphFormat::Dot => graph::Format::Dot,
+            };
+            print!("{}", graph::render(&lab, &status, format));
         }
         LabCommand::List => {
             for name in down::labs_present() {
