@@ -576,12 +576,6 @@ mod tests {
 
     #[test]
     fn every_argument_has_help_and_the_version_names_the_binary() {
-        let command = super::Cli::command();
-        assert_eq!(
-            xwire_testbed::cli::undocumented(&command),
-            Vec::<String>::new()
-        );
-        let version = xwire_testbed::cli::version_line(&command);
-        assert!(version.starts_with("xwire-perf "), "{version}");
+        xwire_testbed::cli::assert_explains_itself(&super::Cli::command(), "xwire-perf");
     }
 }

@@ -30,3 +30,15 @@ fn collect(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
 pub fn version_line(command: &clap::Command) -> String {
     command.clone().render_version().trim().to_owned()
 }
+
+/// Fails (for a test) when an argument of `command` has no help text, or when its
+/// `--version` does not begin with `binary`.
+pub fn assert_explains_itself(command: &clap::Command, binary: &str) {
+    assert_eq!(
+        undocumented(command),
+        Vec::<String>::new(),
+        "arguments without help"
+    );
+    let version = version_line(command);
+    assert!(version.starts_with(&format!("{binary} ")), "{version}");
+}

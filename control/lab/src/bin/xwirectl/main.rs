@@ -378,12 +378,6 @@ mod tests {
 
     #[test]
     fn every_argument_has_help_and_the_version_names_the_binary() {
-        let command = super::Args::command();
-        assert_eq!(
-            xwire_testbed::cli::undocumented(&command),
-            Vec::<String>::new()
-        );
-        let version = xwire_testbed::cli::version_line(&command);
-        assert!(version.starts_with("xwirectl "), "{version}");
+        xwire_testbed::cli::assert_explains_itself(&super::Args::command(), "xwirectl");
     }
 }
