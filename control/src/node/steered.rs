@@ -31,10 +31,22 @@ const RELEASE_LIMIT: Duration = Duration::from_secs(5);
 /// The two ends of a steered wire: each pod's record key and port.
 pub(super) type SteeredPorts = [(String, OpenPort); 2];
 
+/// The largest frame of a wire of `link`: its MTU, an Ethernet header and a VLAN tag.
+pub(super) fn max_frame(link: &LinkSpec) -> usize {
+    link.mtu.unwrap_or(1500) as usize + 18
+}
+
 /// Whether a same-node wire of `link` can be steered in place (its frames fit native XDP
 /// on a veth); a larger one is remade through the node.
 pub(super) fn steerable(link: &LinkSpec) -> bool {
-    link.mtu.unwrap_or(1500) as usize + 18 <= NATIVE_MAX_FRAME
+    max_frame(link) <= NATIVE_MAX_FRAME
+}
+
+/// A wire to steer: its two records (the one of the pod it was found by first) and the
+/// largest frame it carries.
+struct ToSteer {
+    records: [WireRecord; 2],
+    max_frame: usize,
 }
 
 fn steer_error(wire: &WireKey, e: impl std::fmt::Display) -> NodeError {
@@ -98,7 +110,7 @@ impl Node {
                 }
             };
             let result = match (wanted, self.steered.contains_key(&wire)) {
-                (Some(records), false) => self.steer(&wire, &records),
+                (Some(to_steer), false) => self.steer(&wire, &to_steer),
                 (None, true) => {
                     self.unsteer(&wire);
                     Ok(())
@@ -115,11 +127,7 @@ impl Node {
     /// The two records of `wire` (the one of `pod` first) when the wire should be
     /// steered now: a straight veth on this node, impaired either way or captured, of a
     /// size that can be steered.
-    fn steering_wanted(
-        &self,
-        wire: &WireKey,
-        pod: &str,
-    ) -> Result<Option<[WireRecord; 2]>, NodeError> {
+    fn steering_wanted(&self, wire: &WireKey, pod: &str) -> Result<Option<ToSteer>, NodeError> {
         let Some(own) = self
             .store
             .wire(&wire_key(&wire.namespace, pod, wire.link_uid))?
@@ -141,11 +149,18 @@ impl Node {
         ];
         let impaired = links.iter().flatten().any(|l| l.impairment.is_some());
         let fits = links.iter().flatten().all(steerable);
-        Ok(((impaired || self.captured(wire)) && fits).then_some([own, peer]))
+        let max_frame = links.iter().flatten().map(max_frame).max().unwrap_or(1518);
+        Ok(
+            ((impaired || self.captured(wire)) && fits).then_some(ToSteer {
+                records: [own, peer],
+                max_frame,
+            }),
+        )
     }
 
     /// Steers the pair of `records` through the worker and records its two ports.
-    fn steer(&mut self, wire: &WireKey, records: &[WireRecord; 2]) -> Result<(), NodeError> {
+    fn steer(&mut self, wire: &WireKey, to_steer: &ToSteer) -> Result<(), NodeError> {
+        let records = &to_steer.records;
         let Some(fastpath) = &self.fastpath else {
             return Err(NodeError::new(
                 ErrorKind::Fastpath,
@@ -175,14 +190,10 @@ impl Node {
             });
         }
         let ends: [SteeredEnd; 2] = ends.try_into().expect("two ends");
-        let mtu = self
-            .topology_link(&wire.namespace, &records[0].local_pod_name, wire.link_uid)?
-            .and_then(|l| l.mtu)
-            .unwrap_or(1500);
         let id = WireId::new(&wire.namespace, wire.link_uid);
         let ports = fastpath
             .worker
-            .steer_pair(id, ends, mtu as usize + 18)
+            .steer_pair(id, ends, to_steer.max_frame)
             .map_err(|e| steer_error(wire, e))?
             .ports;
         let end = |i: usize| {

@@ -21,7 +21,7 @@ use xwire_proto::control::WireKey;
 use xwire_proto::WireId;
 
 use super::plan::Desired;
-use super::steered::steerable;
+use super::steered::{max_frame, steerable};
 use super::wiring::{log_removal, node_ifname};
 use super::{ErrorKind, Journal, Node, NodeError, OpenPort, Step};
 use crate::interfaces::{self, EndSettings};
@@ -155,7 +155,7 @@ impl Node {
         let Some(fastpath) = &self.fastpath else {
             return Err(no_fastpath(namespace, pod, link.uid));
         };
-        let max_frame = link.mtu.unwrap_or(1500) as usize + 18;
+        let max_frame = max_frame(link);
         let port = fastpath
             .worker
             .add_port(ifname, max_frame)

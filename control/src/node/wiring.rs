@@ -10,6 +10,7 @@ use xwire_fastpath::{PortInfo, RemotePort, WorkerError};
 use xwire_proto::control::{ControlBody, ControlMessage, WireKey};
 use xwire_proto::WireId;
 
+use super::steered::max_frame;
 use super::switched::PodEnd;
 use super::{ErrorKind, Journal, Node, NodeError, Step};
 use crate::interfaces::{self, EndSettings, Removal};
@@ -322,7 +323,7 @@ impl Node {
         let peer = self.peer_of(node, &record.peer_pod)?;
         Ok(RemotePort {
             ifname: record.wire_ifname.clone(),
-            max_frame: link.mtu.unwrap_or(1500) as usize + 18,
+            max_frame: max_frame(link),
             wire: record.peer_intf_id,
             peer,
             carrier,

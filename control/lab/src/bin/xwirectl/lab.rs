@@ -29,6 +29,19 @@ impl From<LinkDirection> for Directions {
 }
 
 /// A direction seen from one end of a wire.
+/// A link of a running lab and the direction(s) of it a command works on.
+#[derive(Args)]
+pub struct LinkChoice {
+    /// The link: its uid, or one endpoint as POD:IF.
+    link: String,
+    /// The lab (needed only when several are up).
+    #[arg(long)]
+    lab: Option<String>,
+    /// A to B (what endpoint A sends), B to A, or both.
+    #[arg(long, value_enum, default_value_t = LinkDirection::Both)]
+    direction: LinkDirection,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum GraphFormat {
     Mermaid,
@@ -211,14 +224,8 @@ pub enum LabCommand {
     /// what is in force (--clear takes it all away). LINK is a uid or an endpoint POD:IF;
     /// A is the link's first endpoint in the lab file.
     Impair {
-        /// The link: its uid, or one endpoint as POD:IF.
-        link: String,
-        /// The lab (needed only when several are up).
-        #[arg(long)]
-        lab: Option<String>,
-        /// A to B (what endpoint A sends), B to A, or both.
-        #[arg(long, value_enum, default_value_t = LinkDirection::Both)]
-        direction: LinkDirection,
+        #[command(flatten)]
+        which: LinkChoice,
         #[command(flatten)]
         settings: ImpairArgs,
         /// Take every impairment of the direction(s) away.
@@ -229,14 +236,8 @@ pub enum LabCommand {
     /// endpoint A's node: one interface per direction, named after the endpoint that
     /// sent. `-w -` streams to standard output: `xwirectl lab capture 1 -w - | tshark -r -`.
     Capture {
-        /// The link: its uid, or one endpoint as POD:IF.
-        link: String,
-        /// The lab (needed only when several are up).
-        #[arg(long)]
-        lab: Option<String>,
-        /// A to B (what endpoint A sends), B to A, or both.
-        #[arg(long, value_enum, default_value_t = LinkDirection::Both)]
-        direction: LinkDirection,
+        #[command(flatten)]
+        which: LinkChoice,
         #[command(flatten)]
         output: CaptureArgs,
     },
@@ -346,9 +347,12 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             }
         }
         LabCommand::Impair {
-            link,
-            lab: name,
-            direction,
+            which:
+                LinkChoice {
+                    link,
+                    lab: name,
+                    direction,
+                },
             settings,
             clear,
         } => {
@@ -368,9 +372,12 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             }
         }
         LabCommand::Capture {
-            link,
-            lab: name,
-            direction,
+            which:
+                LinkChoice {
+                    link,
+                    lab: name,
+                    direction,
+                },
             output,
         } => {
             let running = lab::pick_lab(name.as_deref())?;
