@@ -4,6 +4,7 @@
 //! stays usable, unless its framing is lost.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
@@ -15,6 +16,7 @@ use tokio::sync::oneshot;
 use xwire_proto::local::{self, codes, CniError, Response};
 use xwire_proto::DecodeError;
 
+use crate::metrics::NodeMetrics;
 use crate::node::{CaptureStream, Node};
 
 /// A request on its way to the node, and where its answer goes.
@@ -51,6 +53,7 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
                 let reads_only = matches!(
                     job.request,
                     local::Request::State
+                        | local::Request::Counters
                         | local::Request::TopologyGet(_)
                         | local::Request::Status(_)
                         | local::Request::Reconcile
@@ -131,11 +134,13 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     ))
 }
 
-/// Accepts connections until `stop` resolves, then removes the socket file.
+/// Accepts connections until `stop` resolves, then removes the socket file. CNI calls'
+/// times go to `metrics`.
 pub async fn serve(
     listener: UnixListener,
     path: PathBuf,
     jobs: Sender<Job>,
+    metrics: Arc<NodeMetrics>,
     stop: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(stop);
@@ -143,7 +148,7 @@ pub async fn serve(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    tokio::spawn(connection(stream, jobs.clone()));
+                    tokio::spawn(connection(stream, jobs.clone(), Arc::clone(&metrics)));
                 }
                 Err(e) => tracing::warn!("accept on the local API socket: {e}"),
             },
@@ -153,7 +158,7 @@ pub async fn serve(
     let _ = std::fs::remove_file(&path);
 }
 
-async fn connection(mut stream: UnixStream, jobs: Sender<Job>) {
+async fn connection(mut stream: UnixStream, jobs: Sender<Job>, metrics: Arc<NodeMetrics>) {
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
@@ -167,7 +172,15 @@ async fn connection(mut stream: UnixStream, jobs: Sender<Job>) {
                     return;
                 }
                 Ok(Some((body, used))) => match local::decode_request(body) {
-                    Ok((id, request)) => (id, ask(&jobs, request).await, used),
+                    Ok((id, request)) => {
+                        let command = cni_command(&request);
+                        let started = Instant::now();
+                        let answer = ask(&jobs, request).await;
+                        if let Some(command) = command {
+                            metrics.observe_cni_call(command, started.elapsed().as_secs_f64());
+                        }
+                        (id, answer, used)
+                    }
                     Err(e) => (request_id(&e, body), (decode_error(&e), None), used),
                 },
             };
@@ -193,11 +206,24 @@ async fn connection(mut stream: UnixStream, jobs: Sender<Job>) {
     }
 }
 
-/// Hands a request to the node and awaits its answer. The queue to the node is bounded
+/// The CNI command a request is, for its latency histogram.
+fn cni_command(request: &local::Request) -> Option<&'static str> {
+    use local::Request::*;
+    Some(match request {
+        Add(_) => "add",
+        Del(_) => "del",
+        Check(_) => "check",
+        Status(_) => "status",
+        Gc(_) => "gc",
+        _ => return None,
+    })
+}
+
+/// Hands a request to the node and awaits its answer (also for the metrics endpoint). The queue to the node is bounded
 /// and this never blocks the runtime on it: with the queue full, the caller is told at
 /// once to try again later (the code a CNI runtime retries on), and the runtime goes on
 /// serving, stop signals included.
-async fn ask(jobs: &Sender<Job>, request: local::Request) -> (Response, Option<CaptureStream>) {
+pub async fn ask(jobs: &Sender<Job>, request: local::Request) -> (Response, Option<CaptureStream>) {
     let (reply, answer) = oneshot::channel();
     let try_again = |msg: String| {
         let error = Response::Error(CniError {
@@ -275,7 +301,7 @@ mod tests {
                 .unwrap();
             runtime.block_on(async {
                 let listener = bind(&server_path).unwrap();
-                serve(listener, server_path, jobs, async {
+                serve(listener, server_path, jobs, Arc::default(), async {
                     let _ = stopped.await;
                 })
                 .await;

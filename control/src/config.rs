@@ -57,6 +57,12 @@ pub struct DaemonConfig {
     pub topology: TopologySource,
     /// The other nodes this node may share wires with.
     pub peers: Vec<PeerNode>,
+    /// Where to serve Prometheus metrics (`GET /metrics`), e.g. `"127.0.0.1:9470"`.
+    /// Default: none, no endpoint.
+    pub metrics_address: Option<SocketAddr>,
+    /// The network namespace to open the metrics socket in (a path such as
+    /// `/proc/1/ns/net`). Default: the daemon's own.
+    pub metrics_netns: Option<PathBuf>,
     /// Chain the plugin into the node's primary CNI configuration while the daemon runs
     /// (a cluster's DaemonSet); none: the conflist is someone else's business (the lab).
     pub chain: Option<crate::chain::ChainConfig>,
@@ -181,6 +187,8 @@ impl Default for DaemonConfig {
             topology: TopologySource::default(),
             peers: Vec::new(),
             chain: None,
+            metrics_address: None,
+            metrics_netns: None,
         }
     }
 }

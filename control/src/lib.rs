@@ -7,6 +7,8 @@ pub mod chain;
 pub mod config;
 pub mod impairment;
 pub mod interfaces;
+pub mod metrics;
+pub mod metrics_server;
 pub use xwire_netns as netns;
 pub mod node;
 pub mod private_file;

@@ -5,8 +5,11 @@ pub mod counters;
 pub mod endpoint;
 pub mod impair;
 pub mod link_table;
+#[cfg(feature = "logs")]
+pub mod logs;
 mod packet_port;
 pub mod peer;
+pub mod stats;
 pub mod steered_port;
 mod switch;
 pub mod worker;

@@ -333,6 +333,18 @@ impl LinkTable {
         self.route(port).map(|r| r.link)
     }
 
+    /// Every link: its wire, its first port, its second port (`None`: a peer node) and
+    /// its counters.
+    pub fn links(&self) -> impl Iterator<Item = (WireId, PortId, Option<PortId>, &LinkCounters)> {
+        self.links.iter().flatten().map(|link| {
+            let b = match link.b {
+                Far::Port(port) => Some(port),
+                Far::Peer(..) => None,
+            };
+            (link.wire, link.a, b, &*link.counters)
+        })
+    }
+
     /// The counters of the link at `index` (as given in a `Verdict`).
     pub fn counters(&self, index: usize) -> Option<&LinkCounters> {
         self.links.get(index)?.as_ref().map(|l| &*l.counters)

@@ -18,6 +18,7 @@ use crate::link_table::{LinkError, PortId};
 use crate::peer::{
     Carrier, ControlMessage, PeerConfig, PeerCounters, PeerError, PeerEvent, PeerId,
 };
+use crate::stats::WorkerStats;
 use crate::steered_port::SteeredEnd;
 use crate::switch::Switch;
 use crate::xdp_port::{KernelDrops, PortError, XdpMode};
@@ -242,6 +243,9 @@ pub(crate) enum Command {
         from: PortId,
         reply: Sender<Result<usize, WorkerError>>,
     },
+    Stats {
+        reply: Sender<WorkerStats>,
+    },
     Stop,
 }
 
@@ -460,6 +464,12 @@ impl Worker {
             message: Box::new(message),
             reply,
         })?
+    }
+
+    /// Every link's counters, the kernel's drops at each port, the peers' connection
+    /// statistics and how busy the worker is: one copy, taken between two passes.
+    pub fn stats(&self) -> Result<WorkerStats, WorkerError> {
+        self.ask(|reply| Command::Stats { reply })
     }
 
     /// What the kernel dropped at a port before the worker saw it (a full ring, no free

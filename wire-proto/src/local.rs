@@ -5,6 +5,8 @@
 //! is mostly CNI's own JSON (the network configuration with its prevResult), which the
 //! daemon must read with unknown fields intact; the calls are few, so speed does not matter.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -117,6 +119,9 @@ pub enum Request {
     State,
     /// `xwirectl reconcile`: converge the node on its store now, and say what changed.
     Reconcile,
+    /// The fast path's counters: per wire end, per peer node, and the worker's load
+    /// (`xwirectl wires`, `lab status`, the metrics endpoint).
+    Counters,
     /// `xwirectl capture`: the answer is `Capturing`, then the connection carries a
     /// pcapng stream until the caller shuts its side down (the daemon then ends the
     /// file with its statistics) or goes away.
@@ -145,6 +150,69 @@ pub enum CaptureDirection {
     Egress,
     Ingress,
     Both,
+}
+
+/// What `Request::Counters` answers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeCounters {
+    pub node: String,
+    /// One entry per wire end of this node that the fast path carries (a same-node wire
+    /// that is a plain veth pair has none: the switch never sees its frames).
+    pub links: Vec<LinkEndCounters>,
+    pub peers: Vec<PeerCounters>,
+    /// The peer transport's totals by name (empty when the node has no peers).
+    #[serde(default)]
+    pub transport: BTreeMap<String, u64>,
+    /// Seconds the worker spent in passes that moved frames, and seconds it has run.
+    #[serde(default)]
+    pub worker_busy_seconds: f64,
+    #[serde(default)]
+    pub worker_running_seconds: f64,
+}
+
+/// The counters of one wire end, seen from its pod: `egress` is what the pod sent into
+/// the wire, `ingress` what the wire delivered to it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkEndCounters {
+    pub namespace: String,
+    pub pod: String,
+    pub interface: String,
+    pub uid: u64,
+    pub peer_pod: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_node: Option<String>,
+    /// How the switch carries it: `remote`, `steered` or `switched`.
+    pub path: String,
+    pub egress: DirectionCounters,
+    pub ingress: DirectionCounters,
+    /// What the kernel dropped, by reason, at the port that takes this pod's frames,
+    /// before the switch saw them.
+    #[serde(default)]
+    pub kernel_drops: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirectionCounters {
+    pub frames: u64,
+    pub bytes: u64,
+    /// Frames the switch dropped, by reason (every reason is listed, zeros included).
+    pub drops: BTreeMap<String, u64>,
+}
+
+/// One peer node's QUIC connection (zeros while it is down).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerCounters {
+    pub node: String,
+    pub up: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_us: Option<u64>,
+    pub udp_datagrams_sent: u64,
+    pub udp_bytes_sent: u64,
+    pub udp_datagrams_received: u64,
+    pub udp_bytes_received: u64,
+    pub lost_packets: u64,
+    pub datagram_frames_sent: u64,
+    pub datagram_frames_received: u64,
 }
 
 /// What `Request::State` answers: the store's records, as JSON.
@@ -227,10 +295,11 @@ pub enum Response {
     Capturing {
         interfaces: Vec<String>,
     },
+    Counters(NodeCounters),
 }
 
 /// The `type` values of `Request`, for telling an unknown type from a malformed one.
-const REQUEST_TYPES: [&str; 11] = [
+const REQUEST_TYPES: [&str; 12] = [
     "add",
     "del",
     "check",
@@ -242,8 +311,9 @@ const REQUEST_TYPES: [&str; 11] = [
     "state",
     "reconcile",
     "capture",
+    "counters",
 ];
-const RESPONSE_TYPES: [&str; 8] = [
+const RESPONSE_TYPES: [&str; 9] = [
     "added",
     "not_managed",
     "ok",
@@ -252,6 +322,7 @@ const RESPONSE_TYPES: [&str; 8] = [
     "state",
     "reconciled",
     "capturing",
+    "counters",
 ];
 
 #[derive(Serialize)]
@@ -381,6 +452,7 @@ mod tests {
             Request::TopologyDelete(TopologyQuery::default()),
             Request::State,
             Request::Reconcile,
+            Request::Counters,
             Request::Capture(CaptureCall {
                 namespace: "lab".into(),
                 pod: "r1".into(),
@@ -404,6 +476,7 @@ mod tests {
                 failures: vec![],
             },
             Response::Capturing { interfaces: vec![] },
+            Response::Counters(NodeCounters::default()),
         ];
         for r in responses {
             let v = serde_json::to_value(&r).unwrap();

@@ -161,6 +161,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn dispatch() -> Result<()> {
+    xwire_fastpath::logs::init("warn");
     match Cli::parse().command {
         Mode::Run(args) => run(args),
         Mode::Send(args) => {

@@ -110,6 +110,9 @@ pub fn clear(paths: &LabPaths) -> Removed {
     // Only a directory a lab made: the name rule keeps `dir` under the labs' directory,
     // and the mark keeps a directory someone else put there.
     if paths.is_marked() {
+        // A mount point cannot be removed: the host's namespace handle goes first (the
+        // namespace itself is not touched).
+        xwire_netns::named::remove(&paths.host_netns());
         let _ = std::fs::remove_dir_all(&paths.dir);
     }
     removed

@@ -129,6 +129,7 @@ links:
             state: "up".into(),
             end_states: ["veth".into(), "veth".into()],
             counters: Default::default(),
+            switch: [None, None],
             impairments: [None, None],
         };
         LabStatus {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
-use xwire_proto::local::{Request, Response, TopologyApply};
+use xwire_proto::local::{LinkEndCounters, NodeCounters, Request, Response, TopologyApply};
 
 use super::file::Lab;
 use super::paths::LabPaths;
@@ -68,5 +68,31 @@ pub fn wire_states(lab: &Lab, paths: &LabPaths) -> HashMap<(String, u64), String
             };
             Some(((pod, uid), state.to_owned()))
         })
+        .collect()
+}
+
+/// Every node's fast-path counters (a node whose daemon does not answer is left out).
+pub fn node_counters(lab: &Lab, paths: &LabPaths) -> Vec<NodeCounters> {
+    lab.nodes
+        .iter()
+        .filter_map(
+            |node| match ask(&paths.node_socket(node), &Request::Counters) {
+                Ok(Response::Counters(counters)) => Some(counters),
+                _ => None,
+            },
+        )
+        .collect()
+}
+
+/// The switch's counters of this lab's wire ends, by (pod, uid).
+pub fn switch_counters(
+    nodes: &[NodeCounters],
+    lab: &Lab,
+) -> HashMap<(String, u64), LinkEndCounters> {
+    nodes
+        .iter()
+        .flat_map(|node| &node.links)
+        .filter(|end| end.namespace == lab.name)
+        .map(|end| ((end.pod.clone(), end.uid), end.clone()))
         .collect()
 }

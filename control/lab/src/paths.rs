@@ -101,6 +101,12 @@ impl LabPaths {
         self.node_dir(node).join("api.sock")
     }
 
+    /// The network namespace `lab up` ran in, bind-mounted here: the daemons open their
+    /// metrics sockets in it, so that they are reached from the host.
+    pub fn host_netns(&self) -> PathBuf {
+        self.dir.join("host.netns")
+    }
+
     pub fn node_log(&self, node: &str) -> PathBuf {
         self.node_dir(node).join("xwired.log")
     }

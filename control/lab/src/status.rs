@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use anyhow::{Context, Result};
 use netlink_packet_route::link::LinkAttribute;
 use serde::Serialize;
-use xwire_proto::local::Request;
+use xwire_proto::local::{LinkEndCounters, PeerCounters, Request};
 
 use super::file::{Lab, LabLink};
 use super::namespaces;
@@ -36,6 +36,14 @@ pub struct NodeStatus {
     pub underlay_address: String,
     /// Whether the node's daemon answers on its API socket.
     pub daemon_up: bool,
+    /// Where the node's daemon serves Prometheus metrics.
+    pub metrics: String,
+    /// The share of its time the node's fast-path worker spent moving frames, since it
+    /// started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_busy: Option<f64>,
+    /// The node's QUIC connections to its peers.
+    pub peers: Vec<PeerCounters>,
 }
 
 #[derive(Debug, Serialize)]
@@ -63,6 +71,10 @@ pub struct WireStatus {
     /// Each end's record on its node ("veth", "remote", "pending"), or "none".
     pub end_states: [String; 2],
     pub counters: [EndCounters; 2],
+    /// The switch's counters of each end, when the switch carries the wire (remote,
+    /// impaired or captured): frames and bytes the pod sent and received through it,
+    /// drops by reason, and the kernel's drops at the end's port.
+    pub switch: [Option<LinkEndCounters>; 2],
     /// The impairment in force A to B and B to A (`lab impair`, or the lab file).
     pub impairments: [Option<String>; 2],
 }
@@ -94,16 +106,27 @@ pub fn read_lab(name: &str) -> Result<Lab> {
 
 pub fn status(lab: &Lab) -> LabStatus {
     let paths = LabPaths::of(lab);
+    let counters = node_api::node_counters(lab, &paths);
     let nodes = lab
         .nodes
         .iter()
         .enumerate()
-        .map(|(index, node)| NodeStatus {
-            name: node.clone(),
-            underlay_address: paths::underlay_address(index),
-            daemon_up: node_api::ask(&paths.node_socket(node), &Request::State).is_ok(),
+        .map(|(index, node)| {
+            let answered = counters.iter().find(|c| &c.node == node);
+            NodeStatus {
+                name: node.clone(),
+                underlay_address: paths::underlay_address(index),
+                daemon_up: answered.is_some()
+                    || node_api::ask(&paths.node_socket(node), &Request::State).is_ok(),
+                metrics: metrics_url(&paths, node),
+                worker_busy: answered
+                    .filter(|c| c.worker_running_seconds > 0.0)
+                    .map(|c| c.worker_busy_seconds / c.worker_running_seconds),
+                peers: answered.map(|c| c.peers.clone()).unwrap_or_default(),
+            }
         })
         .collect();
+    let switch = node_api::switch_counters(&counters, lab);
     let pods = lab
         .pods
         .iter()
@@ -117,7 +140,7 @@ pub fn status(lab: &Lab) -> LabStatus {
     let wires = lab
         .links
         .iter()
-        .map(|link| wire_status(lab, &paths, &states, link))
+        .map(|link| wire_status(lab, &paths, &states, &switch, link))
         .collect();
     LabStatus {
         name: lab.name.clone(),
@@ -127,10 +150,20 @@ pub fn status(lab: &Lab) -> LabStatus {
     }
 }
 
+/// Where the node's daemon serves metrics, as its configuration says.
+fn metrics_url(paths: &LabPaths, node: &str) -> String {
+    xwire_control::config::DaemonConfig::load(&paths.node_config(node))
+        .ok()
+        .and_then(|config| config.metrics_address)
+        .map(|address| format!("http://{address}/metrics"))
+        .unwrap_or_default()
+}
+
 fn wire_status(
     lab: &Lab,
     paths: &LabPaths,
     states: &HashMap<(String, u64), String>,
+    switch: &HashMap<(String, u64), LinkEndCounters>,
     link: &LabLink,
 ) -> WireStatus {
     let [a, b] = &link.endpoints;
@@ -172,6 +205,7 @@ fn wire_status(
         state,
         end_states,
         counters,
+        switch: [a, b].map(|end| switch.get(&(end.pod.clone(), link.uid)).cloned()),
         impairments: link.impair.clone().map(|i| i.map(|i| i.to_string())),
     }
 }
@@ -207,12 +241,18 @@ pub fn render(status: &LabStatus) -> String {
         status.pods.len(),
         status.wires.len()
     );
-    out.push_str(&format!("{:<16} {:<14} {}\n", "NODE", "UNDERLAY", "DAEMON"));
+    out.push_str(&format!(
+        "{:<16} {:<14} {:<6} {:>5}  {}\n",
+        "NODE", "UNDERLAY", "DAEMON", "BUSY", "METRICS"
+    ));
     for n in &status.nodes {
         let daemon = if n.daemon_up { "up" } else { "DOWN" };
+        let busy = n
+            .worker_busy
+            .map_or("-".to_owned(), |b| format!("{:.1}%", b * 100.0));
         out.push_str(&format!(
-            "{:<16} {:<14} {daemon}\n",
-            n.name, n.underlay_address
+            "{:<16} {:<14} {daemon:<6} {busy:>5}  {}\n",
+            n.name, n.underlay_address, n.metrics
         ));
     }
     out.push_str(&format!("\n{:<16} {:<16} {}\n", "POD", "NODE", "NETNS"));
@@ -241,6 +281,7 @@ pub fn render(status: &LabStatus) -> String {
     out.push_str(
         "\n(frames: sent at one end / received at the other, from the pod interfaces' counters)\n",
     );
+    out.push_str(&render_switch(status));
     let impaired: Vec<&WireStatus> = status
         .wires
         .iter()
@@ -255,6 +296,53 @@ pub fn render(status: &LabStatus) -> String {
                 }
             }
         }
+    }
+    out
+}
+
+/// The switch's counters of the wire ends it carries: what each pod sent and received
+/// through it, and every drop by reason (the switch's own and the kernel's at the port).
+fn render_switch(status: &LabStatus) -> String {
+    let ends: Vec<(u64, &LinkEndCounters)> = status
+        .wires
+        .iter()
+        .flat_map(|w| w.switch.iter().flatten().map(move |end| (w.uid, end)))
+        .collect();
+    if ends.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "\n{:>5}  {:<20} {:<9} {:>12} {:>12}  {}\n",
+        "UID", "END (SWITCH)", "PATH", "SENT", "RECEIVED", "DROPS"
+    );
+    for (uid, end) in ends {
+        let mut drops: Vec<String> = [("out", &end.egress), ("in", &end.ingress)]
+            .iter()
+            .flat_map(|(way, d)| {
+                d.drops
+                    .iter()
+                    .filter(|(_, n)| **n > 0)
+                    .map(move |(reason, n)| format!("{way}:{reason}={n}"))
+            })
+            .collect();
+        drops.extend(
+            end.kernel_drops
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(reason, n)| format!("kernel:{reason}={n}")),
+        );
+        out.push_str(&format!(
+            "{uid:>5}  {:<20} {:<9} {:>12} {:>12}  {}\n",
+            format!("{}:{}", end.pod, end.interface),
+            end.path,
+            end.egress.frames,
+            end.ingress.frames,
+            if drops.is_empty() {
+                "0".to_owned()
+            } else {
+                drops.join(" ")
+            }
+        ));
     }
     out
 }

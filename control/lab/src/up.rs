@@ -199,6 +199,9 @@ fn write_node_files(lab: &Lab, paths: &LabPaths) -> Result<()> {
     std::fs::create_dir_all(&certs)?;
     let ca = ClusterCa::generate(&format!("xwire lab {} CA", lab.name))?;
     std::fs::write(certs.join("ca.pem"), ca.cert_pem())?;
+    xwire_netns::named::bind_current(&paths.host_netns())
+        .context("keep a handle on this network namespace for the metrics sockets")?;
+    let metrics = metrics_addresses(lab.nodes.len())?;
     for (index, node) in lab.nodes.iter().enumerate() {
         let identity = ca.issue(node)?;
         std::fs::write(certs.join(format!("{node}.pem")), &identity.cert_pem)?;
@@ -211,10 +214,14 @@ fn write_node_files(lab: &Lab, paths: &LabPaths) -> Result<()> {
              state_dir = \"{}\"\n\
              api_socket = \"{}\"\n\
              underlay_mtu = {UNDERLAY_MTU}\n\
+             metrics_address = \"{}\"\n\
+             metrics_netns = \"{}\"\n\
              [certs]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
             paths::underlay_address(index),
             paths.node_dir(node).join("state").display(),
             paths.node_socket(node).display(),
+            metrics[index],
+            paths.host_netns().display(),
             certs.join("ca.pem").display(),
             certs.join(format!("{node}.pem")).display(),
             key.display(),
@@ -230,6 +237,19 @@ fn write_node_files(lab: &Lab, paths: &LabPaths) -> Result<()> {
         std::fs::write(paths.node_config(node), config)?;
     }
     Ok(())
+}
+
+/// A free loopback port for each node's metrics: all held at once while they are picked,
+/// so that no two nodes get the same one.
+fn metrics_addresses(count: usize) -> Result<Vec<std::net::SocketAddr>> {
+    let held: Vec<std::net::TcpListener> = (0..count)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()
+        .context("pick ports for the nodes' metrics")?;
+    Ok(held
+        .iter()
+        .map(|l| l.local_addr())
+        .collect::<Result<_, _>>()?)
 }
 
 /// Starts `xwirectl lab supervise NAME` in its own process group (a Ctrl-C at the

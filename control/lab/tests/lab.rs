@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::lab::{daemon_pid, demo, processes_mentioning, run, text, unique, xwirectl, Lab};
+use support::metrics::{scrape, value};
 use support::{eventually, TempDir};
 
 fn namespaces_of(name: &str) -> Vec<String> {
@@ -39,6 +40,78 @@ fn wires_up(status: &Value) -> bool {
         .unwrap()
         .iter()
         .all(|w| w["state"] == "up")
+}
+
+/// After pings across the remote wire 1 (r1:eth2 on node-a to r3:eth1 on node-b): the
+/// switch's counters in `lab status --json`, in `xwirectl wires` of node-a, and in
+/// node-a's metrics endpoint.
+fn the_switch_counts_the_remote_wire_and_serves_it_as_metrics(lab: &Lab) {
+    let status = lab.status();
+    let wire = &status["wires"][1];
+    assert_eq!(wire["endpoints"][0], "r1:eth2", "{wire:#}");
+    let [r1, r3] = [&wire["switch"][0], &wire["switch"][1]];
+    assert_eq!(
+        (r1["path"].as_str(), r3["path"].as_str()),
+        (Some("remote"), Some("remote"))
+    );
+    // The pings of both sizes went through the switch.
+    assert!(r1["egress"]["frames"].as_u64().unwrap() >= 2, "{wire:#}");
+    assert!(r3["ingress"]["frames"].as_u64().unwrap() >= 2, "{wire:#}");
+    assert!(r1["egress"]["drops"]["no_link"].is_u64(), "{wire:#}");
+    assert!(wire["switch"].is_array() && status["wires"][0]["switch"][0].is_null());
+    let node_a = &status["nodes"][0];
+    assert_eq!(node_a["peers"][0]["node"], "node-b", "{node_a:#}");
+    assert_eq!(node_a["peers"][0]["up"], true, "{node_a:#}");
+
+    let socket = format!("/run/xwire/labs/{}/nodes/node-a/api.sock", lab.name);
+    let wires = run(&["--socket", &socket, "wires", "--json"]);
+    assert!(wires.status.success(), "{}", text(&wires));
+    let wires: Value = serde_json::from_str(&text(&wires)).unwrap();
+    let end = wires["counters"]["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|end| end["pod"] == "r1" && end["uid"] == 1)
+        .unwrap_or_else(|| panic!("{wires:#}"));
+    assert!(end["egress"]["frames"].as_u64().unwrap() >= 2, "{end:#}");
+    let table = text(&run(&["--socket", &socket, "wires"]));
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains(" r1 ") && l.contains("r3@node-b") && l.contains("remote")),
+        "{table}"
+    );
+
+    let url = node_a["metrics"].as_str().unwrap();
+    assert!(url.starts_with("http://127.0.0.1:"), "{node_a:#}");
+    let samples = scrape(url);
+    let r1_out = [
+        ("namespace", lab.name.as_str()),
+        ("pod", "r1"),
+        ("interface", "eth2"),
+        ("uid", "1"),
+        ("direction", "egress"),
+    ];
+    let frames = value(&samples, "xwire_link_frames_total", &r1_out).expect("r1's frames");
+    assert!(frames >= 2.0, "{frames}");
+    let bytes = value(&samples, "xwire_link_bytes_total", &r1_out).unwrap();
+    assert!(bytes >= frames * 60.0, "{bytes}");
+    let drops = [r1_out.as_slice(), &[("reason", "tx_full")]].concat();
+    assert!(value(&samples, "xwire_link_drops_total", &drops).is_some());
+    assert_eq!(
+        value(&samples, "xwire_peer_up", &[("peer", "node-b")]),
+        Some(1.0)
+    );
+    // The lab's ADD calls went to node-a's daemon, and it has reconciled since.
+    let adds = value(
+        &samples,
+        "xwire_cni_call_duration_seconds_count",
+        &[("command", "add")],
+    );
+    assert!(adds.unwrap_or(0.0) >= 1.0, "{adds:?}");
+    assert!(value(&samples, "xwire_reconcile_pass_duration_seconds_count", &[]).unwrap() >= 1.0);
+    let busy = value(&samples, "xwire_worker_busy_ratio", &[]).unwrap();
+    assert!((0.0..=1.0).contains(&busy), "{busy}");
 }
 
 #[test]
@@ -85,6 +158,7 @@ fn a_lab_comes_up_forwards_on_every_wire_and_goes_down_without_a_trace() {
     );
     let table = text(&run(&["lab", "status", &name]));
     assert!(table.contains("r1:eth2 <-> r3:eth1"), "{table}");
+    the_switch_counts_the_remote_wire_and_serves_it_as_metrics(&lab);
 
     // exec passes the command's exit code on.
     assert_eq!(

@@ -56,6 +56,32 @@ pub fn add(name: &str) -> Result<NetnsFd, NetnsError> {
     NetnsFd::open(&path).inspect_err(|_| remove(&path))
 }
 
+/// Names the calling thread's namespace at `path` (any file path, made now): a handle
+/// that stays valid, for other processes to open, until `remove(path)`.
+pub fn bind_current(path: &Path) -> Result<(), NetnsError> {
+    let fail = |op: &str, source: std::io::Error| NetnsError::Io {
+        op: op.into(),
+        ns: path.display().to_string(),
+        source,
+    };
+    File::options()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| fail("make the namespace's file", e))?;
+    mount(
+        Some("/proc/thread-self/ns/net"),
+        path,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(|e| {
+        let _ = fs::remove_file(path);
+        fail("mount the namespace", e.into())
+    })
+}
+
 /// Removes the namespace mounted at `path` (a name's `path`), if there is one; the kernel
 /// frees it, and every interface in it, once no process or open file holds it.
 pub fn remove(path: &Path) {

@@ -41,11 +41,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    xwire_fastpath::logs::init("info");
     let args = Args::parse();
     let mut config = match args.config {
         Some(path) => DaemonConfig::load(&path)?,
@@ -81,6 +77,14 @@ fn run() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let metrics = node.metrics();
+    let metrics_listener = match config.metrics_address {
+        Some(address) => Some(
+            xwire_control::metrics_server::bind(address, config.metrics_netns.as_deref())
+                .with_context(|| format!("binding the metrics address {address}"))?,
+        ),
+        None => None,
+    };
     let (jobs, inbox) = crossbeam_channel::bounded::<Job>(256);
     let node_thread = std::thread::Builder::new()
         .name("xwire-node".into())
@@ -88,13 +92,21 @@ fn run() -> anyhow::Result<()> {
     runtime.block_on(async {
         let listener = api_server::bind(&socket)
             .with_context(|| format!("binding the local API socket {}", socket.display()))?;
+        if let Some(listener) = metrics_listener {
+            tokio::spawn(xwire_control::metrics_server::serve(
+                listener,
+                jobs.clone(),
+                std::sync::Arc::clone(&metrics),
+            ));
+        }
         tracing::info!(
             node = %config.node_name,
             socket = %socket.display(),
             peers = config.peers.len(),
+            metrics = ?config.metrics_address,
             "xwired ready"
         );
-        api_server::serve(listener, socket.clone(), jobs, stop_signal()).await;
+        api_server::serve(listener, socket.clone(), jobs, metrics, stop_signal()).await;
         anyhow::Ok(())
     })?;
     tracing::info!("stopping");

@@ -5,6 +5,7 @@
 
 mod capture;
 mod cni_calls;
+mod counters;
 mod error;
 mod journal;
 mod peers;
@@ -26,6 +27,7 @@ use xwire_proto::control::WireKey;
 use xwire_proto::local::{NodeState, Request, Response};
 
 use crate::config::DaemonConfig;
+use crate::metrics::NodeMetrics;
 use crate::netns::NetnsFd;
 use crate::store::{AttachmentRecord, EmbeddedStore, KubeStore, NodeStore, StoreError};
 use crate::topology::{pod_key, LinkSpec, Topology};
@@ -83,6 +85,8 @@ pub struct Node {
     /// Same-node wires steered through the switch now, and their two ports (see
     /// `steered.rs`).
     steered: HashMap<WireKey, steered::SteeredPorts>,
+    /// The histograms the metrics endpoint serves (reconcile passes recorded here).
+    metrics: Arc<NodeMetrics>,
 }
 
 /// A topology as read from the store, with its links parsed (once, here).
@@ -159,6 +163,7 @@ impl Node {
             captures: HashMap::new(),
             steered: HashMap::new(),
             started_capture: None,
+            metrics: Arc::default(),
         };
         // A start that finds records is a restart: this pass re-attaches to what the last
         // run made. What it cannot do now (a peer not up yet) a later pass or the peer's
@@ -184,7 +189,7 @@ impl Node {
     pub fn handle_batched(&mut self, request: Request) -> Response {
         let changes = !matches!(
             request,
-            Request::State | Request::TopologyGet(_) | Request::Status(_)
+            Request::State | Request::Counters | Request::TopologyGet(_) | Request::Status(_)
         );
         self.store.begin_batch();
         let response = self.handle(request);
@@ -209,6 +214,11 @@ impl Node {
         Ok(self.store.end_batch()?)
     }
 
+    /// The node's histograms, for the metrics endpoint and the API server to share.
+    pub fn metrics(&self) -> Arc<NodeMetrics> {
+        Arc::clone(&self.metrics)
+    }
+
     pub fn config(&self) -> &DaemonConfig {
         &self.config
     }
@@ -224,6 +234,7 @@ impl Node {
             Request::TopologyGet(query) => self.get_topologies(&query),
             Request::TopologyDelete(query) => self.delete_topologies(&query),
             Request::State => self.state().map(Response::State),
+            Request::Counters => self.counters().map(Response::Counters),
             Request::Reconcile => self.reconcile().map(|done| Response::Reconciled {
                 changes: done.changes,
                 failures: done.failures,

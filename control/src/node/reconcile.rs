@@ -75,7 +75,11 @@ impl Node {
     /// descriptors left, say) leaves the pod and its wires as they are, reported, for the
     /// next pass. An action that fails is reported, and the others go on.
     pub fn reconcile(&mut self) -> Result<Reconciled, NodeError> {
-        self.pass(Scope::Node, &HashSet::new())
+        let started = std::time::Instant::now();
+        let done = self.pass(Scope::Node, &HashSet::new());
+        self.metrics
+            .observe_reconcile_pass(started.elapsed().as_secs_f64());
+        done
     }
 
     /// One pass over `scope`: observe, plan, apply. `rebuild` names wire ends whose

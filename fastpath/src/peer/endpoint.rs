@@ -124,6 +124,33 @@ impl PeerEndpoint {
         self.counters
     }
 
+    /// Each declared peer's connection statistics (zeros for one that is not up).
+    pub fn peer_stats(&mut self) -> Vec<crate::stats::PeerStats> {
+        (0..self.peers.len())
+            .map(|index| {
+                let peer = &self.peers[index];
+                let mut stats = crate::stats::PeerStats {
+                    name: peer.name.clone(),
+                    ..Default::default()
+                };
+                let live = self.live_session(PeerId(index as u32));
+                if let Some(session) = live.and_then(|handle| self.sessions.get_mut(&handle)) {
+                    let quic = session.conn.stats();
+                    stats.up = true;
+                    stats.rtt = Some(quic.path.rtt);
+                    stats.udp_datagrams_sent = quic.udp_tx.datagrams;
+                    stats.udp_bytes_sent = quic.udp_tx.bytes;
+                    stats.udp_datagrams_received = quic.udp_rx.datagrams;
+                    stats.udp_bytes_received = quic.udp_rx.bytes;
+                    stats.lost_packets = quic.path.lost_packets;
+                    stats.datagram_frames_sent = quic.frame_tx.datagram;
+                    stats.datagram_frames_received = quic.frame_rx.datagram;
+                }
+                stats
+            })
+            .collect()
+    }
+
     /// Declares a peer node at `addr`; frames to it travel on `carrier`. Declaring a
     /// known name again updates its address and carrier.
     pub fn add_peer(

@@ -28,6 +28,7 @@ mod extras;
 mod forward;
 mod remote;
 mod sleep;
+mod stats;
 mod steer;
 
 use forward::{Outgoing, MAX_CHAIN};
@@ -119,6 +120,9 @@ pub(crate) struct Switch {
     now: Instant,
     /// Impairments and capture taps of the links that have them, and the frames held.
     extras: extras::LinkExtras,
+    /// Time spent in passes that moved frames, and when the worker started (`stats`).
+    busy: Duration,
+    started: Instant,
 }
 
 impl Switch {
@@ -153,6 +157,8 @@ impl Switch {
             next_retry: Instant::now(),
             now: Instant::now(),
             extras: extras::LinkExtras::default(),
+            busy: Duration::ZERO,
+            started: Instant::now(),
         })
     }
 
@@ -185,6 +191,7 @@ impl Switch {
             }
             if self.poll_once(config) > 0 {
                 idle_since = Instant::now();
+                self.busy += idle_since.saturating_duration_since(self.now);
                 continue;
             }
             // epoll's timeout is in whole milliseconds: a held frame due sooner than
@@ -377,22 +384,10 @@ impl Switch {
                 let _ = reply.send(result);
             }
             Command::KernelDrops { id, reply } => {
-                let drops = match self
-                    .slots
-                    .get_mut(usize::from(id.0))
-                    .and_then(Option::as_mut)
-                    .map(|s| &mut s.port)
-                {
-                    None => Err(WorkerError::NoSuchPort(id)),
-                    Some(Port::Xdp(port)) => port.kernel_drops().map_err(WorkerError::Statistics),
-                    Some(Port::Packet(port)) => {
-                        port.kernel_drops().map_err(WorkerError::Statistics)
-                    }
-                    Some(Port::Steered(port)) => {
-                        port.kernel_drops().map_err(WorkerError::Statistics)
-                    }
-                };
-                let _ = reply.send(drops);
+                let _ = reply.send(self.kernel_drops(id));
+            }
+            Command::Stats { reply } => {
+                let _ = reply.send(self.stats());
             }
             Command::Stop => {}
         }

@@ -221,6 +221,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<()> {
+    xwire_fastpath::logs::init("warn");
     match Cli::parse().scenario {
         Scenario::Dut {
             ports,

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test file uses its own part of this
 
 pub mod lab;
+pub mod metrics;
 
 use std::path::PathBuf;
 use std::sync::Once;

@@ -1,6 +1,7 @@
 //! `xwirectl`: the operator's CLI. Talks to the node's daemon over the local API.
 
 mod lab;
+mod wires;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -50,8 +51,14 @@ enum NodeCommand {
         #[command(subcommand)]
         command: TopologyCommand,
     },
-    /// The node's attachments and wire records, as JSON.
-    Wires,
+    /// The node's wires, one line each, with the switch's counters of the ends it
+    /// carries (frames each pod sent and received through it, and drops).
+    Wires {
+        /// Everything as JSON instead: the attachments, the wire records, and the
+        /// fast path's counters (per wire end, per peer node, the worker's load).
+        #[arg(long)]
+        json: bool,
+    },
     /// Runs a reconciliation pass now and prints what it changed (nothing, on a node
     /// that is as its store says).
     Reconcile,
@@ -155,6 +162,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> anyhow::Result<std::process::ExitCode> {
+    xwire_fastpath::logs::init("warn");
     let args = Args::parse();
     match args.command {
         Command::Lab { command } => lab::run(command),
@@ -167,12 +175,22 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
 fn node_command(socket: &Path, command: NodeCommand) -> anyhow::Result<()> {
     match command {
         NodeCommand::Topology { command } => topology_command(socket, command),
-        NodeCommand::Wires => {
+        NodeCommand::Wires { json } => {
             let response = ask(socket, &Request::State)?;
             let Response::State(state) = response else {
                 bail!("unexpected answer: {response:?}");
             };
-            println!("{}", serde_json::to_string_pretty(&state)?);
+            let response = ask(socket, &Request::Counters)?;
+            let Response::Counters(counters) = response else {
+                bail!("unexpected answer: {response:?}");
+            };
+            if json {
+                let mut out = serde_json::to_value(&state)?;
+                out["counters"] = serde_json::to_value(&counters)?;
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                print!("{}", wires::render(&state, &counters));
+            }
             Ok(())
         }
         NodeCommand::Reconcile => {

@@ -1,0 +1,86 @@
+//! `xwirectl wires` as a table: one line per wire record of the node, with the switch's
+//! counters of the ends it carries.
+
+use std::collections::HashMap;
+
+use xwire_proto::local::{LinkEndCounters, NodeCounters, NodeState};
+
+pub fn render(state: &NodeState, counters: &NodeCounters) -> String {
+    let by_end: HashMap<(&str, &str, u64), &LinkEndCounters> = counters
+        .links
+        .iter()
+        .map(|end| ((end.namespace.as_str(), end.pod.as_str(), end.uid), end))
+        .collect();
+    let mut out = format!(
+        "node {}: {} attachments, {} wire ends\n\n{:<12} {:<14} {:<8} {:>5}  {:<14} {:<9} {:>10} {:>10} {:>7}\n",
+        state.node,
+        state.attachments.len(),
+        state.wires.len(),
+        "NAMESPACE",
+        "POD",
+        "IFACE",
+        "UID",
+        "PEER",
+        "STATE",
+        "SENT",
+        "RECEIVED",
+        "DROPS"
+    );
+    for wire in &state.wires {
+        let text = |key: &str| wire[key].as_str().unwrap_or("").to_owned();
+        let (namespace, pod) = (text("topo_namespace"), text("local_pod_name"));
+        let uid = wire["link_uid"].as_u64().unwrap_or(0);
+        let peer = match wire["peer_node"].as_str() {
+            Some(node) => format!("{}@{node}", text("peer_pod")),
+            None => text("peer_pod"),
+        };
+        let state = match wire["steered"].as_bool() {
+            Some(true) => "steered".to_owned(),
+            _ => text("state"),
+        };
+        // A plain veth pair: the switch never sees its frames.
+        let (sent, received, drops) = match by_end.get(&(namespace.as_str(), pod.as_str(), uid)) {
+            Some(end) => {
+                let drops = end.egress.drops.values().sum::<u64>()
+                    + end.ingress.drops.values().sum::<u64>()
+                    + end.kernel_drops.values().sum::<u64>();
+                (
+                    end.egress.frames.to_string(),
+                    end.ingress.frames.to_string(),
+                    drops.to_string(),
+                )
+            }
+            None => ("-".into(), "-".into(), "-".into()),
+        };
+        out.push_str(&format!(
+            "{namespace:<12} {pod:<14} {:<8} {uid:>5}  {peer:<14} {state:<9} {sent:>10} {received:>10} {drops:>7}\n",
+            text("local_pod_ifname"),
+        ));
+    }
+    if !counters.peers.is_empty() {
+        out.push_str(&format!(
+            "\n{:<16} {:<5} {:>10} {:>12} {:>12} {:>6}\n",
+            "PEER", "UP", "RTT", "DGRAMS OUT", "DGRAMS IN", "LOST"
+        ));
+        for peer in &counters.peers {
+            out.push_str(&format!(
+                "{:<16} {:<5} {:>10} {:>12} {:>12} {:>6}\n",
+                peer.node,
+                if peer.up { "yes" } else { "no" },
+                peer.rtt_us.map_or("-".into(), |us| format!("{us} µs")),
+                peer.udp_datagrams_sent,
+                peer.udp_datagrams_received,
+                peer.lost_packets
+            ));
+        }
+    }
+    if counters.worker_running_seconds > 0.0 {
+        out.push_str(&format!(
+            "\nworker busy {:.1}% of {:.0} s\n",
+            100.0 * counters.worker_busy_seconds / counters.worker_running_seconds,
+            counters.worker_running_seconds
+        ));
+    }
+    out.push_str("\n(SENT/RECEIVED: frames the pod sent into the wire and received from it through the switch; - : a plain veth pair)\n");
+    out
+}

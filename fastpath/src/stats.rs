@@ -1,0 +1,56 @@
+//! What the worker reports when asked for its counters: every link's per-direction
+//! counters, what the kernel dropped at each of its ports, each peer connection's QUIC
+//! statistics, the transport's totals, and how much of its time the worker spent moving
+//! frames. A copy taken at one moment; the control plane turns it into the API's answer
+//! and the metrics endpoint's.
+
+use std::time::Duration;
+
+use crate::counters::DirectionSnapshot;
+use crate::link_table::PortId;
+use crate::peer::PeerCounters;
+use crate::xdp_port::KernelDrops;
+use xwire_proto::WireId;
+
+#[derive(Debug, Clone, Default)]
+pub struct WorkerStats {
+    pub links: Vec<LinkStats>,
+    /// `None` when the worker has no peer transport.
+    pub transport: Option<PeerCounters>,
+    pub peers: Vec<PeerStats>,
+    /// Time spent in passes that moved at least one frame, and time since the worker
+    /// started: their ratio is how busy the worker is (a poll-mode worker's CPU time says
+    /// nothing, it is always 100 %).
+    pub busy: Duration,
+    pub running: Duration,
+}
+
+/// One link: its first end's port, its second end (a port, or `None` for a peer node),
+/// and its two directions (`a_to_b` is what the first end's port received).
+#[derive(Debug, Clone)]
+pub struct LinkStats {
+    pub wire: WireId,
+    pub a: PortId,
+    pub b: Option<PortId>,
+    pub a_to_b: DirectionSnapshot,
+    pub b_to_a: DirectionSnapshot,
+    /// What the kernel dropped at each end's port before the worker saw it (`None`: a
+    /// peer end, or the port's statistics could not be read).
+    pub kernel_drops: [Option<KernelDrops>; 2],
+}
+
+/// One peer node's connection, from quinn's statistics (zeros while it is down).
+#[derive(Debug, Clone, Default)]
+pub struct PeerStats {
+    pub name: String,
+    pub up: bool,
+    pub rtt: Option<Duration>,
+    pub udp_datagrams_sent: u64,
+    pub udp_bytes_sent: u64,
+    pub udp_datagrams_received: u64,
+    pub udp_bytes_received: u64,
+    pub lost_packets: u64,
+    /// QUIC DATAGRAM frames sent and received (the datagram carrier's frames, batched).
+    pub datagram_frames_sent: u64,
+    pub datagram_frames_received: u64,
+}
