@@ -173,12 +173,21 @@ async fn connection(mut stream: UnixStream, jobs: Sender<Job>, metrics: Arc<Node
                 }
                 Ok(Some((body, used))) => match local::decode_request(body) {
                     Ok((id, request)) => {
-                        let command = cni_command(&request);
+                        let (kind, command) = (request.name(), cni_command(&request));
                         let started = Instant::now();
                         let answer = ask(&jobs, request).await;
+                        let took = started.elapsed();
                         if let Some(command) = command {
-                            metrics.observe_cni_call(command, started.elapsed().as_secs_f64());
+                            metrics.observe_cni_call(command, took.as_secs_f64());
                         }
+                        let failed = matches!(answer.0, Response::Error(_));
+                        tracing::debug!(
+                            id,
+                            kind,
+                            failed,
+                            took_us = took.as_micros() as u64,
+                            "local API request"
+                        );
                         (id, answer, used)
                     }
                     Err(e) => (request_id(&e, body), (decode_error(&e), None), used),
@@ -209,14 +218,7 @@ async fn connection(mut stream: UnixStream, jobs: Sender<Job>, metrics: Arc<Node
 /// The CNI command a request is, for its latency histogram.
 fn cni_command(request: &local::Request) -> Option<&'static str> {
     use local::Request::*;
-    Some(match request {
-        Add(_) => "add",
-        Del(_) => "del",
-        Check(_) => "check",
-        Status(_) => "status",
-        Gc(_) => "gc",
-        _ => return None,
-    })
+    matches!(request, Add(_) | Del(_) | Check(_) | Status(_) | Gc(_)).then(|| request.name())
 }
 
 /// Hands a request to the node and awaits its answer (also for the metrics endpoint). The queue to the node is bounded

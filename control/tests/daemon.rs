@@ -233,3 +233,67 @@ fn a_file_at_the_socket_path_is_refused_and_left_alone() {
     assert!(stderr.contains("not a socket"), "{stderr}");
     assert_eq!(std::fs::read_to_string(&socket).unwrap(), "someone's data");
 }
+
+/// The daemon's stderr when started with `env`, asked for its state once, and stopped.
+fn logs_with(label: &str, env: &[(&str, &str)]) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = TempDir::new(label);
+    let (config, socket) = write_config(&dir);
+    let mut command = Command::new(xwired());
+    command
+        .arg("--config")
+        .arg(&config)
+        .env_remove("XWIRE_LOG")
+        .env_remove("RUST_LOG")
+        .stderr(std::process::Stdio::piped());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut child = command.spawn().unwrap();
+    let asked = support::eventually(std::time::Duration::from_secs(10), || {
+        xwire_api_client::call(
+            &socket,
+            &xwire_proto::local::Request::State,
+            std::time::Duration::from_secs(2),
+        )
+        .is_ok()
+    });
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let out = child.wait_with_output().unwrap();
+    assert!(asked, "the daemon did not answer");
+    assert!(
+        out.status.success() || out.status.signal().is_some(),
+        "{out:?}"
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn xwire_log_or_else_rust_log_filters_the_daemons_lines() {
+    let default = logs_with("logdefault", &[]);
+    assert!(default.contains("xwired ready"), "{default}");
+    assert!(!default.contains("DEBUG"), "{default}");
+
+    let debug = logs_with("logdebug", &[("XWIRE_LOG", "debug")]);
+    assert!(
+        debug.lines().any(|l| l.contains("DEBUG")
+            && l.contains("local API request")
+            && l.contains("kind=\"state\"")),
+        "{debug}"
+    );
+    let rust_log = logs_with("logrust", &[("RUST_LOG", "debug")]);
+    assert!(rust_log.contains("local API request"), "{rust_log}");
+    // XWIRE_LOG wins over RUST_LOG.
+    let quiet = logs_with("logwarn", &[("XWIRE_LOG", "warn"), ("RUST_LOG", "debug")]);
+    assert!(
+        !quiet.contains("xwired ready") && !quiet.contains("DEBUG"),
+        "{quiet}"
+    );
+    // A filter that does not parse is said, and the default applies.
+    let typo = logs_with("logtypo", &[("XWIRE_LOG", "xwire=loud")]);
+    assert!(typo.contains("is not a log filter"), "{typo}");
+    assert!(typo.contains("xwired ready"), "{typo}");
+}

@@ -128,6 +128,26 @@ pub enum Request {
     Capture(CaptureCall),
 }
 
+impl Request {
+    /// The request's `type`, as it travels.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Add(_) => "add",
+            Request::Del(_) => "del",
+            Request::Check(_) => "check",
+            Request::Status(_) => "status",
+            Request::Gc(_) => "gc",
+            Request::TopologyApply(_) => "topology_apply",
+            Request::TopologyGet(_) => "topology_get",
+            Request::TopologyDelete(_) => "topology_delete",
+            Request::State => "state",
+            Request::Reconcile => "reconcile",
+            Request::Counters => "counters",
+            Request::Capture(_) => "capture",
+        }
+    }
+}
+
 /// A capture of one wire end's link, named by its pod and its link uid or interface.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CaptureCall {
@@ -465,6 +485,7 @@ mod tests {
         for r in requests {
             let v = serde_json::to_value(&r).unwrap();
             assert!(REQUEST_TYPES.contains(&v["type"].as_str().unwrap()));
+            assert_eq!(v["type"], r.name());
         }
         let responses = [
             Response::NotManaged,

@@ -12,6 +12,7 @@ pub mod edit;
 pub mod file;
 pub mod graph;
 pub mod impair;
+pub mod logs;
 pub mod namespaces;
 pub mod node_api;
 pub mod paths;

@@ -198,6 +198,32 @@ fn a_lab_comes_up_forwards_on_every_wire_and_goes_down_without_a_trace() {
     let present = run(&["--socket", &socket, "topology", "get", "-n", &name, "r1"]);
     assert!(present.status.success(), "{}", text(&present));
 
+    // The logs: one node's daemon, or all of them and the supervisor's, prefixed.
+    let node_log = text(&run(&["lab", "logs", "node-a", "--lab", &name]));
+    assert!(node_log.contains("xwired ready"), "{node_log}");
+    assert!(!node_log.contains("[node-a]"), "{node_log}");
+    let last = run(&["lab", "logs", "node-a", "--lab", &name, "-n", "2"]);
+    assert_eq!(
+        String::from_utf8_lossy(&last.stdout).lines().count(),
+        2,
+        "{}",
+        text(&last)
+    );
+    let all = text(&run(&["lab", "logs", "--lab", &name]));
+    for prefix in ["[supervisor] ", "[node-a] ", "[node-b] "] {
+        assert!(
+            all.lines().any(|l| l.starts_with(prefix)),
+            "{prefix} in {all}"
+        );
+    }
+    let nobody = run(&["lab", "logs", "node-z", "--lab", &name]);
+    assert!(!nobody.status.success());
+    assert!(
+        text(&nobody).contains("has no node node-z"),
+        "{}",
+        text(&nobody)
+    );
+
     // Down by the lab's file.
     let out = run(&["lab", "down", lab.file.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out));

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand, ValueEnum};
 use xwire_control::impairment::Impairment;
 use xwire_lab::impair::Directions;
-use xwire_lab::{self as lab, bench, capture, down, edit, graph, impair, status, supervisor, up};
+use xwire_lab::{
+    self as lab, bench, capture, down, edit, graph, impair, logs, status, supervisor, up,
+};
 use xwire_proto::local::{CaptureCall, CaptureDirection};
 
 /// A direction of a link: from its first endpoint in the lab file (A) to its second (B),
@@ -163,6 +165,22 @@ pub enum LabCommand {
     },
     /// The labs that are up (or that left something behind for `lab down` to remove).
     List,
+    /// The logs of a node's daemon, or of the supervisor and every daemon (each line
+    /// prefixed by where it came from). What the daemons log is set by XWIRE_LOG (or
+    /// RUST_LOG) in the environment of `lab up`, e.g. XWIRE_LOG=debug.
+    Logs {
+        /// The node whose daemon's log to show (default: all, and the supervisor's).
+        node: Option<String>,
+        /// The lab (needed only when several are up).
+        #[arg(long)]
+        lab: Option<String>,
+        /// Only the last N lines of each log.
+        #[arg(long, short = 'n', value_name = "N")]
+        lines: Option<usize>,
+        /// Keep printing lines as they are written, until Ctrl-C or the lab goes down.
+        #[arg(long, short)]
+        follow: bool,
+    },
     /// Prints the lab's topology as a graph: nodes holding their pods, and each wire with
     /// its uid, interfaces, kind and carrier. Mermaid renders on GitHub and in many
     /// editors; `--format dot | dot -Tpng` draws it with Graphviz.
@@ -275,6 +293,21 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
                 GraphFormat::Dot => graph::Format::Dot,
             };
             print!("{}", graph::render(&lab, &status, format));
+        }
+        LabCommand::Logs {
+            node,
+            lab: name,
+            lines,
+            follow,
+        } => {
+            let lab = lab::pick_lab(name.as_deref())?;
+            logs::show(
+                &lab,
+                node.as_deref(),
+                lines,
+                follow,
+                &mut std::io::stdout().lock(),
+            )?;
         }
         LabCommand::List => {
             for name in down::labs_present() {
