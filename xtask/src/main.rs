@@ -1,9 +1,11 @@
 //! `cargo xtask demo` (the main job) and `cargo xtask test` (every check CI runs);
-//! `cargo xtask image [ARCHIVE]` builds the container image the DaemonSet runs.
+//! `cargo xtask image [ARCHIVE]` builds the container image the DaemonSet runs;
+//! `cargo xtask docs [DIR]` writes the binaries' man pages and shell completions.
 //! Both install the Debian packages they need first when they run as root, and otherwise
 //! say what to install.
 
 mod demo;
+mod docs;
 mod image;
 mod libtest;
 mod system;
@@ -21,8 +23,11 @@ fn main() -> ExitCode {
         "demo" => demo(),
         "test" => test(),
         "image" => image::image(std::env::args().nth(2).map(Into::into)),
+        "docs" => {
+            ensure_packages().and_then(|()| docs::docs(std::env::args().nth(2).map(Into::into)))
+        }
         _ => {
-            eprintln!("usage: cargo xtask demo | test | image [ARCHIVE]");
+            eprintln!("usage: cargo xtask demo | test | image [ARCHIVE] | docs [DIR]");
             return ExitCode::from(2);
         }
     };

@@ -151,6 +151,8 @@ fn parse_mac(s: &str) -> Result<[u8; 6], String> {
 /// An error is one line on standard error and exit status 1, whatever RUST_BACKTRACE
 /// says.
 fn main() -> std::process::ExitCode {
+    // `cargo xtask docs`: man pages and completions (see the xwire-cli-docs crate).
+    xwire_cli_docs::generate_if_asked(<Cli as clap::CommandFactory>::command);
     match dispatch() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -31,6 +31,8 @@ struct Args {
 /// An error is one line on standard error and exit status 1, whatever RUST_BACKTRACE
 /// says.
 fn main() -> std::process::ExitCode {
+    // `cargo xtask docs`: man pages and completions (see the xwire-cli-docs crate).
+    xwire_cli_docs::generate_if_asked(<Args as clap::CommandFactory>::command);
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

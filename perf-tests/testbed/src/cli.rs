@@ -41,4 +41,28 @@ pub fn assert_explains_itself(command: &clap::Command, binary: &str) {
     );
     let version = version_line(command);
     assert!(version.starts_with(&format!("{binary} ")), "{version}");
+    assert_documents_itself(command, binary);
+}
+
+/// What `cargo xtask docs` writes for `command`: a man page for it and for each visible
+/// subcommand, naming its options, and completions that offer the subcommands.
+fn assert_documents_itself(command: &clap::Command, binary: &str) {
+    let dir = crate::cluster::TempDir::new(&format!("docs-{binary}"));
+    let written = xwire_cli_docs::write(command.clone(), &dir.0).expect("write the docs");
+    let page = std::fs::read_to_string(dir.0.join("man").join(format!("{binary}.1"))).unwrap();
+    assert!(page.contains(&format!(".TH {binary} 1")), "{page}");
+    let bash =
+        std::fs::read_to_string(dir.0.join("completions").join(format!("{binary}.bash"))).unwrap();
+    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = format!("{binary}-{}.1", sub.get_name());
+        assert!(
+            written.iter().any(|f| f.ends_with(&name)),
+            "no man page {name} in {written:?}"
+        );
+        assert!(
+            bash.contains(sub.get_name()),
+            "{} not completed",
+            sub.get_name()
+        );
+    }
 }

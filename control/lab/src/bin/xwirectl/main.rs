@@ -152,6 +152,8 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 /// An error is one line on standard error and exit status 1, whatever RUST_BACKTRACE
 /// says: a refused file or an unknown object is the user's to fix, not a crash.
 fn main() -> std::process::ExitCode {
+    // `cargo xtask docs`: man pages and completions (see the xwire-cli-docs crate).
+    xwire_cli_docs::generate_if_asked(<Args as clap::CommandFactory>::command);
     match run() {
         Ok(code) => code,
         Err(e) => {
