@@ -249,7 +249,7 @@ fn logs_with(label: &str, env: &[(&str, &str)]) -> String {
     for (key, value) in env {
         command.env(key, value);
     }
-    let mut child = command.spawn().unwrap();
+    let child = command.spawn().unwrap();
     let asked = support::eventually(std::time::Duration::from_secs(10), || {
         xwire_api_client::call(
             &socket,
