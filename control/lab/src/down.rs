@@ -21,6 +21,7 @@ const SUPERVISOR_GRACE: Duration = Duration::from_secs(8);
 /// What `down` removed.
 #[derive(Debug, Default)]
 pub struct Removed {
+    pub containers: usize,
     pub processes: usize,
     pub namespaces: usize,
 }
@@ -81,6 +82,9 @@ pub fn clear(paths: &LabPaths) -> Removed {
         }
         removed.processes += 1;
     }
+    // Containers before the processes in the lab's namespaces: podman stops its own, and
+    // forgets them.
+    removed.containers = super::containers::remove_all(&paths.name);
     let lab_namespaces: Vec<String> = namespaces::all()
         .into_iter()
         .filter(|n| paths.owns_netns(n))

@@ -11,7 +11,7 @@ use xwire_proto::local::{Request, TopologyQuery};
 use super::file::{self, Lab, LabLink};
 use super::paths::LabPaths;
 use super::up::{call_plugin, wait_for_wires, Binaries};
-use super::{namespaces, node_api, status};
+use super::{containers, namespaces, node_api, status};
 
 /// What an edit changed.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -43,6 +43,9 @@ pub fn plan(old: &Lab, new: &Lab) -> Result<Changes> {
         if let Some(was) = old.pods.get(pod) {
             if was != node {
                 bail!("pod {pod} moved from {was} to {node}: remove it in one edit and add it in the next");
+            }
+            if old.containers.get(pod) != new.containers.get(pod) {
+                bail!("pod {pod}'s container (image, cmd, env, binds or exec) changed: remove the pod in one edit and add it in the next");
             }
         }
     }
@@ -84,14 +87,19 @@ pub fn edit(file: &Path, binaries: &Binaries) -> Result<(Lab, Changes)> {
         .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?
         .name;
     let old = status::read_lab(&name)?;
-    let new =
+    let mut new =
         file::parse(&text, Some(&old)).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    containers::resolve_binds(&mut new, file);
     let changes = plan(&old, &new)?;
+    containers::check(&new)?;
     if changes.is_empty() {
         return Ok((new, changes));
     }
     let paths = LabPaths::new(&name)?;
     for pod in &changes.pods_removed {
+        if old.containers.contains_key(pod) {
+            containers::remove(&old, pod)?;
+        }
         call_plugin(&paths, binaries, "DEL", pod, &old.pods[pod])?;
     }
     for pod in &changes.pods_added {
@@ -131,5 +139,11 @@ pub fn edit(file: &Path, binaries: &Binaries) -> Result<(Lab, Changes)> {
     }
     std::fs::write(paths.lab_file(), serde_json::to_vec_pretty(&new)?)?;
     wait_for_wires(&new, &paths)?;
+    for pod in &changes.pods_added {
+        if let Some(container) = new.containers.get(pod) {
+            containers::start(&new, pod, container)?;
+            containers::run_exec(&new, pod, container)?;
+        }
+    }
     Ok((new, changes))
 }

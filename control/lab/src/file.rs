@@ -27,6 +27,28 @@ pub struct Lab {
     /// Pod name to the node it runs on.
     pub pods: BTreeMap<String, String>,
     pub links: Vec<LabLink>,
+    /// The pods that run as containers (with podman, in the pod's namespace), by pod.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub containers: BTreeMap<String, Container>,
+}
+
+/// What a pod with an `image:` runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Container {
+    /// An image in the local store (never pulled).
+    pub image: String,
+    /// The command, instead of the image's own (`None`: the image's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmd: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// `HOST:CONTAINER[:OPTIONS]` mounts; a relative host path is relative to the lab
+    /// file's directory (made absolute by `lab up`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub binds: Vec<String>,
+    /// Commands run in the container (with `sh -c`), in order, once its wires are up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exec: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -101,6 +123,19 @@ struct RawLab {
 #[serde(deny_unknown_fields)]
 struct RawPod {
     node: Spanned<String>,
+    image: Option<Spanned<String>>,
+    cmd: Option<Spanned<RawCommand>>,
+    env: Option<Spanned<BTreeMap<String, String>>>,
+    binds: Option<Spanned<Vec<Spanned<String>>>>,
+    exec: Option<Spanned<Vec<String>>>,
+}
+
+/// A command: a list of words, or one string split at white space.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawCommand {
+    Words(Vec<String>),
+    Line(String),
 }
 
 #[derive(Deserialize)]
@@ -156,6 +191,7 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
         return Err(at(raw.nodes[MAX_NODES].span(), message));
     }
     let mut pods = BTreeMap::new();
+    let mut containers = BTreeMap::new();
     for (name, pod) in &raw.pods {
         check_name(name, "pod name", 63)?;
         if !nodes.iter().any(|n| n == pod.node.as_str()) {
@@ -167,6 +203,9 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
             return Err(at(pod.node.span(), message));
         }
         pods.insert(name.to_string(), pod.node.to_string());
+        if let Some(container) = check_container(name, pod)? {
+            containers.insert(name.to_string(), container);
+        }
     }
     let links = check_links(&raw.links, &pods, previous)?;
     let lab = Lab {
@@ -174,6 +213,7 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
         nodes,
         pods,
         links,
+        containers,
     };
     // What the daemons will be given must pass their own checks too.
     for t in topologies(&lab) {
@@ -184,6 +224,81 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
         })?;
     }
     Ok(lab)
+}
+
+/// The container of pod `name`, when it names an image; the container fields without
+/// an image are refused.
+fn check_container(
+    name: &Spanned<String>,
+    pod: &RawPod,
+) -> Result<Option<Container>, LabFileError> {
+    let Some(image) = &pod.image else {
+        let stray = [
+            pod.cmd.as_ref().map(|c| c.span()),
+            pod.env.as_ref().map(|e| e.span()),
+            pod.binds.as_ref().map(|b| b.span()),
+            pod.exec.as_ref().map(|e| e.span()),
+        ];
+        if let Some(span) = stray.into_iter().flatten().next() {
+            let message = format!(
+                "pod {} has no `image`: cmd, env, binds and exec are for a pod that runs a container",
+                name.as_str()
+            );
+            return Err(at(span, message));
+        }
+        return Ok(None);
+    };
+    if image.trim().is_empty() || image.contains(char::is_whitespace) {
+        return Err(at(
+            image.span(),
+            "`image` must name an image, e.g. localhost/xwire-busybox:latest",
+        ));
+    }
+    let cmd = match pod.cmd.as_ref().map(|c| (c.span(), &**c)) {
+        None => None,
+        Some((span, RawCommand::Words(words))) if words.is_empty() => {
+            return Err(at(span, "`cmd` is empty"))
+        }
+        Some((_, RawCommand::Words(words))) => Some(words.clone()),
+        Some((span, RawCommand::Line(line))) => {
+            let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+            if words.is_empty() {
+                return Err(at(span, "`cmd` is empty"));
+            }
+            Some(words)
+        }
+    };
+    let env = pod.env.as_ref().map(|e| (**e).clone()).unwrap_or_default();
+    if let Some(bad) = env.keys().find(|k| k.is_empty() || k.contains('=')) {
+        let span = pod.env.as_ref().map(|e| e.span()).expect("env is there");
+        return Err(at(
+            span,
+            format!("environment variable name {bad:?} is not valid"),
+        ));
+    }
+    let mut binds = Vec::new();
+    for bind in pod.binds.iter().flat_map(|b| b.iter()) {
+        let parts: Vec<&str> = bind.split(':').collect();
+        let well_formed =
+            matches!(parts.len(), 2 | 3) && !parts[0].is_empty() && parts[1].starts_with('/');
+        if !well_formed {
+            return Err(at(
+                bind.span(),
+                format!(
+                    "bind {:?} is not HOST:CONTAINER[:OPTIONS] with an absolute CONTAINER path",
+                    bind.as_str()
+                ),
+            ));
+        }
+        binds.push(bind.to_string());
+    }
+    Ok(Some(Container {
+        image: image.to_string(),
+        cmd,
+        env,
+        binds,
+        exec: pod.exec.as_ref().map(|e| (**e).clone()).unwrap_or_default(),
+    }))
 }
 
 fn check_links(

@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod capture;
 mod chart;
+pub mod containers;
 pub mod down;
 pub mod edit;
 pub mod file;
@@ -56,20 +57,31 @@ pub fn lab_with_pod(lab_name: Option<&str>, pod: &str) -> Result<Lab> {
     }
 }
 
-/// Runs `command` inside `pod`'s namespace with this terminal; returns its exit code.
+/// Runs `command` inside `pod` (its container, for a pod that runs one; else its
+/// namespace) with this terminal; returns its exit code.
 pub fn exec(lab: &Lab, pod: &str, command: &[String]) -> Result<i32> {
     let Some((program, args)) = command.split_first() else {
         bail!("no command to run (xwirectl lab exec POD -- COMMAND ARGS...)");
     };
+    if lab.containers.contains_key(pod) {
+        let status = containers::exec_command(lab, pod, command)
+            .status()
+            .map_err(|e| anyhow::anyhow!("cannot run podman exec in pod {pod}: {e}"))?;
+        return Ok(exit_code(status));
+    }
     let ns = namespaces::open(&LabPaths::of(lab).pod_netns(pod))?;
     let status = ns
         .run("run a command in a pod", || {
             std::process::Command::new(program).args(args).status()
         })?
         .map_err(|e| anyhow::anyhow!("cannot run {program} in pod {pod}: {e}"))?;
-    Ok(status
+    Ok(exit_code(status))
+}
+
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    status
         .code()
-        .unwrap_or(128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)))
+        .unwrap_or(128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0))
 }
 
 /// A lab's name, given as itself or as the path of its lab file: an argument that names

@@ -10,6 +10,7 @@ use netlink_packet_route::link::LinkAttribute;
 use serde::Serialize;
 use xwire_proto::local::{LinkEndCounters, PeerCounters, Request};
 
+use super::containers;
 use super::file::{Lab, LabLink};
 use super::namespaces;
 use super::node_api;
@@ -24,9 +25,14 @@ pub struct LabStatus {
 }
 
 impl LabStatus {
-    /// Every node's daemon answers and every wire is up.
+    /// Every node's daemon answers, every wire is up and every container runs.
     pub fn all_up(&self) -> bool {
-        self.nodes.iter().all(|n| n.daemon_up) && self.wires.iter().all(|w| w.state == "up")
+        self.nodes.iter().all(|n| n.daemon_up)
+            && self.wires.iter().all(|w| w.state == "up")
+            && self
+                .pods
+                .iter()
+                .all(|p| p.container.as_deref().is_none_or(|c| c == "running"))
     }
 }
 
@@ -51,6 +57,12 @@ pub struct PodStatus {
     pub name: String,
     pub node: String,
     pub netns: String,
+    /// The image a pod that runs a container runs, and its container's state as podman
+    /// says it (`running`, `exited`, ..., or `missing`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -134,6 +146,11 @@ pub fn status(lab: &Lab) -> LabStatus {
             name: pod.clone(),
             node: node.clone(),
             netns: paths.pod_netns(pod),
+            image: lab.containers.get(pod).map(|c| c.image.clone()),
+            container: lab
+                .containers
+                .contains_key(pod)
+                .then(|| containers::state(lab, pod)),
         })
         .collect();
     let states = node_api::wire_states(lab, &paths);
@@ -255,9 +272,19 @@ pub fn render(status: &LabStatus) -> String {
             n.name, n.underlay_address, n.metrics
         ));
     }
-    out.push_str(&format!("\n{:<16} {:<16} {}\n", "POD", "NODE", "NETNS"));
+    out.push_str(&format!(
+        "\n{:<16} {:<16} {:<24} {}\n",
+        "POD", "NODE", "NETNS", "CONTAINER"
+    ));
     for p in &status.pods {
-        out.push_str(&format!("{:<16} {:<16} {}\n", p.name, p.node, p.netns));
+        let container = match (&p.image, &p.container) {
+            (Some(image), Some(state)) => format!("{image} ({state})"),
+            _ => "-".into(),
+        };
+        out.push_str(&format!(
+            "{:<16} {:<16} {:<24} {container}\n",
+            p.name, p.node, p.netns
+        ));
     }
     out.push_str(&format!(
         "\n{:>5}  {:<33} {:<7} {:<9} {:>12} {:>12} {:>8}  {}\n",

@@ -15,7 +15,7 @@ use xwire_proto::local::Request;
 
 use super::file::{self, Lab};
 use super::paths::{self, LabPaths, NODE_PORT, UNDERLAY_MTU};
-use super::{down, namespaces, node_api};
+use super::{containers, down, namespaces, node_api};
 use xwire_control::interfaces::{create_veth, EndSettings};
 
 /// Where to look first for xwired, the plugin and xwire-pktgen (another build, say).
@@ -92,7 +92,9 @@ fn catch_interrupts() -> Result<()> {
 /// Brings the lab in `file` up; returns it once every wire is up.
 pub fn up(file: &Path, binaries: &Binaries) -> Result<Lab> {
     let text = std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?;
-    let lab = file::parse(&text, None).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let mut lab =
+        file::parse(&text, None).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    containers::resolve_binds(&mut lab, file);
     let paths = LabPaths::new(&lab.name)?;
     if paths.dir.exists() || namespaces::all().iter().any(|n| paths.owns_netns(n)) {
         bail!(
@@ -100,8 +102,10 @@ pub fn up(file: &Path, binaries: &Binaries) -> Result<Lab> {
             lab.name
         );
     }
+    // Before anything is made: a missing image is said at once.
+    containers::check(&lab)?;
     catch_interrupts()?;
-    let steps = 4 + lab.nodes.len() * 2 + lab.pods.len() * 2;
+    let steps = 4 + lab.nodes.len() * 2 + lab.pods.len() * 2 + lab.containers.len();
     let progress = ProgressBar::new(steps as u64).with_style(
         ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {msg}")
             .expect("a valid template")
@@ -191,7 +195,14 @@ fn build(lab: &Lab, paths: &LabPaths, binaries: &Binaries, progress: &ProgressBa
         call_plugin(paths, binaries, "ADD", pod, node)?;
     }
     step("waiting for every wire".into())?;
-    wait_for_wires(lab, paths)
+    wait_for_wires(lab, paths)?;
+    // The namespace first, then the container: it starts with its interfaces in place.
+    for (pod, container) in &lab.containers {
+        step(format!("pod {pod}: container {}", container.image))?;
+        containers::start(lab, pod, container)?;
+        containers::run_exec(lab, pod, container)?;
+    }
+    Ok(())
 }
 
 fn write_node_files(lab: &Lab, paths: &LabPaths) -> Result<()> {

@@ -93,9 +93,9 @@ fn unknown_fields_are_refused_where_they_are() {
     let e = refused("name: demo\n", "name: demo\ncolour: blue\n");
     assert_eq!(e.line, 2, "{e}");
     assert!(e.message.contains("colour"), "{e}");
-    let e = refused("r3: {node: node-b}", "r3: {node: node-b, image: frr}");
+    let e = refused("r3: {node: node-b}", "r3: {node: node-b, imag: frr}");
     assert_eq!(e.line, 6, "{e}");
-    assert!(e.message.contains("image"), "{e}");
+    assert!(e.message.contains("imag"), "{e}");
 }
 
 #[test]
@@ -181,4 +181,39 @@ fn a_changed_file_keeps_the_uids_its_unchanged_links_were_given() {
     let swapped = DEMO.replace("[r2:eth2, r3:eth2]", "[r3:eth2, r2:eth2]");
     let again = parse(&swapped, Some(&before)).unwrap();
     assert_eq!(again.links[2].uid, 1);
+}
+
+#[test]
+fn a_pod_with_an_image_is_a_container_and_its_fields_need_the_image() {
+    let lab = parse(
+        &DEMO.replacen(
+            "r1: {node: node-a}",
+            "r1: {node: node-a, image: localhost/box:1, cmd: sleep 60, env: {A: b}, \
+             binds: [\"data:/data:ro\"], exec: [\"ip link set lo up\"]}",
+            1,
+        ),
+        None,
+    )
+    .unwrap();
+    let r1 = &lab.containers["r1"];
+    assert_eq!(r1.image, "localhost/box:1");
+    assert_eq!(
+        r1.cmd.as_deref(),
+        Some(&["sleep".to_owned(), "60".to_owned()][..])
+    );
+    assert_eq!(r1.env["A"], "b");
+    assert_eq!(r1.binds, ["data:/data:ro"]);
+    assert_eq!(r1.exec, ["ip link set lo up"]);
+    assert!(!lab.containers.contains_key("r2"));
+
+    let e = refused("r2: {node: node-a}", "r2: {node: node-a, cmd: [sleep, 1]}");
+    assert!(e.message.contains("pod r2 has no `image`"), "{e}");
+    assert_eq!(e.line, 5);
+    let e = refused(
+        "r2: {node: node-a}",
+        "r2: {node: node-a, image: x, binds: [\"/data\"]}",
+    );
+    assert!(e.message.contains("HOST:CONTAINER"), "{e}");
+    let e = refused("r2: {node: node-a}", "r2: {node: node-a, image: \"\"}");
+    assert!(e.message.contains("must name an image"), "{e}");
 }

@@ -326,8 +326,12 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
         LabCommand::Down { name } => {
             let name = name.map(|n| lab::name_or_file(&n)).transpose()?;
             let (name, removed) = down::down(name.as_deref())?;
+            let containers = match removed.containers {
+                0 => String::new(),
+                n => format!("{n} containers and "),
+            };
             println!(
-                "lab {name} is down: {} processes stopped, {} namespaces removed",
+                "lab {name} is down: {containers}{} processes stopped, {} namespaces removed",
                 removed.processes, removed.namespaces
             );
         }

@@ -1,0 +1,252 @@
+//! Pods that run a container image: podman runs each in the network namespace the lab made
+//! and wired for its pod (`--network ns:PATH`), so the container sees exactly the pod's
+//! interfaces. Images come from the local store only (`--pull never`): a missing one is
+//! named, with how to build or load it, before the lab makes anything.
+//!
+//! Podman is run as this machine needs it (see `../shared/clients/README.md`): runc
+//! where it is installed (crun cannot run in a hybrid cgroup layout), cgroupfs, and file
+//! limits no higher than this process's own hard limit.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use anyhow::{bail, Context, Result};
+
+use super::file::{Container, Lab};
+use super::paths::LabPaths;
+
+/// The label every lab container carries, with its lab's name: how `lab down` finds them,
+/// also when nothing else of the lab is left.
+pub const LAB_LABEL: &str = "dev.xwire.lab";
+
+/// The container of `pod` in lab `lab`.
+pub fn container_name(lab: &str, pod: &str) -> String {
+    format!("xwire-lab-{lab}-{pod}")
+}
+
+fn podman() -> Command {
+    let mut command = Command::new("podman");
+    if on_path("runc") {
+        command.args(["--runtime", "runc"]);
+    }
+    command.args(["--cgroup-manager", "cgroupfs"]);
+    command
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .any(|dir| dir.join(program).is_file())
+}
+
+fn output(command: &mut Command, what: &str) -> Result<Output> {
+    let out = command
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("{what}: cannot run podman (apt-get install podman runc)"))?;
+    Ok(out)
+}
+
+fn checked(command: &mut Command, what: &str) -> Result<String> {
+    let out = output(command, what)?;
+    if !out.status.success() {
+        bail!("{what}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Makes every bind's relative host path absolute, from the directory of the lab file
+/// `file`.
+pub fn resolve_binds(lab: &mut Lab, file: &Path) {
+    let parent = file.parent().filter(|p| !p.as_os_str().is_empty());
+    let base = std::fs::canonicalize(parent.unwrap_or(Path::new(".")))
+        .unwrap_or_else(|_| parent.unwrap_or(Path::new(".")).to_path_buf());
+    for container in lab.containers.values_mut() {
+        for bind in &mut container.binds {
+            if !bind.starts_with('/') {
+                *bind = format!("{}/{bind}", base.display());
+            }
+        }
+    }
+}
+
+/// Refuses a lab whose images are not in the local store, or whose binds name host paths
+/// that do not exist: before anything is made.
+pub fn check(lab: &Lab) -> Result<()> {
+    if lab.containers.is_empty() {
+        return Ok(());
+    }
+    if !on_path("podman") {
+        bail!(
+            "pods {} run images, and podman is not installed (apt-get install podman runc)",
+            lab.containers
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let mut missing = Vec::new();
+    for (pod, container) in &lab.containers {
+        let out = output(
+            podman().args(["image", "exists", &container.image]),
+            "look for an image",
+        )?;
+        if !out.status.success() {
+            missing.push(format!("{} (pod {pod})", container.image));
+        }
+        for bind in &container.binds {
+            let host = bind.split(':').next().unwrap_or_default();
+            if !Path::new(host).exists() {
+                bail!("pod {pod}: bind {bind}: {host} does not exist");
+            }
+        }
+    }
+    if !missing.is_empty() {
+        missing.dedup();
+        bail!(
+            "not in the local image store: {}. A lab never pulls: build the image \
+             (podman build -t NAME DIR) or load it (podman load -i ARCHIVE) first",
+            missing.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Starts pod `pod`'s container in its namespace, detached.
+pub fn start(lab: &Lab, pod: &str, container: &Container) -> Result<()> {
+    let paths = LabPaths::of(lab);
+    let netns = xwire_netns::named::path(&paths.pod_netns(pod));
+    let nofile = hard_file_limit();
+    let mut command = podman();
+    command
+        .args(["run", "--detach", "--pull", "never", "--name"])
+        .arg(container_name(&lab.name, pod))
+        .arg("--label")
+        .arg(format!("{LAB_LABEL}={}", lab.name))
+        .arg("--network")
+        .arg(format!("ns:{}", netns.display()))
+        .args(["--hostname", pod])
+        // What a router image needs to configure its interfaces and send raw frames.
+        .args(["--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW"])
+        .arg("--ulimit")
+        .arg(format!("nofile={nofile}:{nofile}"))
+        .args(["--ulimit", "nproc=4096:4096"]);
+    for (key, value) in &container.env {
+        command.arg("--env").arg(format!("{key}={value}"));
+    }
+    for bind in &container.binds {
+        command.arg("--volume").arg(bind);
+    }
+    command.arg(&container.image);
+    if let Some(cmd) = &container.cmd {
+        command.args(cmd);
+    }
+    checked(&mut command, &format!("pod {pod}: start its container"))?;
+    Ok(())
+}
+
+/// Runs the pod's `exec` commands in its container, in order; the first that fails stops
+/// the lab's start, with its output.
+pub fn run_exec(lab: &Lab, pod: &str, container: &Container) -> Result<()> {
+    for line in &container.exec {
+        let out = output(
+            podman()
+                .arg("exec")
+                .arg(container_name(&lab.name, pod))
+                .args(["sh", "-c", line]),
+            "exec",
+        )?;
+        if !out.status.success() {
+            let said = format!(
+                "{} {}",
+                String::from_utf8_lossy(&out.stdout).trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            bail!(
+                "pod {pod}: exec {line:?} failed ({}): {}",
+                out.status,
+                said.trim()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The command that runs `command` inside pod `pod`'s container (`lab exec`), with a
+/// terminal when this process has one.
+pub fn exec_command(lab: &Lab, pod: &str, command: &[String]) -> Command {
+    use std::io::IsTerminal;
+    let mut podman = podman();
+    podman.arg("exec").arg("--interactive");
+    if std::io::stdin().is_terminal() && std::io::stdout().is_terminal() {
+        podman.arg("--tty");
+    }
+    podman.arg(container_name(&lab.name, pod)).args(command);
+    podman
+}
+
+/// The container's state as podman says it (`running`, `exited`, ...), or `missing`.
+pub fn state(lab: &Lab, pod: &str) -> String {
+    let out = output(
+        podman()
+            .args(["container", "inspect", "--format", "{{.State.Status}}"])
+            .arg(container_name(&lab.name, pod)),
+        "inspect",
+    );
+    match out {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        _ => "missing".into(),
+    }
+}
+
+/// Removes pod `pod`'s container.
+pub fn remove(lab: &Lab, pod: &str) -> Result<()> {
+    checked(
+        podman()
+            .args(["rm", "--force", "--ignore", "--time", "0"])
+            .arg(container_name(&lab.name, pod)),
+        &format!("pod {pod}: remove its container"),
+    )
+    .map(drop)
+}
+
+/// Removes every container of lab `name` (by its label), running or not; returns how
+/// many. Nothing to do, and no podman run, when podman is not installed.
+pub fn remove_all(name: &str) -> usize {
+    if !on_path("podman") {
+        return 0;
+    }
+    let listed = checked(
+        podman()
+            .args(["ps", "--all", "--quiet", "--filter"])
+            .arg(format!("label={LAB_LABEL}={name}")),
+        "list the lab's containers",
+    );
+    let ids: Vec<String> = match listed {
+        Ok(text) => text.split_whitespace().map(str::to_owned).collect(),
+        Err(e) => {
+            eprintln!("{e:#}");
+            return 0;
+        }
+    };
+    if ids.is_empty() {
+        return 0;
+    }
+    if let Err(e) = checked(
+        podman().args(["rm", "--force", "--time", "0"]).args(&ids),
+        "remove the lab's containers",
+    ) {
+        eprintln!("{e:#}");
+    }
+    ids.len()
+}
+
+/// This process's hard limit of open files: podman's default (about a million) is more
+/// than an unprivileged VM lets a container set, and the start fails.
+fn hard_file_limit() -> u64 {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map(|(_, hard)| hard.min(1 << 20))
+        .unwrap_or(1024)
+}

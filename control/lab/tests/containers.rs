@@ -1,0 +1,156 @@
+//! Pods that run container images with podman (examples/containers.yaml, its image built
+//! by the example's own script): wired, reachable from inside their containers, and gone
+//! with the lab, also after a `kill -9`.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Once;
+use std::time::Duration;
+
+use support::eventually;
+use support::lab::{run, text, unique, Lab};
+
+const IMAGE: &str = "localhost/xwire-busybox:latest";
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+}
+
+/// Builds the example's image, as its instructions say, once per test process.
+fn example_image() {
+    static BUILD: Once = Once::new();
+    BUILD.call_once(|| {
+        let script = repo().join("examples/containers/build-image.sh");
+        let out = Command::new(&script).output().expect("run build-image.sh");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}
+
+fn lab_containers(name: &str) -> Vec<String> {
+    let out = Command::new("podman")
+        .args(["ps", "--all", "--format", "{{.Names}}", "--filter"])
+        .arg(format!("label=dev.xwire.lab={name}"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn namespaces_of(name: &str) -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&format!("xl.{name}")))
+        .collect()
+}
+
+/// The example lab, named `name`, its bind taken from the example's directory.
+fn example(name: &str) -> String {
+    let yaml = std::fs::read_to_string(repo().join("examples/containers.yaml")).unwrap();
+    let motd = repo().join("examples/containers/motd");
+    yaml.replace("name: boxes", &format!("name: {name}"))
+        .replace("containers/motd:", &format!("{}:", motd.display()))
+}
+
+fn in_pod(lab: &Lab, pod: &str, command: &[&str]) -> (bool, String) {
+    let out = lab.exec(pod, command);
+    (out.status.success(), text(&out))
+}
+
+#[test]
+fn pods_run_their_images_in_their_wired_namespaces_and_leave_nothing_behind() {
+    example_image();
+    let name = unique("ctr");
+    let lab = Lab::up(&name, &example(&name));
+    let status = lab.status();
+    for pod in status["pods"].as_array().unwrap() {
+        assert_eq!(pod["image"], IMAGE, "{pod}");
+        assert_eq!(pod["container"], "running", "{pod}");
+    }
+    assert_eq!(lab_containers(&name).len(), 3);
+
+    // From inside the containers, across the local wire and both remote ones.
+    for (pod, address) in [
+        ("r1", "10.0.12.2"),
+        ("r1", "10.0.13.2"),
+        ("r3", "10.0.23.1"),
+    ] {
+        assert!(
+            eventually(Duration::from_secs(15), || {
+                in_pod(&lab, pod, &["ping", "-c", "1", "-W", "1", address]).0
+            }),
+            "{pod} -> {address}"
+        );
+    }
+    // It is the container that runs the command: its process 1 is the image's command,
+    // its host name the pod's, and the lab file's env, bind and exec took effect.
+    let (_, init) = in_pod(&lab, "r1", &["cat", "/proc/1/cmdline"]);
+    assert!(init.starts_with("/bin/sh"), "{init}");
+    assert_eq!(in_pod(&lab, "r2", &["hostname"]).1.trim(), "r2");
+    assert_eq!(
+        in_pod(&lab, "r1", &["cat", "/tmp/ready"]).1.trim(),
+        "edge 1"
+    );
+    assert_eq!(
+        in_pod(&lab, "r1", &["cat", "/etc/motd"]).1.trim(),
+        "Welcome to an xwire lab box."
+    );
+    let code = lab.exec("r2", &["sh", "-c", "exit 4"]).status.code();
+    assert_eq!(code, Some(4));
+
+    // Everything of the lab but its containers killed hard; down still removes them.
+    for pid in lab.pids() {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let out = run(&["lab", "down", &name]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("3 containers"), "{}", text(&out));
+    assert_eq!(lab_containers(&name), Vec::<String>::new());
+    assert_eq!(namespaces_of(&name), Vec::<String>::new());
+    assert!(!Path::new("/run/xwire/labs").join(&name).exists());
+}
+
+#[test]
+fn a_missing_image_is_named_with_how_to_build_it_before_anything_is_made() {
+    let name = unique("noimg");
+    let yaml = format!(
+        "name: {name}\nnodes: [n1]\npods:\n  r1: {{node: n1, image: localhost/xwire-no-such-image:1}}\n  r2: {{node: n1}}\nlinks:\n  - endpoints: [r1:eth1, r2:eth1]\n"
+    );
+    let lab = Lab::write(&name, &yaml);
+    let out = run(&["lab", "up", lab.file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let said = text(&out);
+    assert!(
+        said.contains("localhost/xwire-no-such-image:1 (pod r1)"),
+        "{said}"
+    );
+    assert!(
+        said.contains("podman build") && said.contains("podman load"),
+        "{said}"
+    );
+    assert!(!said.contains("backtrace"), "{said}");
+    assert_eq!(namespaces_of(&name), Vec::<String>::new());
+    assert!(!Path::new("/run/xwire/labs").join(&name).exists());
+}
