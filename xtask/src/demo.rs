@@ -14,6 +14,28 @@ use crate::system::run;
 const LAB_FILE: &str = "examples/demo.yaml";
 const LAB: &str = "demo";
 
+/// The running lab's directory, and the file where the demo notes which lab it started:
+/// the supervisor's pid, which names one lab's life (a lab of the same name that someone
+/// brought up since has another).
+const LAB_DIR: &str = "/run/xwire/labs/demo";
+const STARTED: &str = "target/demo-lab-started";
+
+fn supervisor_pid() -> Option<String> {
+    std::fs::read_to_string(Path::new(LAB_DIR).join("supervisor.pid"))
+        .ok()
+        .map(|p| p.trim().to_owned())
+}
+
+fn started_here() -> bool {
+    let noted = std::fs::read_to_string(STARTED).ok();
+    noted.is_some() && noted.map(|n| n.trim().to_owned()) == supervisor_pid()
+}
+
+fn remember_start() -> Result<()> {
+    let pid = supervisor_pid().context("the demo lab has no supervisor pid")?;
+    std::fs::write(STARTED, pid).with_context(|| format!("write {STARTED}"))
+}
+
 pub fn demo() -> Result<()> {
     run(cargo().args([
         "build",
@@ -34,10 +56,20 @@ pub fn demo() -> Result<()> {
         command.arg("lab").args(args);
         command
     };
-    // A demo lab from an earlier run goes first; "no lab named demo" is fine.
-    let _ = lab(&["down", LAB]).output();
+    // A demo lab an earlier run left up goes first, and is said to; one that this task
+    // did not start is left alone.
+    if Path::new(LAB_DIR).exists() {
+        if !started_here() {
+            bail!(
+                "a lab named {LAB} is up that `cargo xtask demo` did not start: take it down                  yourself (xwirectl lab down {LAB}) and run the demo again"
+            );
+        }
+        println!("== taking down the {LAB} lab an earlier `cargo xtask demo` left up");
+        run(&mut lab(&["down", LAB]))?;
+    }
     println!("== xwirectl lab up {LAB_FILE}");
     run(&mut lab(&["up", LAB_FILE]))?;
+    remember_start()?;
 
     println!("\n== a ping across every wire");
     let out = lab(&["status", LAB, "--json"]).output()?;

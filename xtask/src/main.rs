@@ -15,7 +15,7 @@ use std::process::{Command, ExitCode};
 use anyhow::{bail, Result};
 
 use libtest::run_tests;
-use system::{ensure_packages, ensure_root, run};
+use system::{ensure_packages, ensure_root, run, Need};
 
 fn main() -> ExitCode {
     let task = std::env::args().nth(1).unwrap_or_default();
@@ -23,9 +23,8 @@ fn main() -> ExitCode {
         "demo" => demo(),
         "test" => test(),
         "image" => image::image(std::env::args().nth(2).map(Into::into)),
-        "docs" => {
-            ensure_packages().and_then(|()| docs::docs(std::env::args().nth(2).map(Into::into)))
-        }
+        "docs" => ensure_packages(Need::Build)
+            .and_then(|()| docs::docs(std::env::args().nth(2).map(Into::into))),
         _ => {
             eprintln!("usage: cargo xtask demo | test | image [ARCHIVE] | docs [DIR]");
             return ExitCode::from(2);
@@ -41,13 +40,13 @@ fn main() -> ExitCode {
 }
 
 fn demo() -> Result<()> {
-    ensure_packages()?;
+    ensure_packages(Need::Demo)?;
     ensure_root("the demo makes network namespaces")?;
     demo::demo()
 }
 
 fn test() -> Result<()> {
-    ensure_packages()?;
+    ensure_packages(Need::Test)?;
     ensure_root("the tests make network namespaces and veth pairs")?;
     run(cargo().args(["fmt", "--all", "--check"]))?;
     run(cargo().args([

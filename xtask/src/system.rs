@@ -4,12 +4,9 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-/// Debian packages the workspace needs to build and test: libbpf/libxdp (built from source
-/// by xsk-rs) want m4, libelf, zlib, libpcap, pkg-config, clang and llvm; the tests use
-/// iproute2, ping and iperf3 (the remote-wire scenario's TCP transfer); the CNI tests
-/// run podman with its CNI backend (runc, conmon, catatonit, the reference plugins, a
-/// busybox root filesystem) and build a libcni runner with Go.
-const PACKAGES: &[&str] = &[
+/// Debian packages to build the workspace: libbpf/libxdp (built from source by xsk-rs)
+/// want m4, libelf, zlib, libpcap, pkg-config, clang and llvm.
+const BUILD: &[&str] = &[
     "build-essential",
     "pkg-config",
     "m4",
@@ -18,8 +15,16 @@ const PACKAGES: &[&str] = &[
     "libpcap-dev",
     "clang",
     "llvm",
-    "iproute2",
-    "iputils-ping",
+];
+
+/// What the demo runs besides the build: ip and ping, and the font of its bench chart.
+const DEMO: &[&str] = &["iproute2", "iputils-ping", "fonts-dejavu-core"];
+
+/// What the tests run besides the demo's: iperf3 (the remote-wire scenario's TCP
+/// transfer); podman with its CNI backend (runc, conmon, catatonit, the reference
+/// plugins, a static busybox for root filesystems and images) and a libcni runner built
+/// with Go, for the CNI and container tests.
+const TEST: &[&str] = &[
     "iperf3",
     "podman",
     "runc",
@@ -29,8 +34,6 @@ const PACKAGES: &[&str] = &[
     "busybox-static",
     "golang-go",
     "golang-github-appc-cni-dev",
-    // The font `xwirectl lab bench` writes its chart in.
-    "fonts-dejavu-core",
     // A test traces the system calls that create key files and the API socket.
     "strace",
     // The Kubernetes-mode tests run a real etcd beside kube-apiserver (which no package
@@ -41,6 +44,25 @@ const PACKAGES: &[&str] = &[
     // The capture tests read their pcapng files with Wireshark's own reader.
     "tshark",
 ];
+
+/// What a task needs installed.
+#[derive(Clone, Copy)]
+pub enum Need {
+    Build,
+    Demo,
+    Test,
+}
+
+impl Need {
+    fn packages(self) -> Vec<&'static str> {
+        let sets: &[&[&str]] = match self {
+            Need::Build => &[BUILD],
+            Need::Demo => &[BUILD, DEMO],
+            Need::Test => &[BUILD, DEMO, TEST],
+        };
+        sets.concat()
+    }
+}
 
 pub fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("+ {cmd:?}");
@@ -70,10 +92,9 @@ pub fn ensure_root(why: &str) -> Result<()> {
     Ok(())
 }
 
-fn missing_packages() -> Vec<&'static str> {
-    PACKAGES
-        .iter()
-        .copied()
+fn missing_packages(need: Need) -> Vec<&'static str> {
+    need.packages()
+        .into_iter()
         .filter(|p| {
             let out = Command::new("dpkg-query").args(["-W", "-f=${Status}", p]).output();
             !matches!(out, Ok(o) if String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
@@ -81,8 +102,8 @@ fn missing_packages() -> Vec<&'static str> {
         .collect()
 }
 
-pub fn ensure_packages() -> Result<()> {
-    let missing = missing_packages();
+pub fn ensure_packages(need: Need) -> Result<()> {
+    let missing = missing_packages(need);
     if missing.is_empty() {
         return Ok(());
     }

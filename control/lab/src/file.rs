@@ -130,7 +130,7 @@ struct RawPod {
     exec: Option<Spanned<Vec<String>>>,
 }
 
-/// A command: a list of words, or one string split at white space.
+/// A command: a list of words, or one string split into words as a shell would.
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum RawCommand {
@@ -261,7 +261,8 @@ fn check_container(
         }
         Some((_, RawCommand::Words(words))) => Some(words.clone()),
         Some((span, RawCommand::Line(line))) => {
-            let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+            let words =
+                shell_words::split(line).map_err(|e| at(span, format!("`cmd` {line:?}: {e}")))?;
             if words.is_empty() {
                 return Err(at(span, "`cmd` is empty"));
             }

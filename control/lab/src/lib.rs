@@ -13,6 +13,7 @@ pub mod edit;
 pub mod file;
 pub mod graph;
 pub mod impair;
+pub mod import;
 pub mod logs;
 pub mod namespaces;
 pub mod node_api;

@@ -154,3 +154,42 @@ fn a_missing_image_is_named_with_how_to_build_it_before_anything_is_made() {
     assert_eq!(namespaces_of(&name), Vec::<String>::new());
     assert!(!Path::new("/run/xwire/labs").join(&name).exists());
 }
+
+#[test]
+fn a_containerlab_topology_imports_and_runs_as_it_is() {
+    example_image();
+    let name = unique("clab");
+    let clab = std::fs::read_to_string(repo().join("examples/containers.clab.yml"))
+        .unwrap()
+        .replace("name: boxes-clab", &format!("name: {name}"));
+    let dir = support::TempDir::new(&name);
+    let clab_file = dir.0.join("lab.clab.yml");
+    std::fs::write(&clab_file, clab).unwrap();
+    let out = run(&["lab", "import", clab_file.to_str().unwrap(), "--nodes", "2"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let lab = Lab::up(&name, &String::from_utf8(out.stdout).unwrap());
+    let status = lab.status();
+    let nodes: Vec<&str> = status["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(nodes, ["node-1", "node-2", "node-1"]);
+    // r1 (node-1) to r3 (node-1) and r2 (node-2): addressed by the nodes' own exec lines.
+    for (pod, address) in [
+        ("r1", "10.0.12.2"),
+        ("r1", "10.0.13.2"),
+        ("r2", "10.0.23.2"),
+    ] {
+        assert!(
+            eventually(Duration::from_secs(15), || {
+                in_pod(&lab, pod, &["ping", "-c", "1", "-W", "1", address]).0
+            }),
+            "{pod} -> {address}"
+        );
+    }
+    let out = run(&["lab", "down", &name]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(lab_containers(&name), Vec::<String>::new());
+}

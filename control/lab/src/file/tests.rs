@@ -188,7 +188,7 @@ fn a_pod_with_an_image_is_a_container_and_its_fields_need_the_image() {
     let lab = parse(
         &DEMO.replacen(
             "r1: {node: node-a}",
-            "r1: {node: node-a, image: localhost/box:1, cmd: sleep 60, env: {A: b}, \
+            "r1: {node: node-a, image: localhost/box:1, cmd: \"sh -c 'sleep 60'\", env: {A: b}, \
              binds: [\"data:/data:ro\"], exec: [\"ip link set lo up\"]}",
             1,
         ),
@@ -197,10 +197,7 @@ fn a_pod_with_an_image_is_a_container_and_its_fields_need_the_image() {
     .unwrap();
     let r1 = &lab.containers["r1"];
     assert_eq!(r1.image, "localhost/box:1");
-    assert_eq!(
-        r1.cmd.as_deref(),
-        Some(&["sleep".to_owned(), "60".to_owned()][..])
-    );
+    assert_eq!(r1.cmd.as_deref().unwrap(), ["sh", "-c", "sleep 60"]);
     assert_eq!(r1.env["A"], "b");
     assert_eq!(r1.binds, ["data:/data:ro"]);
     assert_eq!(r1.exec, ["ip link set lo up"]);

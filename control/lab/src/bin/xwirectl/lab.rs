@@ -3,11 +3,12 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use xwire_control::impairment::Impairment;
 use xwire_lab::impair::Directions;
 use xwire_lab::{
-    self as lab, bench, capture, down, edit, graph, impair, logs, status, supervisor, up,
+    self as lab, bench, capture, down, edit, graph, impair, import, logs, status, supervisor, up,
 };
 use xwire_proto::local::{CaptureCall, CaptureDirection};
 
@@ -163,6 +164,20 @@ pub enum LabCommand {
         #[arg(long)]
         check: bool,
     },
+    /// Prints a containerlab topology file as a lab file: its nodes (image, cmd, env,
+    /// binds, exec, from the node, its kind and the defaults) as pods, its links between
+    /// node interfaces as links; what has no lab field is listed in a comment, and what
+    /// cannot be a lab (links to the host, bridge kinds) is refused.
+    Import {
+        /// The containerlab topology file (e.g. lab.clab.yml).
+        file: PathBuf,
+        /// How many emulated nodes to spread the pods over, round robin.
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
+        /// Write the lab file here instead of to standard output.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
     /// The labs that are up (or that left something behind for `lab down` to remove).
     List,
     /// The logs of a node's daemon, or of the supervisor and every daemon (each line
@@ -308,6 +323,21 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
                 follow,
                 &mut std::io::stdout().lock(),
             )?;
+        }
+        LabCommand::Import {
+            file,
+            nodes,
+            output,
+        } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let lab = import::import(&text, &file, nodes)
+                .with_context(|| format!("importing {}", file.display()))?;
+            match output {
+                Some(path) => std::fs::write(&path, lab)
+                    .with_context(|| format!("writing {}", path.display()))?,
+                None => print!("{lab}"),
+            }
         }
         LabCommand::List => {
             for name in down::labs_present() {
