@@ -61,7 +61,7 @@ pub fn demo() -> Result<()> {
     if Path::new(LAB_DIR).exists() {
         if !started_here() {
             bail!(
-                "a lab named {LAB} is up that `cargo xtask demo` did not start: take it down                  yourself (xwirectl lab down {LAB}) and run the demo again"
+                "a lab named {LAB} is up that `cargo xtask demo` did not start: take it down yourself (xwirectl lab down {LAB}) and run the demo again"
             );
         }
         println!("== taking down the {LAB} lab an earlier `cargo xtask demo` left up");
