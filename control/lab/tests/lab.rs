@@ -554,6 +554,8 @@ fn every_example_lab_comes_up_and_forwards_on_every_wire() {
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        // Labs of containers need their image built: tests/containers.rs runs those.
+        .filter(|p| !std::fs::read_to_string(p).unwrap().contains("image:"))
         .collect();
     files.sort();
     assert!(!files.is_empty());

@@ -1,0 +1,15 @@
+//! containerlab topology files as `xwirectl lab import` reads them: refused, or turned
+//! into a lab file that `lab up` accepts.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use xwire_lab::{file, import};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(lab) = import::import(text, std::path::Path::new("/fuzz/lab.clab.yml"), 2) {
+        file::parse(&lab, None).expect("an imported lab parses");
+    }
+});
