@@ -36,12 +36,8 @@ struct EndLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DropLabels {
-    namespace: String,
-    pod: String,
-    interface: String,
-    uid: String,
-    path: String,
-    direction: String,
+    #[prometheus(flatten)]
+    end: EndLabels,
     reason: String,
 }
 
@@ -157,12 +153,7 @@ fn register_links(registry: &mut Registry, counters: &NodeCounters) {
             direction: direction.to_owned(),
         };
         let with_reason = |labels: &EndLabels, reason: &str| DropLabels {
-            namespace: labels.namespace.clone(),
-            pod: labels.pod.clone(),
-            interface: labels.interface.clone(),
-            uid: labels.uid.clone(),
-            path: labels.path.clone(),
-            direction: labels.direction.clone(),
+            end: labels.clone(),
             reason: reason.to_owned(),
         };
         let directions: [(&str, &DirectionCounters); 2] =

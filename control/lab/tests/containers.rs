@@ -10,7 +10,7 @@ use std::sync::Once;
 use std::time::Duration;
 
 use support::eventually;
-use support::lab::{run, text, unique, Lab};
+use support::lab::{namespaces_of, run, text, unique, Lab};
 
 const IMAGE: &str = "localhost/xwire-busybox:latest";
 
@@ -50,16 +50,6 @@ fn lab_containers(name: &str) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout)
         .split_whitespace()
         .map(str::to_owned)
-        .collect()
-}
-
-fn namespaces_of(name: &str) -> Vec<String> {
-    std::fs::read_dir("/run/netns")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with(&format!("xl.{name}")))
         .collect()
 }
 

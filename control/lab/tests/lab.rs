@@ -8,19 +8,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::lab::{daemon_pid, demo, processes_mentioning, run, text, unique, xwirectl, Lab};
+use support::lab::{
+    daemon_pid, demo, namespaces_of, processes_mentioning, run, text, unique, xwirectl, Lab,
+};
 use support::metrics::{scrape, value};
 use support::{eventually, TempDir};
-
-fn namespaces_of(name: &str) -> Vec<String> {
-    std::fs::read_dir("/run/netns")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n == &format!("xl.{name}") || n.starts_with(&format!("xl.{name}.")))
-        .collect()
-}
 
 /// Nothing of lab `name` is left: no namespace, no directory, no process.
 fn assert_gone(name: &str) {

@@ -115,6 +115,11 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
+        // A failing test shows what the daemons said, before the lab and its logs go.
+        if std::thread::panicking() {
+            let logs = run(&["lab", "logs", "--lab", &self.name, "-n", "60"]);
+            eprintln!("the logs of lab {}:\n{}", self.name, text(&logs));
+        }
         let _ = run(&["lab", "down", &self.name]);
     }
 }
@@ -144,4 +149,15 @@ pub fn daemon_pid(lab: &Lab, node: &str) -> Option<i32> {
             .map(|exe| exe.ends_with("xwired"))
             .unwrap_or(false)
     })
+}
+
+/// The namespaces of lab `name` that exist.
+pub fn namespaces_of(name: &str) -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n == &format!("xl.{name}") || n.starts_with(&format!("xl.{name}.")))
+        .collect()
 }
