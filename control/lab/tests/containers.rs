@@ -66,6 +66,18 @@ fn in_pod(lab: &Lab, pod: &str, command: &[&str]) -> (bool, String) {
     (out.status.success(), text(&out))
 }
 
+/// Each pod answers a ping to its address from inside its container (busybox's ping).
+fn assert_pings(lab: &Lab, pings: &[(&str, &str)]) {
+    for (pod, address) in pings {
+        assert!(
+            eventually(Duration::from_secs(15), || {
+                in_pod(lab, pod, &["ping", "-c", "1", "-W", "1", address]).0
+            }),
+            "{pod} -> {address}"
+        );
+    }
+}
+
 #[test]
 fn pods_run_their_images_in_their_wired_namespaces_and_leave_nothing_behind() {
     example_image();
@@ -79,18 +91,14 @@ fn pods_run_their_images_in_their_wired_namespaces_and_leave_nothing_behind() {
     assert_eq!(lab_containers(&name).len(), 3);
 
     // From inside the containers, across the local wire and both remote ones.
-    for (pod, address) in [
-        ("r1", "10.0.12.2"),
-        ("r1", "10.0.13.2"),
-        ("r3", "10.0.23.1"),
-    ] {
-        assert!(
-            eventually(Duration::from_secs(15), || {
-                in_pod(&lab, pod, &["ping", "-c", "1", "-W", "1", address]).0
-            }),
-            "{pod} -> {address}"
-        );
-    }
+    assert_pings(
+        &lab,
+        &[
+            ("r1", "10.0.12.2"),
+            ("r1", "10.0.13.2"),
+            ("r3", "10.0.23.1"),
+        ],
+    );
     // It is the container that runs the command: its process 1 is the image's command,
     // its host name the pod's, and the lab file's env, bind and exec took effect.
     let (_, init) = in_pod(&lab, "r1", &["cat", "/proc/1/cmdline"]);
@@ -167,18 +175,14 @@ fn a_containerlab_topology_imports_and_runs_as_it_is() {
         .collect();
     assert_eq!(nodes, ["node-1", "node-2", "node-1"]);
     // r1 (node-1) to r3 (node-1) and r2 (node-2): addressed by the nodes' own exec lines.
-    for (pod, address) in [
-        ("r1", "10.0.12.2"),
-        ("r1", "10.0.13.2"),
-        ("r2", "10.0.23.2"),
-    ] {
-        assert!(
-            eventually(Duration::from_secs(15), || {
-                in_pod(&lab, pod, &["ping", "-c", "1", "-W", "1", address]).0
-            }),
-            "{pod} -> {address}"
-        );
-    }
+    assert_pings(
+        &lab,
+        &[
+            ("r1", "10.0.12.2"),
+            ("r1", "10.0.13.2"),
+            ("r2", "10.0.23.2"),
+        ],
+    );
     let out = run(&["lab", "down", &name]);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(lab_containers(&name), Vec::<String>::new());
