@@ -23,12 +23,11 @@ pub(super) struct EndOfPort {
 
 impl Node {
     pub(super) fn counters(&self) -> Result<NodeCounters, NodeError> {
-        let mut answer = NodeCounters {
-            node: self.config.node_name.clone(),
-            ..NodeCounters::default()
-        };
         let Some(fastpath) = &self.fastpath else {
-            return Ok(answer);
+            return Ok(NodeCounters {
+                node: self.config.node_name.clone(),
+                ..NodeCounters::default()
+            });
         };
         let stats = fastpath.worker.stats().map_err(|e| {
             NodeError::new(
@@ -59,8 +58,7 @@ impl Node {
                 ends.insert(port.id, EndOfPort { record, path });
             }
         }
-        answer = report(&self.config.node_name, &stats, &ends);
-        Ok(answer)
+        Ok(report(&self.config.node_name, &stats, &ends))
     }
 }
 
