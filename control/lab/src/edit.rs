@@ -102,6 +102,19 @@ pub fn edit(file: &Path, binaries: &Binaries) -> Result<(Lab, Changes)> {
         }
         call_plugin(&paths, binaries, "DEL", pod, &old.pods[pod])?;
     }
+    // A removed pod's topology goes before the new one comes: a link added in this edit
+    // may take the uid of one of its links.
+    for node in &new.nodes {
+        let socket = paths.node_socket(node);
+        for pod in &changes.pods_removed {
+            let query = TopologyQuery {
+                namespace: Some(name.clone()),
+                name: Some(pod.clone()),
+            };
+            node_api::ask(&socket, &Request::TopologyDelete(query))
+                .with_context(|| format!("remove pod {pod}'s topology on node {node}"))?;
+        }
+    }
     for pod in &changes.pods_added {
         namespaces::create(&paths.pod_netns(pod))?;
     }
@@ -120,17 +133,6 @@ pub fn edit(file: &Path, binaries: &Binaries) -> Result<(Lab, Changes)> {
         node_api::apply_topology(&without, &paths)?;
     }
     node_api::apply_topology(&new, &paths)?;
-    for node in &new.nodes {
-        let socket = paths.node_socket(node);
-        for pod in &changes.pods_removed {
-            let query = TopologyQuery {
-                namespace: Some(name.clone()),
-                name: Some(pod.clone()),
-            };
-            node_api::ask(&socket, &Request::TopologyDelete(query))
-                .with_context(|| format!("remove pod {pod}'s topology on node {node}"))?;
-        }
-    }
     for pod in &changes.pods_removed {
         namespaces::remove(&paths.pod_netns(pod));
     }

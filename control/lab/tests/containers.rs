@@ -36,6 +36,21 @@ fn example_image() {
     });
 }
 
+/// The id of pod `pod`'s container in lab `lab`.
+fn container_id(lab: &str, pod: &str) -> String {
+    let out = Command::new("podman")
+        .args(["container", "inspect", "--format", "{{.Id}}"])
+        .arg(format!("xwire-lab-{lab}-{pod}"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 fn lab_containers(name: &str) -> Vec<String> {
     let out = Command::new("podman")
         .args(["ps", "--all", "--format", "{{.Names}}", "--filter"])
@@ -186,4 +201,52 @@ fn a_containerlab_topology_imports_and_runs_as_it_is() {
     let out = run(&["lab", "down", &name]);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(lab_containers(&name), Vec::<String>::new());
+}
+
+#[test]
+fn an_edit_starts_the_containers_of_added_pods_and_removes_those_of_removed_ones() {
+    example_image();
+    let name = unique("ctredit");
+    let pod = |p: &str| format!("  {p}: {{node: n1, image: \"{IMAGE}\"}}\n");
+    let lab_file = |pods: &[&str], link: &str, ips: &str| {
+        format!(
+            "name: {name}\nnodes: [n1]\npods:\n{}links:\n  - endpoints: [{link}]\n    ips: [{ips}]\n",
+            pods.iter().map(|p| pod(p)).collect::<String>()
+        )
+    };
+    let lab = Lab::up(
+        &name,
+        &lab_file(&["a", "b"], "a:eth1, b:eth1", "10.9.0.1/30, 10.9.0.2/30"),
+    );
+    assert_pings(&lab, &[("a", "10.9.0.2")]);
+    let before = lab_containers(&name);
+    assert_eq!(before.len(), 2, "{before:?}");
+    let a_before = container_id(&name, "a");
+
+    std::fs::write(
+        &lab.file,
+        lab_file(&["a", "c"], "a:eth2, c:eth1", "10.9.1.1/30, 10.9.1.2/30"),
+    )
+    .unwrap();
+    let out = run(&["lab", "edit", lab.file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let mut after = lab_containers(&name);
+    after.sort();
+    assert_eq!(
+        after,
+        [format!("xwire-lab-{name}-a"), format!("xwire-lab-{name}-c")]
+    );
+    assert_pings(&lab, &[("a", "10.9.1.2"), ("c", "10.9.1.1")]);
+    // The pod that stayed kept its container.
+    assert_eq!(container_id(&name, "a"), a_before);
+
+    // A staying pod's container may not change in one edit.
+    let changed = lab_file(&["a", "c"], "a:eth2, c:eth1", "10.9.1.1/30, 10.9.1.2/30").replace(
+        "  a: {node: n1, image:",
+        "  a: {node: n1, env: {X: y}, image:",
+    );
+    std::fs::write(&lab.file, changed).unwrap();
+    let out = run(&["lab", "edit", lab.file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("pod a's container"), "{}", text(&out));
 }
