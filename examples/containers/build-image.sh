@@ -15,4 +15,6 @@ cp "$here/Containerfile" "$context/Containerfile"
 runtime=""
 if command -v runc >/dev/null; then runtime="--runtime runc"; fi
 # shellcheck disable=SC2086 # $runtime is empty or two words
-podman build $runtime --pull=never --tag localhost/xwire-busybox:latest "$context"
+# --network none: the RUN step needs no network, and podman's default one would make
+# the host bridge cni-podman0 (10.88.0.1/16), turn on ip_forward and add iptables chains.
+podman build $runtime --pull=never --network none --tag localhost/xwire-busybox:latest "$context"

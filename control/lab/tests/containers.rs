@@ -22,10 +22,13 @@ fn repo() -> &'static Path {
         .unwrap()
 }
 
-/// Builds the example's image, as its instructions say, once per test process.
+/// Builds the example's image, as its instructions say, once per test process. The build
+/// must leave the host's network as it was (podman's default network would add a bridge).
 fn example_image() {
     static BUILD: Once = Once::new();
     BUILD.call_once(|| {
+        let bridge = Path::new("/sys/class/net/cni-podman0");
+        let bridge_before = bridge.exists();
         let script = repo().join("examples/containers/build-image.sh");
         let out = Command::new(&script).output().expect("run build-image.sh");
         assert!(
@@ -33,36 +36,35 @@ fn example_image() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        assert!(
+            bridge_before || !bridge.exists(),
+            "building the image made the host bridge cni-podman0"
+        );
     });
+}
+
+/// What `podman ARGS` prints; it must succeed.
+fn podman(args: &[&str]) -> String {
+    let out = Command::new("podman").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "podman {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The id of pod `pod`'s container in lab `lab`.
 fn container_id(lab: &str, pod: &str) -> String {
-    let out = Command::new("podman")
-        .args(["container", "inspect", "--format", "{{.Id}}"])
-        .arg(format!("xwire-lab-{lab}-{pod}"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    let name = format!("xwire-lab-{lab}-{pod}");
+    podman(&["container", "inspect", "--format", "{{.Id}}", &name])
+        .trim()
+        .to_owned()
 }
 
 fn lab_containers(name: &str) -> Vec<String> {
-    let out = Command::new("podman")
-        .args(["ps", "--all", "--format", "{{.Names}}", "--filter"])
-        .arg(format!("label=dev.xwire.lab={name}"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
+    let label = format!("label=dev.xwire.lab={name}");
+    podman(&["ps", "--all", "--format", "{{.Names}}", "--filter", &label])
         .split_whitespace()
         .map(str::to_owned)
         .collect()
