@@ -10,33 +10,25 @@ use super::{Port, Switch};
 
 impl Switch {
     pub(super) fn stats(&mut self) -> WorkerStats {
-        let ends: Vec<_> = self
+        let mut links: Vec<LinkStats> = self
             .table
             .links()
-            .map(|(wire, a, b, counters)| {
-                (
-                    wire,
-                    a,
-                    b,
-                    counters.snapshot(Direction::AToB),
-                    counters.snapshot(Direction::BToA),
-                )
-            })
-            .collect();
-        let links = ends
-            .into_iter()
-            .map(|(wire, a, b, a_to_b, b_to_a)| LinkStats {
+            .map(|(wire, a, b, counters)| LinkStats {
                 wire,
                 a,
                 b,
-                a_to_b,
-                b_to_a,
-                kernel_drops: [
-                    self.kernel_drops(a).ok(),
-                    b.and_then(|b| self.kernel_drops(b).ok()),
-                ],
+                a_to_b: counters.snapshot(Direction::AToB),
+                b_to_a: counters.snapshot(Direction::BToA),
+                kernel_drops: [None, None],
             })
             .collect();
+        // Reading a port's statistics needs the switch mutably: after the table's borrow.
+        for link in &mut links {
+            link.kernel_drops = [
+                self.kernel_drops(link.a).ok(),
+                link.b.and_then(|b| self.kernel_drops(b).ok()),
+            ];
+        }
         let (transport, peers) = match self.peers.as_mut() {
             Some(peers) => (Some(peers.counters()), peers.endpoint_mut().peer_stats()),
             None => (None, Vec::new()),
