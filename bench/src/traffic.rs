@@ -44,6 +44,9 @@ pub struct Received {
     pub stats: SinkStats,
     pub highest_seq: Option<u64>,
     pub seconds: f64,
+    /// Count only probes with this source address (a trial's own, not an earlier one's
+    /// stragglers); `None` counts every probe.
+    pub(crate) only_from: Option<[u8; 6]>,
 }
 
 /// Opens a traffic endpoint on `iface`, in the calling thread's netns.
@@ -104,13 +107,19 @@ pub fn sink(
 
 impl Received {
     /// Takes up to `budget` frames from `endpoint` and records the probes among them.
-    fn take(&mut self, endpoint: &mut Endpoint, budget: usize) -> usize {
+    pub(crate) fn take(&mut self, endpoint: &mut Endpoint, budget: usize) -> usize {
         let Received {
-            stats, highest_seq, ..
+            stats,
+            highest_seq,
+            only_from,
+            ..
         } = self;
         // The kernel's receive time where the port has one: a sink thread that was
         // not running when the frame came does not add to its latency.
         endpoint.receive_timed(budget, |frame, arrived| {
+            if only_from.is_some_and(|src| frame.get(6..12) != Some(&src[..])) {
+                return;
+            }
             if let Some((seq, sent_ns)) = read_probe(frame) {
                 stats.record(frame.len(), seq, sent_ns, arrived.unwrap_or_else(now_ns));
                 *highest_seq = (*highest_seq).max(Some(seq));
@@ -120,7 +129,7 @@ impl Received {
 }
 
 /// Probe frames, numbered and stamped, queued as the rate allows.
-struct Generator<'a> {
+pub(crate) struct Generator<'a> {
     traffic: &'a Traffic,
     probe: Probe,
     limit: u64,
@@ -130,21 +139,25 @@ struct Generator<'a> {
 
 impl<'a> Generator<'a> {
     fn new(traffic: &'a Traffic) -> Generator<'a> {
+        Generator::from_source(traffic, [0x02, 0x78, 0x77, 0, 0, 1])
+    }
+
+    pub(crate) fn from_source(traffic: &'a Traffic, src: [u8; 6]) -> Generator<'a> {
         Generator {
             traffic,
-            probe: Probe::new(traffic.size, traffic.dst_mac, [0x02, 0x78, 0x77, 0, 0, 1]),
+            probe: Probe::new(traffic.size, traffic.dst_mac, src),
             limit: traffic.count.unwrap_or(u64::MAX),
             start: Instant::now(),
             seq: 0,
         }
     }
 
-    fn running(&self) -> bool {
+    pub(crate) fn running(&self) -> bool {
         self.seq < self.limit && self.start.elapsed() < self.traffic.duration
     }
 
     /// Queues the frames that are due (at most a batch) and flushes; returns how many.
-    fn step(&mut self, endpoint: &mut Endpoint) -> usize {
+    pub(crate) fn step(&mut self, endpoint: &mut Endpoint) -> usize {
         let allowed = match self.traffic.rate {
             0 => u64::MAX,
             rate => (self.start.elapsed().as_secs_f64() * rate as f64) as u64 + 1,
@@ -161,7 +174,7 @@ impl<'a> Generator<'a> {
         queued
     }
 
-    fn sent(&self) -> Sent {
+    pub(crate) fn sent(&self) -> Sent {
         Sent {
             frames: self.seq,
             seconds: self.start.elapsed().as_secs_f64().max(1e-9),
@@ -169,7 +182,7 @@ impl<'a> Generator<'a> {
     }
 }
 
-fn check_size(size: usize) -> Result<()> {
+pub(crate) fn check_size(size: usize) -> Result<()> {
     if size < MIN_FRAME {
         bail!("--size must be at least {MIN_FRAME}");
     }

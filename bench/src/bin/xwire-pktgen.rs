@@ -6,15 +6,17 @@
 //!   xwire-pktgen run  ... --one-thread --tx-core 0 --rate 300000      (latency on few cores)
 //!   xwire-pktgen send --netns A --iface eth1 --size 1514 --rate 100000 --count 1000000
 //!   xwire-pktgen sink --netns B --iface eth1 --seconds 10 --json
+//!   xwire-pktgen lossfree --a-netns A --a-iface eth1 --b-netns B --b-iface eth1 --size 1514
 
-use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand};
+use xwire_bench::lossfree::Criteria;
 use xwire_bench::stats::Report;
 use xwire_bench::traffic::{self, sink, PortOptions, Sent};
+use xwire_bench::trial;
 
 #[derive(Parser)]
 #[command(
@@ -35,6 +37,9 @@ enum Mode {
     Send(SendArgs),
     /// Receive only.
     Sink(SinkArgs),
+    /// Find the highest rate a wire carries with loss at or below --max-loss, per
+    /// direction: one way, the other, and both at once (RFC 2544's throughput search).
+    Lossfree(LossfreeArgs),
 }
 
 #[derive(Args, Clone)]
@@ -140,6 +145,58 @@ struct SinkArgs {
     io: Io,
 }
 
+#[derive(Args)]
+struct LossfreeArgs {
+    /// The interface at the wire's end A.
+    #[arg(long)]
+    a_iface: String,
+    /// The network namespace of --a-iface (a name under /run/netns or a path).
+    #[arg(long)]
+    a_netns: Option<String>,
+    /// The interface at the wire's end B.
+    #[arg(long)]
+    b_iface: String,
+    /// The network namespace of --b-iface.
+    #[arg(long)]
+    b_netns: Option<String>,
+    /// Pin end A's thread to this CPU.
+    #[arg(long)]
+    a_core: Option<usize>,
+    /// Pin end B's thread to this CPU.
+    #[arg(long)]
+    b_core: Option<usize>,
+    /// Frame size in bytes, without FCS (at least 34).
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// Seconds each trial sends for.
+    #[arg(long, default_value_t = 1.0)]
+    trial_seconds: f64,
+    /// Directions to search, in order: a-to-b, b-to-a, both.
+    #[arg(long, value_delimiter = ',', default_values = ["a-to-b", "b-to-a", "both"])]
+    flows: Vec<FlowArg>,
+    /// The highest loss a passing trial may have (0.001 is 0.1%).
+    #[arg(long, default_value_t = 0.001)]
+    max_loss: f64,
+    /// Stop when the highest pass is within this share of the lowest failure.
+    #[arg(long, default_value_t = 0.03)]
+    resolution: f64,
+    /// Trials per direction after the full-rate one, at most.
+    #[arg(long, default_value_t = 8)]
+    max_trials: usize,
+    /// Destination MAC (default broadcast).
+    #[arg(long, value_parser = parse_mac, default_value = "ff:ff:ff:ff:ff:ff")]
+    dst_mac: [u8; 6],
+    #[command(flatten)]
+    io: Io,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum FlowArg {
+    AToB,
+    BToA,
+    Both,
+}
+
 fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     let bytes: Vec<u8> = s
         .split(':')
@@ -166,6 +223,7 @@ fn dispatch() -> Result<()> {
     xwire_fastpath::logs::init("warn");
     match Cli::parse().command {
         Mode::Run(args) => run(args),
+        Mode::Lossfree(args) => lossfree(args),
         Mode::Send(args) => {
             let sent = on_port(&args.port, None, || {
                 traffic::send(&args.port.iface, &traffic(&args.traffic), options(&args.io))
@@ -194,6 +252,70 @@ fn dispatch() -> Result<()> {
             print(&args.io, &table(&report), &report)
         }
     }
+}
+
+fn lossfree(args: LossfreeArgs) -> Result<()> {
+    if !(0.0..1.0).contains(&args.max_loss) || !(0.0..1.0).contains(&args.resolution) {
+        bail!("--max-loss and --resolution must be at least 0 and below 1");
+    }
+    let end = |iface: &str, netns: &Option<String>, core| trial::End {
+        iface: iface.to_owned(),
+        netns: netns.clone(),
+        core,
+    };
+    let mut wire = trial::Wire::open(
+        end(&args.a_iface, &args.a_netns, args.a_core),
+        end(&args.b_iface, &args.b_netns, args.b_core),
+        args.size,
+        options(&args.io),
+    )?;
+    let traffic = traffic::Traffic {
+        size: args.size,
+        rate: 0,
+        count: None,
+        duration: Duration::from_secs_f64(args.trial_seconds),
+        dst_mac: args.dst_mac,
+        batch: 64,
+    };
+    let criteria = Criteria {
+        max_loss: args.max_loss,
+        resolution: args.resolution,
+        max_trials: args.max_trials,
+    };
+    let mut directions = Vec::new();
+    for flow in &args.flows {
+        let flow = match flow {
+            FlowArg::AToB => trial::Flow::AToB,
+            FlowArg::BToA => trial::Flow::BToA,
+            FlowArg::Both => trial::Flow::Both,
+        };
+        directions.extend(wire.lossfree(flow, &traffic, criteria)?.directions());
+    }
+    let mut text = format!(
+        "loss-free rate (loss <= {}%), {} B frames\n",
+        args.max_loss * 100.0,
+        args.size
+    );
+    for d in &directions {
+        text.push_str(&format!(
+            "{:<5} {:<8} {:>10.0} pps {:>7.3} Gbps  p99 {:>8.1} us   full rate: {:>10.0} pps, loss {:.2}%  ({} trials)\n",
+            d.direction,
+            if d.at_once { "at once" } else { "alone" },
+            d.lossfree_pps,
+            d.lossfree_gbps,
+            d.p99_us.unwrap_or(f64::NAN),
+            d.peak_delivered_pps,
+            d.peak_loss_ratio * 100.0,
+            d.trials,
+        ));
+    }
+    let report = serde_json::json!({
+        "frame_bytes": args.size,
+        "criteria": criteria,
+        "ports": wire.kinds(),
+        "directions": directions,
+    });
+    print(&args.io, text.trim_end(), &report)
 }
 
 fn run(args: RunArgs) -> Result<()> {
@@ -250,7 +372,7 @@ fn run_one_thread(args: &RunArgs) -> Result<()> {
         || {
             let mut sink = traffic::open(&args.rx_iface, size, options(&args.io))?;
             if let Some(ns) = &args.tx_netns {
-                enter(ns)?;
+                trial::enter_netns(ns)?;
             }
             let mut gen = traffic::open(&args.tx_iface, size, options(&args.io))?;
             traffic::send_and_sink(
@@ -265,18 +387,6 @@ fn run_one_thread(args: &RunArgs) -> Result<()> {
     print(&args.io, &table(&report), &report)
 }
 
-/// Moves the calling thread into a network namespace: a name under /run/netns, or a path.
-fn enter(ns: &str) -> Result<()> {
-    let path = if ns.contains('/') {
-        ns.to_owned()
-    } else {
-        format!("/run/netns/{ns}")
-    };
-    let file = File::open(&path).with_context(|| format!("open {path}"))?;
-    nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
-        .with_context(|| format!("enter {path}"))
-}
-
 /// Runs `f` on a thread inside the port's namespace (and on `core`, if given).
 fn on_port<T: Send>(
     port: &Port,
@@ -286,7 +396,7 @@ fn on_port<T: Send>(
     std::thread::scope(|s| {
         s.spawn(|| {
             if let Some(ns) = &port.netns {
-                enter(ns)?;
+                trial::enter_netns(ns)?;
             }
             if let Some(core) = core {
                 core_affinity::set_for_current(core_affinity::CoreId { id: core });

@@ -504,12 +504,45 @@ fn bench_measures_every_wire_or_one_and_draws_the_chart() {
     let results = results.as_array().unwrap();
     assert_eq!(results.len(), 3);
     for r in results {
-        assert!(r["throughput"]["delivered"].as_u64().unwrap() > 0, "{r}");
+        // Each direction alone, then both at once, each with its loss-free rate, the
+        // latency at it, and what full offered load gave.
+        let directions: Vec<(&str, bool)> = r["directions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                (
+                    d["direction"].as_str().unwrap(),
+                    d["at_once"].as_bool().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            directions,
+            [
+                ("a->b", false),
+                ("b->a", false),
+                ("a->b", true),
+                ("b->a", true)
+            ],
+            "{r}"
+        );
+        for d in r["directions"].as_array().unwrap() {
+            let lossfree = d["lossfree_pps"].as_f64().unwrap();
+            assert!(lossfree > 0.0, "{d}");
+            assert!(
+                lossfree <= d["peak_offered_pps"].as_f64().unwrap() + 1.0,
+                "{d}"
+            );
+            assert!(d["p99_us"].as_f64().unwrap() > 0.0, "{d}");
+            assert!(d["peak_delivered_pps"].as_f64().unwrap() > 0.0, "{d}");
+        }
         assert!(r["latency"]["delivered"].as_u64().unwrap() > 0, "{r}");
         assert!(r["latency"]["p50_us"].as_f64().unwrap() > 0.0, "{r}");
     }
     // The jumbo wire is measured with the frame size asked for, within its MTU.
-    assert_eq!(results[1]["throughput"]["frame_bytes"], 1514);
+    assert_eq!(results[1]["frame_bytes"], 1514);
+    assert_eq!(results[1]["directions"][0]["frame_bytes"], 1514);
     let png = std::fs::read(&chart).unwrap();
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
 
@@ -522,6 +555,8 @@ fn bench_measures_every_wire_or_one_and_draws_the_chart() {
         "2",
         "--seconds",
         "0.3",
+        "--flows",
+        "b-to-a",
         "--chart",
         one.to_str().unwrap(),
     ]);
@@ -529,6 +564,10 @@ fn bench_measures_every_wire_or_one_and_draws_the_chart() {
     let table = text(&out);
     assert!(
         table.contains("r2:eth2 -> r3:eth2") && !table.contains("r1:eth1 -> r2:eth1"),
+        "{table}"
+    );
+    assert!(
+        table.contains("b->a alone") && !table.contains("a->b"),
         "{table}"
     );
     assert!(one.exists());

@@ -217,7 +217,8 @@ pub enum LabCommand {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
-    /// Runs xwire-pktgen across every wire (or one), one wire at a time: throughput, then
+    /// Runs xwire-pktgen across every wire (or one), one wire at a time: the loss-free
+    /// rate of each direction, alone and both at once (a search over offered rates), then
     /// latency at a low rate. Prints a table and writes a PNG chart.
     Bench {
         /// The lab (needed only when several are up).
@@ -225,12 +226,21 @@ pub enum LabCommand {
         /// Only the wire with this uid.
         #[arg(long)]
         link: Option<u64>,
-        /// Seconds per run.
-        #[arg(long, default_value_t = 2.0)]
+        /// Seconds per trial of the search (each direction takes up to 9), and of the
+        /// latency run.
+        #[arg(long, default_value_t = 1.0)]
         seconds: f64,
-        /// Frame size of the throughput run (capped at each wire's MTU).
+        /// Frame size of the loss-free search (capped at each wire's MTU).
         #[arg(long, default_value_t = 1514)]
         size: usize,
+        /// The directions searched, in order: a-to-b (from the link's first endpoint),
+        /// b-to-a, both (at once).
+        #[arg(long, value_delimiter = ',', default_values = ["a-to-b", "b-to-a", "both"],
+              value_parser = ["a-to-b", "b-to-a", "both"])]
+        flows: Vec<String>,
+        /// The highest loss of a loss-free rate (0.001 is 0.1%, RFC 2544 asks for 0).
+        #[arg(long, default_value_t = 0.001)]
+        max_loss: f64,
         /// Frames per second of the latency run.
         #[arg(long, default_value_t = 1000)]
         latency_rate: u64,
@@ -393,6 +403,8 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             link,
             seconds,
             size,
+            flows,
+            max_loss,
             latency_rate,
             chart,
             json,
@@ -403,6 +415,8 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
                 link,
                 seconds,
                 size,
+                flows,
+                max_loss,
                 latency_rate,
                 chart: chart.clone(),
             };
@@ -410,7 +424,7 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&results)?);
             } else {
-                print!("{}", bench::render(&results, &chart));
+                print!("{}", bench::render(&results, &chart, max_loss));
             }
         }
         LabCommand::Impair {

@@ -1,0 +1,320 @@
+//! Trials across one wire: both ends held open for a series of runs at offered rates, in
+//! one direction or in both at once, and the loss-free search over them. Each end runs on
+//! its own thread, sending its probes (if it sends) and counting the other end's.
+
+use std::fs::File;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use xwire_fastpath::Endpoint;
+
+use crate::lossfree::{Criteria, Search};
+use crate::stats::Report;
+use crate::traffic::{check_size, open, Generator, PortOptions, Received, Traffic};
+
+/// One end of the wire: an interface, and the network namespace it is in.
+#[derive(Debug, Clone)]
+pub struct End {
+    pub iface: String,
+    /// A name under /run/netns, or a path; `None`: the caller's namespace.
+    pub netns: Option<String>,
+    /// Pin this end's thread to a CPU.
+    pub core: Option<usize>,
+}
+
+/// Which way frames go in a trial. `AToB` and `BToA` are one direction alone; `Both`
+/// sends the same rate each way at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Flow {
+    AToB,
+    BToA,
+    Both,
+}
+
+impl Flow {
+    fn sends(self, side: usize) -> bool {
+        matches!(
+            (self, side),
+            (Flow::Both, _) | (Flow::AToB, 0) | (Flow::BToA, 1)
+        )
+    }
+}
+
+/// What one trial measured: the report of each direction that carried traffic
+/// (`[a -> b, b -> a]`).
+pub type TrialReports = [Option<Report>; 2];
+
+/// The two ends of a wire, open for as many trials as the caller runs.
+pub struct Wire {
+    ends: [(End, Endpoint); 2],
+    options: PortOptions,
+    trials: u16,
+}
+
+/// Frames still on their way when a sender stops arrive within this time.
+pub const DRAIN: Duration = Duration::from_millis(300);
+
+impl Wire {
+    /// Opens both ends for frames of up to `max_frame` bytes.
+    pub fn open(a: End, b: End, max_frame: usize, options: PortOptions) -> Result<Wire> {
+        let open_end = |end: End| -> Result<(End, Endpoint)> {
+            let endpoint = std::thread::scope(|s| {
+                s.spawn(|| {
+                    if let Some(ns) = &end.netns {
+                        enter_netns(ns)?;
+                    }
+                    open(&end.iface, max_frame, options)
+                })
+                .join()
+                .unwrap_or_else(|_| bail!("opening {} panicked", end.iface))
+            })?;
+            Ok((end, endpoint))
+        };
+        Ok(Wire {
+            ends: [open_end(a)?, open_end(b)?],
+            options,
+            trials: 0,
+        })
+    }
+
+    /// One run of `traffic` (its rate, size and duration) in the flow's directions.
+    pub fn trial(&mut self, flow: Flow, traffic: &Traffic) -> Result<TrialReports> {
+        check_size(traffic.size)?;
+        // Each trial's probes carry its number in their source address, so that the
+        // stragglers of an earlier trial are not counted in this one.
+        self.trials = self.trials.wrapping_add(1);
+        let source = |side: usize| -> [u8; 6] {
+            let [hi, lo] = self.trials.to_be_bytes();
+            [0x02, 0x78, 0x77, side as u8, hi, lo]
+        };
+        let sources = [source(0), source(1)];
+        let sent = [AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)];
+        let start = Instant::now();
+        let deadline = start + traffic.duration + DRAIN;
+        let [(end_a, a), (end_b, b)] = &mut self.ends;
+        let results = std::thread::scope(|s| {
+            let sent = &sent;
+            let run = |side: usize, end: &End, endpoint: &mut Endpoint| {
+                if let Some(core) = end.core {
+                    core_affinity::set_for_current(core_affinity::CoreId { id: core });
+                }
+                let other = 1 - side;
+                run_end(
+                    endpoint,
+                    flow.sends(side).then(|| (traffic, sources[side])),
+                    flow.sends(other).then_some(sources[other]),
+                    [&sent[side], &sent[other]],
+                    deadline,
+                )
+            };
+            let thread_a = s.spawn(move || run(0, end_a, a));
+            let thread_b = s.spawn(move || run(1, end_b, b));
+            [thread_a.join(), thread_b.join()]
+        });
+        let [from_a, from_b] =
+            results.map(|r| r.unwrap_or_else(|_| bail!("a trial thread panicked")));
+        let (from_a, from_b) = (from_a?, from_b?);
+        let report = |sent: Option<crate::traffic::Sent>, got: &Received| {
+            sent.map(|sent| got.stats.report(traffic.size, sent.frames, sent.seconds))
+        };
+        Ok([report(from_a.0, &from_b.1), report(from_b.0, &from_a.1)])
+    }
+
+    /// The loss-free rate of each direction the flow sends in: a full-rate trial, then
+    /// trials at offered rates narrowed by [`Search`]. With `Flow::Both` both directions
+    /// get the same rate, and a trial passes only if both do.
+    pub fn lossfree(
+        &mut self,
+        flow: Flow,
+        traffic: &Traffic,
+        criteria: Criteria,
+    ) -> Result<LossFree> {
+        let full = Traffic {
+            rate: 0,
+            ..traffic.clone()
+        };
+        let peak = self.trial(flow, &full)?;
+        let (offered, delivered, loss) = worst(&peak);
+        let mut search = Search::from_peak(offered, delivered, loss, peak.clone(), criteria);
+        while let Some(rate) = search.next_rate() {
+            let paced = Traffic {
+                rate,
+                ..traffic.clone()
+            };
+            let reports = self.trial(flow, &paced)?;
+            let (_, _, loss) = worst(&reports);
+            search.record(rate, loss, reports);
+        }
+        let trials = search.trials() + 1;
+        let found = search.finish();
+        Ok(LossFree {
+            flow,
+            criteria,
+            trials,
+            peak,
+            rate_pps: found.as_ref().map_or(0, |(rate, _)| *rate),
+            at_rate: found.map(|(_, reports)| reports),
+        })
+    }
+
+    /// Which kind of port each end opened ("AF_XDP (native)", ...).
+    pub fn kinds(&self) -> [&'static str; 2] {
+        [self.ends[0].1.kind().name(), self.ends[1].1.kind().name()]
+    }
+
+    pub fn options(&self) -> PortOptions {
+        self.options
+    }
+}
+
+/// What a loss-free search found.
+#[derive(Debug, Clone, Serialize)]
+pub struct LossFree {
+    pub flow: Flow,
+    pub criteria: Criteria,
+    /// Trials run, the full-rate one included.
+    pub trials: usize,
+    /// The full-rate trial: what the wire carries when offered all the generator can send.
+    pub peak: TrialReports,
+    /// The highest offered rate (per direction) that passed; 0 when none did.
+    pub rate_pps: u64,
+    /// The passing trial at that rate (its latency is the latency at the loss-free rate).
+    pub at_rate: Option<TrialReports>,
+}
+
+impl LossFree {
+    /// One figure per direction that carried traffic, as reports and charts show them.
+    pub fn directions(&self) -> Vec<DirectionFigure> {
+        let names = ["a->b", "b->a"];
+        (0..2)
+            .filter_map(|i| {
+                let peak = self.peak[i].as_ref()?;
+                let at_rate = self.at_rate.as_ref().and_then(|r| r[i].as_ref());
+                Some(DirectionFigure {
+                    direction: names[i].to_owned(),
+                    at_once: self.flow == Flow::Both,
+                    frame_bytes: peak.frame_bytes,
+                    lossfree_pps: self.rate_pps as f64,
+                    lossfree_gbps: gbps(self.rate_pps as f64, peak.frame_bytes),
+                    p50_us: at_rate.map(|r| r.p50_us),
+                    p99_us: at_rate.map(|r| r.p99_us),
+                    trials: self.trials,
+                    peak_offered_pps: peak.offered_pps,
+                    peak_delivered_pps: peak.delivered_pps,
+                    peak_gbps: peak.gbps,
+                    peak_loss_ratio: peak.loss_ratio,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A direction's figures: the loss-free rate with the latency at it, and what full offered
+/// load gave.
+#[derive(Debug, Clone, Serialize)]
+pub struct DirectionFigure {
+    /// "a->b" or "b->a".
+    pub direction: String,
+    /// Measured while the other direction carried the same rate.
+    pub at_once: bool,
+    pub frame_bytes: usize,
+    /// The highest offered rate with loss at or below the criteria's (0: none passed).
+    pub lossfree_pps: f64,
+    /// The same, in Gbit/s of frame bytes.
+    pub lossfree_gbps: f64,
+    /// Latency percentiles of the passing trial at the loss-free rate.
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub trials: usize,
+    pub peak_offered_pps: f64,
+    pub peak_delivered_pps: f64,
+    pub peak_gbps: f64,
+    pub peak_loss_ratio: f64,
+}
+
+fn gbps(pps: f64, frame_bytes: usize) -> f64 {
+    pps * frame_bytes as f64 * 8.0 / 1e9
+}
+
+/// The offered and delivered rate and the loss of the direction that lost the most.
+fn worst(reports: &TrialReports) -> (f64, f64, f64) {
+    reports
+        .iter()
+        .flatten()
+        .map(|r| (r.offered_pps, r.delivered_pps, r.loss_ratio))
+        .max_by(|x, y| x.2.total_cmp(&y.2))
+        .unwrap_or((0.0, 0.0, 1.0))
+}
+
+/// One end's thread: sends (if `send` is given) and counts probes from `receive_from`
+/// until it has all the other end's frames or the deadline passes.
+fn run_end(
+    endpoint: &mut Endpoint,
+    send: Option<(&Traffic, [u8; 6])>,
+    receive_from: Option<[u8; 6]>,
+    [sent_here, sent_there]: [&AtomicU64; 2],
+    deadline: Instant,
+) -> Result<(Option<crate::traffic::Sent>, Received)> {
+    let mut generator = send.map(|(traffic, src)| Generator::from_source(traffic, src));
+    let mut received = Received {
+        only_from: receive_from,
+        ..Received::default()
+    };
+    let start = Instant::now();
+    let mut sent = None;
+    loop {
+        let mut queued = 0;
+        if let Some(g) = generator.as_mut() {
+            if g.running() {
+                queued = g.step(endpoint);
+            } else if sent.is_none() {
+                let s = g.sent();
+                sent_here.store(s.frames, Ordering::Release);
+                sent = Some(s);
+            } else {
+                // Frames the ring could not take at once leave now.
+                endpoint.flush();
+            }
+        }
+        let took = if receive_from.is_some() {
+            received.take(endpoint, 256)
+        } else {
+            0
+        };
+        let sending = generator.is_some() && sent.is_none();
+        let all_in =
+            receive_from.is_none() || received.stats.frames >= sent_there.load(Ordering::Acquire);
+        if (!sending && all_in) || Instant::now() >= deadline {
+            break;
+        }
+        if queued == 0 && took == 0 {
+            // Nothing to do this instant: let the kernel's softirq work, which carries
+            // the frames into and out of the devices, have the CPU (on a machine with few
+            // cores it may be waiting for this one).
+            std::thread::yield_now();
+        }
+    }
+    if sent.is_none() {
+        if let Some(g) = &generator {
+            sent = Some(g.sent());
+            sent_here.store(g.sent().frames, Ordering::Release);
+        }
+    }
+    received.seconds = start.elapsed().as_secs_f64();
+    Ok((sent, received))
+}
+
+/// Moves the calling thread into a network namespace: a name under /run/netns, or a path.
+pub fn enter_netns(ns: &str) -> Result<()> {
+    let path = if ns.contains('/') {
+        ns.to_owned()
+    } else {
+        format!("/run/netns/{ns}")
+    };
+    let file = File::open(&path).with_context(|| format!("open {path}"))?;
+    nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+        .with_context(|| format!("enter {path}"))
+}
