@@ -189,15 +189,42 @@ pub(crate) fn check_size(size: usize) -> Result<()> {
     Ok(())
 }
 
+/// What a one-thread generator and sink does when nothing is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Yields the CPU and comes back at once: the lowest latency, and a CPU kept busy.
+    Yield,
+    /// Sleeps a moment: frames wait up to that long in the sink's ring, and the loop
+    /// costs next to no CPU, so that what a run costs the machine is the device's.
+    Sleep,
+}
+
+/// How long `Wait::Sleep` sleeps: at 50,000 frames per second, a few frames at a time.
+const IDLE_SLEEP: Duration = Duration::from_micros(50);
+
+impl Wait {
+    fn idle(self) {
+        match self {
+            // Let the kernel's softirq thread, which carries the generator's frames
+            // into the device, have the CPU. Spinning here would leave it waiting for
+            // the end of a scheduler slice (milliseconds).
+            Wait::Yield => std::thread::yield_now(),
+            Wait::Sleep => std::thread::sleep(IDLE_SLEEP),
+        }
+    }
+}
+
 /// Sends paced traffic from `gen` and receives it on `sink` in one thread, so that on a
 /// machine with few cores the sink does not compete with the generator for a CPU (the
 /// generator waits between batches anyway). Latency is then the device's plus at most one
-/// batch interval of the loop. Needs a rate: at full speed the sink would starve.
+/// batch interval of the loop (and the sleep, with `Wait::Sleep`). Needs a rate: at full
+/// speed the sink would starve.
 pub fn send_and_sink(
     gen: &mut Endpoint,
     sink: &mut Endpoint,
     traffic: &Traffic,
     drain: Duration,
+    wait: Wait,
 ) -> Result<(Sent, Received)> {
     check_size(traffic.size)?;
     if traffic.rate == 0 {
@@ -208,10 +235,7 @@ pub fn send_and_sink(
     while generator.running() {
         let queued = generator.step(gen);
         if received.take(sink, 256) == 0 && queued == 0 {
-            // Nothing to do this instant: let the kernel's softirq thread, which carries
-            // the generator's frames into the device, have the CPU. Spinning here would
-            // leave it waiting for the end of a scheduler slice (milliseconds).
-            std::thread::yield_now();
+            wait.idle();
         }
     }
     let sent = generator.sent();
@@ -219,8 +243,8 @@ pub fn send_and_sink(
     while received.stats.frames < sent.frames && drain_start.elapsed() < drain {
         gen.flush();
         if received.take(sink, 256) == 0 {
-            // As above: the frames still on their way need this CPU's softirq.
-            std::thread::yield_now();
+            // The frames still on their way may need this CPU's softirq.
+            wait.idle();
         }
     }
     received.seconds = generator.start.elapsed().as_secs_f64();

@@ -22,11 +22,13 @@ pub struct End {
     pub netns: Option<String>,
     /// Pin this end's thread to a CPU.
     pub core: Option<usize>,
+    /// The destination address of the frames sent to this end; `None`: the traffic's.
+    pub mac: Option<[u8; 6]>,
 }
 
 /// Which way frames go in a trial. `AToB` and `BToA` are one direction alone; `Both`
 /// sends the same rate each way at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Flow {
     AToB,
@@ -97,21 +99,26 @@ impl Wire {
         let [(end_a, a), (end_b, b)] = &mut self.ends;
         let results = std::thread::scope(|s| {
             let sent = &sent;
-            let run = |side: usize, end: &End, endpoint: &mut Endpoint| {
+            let run = |side: usize, end: &End, to: Option<[u8; 6]>, endpoint: &mut Endpoint| {
                 if let Some(core) = end.core {
                     core_affinity::set_for_current(core_affinity::CoreId { id: core });
                 }
                 let other = 1 - side;
+                let traffic = Traffic {
+                    dst_mac: to.unwrap_or(traffic.dst_mac),
+                    ..traffic.clone()
+                };
                 run_end(
                     endpoint,
-                    flow.sends(side).then(|| (traffic, sources[side])),
+                    flow.sends(side).then_some((&traffic, sources[side])),
                     flow.sends(other).then_some(sources[other]),
                     [&sent[side], &sent[other]],
                     deadline,
                 )
             };
-            let thread_a = s.spawn(move || run(0, end_a, a));
-            let thread_b = s.spawn(move || run(1, end_b, b));
+            let (to_a, to_b) = (end_a.mac, end_b.mac);
+            let thread_a = s.spawn(move || run(0, end_a, to_b, a));
+            let thread_b = s.spawn(move || run(1, end_b, to_a, b));
             [thread_a.join(), thread_b.join()]
         });
         let [from_a, from_b] =

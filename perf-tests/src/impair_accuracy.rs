@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use serde::Serialize;
-use xwire_bench::traffic::{self, PortOptions, Traffic};
+use xwire_bench::traffic::{self, PortOptions, Traffic, Wait};
 use xwire_fastpath::impair::{ImpairSpec, Loss, QueueLimit, Rate};
 use xwire_fastpath::{
     Direction, LinkCounters, PortChoice, PortId, SteeredEnd, WireId, Worker, WorkerConfig,
@@ -165,7 +165,7 @@ impl<'a> Bed<'a> {
                 .sink
                 .run(|| traffic::open(&self.sink_if, size, SINK_PORT))??;
             let mut gen = traffic::open(&self.gen_if, size, self.gen_port)?;
-            traffic::send_and_sink(&mut gen, &mut sink, traffic, drain)
+            traffic::send_and_sink(&mut gen, &mut sink, traffic, drain, Wait::Yield)
         })??;
         Ok(received.stats.report(size, sent.frames, sent.seconds))
     }

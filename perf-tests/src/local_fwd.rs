@@ -16,12 +16,16 @@ mod devices;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use xwire_bench::traffic::{self, PortOptions, Traffic};
+use xwire_bench::traffic::{self, PortOptions, Traffic, Wait};
+use xwire_bench::trial::{End, Flow, Wire};
 
 pub use crate::measure::{median_by, IdleRow, Row};
 pub use devices::Device;
 
-use crate::measure::{busy_while, on_cpu, probe_traffic, wait_until_forwarding};
+use crate::measure::{
+    busy_while, lossfree_rows, on_cpu, probe_traffic, usage_while, wait_until_forwarding,
+    LossfreeRow,
+};
 use crate::testbed::{Netns, Veth};
 
 const GEN_CPU: usize = 0;
@@ -146,11 +150,12 @@ pub fn peak(device: Device, size: usize, seconds: f64) -> Result<Row> {
     ))
 }
 
-/// `rate` frames per second for `seconds`, received by a sink in the generator's thread.
-pub fn paced(device: Device, size: usize, seconds: f64, rate: u64) -> Result<Row> {
+/// `rate` frames per second for `seconds`, received by a sink in the generator's thread,
+/// which waits between frames as `wait` says (`Wait::Sleep` for the cost of a frame).
+pub fn paced(device: Device, size: usize, seconds: f64, rate: u64, wait: Wait) -> Result<Row> {
     let hosts = Hosts::new()?;
     let bed = Bed::new(&hosts, device, size)?;
-    let (result, cpu_cores) = busy_while(DUT_CPU, || {
+    let (result, usage) = usage_while(DUT_CPU, || {
         bed.on_gen_cpu(|| -> Result<_> {
             let mut sink = bed
                 .sink
@@ -161,6 +166,7 @@ pub fn paced(device: Device, size: usize, seconds: f64, rate: u64) -> Result<Row
                 &mut sink,
                 &traffic(size, seconds, rate),
                 Duration::from_millis(200),
+                wait,
             )
         })
     });
@@ -170,8 +176,33 @@ pub fn paced(device: Device, size: usize, seconds: f64, rate: u64) -> Result<Row
         format!("{}@{rate}pps", device.name()),
         size,
         &report,
-        cpu_cores,
+        usage,
     ))
+}
+
+/// The loss-free rate through the device, per flow, with trials of `trial_seconds`: both
+/// ends on the generator's CPU, the device on its own.
+pub fn lossfree(
+    device: Device,
+    size: usize,
+    trial_seconds: f64,
+    flows: &[Flow],
+) -> Result<Vec<LossfreeRow>> {
+    let hosts = Hosts::new()?;
+    let bed = Bed::new(&hosts, device, size)?;
+    let end = |ns: &Netns, iface: &str| End {
+        iface: iface.to_owned(),
+        netns: Some(ns.path().display().to_string()),
+        core: Some(GEN_CPU),
+        mac: None,
+    };
+    let mut wire = Wire::open(
+        end(bed.gen, &bed.gen_if),
+        end(bed.sink, &bed.sink_if),
+        size,
+        PortOptions::default(),
+    )?;
+    lossfree_rows(device.name(), &mut wire, size, trial_seconds, flows)
 }
 
 /// The device's CPU over `seconds` of silence, then `probes` single frames, each after

@@ -19,6 +19,12 @@ pub struct Row {
     pub p50_us: Option<f64>,
     pub p99_us: Option<f64>,
     pub cpu_cores: f64,
+    /// CPU time of the whole machine (every CPU, user, system and softirq) per delivered
+    /// frame, in nanoseconds: the generator's and sink's share is the same for every
+    /// device at one rate, so the differences between rows are the devices'. On paced
+    /// rows only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_ns_per_frame: Option<f64>,
     /// Goodput of a TCP transfer (iperf3), on TCP rows only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tcp_gbps: Option<f64>,
@@ -46,16 +52,17 @@ impl Row {
             p50_us: None,
             p99_us: None,
             cpu_cores,
+            cpu_ns_per_frame: None,
             tcp_gbps: None,
         }
     }
 
-    /// A latency row from a paced run's sink report.
+    /// A latency and cost row from a paced run's sink report.
     pub fn paced(
         name: String,
         frame_bytes: usize,
         report: &xwire_bench::stats::Report,
-        cpu_cores: f64,
+        usage: Usage,
     ) -> Row {
         Row {
             name,
@@ -66,10 +73,82 @@ impl Row {
             loss_ratio: report.loss_ratio,
             p50_us: Some(report.p50_us),
             p99_us: Some(report.p99_us),
-            cpu_cores,
+            cpu_cores: usage.dut_share,
+            cpu_ns_per_frame: Some(usage.machine_seconds * 1e9 / report.delivered.max(1) as f64),
             tcp_gbps: None,
         }
     }
+}
+
+/// One direction's loss-free rate through a device or over a path, as a row.
+#[derive(Debug, Clone, Serialize)]
+pub struct LossfreeRow {
+    pub name: String,
+    #[serde(flatten)]
+    pub figure: xwire_bench::trial::DirectionFigure,
+}
+
+/// Every flow's loss-free search across `wire`, with trials of `trial_seconds`.
+pub fn lossfree_rows(
+    name: &str,
+    wire: &mut xwire_bench::trial::Wire,
+    size: usize,
+    trial_seconds: f64,
+    flows: &[xwire_bench::trial::Flow],
+) -> anyhow::Result<Vec<LossfreeRow>> {
+    let traffic = probe_traffic(size, trial_seconds, 0, [0xff; 6]);
+    let mut rows = Vec::new();
+    for &flow in flows {
+        let found = wire.lossfree(flow, &traffic, xwire_bench::lossfree::Criteria::default())?;
+        rows.extend(found.directions().into_iter().map(|figure| LossfreeRow {
+            name: name.to_owned(),
+            figure,
+        }));
+    }
+    Ok(rows)
+}
+
+/// What a measurement cost in CPU: the DUT CPU's busy share, and the busy CPU-seconds of
+/// the whole machine.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    pub dut_share: f64,
+    pub machine_seconds: f64,
+}
+
+/// The DUT CPU's share and the machine's busy CPU time while `f` ran.
+pub fn usage_while<T>(dut_cpu: usize, f: impl FnOnce() -> T) -> (T, Usage) {
+    let machine_before = machine_busy_ticks();
+    let (out, dut_share) = busy_while(dut_cpu, f);
+    let ticks_per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    let machine_seconds = match (machine_before, machine_busy_ticks()) {
+        (Some(b0), Some(b1)) => b1.saturating_sub(b0) as f64 / ticks_per_second,
+        _ => 0.0,
+    };
+    (
+        out,
+        Usage {
+            dut_share,
+            machine_seconds,
+        },
+    )
+}
+
+/// Busy jiffies of all CPUs together, from /proc/stat's first line.
+fn machine_busy_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let idle = v.get(3)? + v.get(4)?;
+    let total: u64 = v.iter().take(8).sum();
+    Some(total - idle)
 }
 
 /// An idle device: what it burns, and what the first frame after a silence waits.

@@ -19,11 +19,14 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use xwire_bench::traffic::{self, PortOptions, Traffic};
+use xwire_bench::traffic::{self, PortOptions, Traffic, Wait};
+use xwire_bench::trial::{End, Flow, Wire};
 
 pub use paths::WirePath;
 
-use crate::measure::{busy_while, on_cpu, probe_traffic, Row};
+use crate::measure::{
+    busy_while, lossfree_rows, on_cpu, probe_traffic, usage_while, LossfreeRow, Row,
+};
 use crate::testbed::{unique_ifname, Mac, Netns, Veth};
 
 const GEN_CPU: usize = 0;
@@ -175,11 +178,19 @@ pub fn peak(path: WirePath, size: usize, seconds: f64, setup: Setup) -> Result<R
     ))
 }
 
-/// `rate` frames per second for `seconds`, received by a sink in the generator's thread.
-pub fn paced(path: WirePath, size: usize, seconds: f64, rate: u64, setup: Setup) -> Result<Row> {
+/// `rate` frames per second for `seconds`, received by a sink in the generator's thread,
+/// which waits between frames as `wait` says (`Wait::Sleep` for the cost of a frame).
+pub fn paced(
+    path: WirePath,
+    size: usize,
+    seconds: f64,
+    rate: u64,
+    setup: Setup,
+    wait: Wait,
+) -> Result<Row> {
     let hosts = Hosts::new()?;
     let bed = Bed::new(&hosts, path, setup)?;
-    let (result, cpu_cores) = busy_while(DUT_CPU, || {
+    let (result, usage) = usage_while(DUT_CPU, || {
         bed.on_gen_cpu(|| -> Result<_> {
             let mut sink = bed
                 .pod(1)
@@ -190,6 +201,7 @@ pub fn paced(path: WirePath, size: usize, seconds: f64, rate: u64, setup: Setup)
                 &mut sink,
                 &traffic(size, seconds, rate),
                 Duration::from_millis(300),
+                wait,
             )
         })
     });
@@ -200,8 +212,32 @@ pub fn paced(path: WirePath, size: usize, seconds: f64, rate: u64, setup: Setup)
         format!("{}@{rate}pps", path.name()),
         size,
         &report,
-        cpu_cores,
+        usage,
     ))
+}
+
+/// The loss-free rate over the path, per flow, with trials of `trial_seconds`: each
+/// pod's end on the generator's CPU (the wire's work on the DUT CPU, as in the other
+/// measurements), frames to the other pod's address.
+pub fn lossfree(
+    path: WirePath,
+    size: usize,
+    trial_seconds: f64,
+    flows: &[Flow],
+    setup: Setup,
+) -> Result<Vec<LossfreeRow>> {
+    let hosts = Hosts::new()?;
+    let bed = Bed::new(&hosts, path, setup)?;
+    let end = |i: usize| End {
+        iface: POD_IF.to_owned(),
+        netns: Some(bed.pod(i).path().display().to_string()),
+        core: Some(GEN_CPU),
+        mac: Some(POD_MACS[i]),
+    };
+    let mut wire = Wire::open(end(0), end(1), size, PortOptions::default())?;
+    let rows = lossfree_rows(path.name(), &mut wire, size, trial_seconds, flows)?;
+    bed.report(setup, &format!("{} {size} B loss-free search", path.name()));
+    Ok(rows)
 }
 
 /// A TCP transfer of `seconds` with iperf3 from pod A (client, CPU 0) to pod B (server,
@@ -258,6 +294,7 @@ pub fn tcp(path: WirePath, seconds: f64, setup: Setup) -> Result<Row> {
         p50_us: None,
         p99_us: None,
         cpu_cores,
+        cpu_ns_per_frame: None,
         tcp_gbps: Some(bits / 1e9),
     })
 }

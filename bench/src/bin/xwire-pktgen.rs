@@ -173,7 +173,7 @@ struct LossfreeArgs {
     trial_seconds: f64,
     /// Directions to search, in order: a-to-b, b-to-a, both.
     #[arg(long, value_delimiter = ',', default_values = ["a-to-b", "b-to-a", "both"])]
-    flows: Vec<FlowArg>,
+    flows: Vec<trial::Flow>,
     /// The highest loss a passing trial may have (0.001 is 0.1%).
     #[arg(long, default_value_t = 0.001)]
     max_loss: f64,
@@ -188,13 +188,6 @@ struct LossfreeArgs {
     dst_mac: [u8; 6],
     #[command(flatten)]
     io: Io,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum FlowArg {
-    AToB,
-    BToA,
-    Both,
 }
 
 fn parse_mac(s: &str) -> Result<[u8; 6], String> {
@@ -262,6 +255,7 @@ fn lossfree(args: LossfreeArgs) -> Result<()> {
         iface: iface.to_owned(),
         netns: netns.clone(),
         core,
+        mac: None,
     };
     let mut wire = trial::Wire::open(
         end(&args.a_iface, &args.a_netns, args.a_core),
@@ -283,12 +277,7 @@ fn lossfree(args: LossfreeArgs) -> Result<()> {
         max_trials: args.max_trials,
     };
     let mut directions = Vec::new();
-    for flow in &args.flows {
-        let flow = match flow {
-            FlowArg::AToB => trial::Flow::AToB,
-            FlowArg::BToA => trial::Flow::BToA,
-            FlowArg::Both => trial::Flow::Both,
-        };
+    for &flow in &args.flows {
         directions.extend(wire.lossfree(flow, &traffic, criteria)?.directions());
     }
     let mut text = format!(
@@ -380,6 +369,7 @@ fn run_one_thread(args: &RunArgs) -> Result<()> {
                 &mut sink,
                 &traffic(&args.traffic),
                 Duration::from_millis(300),
+                traffic::Wait::Yield,
             )
         },
     )?;

@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use xwire_bench::traffic::Wait;
+use xwire_bench::trial::Flow;
 use xwire_fastpath::{Direction, PortChoice, Worker, WorkerConfig};
-use xwire_perf::local_fwd::{idle, paced, peak, wake_floor, Device};
-use xwire_perf::measure::{median_by, Row};
+use xwire_perf::local_fwd::{self, idle, paced, peak, wake_floor, Device};
+use xwire_perf::measure::{median_by, LossfreeRow, Row};
 use xwire_perf::remote_wire::{self, Setup, WirePath};
 use xwire_perf::testbed::cluster::TEST_FRAMES_PER_PORT;
 
@@ -46,6 +48,23 @@ struct RunArgs {
     /// Skip the latency pass (paced at half of xwire's peak rate).
     #[arg(long)]
     no_latency: bool,
+    /// Skip the loss-free search (the highest rate with loss at or below 0.1%, per
+    /// direction, alone and both at once; one search per run, not repeated).
+    #[arg(long)]
+    no_lossfree: bool,
+    /// Seconds of each trial of the loss-free search.
+    #[arg(long, default_value_t = 1.0)]
+    trial_seconds: f64,
+    /// Directions of the loss-free search, in order.
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["a-to-b", "b-to-a", "both"])]
+    flows: Vec<Flow>,
+    /// Skip the cost pass (CPU time per frame at --cost-rate; xwire adaptive).
+    #[arg(long)]
+    no_cost: bool,
+    /// Offered rate of the cost pass, frames per second: below every device's peak, so
+    /// that every device carries all of it.
+    #[arg(long, default_value_t = 50_000)]
+    cost_rate: u64,
 }
 
 impl RunArgs {
@@ -398,9 +417,40 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
         let rate = ((xwire.delivered_pps / 2.0) as u64).max(1);
         for &device in devices.iter().filter(fits) {
             rows.push(run.median(
-                || paced(device, size, seconds, rate),
+                || paced(device, size, seconds, rate, Wait::Yield),
                 |r| r.p99_us.unwrap_or(0.0),
             )?);
+        }
+    }
+    for &size in &run.sizes {
+        let fits = |d: &&Device| size <= d.max_frame();
+        if !run.no_lossfree {
+            let mut found = Vec::new();
+            for &device in devices.iter().filter(fits) {
+                let rows = local_fwd::lossfree(device, size, run.trial_seconds, &run.flows)?;
+                emit_lossfree(&rows, run.json);
+                found.extend(rows);
+            }
+            if !run.json {
+                print_lossfree_ratios(&found, |name| name == Device::Xwire.name());
+            }
+        }
+        if !run.no_cost {
+            // Adaptive, so that a worker spinning with nothing to do is not counted.
+            let cost_devices = devices.iter().filter(fits).map(|&d| match d {
+                Device::Xwire => Device::XwireAdaptive,
+                other => other,
+            });
+            let mut costs = Vec::new();
+            for device in cost_devices {
+                costs.push(run.median(
+                    || paced(device, size, seconds, run.cost_rate, Wait::Sleep),
+                    |r| r.cpu_ns_per_frame.unwrap_or(0.0),
+                )?);
+            }
+            if !run.json {
+                print_cost_ratios(&costs, Device::XwireAdaptive.name(), run.cost_rate);
+            }
         }
     }
     if !no_idle {
@@ -488,10 +538,49 @@ fn remote_wire(scenario: Scenario) -> Result<()> {
                 let rate = ((reference.delivered_pps / 2.0) as u64).max(1);
                 for &path in &paths {
                     run.median(
-                        || remote_wire::paced(path, size, seconds, rate, setup),
+                        || remote_wire::paced(path, size, seconds, rate, setup, Wait::Yield),
                         |r| r.p99_us.unwrap_or(0.0),
                     )?;
                 }
+            }
+        }
+    }
+    for &size in sizes {
+        if !run.no_lossfree {
+            let mut found = Vec::new();
+            for &path in &paths {
+                let rows = remote_wire::lossfree(path, size, run.trial_seconds, &run.flows, setup)?;
+                emit_lossfree(&rows, run.json);
+                found.extend(rows);
+            }
+            if !run.json {
+                print_lossfree_ratios(&found, |name| name.starts_with("xwire"));
+            }
+        }
+        if !run.no_cost {
+            // Adaptive, so that a worker spinning with nothing to do is not counted.
+            let adaptive = Setup {
+                busy_poll: false,
+                ..setup
+            };
+            let mut costs = Vec::new();
+            for &path in &paths {
+                costs.push(run.median(
+                    || {
+                        remote_wire::paced(
+                            path,
+                            size,
+                            seconds,
+                            run.cost_rate,
+                            adaptive,
+                            Wait::Sleep,
+                        )
+                    },
+                    |r| r.cpu_ns_per_frame.unwrap_or(0.0),
+                )?);
+            }
+            if !run.json {
+                print_cost_ratios(&costs, "xwire", run.cost_rate);
             }
         }
     }
@@ -510,6 +599,81 @@ fn remote_wire(scenario: Scenario) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn emit_lossfree(rows: &[LossfreeRow], json: bool) {
+    for row in rows {
+        if json {
+            println!("{}", serde_json::to_string(row).expect("a row serialises"));
+            continue;
+        }
+        let f = &row.figure;
+        println!(
+            "{:<28} {:>5} B  {} {:<5}  loss-free {:>9.0} pps {:>6.2} Gbps  p99 {:>7} us   full rate {:>9.0} pps, loss {:>6.2}%  ({} trials)",
+            row.name,
+            f.frame_bytes,
+            f.direction,
+            if f.at_once { "both" } else { "alone" },
+            f.lossfree_pps,
+            f.lossfree_gbps,
+            f.p99_us.map_or("-".to_owned(), |us| format!("{us:.1}")),
+            f.peak_delivered_pps,
+            f.peak_loss_ratio * 100.0,
+            f.trials
+        );
+    }
+}
+
+/// The loss-free rate of each of ours over the best baseline's, per direction and flow.
+fn print_lossfree_ratios(rows: &[LossfreeRow], ours: impl Fn(&str) -> bool) {
+    let key = |r: &LossfreeRow| (r.figure.direction.clone(), r.figure.at_once);
+    let mut seen = Vec::new();
+    for row in rows.iter().filter(|r| ours(&r.name)) {
+        let Some(best) = rows
+            .iter()
+            .filter(|b| !ours(&b.name) && key(b) == key(row) && b.name != "direct-veth")
+            .max_by(|a, b| a.figure.lossfree_pps.total_cmp(&b.figure.lossfree_pps))
+        else {
+            continue;
+        };
+        seen.push(format!(
+            "{} {} {}: {:.2}",
+            row.name,
+            row.figure.direction,
+            if row.figure.at_once { "both" } else { "alone" },
+            row.figure.lossfree_pps / best.figure.lossfree_pps.max(1.0)
+        ));
+        if seen.len() == 1 {
+            print!(
+                "  loss-free ratios over the best baseline ({}): ",
+                best.name
+            );
+        }
+    }
+    if !seen.is_empty() {
+        println!("{}", seen.join(", "));
+    }
+}
+
+/// CPU time per frame of each row, and ours over each other row's.
+fn print_cost_ratios(rows: &[Row], ours_prefix: &str, rate: u64) {
+    let cost = |r: &Row| r.cpu_ns_per_frame.unwrap_or(f64::NAN);
+    let figures: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{} {:.0}", r.name, cost(r)))
+        .collect();
+    println!(
+        "  machine CPU ns per frame at {rate} pps: {}",
+        figures.join(", ")
+    );
+    for ours in rows.iter().filter(|r| r.name.starts_with(ours_prefix)) {
+        let ratios: Vec<String> = rows
+            .iter()
+            .filter(|r| !r.name.starts_with(ours_prefix))
+            .map(|r| format!("{} {:.2}", r.name, cost(ours) / cost(r)))
+            .collect();
+        println!("  cost ratios, {} over: {}", ours.name, ratios.join(", "));
+    }
 }
 
 /// Each xwire row over the better of the VXLAN rows, from this run.
@@ -558,8 +722,11 @@ fn emit(row: &Row, json: bool) {
         let tcp = row
             .tcp_gbps
             .map_or(String::new(), |g| format!("  tcp {g:.2} Gbps"));
+        let cost = row.cpu_ns_per_frame.map_or(String::new(), |ns| {
+            format!("  machine cpu {ns:.0} ns/frame")
+        });
         println!(
-            "{:<28} {:>5} B  offered {:>9.0} pps  delivered {:>9.0} pps  {:>6.2} Gbps  loss {:>6.2}%  p50 {:>6} us  p99 {:>6} us  dut cpu {:.2}{tcp}",
+            "{:<28} {:>5} B  offered {:>9.0} pps  delivered {:>9.0} pps  {:>6.2} Gbps  loss {:>6.2}%  p50 {:>6} us  p99 {:>6} us  dut cpu {:.2}{tcp}{cost}",
             row.name,
             row.frame_bytes,
             row.offered_pps,
