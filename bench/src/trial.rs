@@ -156,14 +156,24 @@ impl Wire {
             search.record(rate, loss, reports);
         }
         let trials = search.trials() + 1;
-        let found = search.finish();
+        let at_rate = search.finish().map(|(_, reports)| reports);
+        // The rate the generator reached, not the one asked of it: a generator that
+        // shares its CPU may fall short of a paced rate, and a pass at a rate that was
+        // never offered says nothing.
+        let rate_pps = at_rate.as_ref().map_or(0.0, |reports| {
+            reports
+                .iter()
+                .flatten()
+                .map(|r| r.offered_pps)
+                .fold(f64::INFINITY, f64::min)
+        });
         Ok(LossFree {
             flow,
             criteria,
             trials,
             peak,
-            rate_pps: found.as_ref().map_or(0, |(rate, _)| *rate),
-            at_rate: found.map(|(_, reports)| reports),
+            rate_pps: rate_pps.round() as u64,
+            at_rate,
         })
     }
 
@@ -186,7 +196,8 @@ pub struct LossFree {
     pub trials: usize,
     /// The full-rate trial: what the wire carries when offered all the generator can send.
     pub peak: TrialReports,
-    /// The highest offered rate (per direction) that passed; 0 when none did.
+    /// The highest rate (per direction) offered by a passing trial, as the generator
+    /// reached it; 0 when no trial passed.
     pub rate_pps: u64,
     /// The passing trial at that rate (its latency is the latency at the loss-free rate).
     pub at_rate: Option<TrialReports>,

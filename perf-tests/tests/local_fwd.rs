@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use xwire_perf::local_fwd::{idle, paced, peak, wake_floor, Device};
+use xwire_bench::traffic::Wait;
+use xwire_bench::trial::Flow;
+use xwire_perf::local_fwd::{idle, lossfree, paced, peak, wake_floor, Device};
 
 #[test]
 fn every_device_carries_frames_at_full_speed_and_paced() {
@@ -14,9 +16,48 @@ fn every_device_carries_frames_at_full_speed_and_paced() {
         assert!(row.delivered_pps > 0.0, "{row:?}");
         assert_eq!((row.frame_bytes, row.p50_us), (128, None), "{row:?}");
 
-        let row = paced(device, 128, 0.3, 20_000).unwrap();
+        let row = paced(device, 128, 0.3, 20_000, Wait::Yield).unwrap();
         assert!(row.delivered_pps > 0.0, "{row:?}");
         assert!(row.p50_us.is_some() && row.p99_us >= row.p50_us, "{row:?}");
+
+        // The cost pass: the generator sleeps between frames; the machine's CPU time per
+        // frame is there, and the run still carries (nearly) all it is offered.
+        let row = paced(device, 128, 0.3, 20_000, Wait::Sleep).unwrap();
+        assert!(row.cpu_ns_per_frame.is_some_and(|ns| ns > 0.0), "{row:?}");
+        assert!(row.loss_ratio < 0.5, "{row:?}");
+    }
+}
+
+#[test]
+fn the_lossfree_search_reports_each_direction_alone_and_at_once() {
+    let rows = lossfree(
+        Device::Xwire,
+        64,
+        0.2,
+        &[Flow::AToB, Flow::BToA, Flow::Both],
+    )
+    .unwrap();
+    let directions: Vec<(&str, bool)> = rows
+        .iter()
+        .map(|r| (r.figure.direction.as_str(), r.figure.at_once))
+        .collect();
+    assert_eq!(
+        directions,
+        [
+            ("a->b", false),
+            ("b->a", false),
+            ("a->b", true),
+            ("b->a", true)
+        ]
+    );
+    for row in &rows {
+        let f = &row.figure;
+        assert_eq!((row.name.as_str(), f.frame_bytes), ("xwire", 64));
+        assert!(
+            f.lossfree_pps > 0.0 && f.lossfree_pps <= f.peak_offered_pps + 1.0,
+            "{f:?}"
+        );
+        assert!(f.trials >= 1 && f.p99_us.is_some(), "{f:?}");
     }
 }
 
