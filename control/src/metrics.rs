@@ -44,11 +44,14 @@ struct DropLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PeerLabels {
     peer: String,
+    /// The worker whose connection it is.
+    worker: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PeerDirectionLabels {
     peer: String,
+    worker: String,
     direction: String,
 }
 
@@ -208,6 +211,7 @@ fn register_peers(registry: &mut Registry, counters: &NodeCounters) {
     for peer in &counters.peers {
         let labels = PeerLabels {
             peer: peer.node.clone(),
+            worker: peer.worker.to_string(),
         };
         up.get_or_create(&labels).set(i64::from(peer.up));
         if let Some(us) = peer.rtt_us {
@@ -224,6 +228,7 @@ fn register_peers(registry: &mut Registry, counters: &NodeCounters) {
         ] {
             let labels = PeerDirectionLabels {
                 peer: peer.node.clone(),
+                worker: peer.worker.to_string(),
                 direction: direction.to_owned(),
             };
             datagrams.get_or_create(&labels).inc_by(count);
@@ -300,6 +305,7 @@ mod tests {
             links: vec![end],
             peers: vec![PeerCounters {
                 node: "n2".into(),
+                worker: 1,
                 up: true,
                 rtt_us: Some(250),
                 udp_datagrams_sent: 9,
@@ -318,8 +324,8 @@ mod tests {
             format!(
                 r#"xwire_port_kernel_drops_total{{{labels},direction="egress",reason="rx_ring_full"}} 3"#
             ),
-            r#"xwire_peer_up{peer="n2"} 1"#.into(),
-            r#"xwire_peer_udp_datagrams_total{peer="n2",direction="egress"} 9"#.into(),
+            r#"xwire_peer_up{peer="n2",worker="1"} 1"#.into(),
+            r#"xwire_peer_udp_datagrams_total{peer="n2",worker="1",direction="egress"} 9"#.into(),
             "xwire_worker_busy_ratio 0.25".into(),
             r#"xwire_cni_call_duration_seconds_count{command="add"} 1"#.into(),
             "xwire_reconcile_pass_duration_seconds_count 1".into(),

@@ -63,8 +63,13 @@ struct Lab {
 impl Lab {
     /// Two nodes, the four pods attached and every wire joined.
     fn up(links: &[LinkSpec], extra_pods: &[&str]) -> Lab {
+        Lab::up_configured(links, extra_pods, "")
+    }
+
+    /// As `up`, with `extra` in both daemons' configuration.
+    fn up_configured(links: &[LinkSpec], extra_pods: &[&str], extra: &str) -> Lab {
         let certs = TempDir::new("certs");
-        let (n1, n2) = support::two_nodes(&certs);
+        let (n1, n2) = support::two_nodes_configured(&certs, extra);
         let mut names: Vec<&str> = PODS.iter().map(|(p, _)| *p).collect();
         names.extend_from_slice(extra_pods);
         let yaml = topology(&names, links);
@@ -240,7 +245,11 @@ fn wire_record(node: &Node, pod: &str, uid: u64) -> Option<Value> {
 /// Kills the daemons of `nodes` while traffic flows on every wire, starts them again,
 /// and checks what the module's doc promises.
 fn kill_and_restart(nodes: &[&str]) {
-    let mut lab = Lab::up(LINKS, &[]);
+    kill_and_restart_configured(nodes, "");
+}
+
+fn kill_and_restart_configured(nodes: &[&str], extra: &str) -> Lab {
+    let mut lab = Lab::up_configured(LINKS, &[], extra);
     let flows: Vec<Flow> = LINKS.iter().map(|&l| lab.flow(l)).collect();
     for flow in &flows {
         assert!(
@@ -283,6 +292,7 @@ fn kill_and_restart(nodes: &[&str]) {
             assert_eq!(counts.lost(), 0, "{name}: {counts:?}");
         }
     }
+    lab
 }
 
 #[test]
@@ -293,6 +303,59 @@ fn kill_9_of_one_daemon() {
 #[test]
 fn kill_9_of_both_daemons() {
     kill_and_restart(&["n1", "n2"]);
+}
+
+/// With two workers per node, the two remote wires (uids 3 and 4) are on different
+/// workers, each worker with its own connection to its counterpart on the other node.
+/// Both carry frames before and after a restart of one daemon, and the node's counters
+/// are the two workers' together.
+#[test]
+fn two_workers_per_node_carry_their_wires_and_survive_a_restart() {
+    let lab = kill_and_restart_configured(&["n1"], "data_cores = [0, 1]");
+    let workers =
+        |uid: u64| xwire_control::node::worker_index(xwire_proto::WireId::new("lab", uid), 2);
+    assert_ne!(workers(3), workers(4), "the remote wires share a worker");
+    for node in ["n1", "n2"] {
+        let n = lab.node(node);
+        let counters = match n.ask(&Request::Counters).unwrap() {
+            Response::Counters(c) => c,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(counters.workers, 2, "{node}: {counters:?}");
+        let mut connections: Vec<(String, usize, bool)> = counters
+            .peers
+            .iter()
+            .map(|p| (p.node.clone(), p.worker, p.up))
+            .collect();
+        connections.sort();
+        let peer = if node == "n1" { "n2" } else { "n1" };
+        assert_eq!(
+            connections,
+            [(peer.to_owned(), 0, true), (peer.to_owned(), 1, true)],
+            "{node}"
+        );
+        for uid in [3, 4] {
+            let end = counters
+                .links
+                .iter()
+                .find(|l| l.uid == uid)
+                .unwrap_or_else(|| panic!("{node}: no counters for uid {uid}: {counters:?}"));
+            // The flows go one way: from r1 on uid 3, from r4 on uid 4.
+            assert!(
+                end.egress.frames + end.ingress.frames > 0,
+                "{node}: {end:?}"
+            );
+        }
+        // The transport's totals are the two workers' together.
+        assert!(
+            counters.transport["frames_sent"] > 0,
+            "{node}: {counters:?}"
+        );
+        assert!(
+            counters.transport["frames_received"] > 0,
+            "{node}: {counters:?}"
+        );
+    }
 }
 
 #[test]

@@ -112,6 +112,7 @@ pub fn run(binaries: &Binaries, pods: usize) -> Result<Report> {
         ["na", "nb"],
         "192.168.78",
         (pods + 8, TEST_FRAMES_PER_PORT),
+        "",
     )?;
     for node in [&na, &nb] {
         node.apply_objects(topology(pods));

@@ -155,6 +155,7 @@ pub fn run(binaries: &Binaries, xwirectl: &PathBuf, pods: usize) -> Result<Repor
         ["es1", "es2"],
         "192.168.79",
         (pods + 8, TEST_FRAMES_PER_PORT),
+        "",
     )?;
     for node in [&e1, &e2] {
         node.apply_objects(ring(pods));

@@ -114,6 +114,7 @@ pub fn run(binaries: &Binaries, wires: usize, frames_per_port: usize) -> Result<
         ["na", "nb"],
         "192.168.79",
         (wires + 8, frames_per_port),
+        "",
     )?;
     for node in [&na, &nb] {
         node.apply_objects(topology(pairs, per_pair, wires));

@@ -183,11 +183,15 @@ pub struct NodeCounters {
     /// The peer transport's totals by name (empty when the node has no peers).
     #[serde(default)]
     pub transport: BTreeMap<String, u64>,
-    /// Seconds the worker spent in passes that moved frames, and seconds it has run.
+    /// Seconds the workers spent in passes that moved frames, and seconds they have
+    /// run, summed over the workers.
     #[serde(default)]
     pub worker_busy_seconds: f64,
     #[serde(default)]
     pub worker_running_seconds: f64,
+    /// Data-plane workers (one per data core).
+    #[serde(default)]
+    pub workers: usize,
 }
 
 /// The counters of one wire end, seen from its pod: `egress` is what the pod sent into
@@ -223,6 +227,10 @@ pub struct DirectionCounters {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PeerCounters {
     pub node: String,
+    /// The worker whose connection this is: each worker has its own to each peer node
+    /// (worker 0's also carries the control protocol).
+    #[serde(default)]
+    pub worker: usize,
     pub up: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rtt_us: Option<u64>,

@@ -176,13 +176,16 @@ impl Node {
         let (tap, reader) = Tap::new(directions, snaplen, CAPTURE_QUEUE);
         let fastpath = self.fastpath.as_ref().expect("a port means a fast path");
         let wire = WireId::new(&record.topo_namespace, record.link_uid);
-        fastpath.worker.capture(wire, port.id, tap).map_err(|e| {
-            NodeError::new(
-                ErrorKind::Fastpath,
-                format!("tap wire {}", record.key()),
-                e.to_string(),
-            )
-        })?;
+        fastpath
+            .worker_of(wire)
+            .capture(wire, port.id, tap)
+            .map_err(|e| {
+                NodeError::new(
+                    ErrorKind::Fastpath,
+                    format!("tap wire {}", record.key()),
+                    e.to_string(),
+                )
+            })?;
         let peer_intf = link.map_or_else(String::new, |l| l.peer_intf);
         Ok((
             reader,

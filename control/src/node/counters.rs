@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use xwire_fastpath::counters::DirectionSnapshot;
 use xwire_fastpath::stats::{LinkStats, PeerStats, WorkerStats};
-use xwire_fastpath::{DropReason, KernelDrops, PortId};
+use xwire_fastpath::{DropReason, KernelDrops, PortId, WireId};
 use xwire_proto::local::{DirectionCounters, LinkEndCounters, NodeCounters, PeerCounters};
 
 use super::error::{ErrorKind, NodeError};
@@ -29,7 +29,7 @@ impl Node {
                 ..NodeCounters::default()
             });
         };
-        let stats = fastpath.worker.stats().map_err(|e| {
+        let stats = fastpath.stats().map_err(|e| {
             NodeError::new(
                 ErrorKind::Fastpath,
                 "the fast path's counters",
@@ -55,31 +55,59 @@ impl Node {
         for (key, port, path) in open.chain(steered) {
             if let Some(record) = records.get(key) {
                 let record = record.clone();
-                ends.insert(port.id, EndOfPort { record, path });
+                let worker =
+                    fastpath.index_of(WireId::new(&port.wire.namespace, port.wire.link_uid));
+                ends.insert((worker, port.id), EndOfPort { record, path });
             }
         }
         Ok(report(&self.config.node_name, &stats, &ends))
     }
 }
 
-/// The answer for `stats`, with each link's ends named by `ends` (a port not in it, one
-/// whose wire is going away, is left out).
+/// The answer for the workers' `stats` (by worker index), with each link's ends named
+/// by `ends`, keyed by worker and port (a port not in it, one whose wire is going away,
+/// is left out). The transport's totals and the busy times are the workers' sums.
 pub(super) fn report(
     node: &str,
-    stats: &WorkerStats,
-    ends: &HashMap<PortId, EndOfPort>,
+    stats: &[WorkerStats],
+    ends: &HashMap<(usize, PortId), EndOfPort>,
 ) -> NodeCounters {
     let mut links = Vec::new();
-    for link in &stats.links {
-        if let Some(end) = ends.get(&link.a) {
-            links.push(end_counters(end, link, &link.a_to_b, &link.b_to_a, 0));
-        }
-        if let Some(end) = link.b.and_then(|b| ends.get(&b)) {
-            links.push(end_counters(end, link, &link.b_to_a, &link.a_to_b, 1));
+    for (worker, stats) in stats.iter().enumerate() {
+        for link in &stats.links {
+            if let Some(end) = ends.get(&(worker, link.a)) {
+                links.push(end_counters(end, link, &link.a_to_b, &link.b_to_a, 0));
+            }
+            if let Some(end) = link.b.and_then(|b| ends.get(&(worker, b))) {
+                links.push(end_counters(end, link, &link.b_to_a, &link.a_to_b, 1));
+            }
         }
     }
     links.sort_by(|x, y| (&x.namespace, x.uid, &x.pod).cmp(&(&y.namespace, y.uid, &y.pod)));
-    let transport = stats
+    let mut transport: BTreeMap<String, u64> = BTreeMap::new();
+    for worker in stats {
+        for (name, value) in transport_totals(worker) {
+            *transport.entry(name).or_default() += value;
+        }
+    }
+    let peers = stats
+        .iter()
+        .enumerate()
+        .flat_map(|(worker, s)| s.peers.iter().map(move |p| peer_counters(p, worker)))
+        .collect();
+    NodeCounters {
+        node: node.to_owned(),
+        links,
+        peers,
+        transport,
+        worker_busy_seconds: stats.iter().map(|s| s.busy.as_secs_f64()).sum(),
+        worker_running_seconds: stats.iter().map(|s| s.running.as_secs_f64()).sum(),
+        workers: stats.len(),
+    }
+}
+
+fn transport_totals(stats: &WorkerStats) -> BTreeMap<String, u64> {
+    stats
         .transport
         .map(|t| {
             [
@@ -100,15 +128,7 @@ pub(super) fn report(
             .map(|(name, value)| (name.to_owned(), value))
             .collect()
         })
-        .unwrap_or_default();
-    NodeCounters {
-        node: node.to_owned(),
-        links,
-        peers: stats.peers.iter().map(peer_counters).collect(),
-        transport,
-        worker_busy_seconds: stats.busy.as_secs_f64(),
-        worker_running_seconds: stats.running.as_secs_f64(),
-    }
+        .unwrap_or_default()
 }
 
 fn end_counters(
@@ -158,9 +178,10 @@ fn kernel_drops(drops: KernelDrops) -> BTreeMap<String, u64> {
     .collect()
 }
 
-fn peer_counters(peer: &PeerStats) -> PeerCounters {
+fn peer_counters(peer: &PeerStats, worker: usize) -> PeerCounters {
     PeerCounters {
         node: peer.name.clone(),
+        worker,
         up: peer.up,
         rtt_us: peer.rtt.map(|rtt| rtt.as_micros() as u64),
         udp_datagrams_sent: peer.udp_datagrams_sent,
@@ -199,7 +220,9 @@ mod tests {
     }
 
     /// A steered same-node wire is one link with both ends on this node: each pod's
-    /// egress is the direction its own port received, and the other pod's ingress.
+    /// egress is the direction its own port received, and the other pod's ingress. Two
+    /// workers number their ports alike: each end is found by worker and port, and the
+    /// node's totals are the workers' sums.
     #[test]
     fn each_end_sees_its_own_egress_and_the_other_ends_as_ingress() {
         let counters = LinkCounters::default();
@@ -224,14 +247,6 @@ mod tests {
                         None,
                     ],
                 },
-                LinkStats {
-                    wire: WireId(2),
-                    a: PortId(2),
-                    b: None,
-                    a_to_b: remote.snapshot(Direction::AToB),
-                    b_to_a: remote.snapshot(Direction::BToA),
-                    kernel_drops: [None, None],
-                },
                 // A link whose ports this node no longer names: left out.
                 LinkStats {
                     wire: WireId(3),
@@ -242,15 +257,45 @@ mod tests {
                     kernel_drops: [None, None],
                 },
             ],
+            transport: Some(xwire_fastpath::peer::PeerCounters {
+                frames_sent: 5,
+                ..Default::default()
+            }),
+            busy: std::time::Duration::from_secs(1),
+            running: std::time::Duration::from_secs(4),
             ..WorkerStats::default()
+        };
+        let second = WorkerStats {
+            links: vec![LinkStats {
+                wire: WireId(2),
+                a: PortId(0),
+                b: None,
+                a_to_b: remote.snapshot(Direction::AToB),
+                b_to_a: remote.snapshot(Direction::BToA),
+                kernel_drops: [None, None],
+            }],
+            transport: Some(xwire_fastpath::peer::PeerCounters {
+                frames_sent: 2,
+                ..Default::default()
+            }),
+            peers: vec![PeerStats {
+                name: "n2".into(),
+                up: true,
+                ..PeerStats::default()
+            }],
+            busy: std::time::Duration::from_secs(2),
+            running: std::time::Duration::from_secs(4),
         };
         let end = |record, path| EndOfPort { record, path };
         let ends = HashMap::from([
-            (PortId(0), end(record("r1", "r2", 1, None), "steered")),
-            (PortId(1), end(record("r2", "r1", 1, None), "steered")),
-            (PortId(2), end(record("r1", "r3", 2, Some("n2")), "remote")),
+            ((0, PortId(0)), end(record("r1", "r2", 1, None), "steered")),
+            ((0, PortId(1)), end(record("r2", "r1", 1, None), "steered")),
+            (
+                (1, PortId(0)),
+                end(record("r1", "r3", 2, Some("n2")), "remote"),
+            ),
         ]);
-        let answer = report("n1", &stats, &ends);
+        let answer = report("n1", &[stats, second], &ends);
         let found: Vec<_> = answer
             .links
             .iter()
@@ -263,5 +308,16 @@ mod tests {
         assert_eq!(r1.kernel_drops["rx_ring_full"], 4);
         assert!(answer.links[1].kernel_drops.is_empty());
         assert_eq!(answer.links[2].peer_node.as_deref(), Some("n2"));
+        assert_eq!(answer.transport["frames_sent"], 7);
+        assert_eq!((answer.workers, answer.worker_busy_seconds), (2, 3.0));
+        assert_eq!(answer.worker_running_seconds, 8.0);
+        assert_eq!(
+            answer
+                .peers
+                .iter()
+                .map(|p| (p.node.as_str(), p.worker, p.up))
+                .collect::<Vec<_>>(),
+            [("n2", 1, true)]
+        );
     }
 }

@@ -17,8 +17,12 @@ pub enum Step {
         name: String,
         alias: String,
     },
-    /// A fast-path port was opened for the wire end `key`.
-    Port { key: String, id: PortId },
+    /// A fast-path port was opened for the wire end `key`, on the worker of `wire`.
+    Port {
+        key: String,
+        wire: WireId,
+        id: PortId,
+    },
     /// A remote link was added to the fast path.
     RemoteLink { wire: WireId },
     /// A wire record was written over `previous` (`None`: there was none).

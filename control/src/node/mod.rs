@@ -7,6 +7,7 @@ mod capture;
 mod cni_calls;
 mod counters;
 mod error;
+mod fastpath;
 mod journal;
 mod peers;
 mod plan;
@@ -21,8 +22,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use xwire_fastpath::link_table::PortId;
-use xwire_fastpath::peer::{NodeIdentity, PeerConfig, PeerId};
-use xwire_fastpath::worker::{Worker, WorkerConfig};
+use xwire_fastpath::peer::NodeIdentity;
 use xwire_proto::control::WireKey;
 use xwire_proto::local::{NodeState, Request, Response};
 
@@ -37,12 +37,8 @@ pub use error::{ErrorKind, NodeError};
 pub use journal::{Journal, Step};
 pub use reconcile::Reconciled;
 
-/// The fast path of a node that has peers: one worker and the peers declared to it.
-struct Fastpath {
-    worker: Worker,
-    peers: HashMap<String, PeerId>,
-    addresses: HashMap<String, String>,
-}
+pub use fastpath::worker_index;
+use fastpath::Fastpath;
 
 /// A wire end another node told this node about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,7 +141,7 @@ impl Node {
         };
         let fastpath = match identity {
             None => None,
-            Some(identity) => Some(start_fastpath(&config, identity)?),
+            Some(identity) => Some(Fastpath::start(&config, identity)?),
         };
         let mut node = Node {
             config,
@@ -317,38 +313,6 @@ impl Node {
             .topology(namespace, pod)?
             .and_then(|t| t.links.iter().find(|l| l.uid == uid).cloned()))
     }
-}
-
-fn start_fastpath(config: &DaemonConfig, identity: NodeIdentity) -> Result<Fastpath, StartError> {
-    let fail = |what: &str, e: &dyn std::fmt::Display| StartError::Fastpath(format!("{what}: {e}"));
-    let worker = Worker::spawn(WorkerConfig {
-        core: config.data_cores.first().copied(),
-        busy_poll: config.busy_poll,
-        idle_spin: std::time::Duration::from_micros(config.idle_spin_us),
-        max_ports: config.max_ports,
-        frames_per_port: config.frames_per_port,
-        ..WorkerConfig::default()
-    })
-    .map_err(|e| fail("start the worker", &e))?;
-    let mut peer_config = PeerConfig::new(identity, config.node_address);
-    peer_config.underlay_mtu = config.underlay_mtu;
-    worker
-        .attach_peers(peer_config)
-        .map_err(|e| fail(&format!("listen on {}", config.node_address), &e))?;
-    let mut peers = HashMap::new();
-    let mut addresses = HashMap::new();
-    for peer in &config.peers {
-        let id = worker
-            .add_peer(&peer.name, peer.address, peer.carrier)
-            .map_err(|e| fail(&format!("peer {}", peer.name), &e))?;
-        peers.insert(peer.name.clone(), id);
-        addresses.insert(peer.name.clone(), peer.address.to_string());
-    }
-    Ok(Fastpath {
-        worker,
-        peers,
-        addresses,
-    })
 }
 
 fn to_json<T: serde::Serialize>(record: &T) -> serde_json::Value {

@@ -26,15 +26,39 @@ impl Node {
         let Some(fastpath) = &self.fastpath else {
             return false;
         };
-        let events = match fastpath.worker.peer_status() {
-            Ok((_, events)) => events,
+        let events = match fastpath.peer_events() {
+            Ok(events) => events,
             Err(e) => {
                 tracing::error!("reading peer events: {e}");
                 return false;
             }
         };
         let any = !events.is_empty();
-        for event in events {
+        for (worker, event) in events {
+            // Worker 0's connection to a peer carries the control protocol; the other
+            // workers' carry frames only, and their comings and goings change nothing here.
+            if worker > 0 {
+                match event {
+                    PeerEvent::Up { name, .. } => {
+                        tracing::info!(peer = %name, worker, "peer up (frames only)")
+                    }
+                    PeerEvent::Down { peer, reason } => tracing::info!(
+                        peer = ?self.peer_name(worker, peer),
+                        worker,
+                        %reason,
+                        "peer down (frames only)"
+                    ),
+                    PeerEvent::Refused { remote, reason } => {
+                        tracing::warn!(%remote, worker, %reason, "peer refused")
+                    }
+                    PeerEvent::Control { peer, .. } => tracing::warn!(
+                        peer = ?self.peer_name(worker, peer),
+                        worker,
+                        "control message on a connection that carries frames only: ignored"
+                    ),
+                }
+                continue;
+            }
             match event {
                 PeerEvent::Up { name, version, .. } => {
                     tracing::info!(peer = %name, version, "peer up");
@@ -44,13 +68,13 @@ impl Node {
                     self.send_sync(&name);
                 }
                 PeerEvent::Down { peer, reason } => {
-                    tracing::info!(peer = ?self.peer_name(peer), %reason, "peer down");
+                    tracing::info!(peer = ?self.peer_name(0, peer), %reason, "peer down");
                 }
                 PeerEvent::Refused { remote, reason } => {
                     tracing::warn!(%remote, %reason, "peer refused");
                 }
                 PeerEvent::Control { peer, message } => {
-                    let Some(from) = self.peer_name(peer) else {
+                    let Some(from) = self.peer_name(0, peer) else {
                         continue;
                     };
                     match message.body {
@@ -71,13 +95,10 @@ impl Node {
         any
     }
 
-    fn peer_name(&self, peer: PeerId) -> Option<String> {
+    /// The peer node behind `peer` of worker `worker`.
+    fn peer_name(&self, worker: usize, peer: PeerId) -> Option<String> {
         let fastpath = self.fastpath.as_ref()?;
-        fastpath
-            .peers
-            .iter()
-            .find(|(_, &id)| id == peer)
-            .map(|(name, _)| name.clone())
+        fastpath.peer_name(worker, peer).map(str::to_owned)
     }
 
     /// The wire as this node's end describes it to the far end's node.
@@ -108,7 +129,7 @@ impl Node {
         let Some(fastpath) = &self.fastpath else {
             return;
         };
-        let all_peers: Vec<String> = fastpath.peers.keys().cloned().collect();
+        let all_peers: Vec<String> = fastpath.peer_names().cloned().collect();
         let Ok(wires) = self.store.wires() else {
             return;
         };
@@ -388,23 +409,20 @@ impl Node {
         for change in changes {
             match change {
                 crate::store::PeerChange::Joined { name, address } => {
-                    match fastpath.worker.add_peer(&name, address, Carrier::Datagram) {
-                        Ok(id) => {
-                            if fastpath.peers.insert(name.clone(), id).is_none() {
+                    match fastpath.add_peer(&name, address, Carrier::Datagram) {
+                        Ok(new) => {
+                            if new {
                                 tracing::info!(peer = %name, %address, "node joined");
                             }
-                            fastpath.addresses.insert(name, address.to_string());
                         }
                         Err(e) => tracing::warn!(peer = %name, "declaring a node that joined: {e}"),
                     }
                 }
                 crate::store::PeerChange::Left { name } => {
-                    let Some(id) = fastpath.peers.get(&name).copied() else {
-                        continue;
-                    };
-                    tracing::info!(peer = %name, "node left");
-                    if let Err(e) = fastpath.worker.retire_peer(id) {
-                        tracing::warn!(peer = %name, "retiring a node that left: {e}");
+                    match fastpath.retire_peer(&name) {
+                        Ok(false) => continue,
+                        Ok(true) => tracing::info!(peer = %name, "node left"),
+                        Err(e) => tracing::warn!(peer = %name, "retiring a node that left: {e}"),
                     }
                     left.push(name);
                 }

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
+use xwire_proto::WireId;
 
 use super::plan::{plan, Action, Desired, DesiredPod, Interfaces, Observed, PodNetns};
 use super::wiring::{log_removal, own_end};
@@ -429,7 +430,8 @@ impl Node {
             Action::ClosePort { key } => {
                 if let Some(port) = self.ports.remove(&key) {
                     if let Some(fastpath) = &self.fastpath {
-                        let _ = fastpath.worker.remove_port(port.id);
+                        let wire = WireId::new(&port.wire.namespace, port.wire.link_uid);
+                        let _ = fastpath.worker_of(wire).remove_port(port.id);
                     }
                 }
                 Ok(Some((key, "fast-path port with no wire: closed".into())))
@@ -501,7 +503,7 @@ impl Node {
         let Some(fastpath) = &self.fastpath else {
             return; // `remote_port` refused every end: there are no peers.
         };
-        let opened = fastpath.worker.add_remote_ports(&specs);
+        let opened = fastpath.add_remote_ports(&specs);
         for ((record, spec), opened) in records.iter().zip(&specs).zip(opened) {
             // Nothing to undo on failure: a port that could not join was closed again.
             let mut journal = Journal::default();

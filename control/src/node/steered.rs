@@ -192,7 +192,7 @@ impl Node {
         let ends: [SteeredEnd; 2] = ends.try_into().expect("two ends");
         let id = WireId::new(&wire.namespace, wire.link_uid);
         let ports = fastpath
-            .worker
+            .worker_of(id)
             .steer_pair(id, ends, to_steer.max_frame)
             .map_err(|e| steer_error(wire, e))?
             .ports;
@@ -228,20 +228,23 @@ impl Node {
         };
         let id = WireId::new(&wire.namespace, wire.link_uid);
         for (_, port) in &ends {
-            let _ = fastpath.worker.set_impairment(id, port.id, None);
+            let _ = fastpath.worker_of(id).set_impairment(id, port.id, None);
         }
         let since = Instant::now();
         while since.elapsed() < RELEASE_LIMIT
             && ends.iter().any(|(_, port)| {
                 fastpath
-                    .worker
+                    .worker_of(id)
                     .held_frames(id, port.id)
                     .is_ok_and(|held| held > 0)
             })
         {
             std::thread::sleep(Duration::from_millis(1));
         }
-        if let Err(e) = fastpath.worker.remove_ports(&[ends[0].1.id, ends[1].1.id]) {
+        if let Err(e) = fastpath
+            .worker_of(id)
+            .remove_ports(&[ends[0].1.id, ends[1].1.id])
+        {
             tracing::warn!(
                 namespace = wire.namespace,
                 uid = wire.link_uid,
@@ -258,7 +261,10 @@ impl Node {
     /// Stops steering `wire` at once, for a wire being taken apart: what it holds goes.
     pub(super) fn forget_steering(&mut self, wire: &WireKey) {
         if let (Some(ends), Some(fastpath)) = (self.steered.remove(wire), &self.fastpath) {
-            let _ = fastpath.worker.remove_ports(&[ends[0].1.id, ends[1].1.id]);
+            let id = WireId::new(&wire.namespace, wire.link_uid);
+            let _ = fastpath
+                .worker_of(id)
+                .remove_ports(&[ends[0].1.id, ends[1].1.id]);
         }
     }
 

@@ -138,7 +138,11 @@ impl Node {
         });
         let key = wire_key(namespace, end.pod, link.uid);
         let port = self.open_switched_port(&key, &node_end.name, namespace, end.pod, link)?;
-        journal.record(Step::Port { key, id: port });
+        journal.record(Step::Port {
+            key,
+            wire: WireId::new(namespace, link.uid),
+            id: port,
+        });
         Ok((node_end.name, port))
     }
 
@@ -157,7 +161,7 @@ impl Node {
         };
         let max_frame = max_frame(link);
         let port = fastpath
-            .worker
+            .worker_of(WireId::new(namespace, link.uid))
             .add_port(ifname, max_frame)
             .map_err(|e| fastpath_error(format!("open a port on {ifname}"), e))?;
         self.ports.insert(
@@ -189,7 +193,7 @@ impl Node {
             return Ok(());
         };
         let wire = WireId::new(namespace, uid);
-        match fastpath.worker.add_link(wire, a, b) {
+        match fastpath.worker_of(wire).add_link(wire, a, b) {
             Ok(_) => {
                 if let Some(journal) = journal {
                     journal.record(Step::RemoteLink { wire });
@@ -230,9 +234,11 @@ impl Node {
     /// wire's goes with either end), its port and its veth.
     pub(super) fn release_node_end(&mut self, record: &WireRecord) {
         if let Some(fastpath) = &self.fastpath {
-            let _ = fastpath.worker.remove_link(record.peer_intf_id);
+            let worker = fastpath.worker_of(record.peer_intf_id);
+            let _ = worker.remove_link(record.peer_intf_id);
             if let Some(port) = self.ports.remove(&record.key()) {
-                let _ = fastpath.worker.remove_port(port.id);
+                let wire = WireId::new(&port.wire.namespace, port.wire.link_uid);
+                let _ = fastpath.worker_of(wire).remove_port(port.id);
             }
         }
         let alias = interfaces::node_alias(
@@ -282,7 +288,10 @@ impl Node {
                 continue;
             }
             let wire = WireId::new(&port.wire.namespace, port.wire.link_uid);
-            match fastpath.worker.set_impairment(wire, port.id, wanted) {
+            match fastpath
+                .worker_of(wire)
+                .set_impairment(wire, port.id, wanted)
+            {
                 Ok(()) => told.push((key.clone(), wanted)),
                 // A remote end whose link waits for its peer: told once it is up.
                 Err(WorkerError::NoSuchLink(..)) => {}

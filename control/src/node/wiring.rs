@@ -237,7 +237,11 @@ impl Node {
         record: &mut WireRecord,
         journal: &mut Journal,
     ) -> Result<(), NodeError> {
-        self.peer_of(node, &link.peer_pod)?;
+        self.peer_of(
+            node,
+            &link.peer_pod,
+            WireId::new(&record.topo_namespace, link.uid),
+        )?;
         let namespace = record.topo_namespace.clone();
         let id = WireId::new(&namespace, link.uid);
         if let Some(other) = self.ports.values().find(|p| {
@@ -304,7 +308,6 @@ impl Node {
             .as_ref()
             .expect("remote_port found the fast path");
         let opened = fastpath
-            .worker
             .add_remote_ports(std::slice::from_ref(&spec))
             .pop()
             .expect("one answer per port");
@@ -320,7 +323,7 @@ impl Node {
     ) -> Result<RemotePort, NodeError> {
         let carrier = link.carrier;
         let node = record.peer_node.as_deref().unwrap_or_default();
-        let peer = self.peer_of(node, &record.peer_pod)?;
+        let peer = self.peer_of(node, &record.peer_pod, record.peer_intf_id)?;
         Ok(RemotePort {
             ifname: record.wire_ifname.clone(),
             max_frame: max_frame(link),
@@ -349,6 +352,7 @@ impl Node {
         })?;
         journal.record(Step::Port {
             key: record.key(),
+            wire: spec.wire,
             id: port.id,
         });
         journal.record(Step::RemoteLink { wire: spec.wire });
@@ -368,7 +372,7 @@ impl Node {
     }
 
     /// The fast path's id for peer `node`, or why a wire to `peer_pod` there cannot be.
-    fn peer_of(&self, node: &str, peer_pod: &str) -> Result<PeerId, NodeError> {
+    fn peer_of(&self, node: &str, peer_pod: &str, wire: WireId) -> Result<PeerId, NodeError> {
         let Some(fastpath) = &self.fastpath else {
             return Err(NodeError::new(
  ErrorKind::Fastpath,
@@ -378,8 +382,8 @@ impl Node {
                 "",
             ));
         };
-        match fastpath.peers.get(node) {
-            Some(&id) => Ok(id),
+        match fastpath.peer_for(node, wire) {
+            Some(id) => Ok(id),
             None => Err(NodeError::new(
                 ErrorKind::Fastpath,
                 format!("node {node} is not among this node's peers"),
@@ -475,16 +479,16 @@ impl Node {
                     log_removal(removed, &name);
                     Ok(())
                 }
-                Step::Port { key, id } => {
+                Step::Port { key, wire, id } => {
                     self.ports.remove(&key);
                     match &self.fastpath {
-                        Some(f) => f.worker.remove_port(id).map_err(|e| e.to_string()),
+                        Some(f) => f.worker_of(wire).remove_port(id).map_err(|e| e.to_string()),
                         None => Ok(()),
                     }
                 }
                 Step::RemoteLink { wire } => match &self.fastpath {
                     Some(f) => f
-                        .worker
+                        .worker_of(wire)
                         .remove_link(wire)
                         .map(drop)
                         .map_err(|e| e.to_string()),
@@ -513,14 +517,14 @@ impl Node {
         let Some(fastpath) = &self.fastpath else {
             return;
         };
-        let Some(&peer) = fastpath.peers.get(node) else {
+        if !fastpath.has_peer(node) {
             return;
-        };
+        }
         let message = ControlMessage {
             request_id: 0,
             body,
         };
-        match fastpath.worker.send_control(peer, message) {
+        match fastpath.send_control(node, message) {
             Ok(true) => {}
             Ok(false) => tracing::debug!(node, "peer down: the message waits for its Sync"),
             Err(e) => tracing::warn!(node, "control message not sent: {e}"),

@@ -79,6 +79,11 @@ pub fn pair_topology(a: &str, b: &str, links: &[(u64, &str, &str, &str, &str)]) 
 /// Two nodes, n1 and n2, each a namespace with its own daemon, joined by an underlay
 /// veth (192.168.77.1 and .2) and knowing each other as peers; certificates in `certs`.
 pub fn two_nodes(certs: &TempDir) -> (Node, Node) {
+    two_nodes_configured(certs, "")
+}
+
+/// Two nodes whose `xwired.toml` has `extra` besides what `two_nodes` writes.
+pub fn two_nodes_configured(certs: &TempDir, extra: &str) -> (Node, Node) {
     use xwire_testbed::cluster::{node_pair, TEST_FRAMES_PER_PORT};
     node_pair(
         &xwired(),
@@ -86,6 +91,7 @@ pub fn two_nodes(certs: &TempDir) -> (Node, Node) {
         ["n1", "n2"],
         "192.168.77",
         (64, TEST_FRAMES_PER_PORT),
+        extra,
     )
     .unwrap()
 }

@@ -335,13 +335,15 @@ pub fn certs_toml(dir: &Path, node: &str) -> String {
 /// Two nodes named `names`, each a namespace with its own daemon, joined by an underlay
 /// veth on `subnet` (`.1` and `.2`, a /24 given as its first three octets), peers of
 /// each other, with room for `max_ports` fast-path ports of `frames_per_port` UMEM
-/// frames each; certificates go in `certs`.
+/// frames each; certificates go in `certs`. `extra` is more of `xwired.toml` (top-level
+/// keys), the same for both.
 pub fn node_pair(
     xwired: &Path,
     certs: &TempDir,
     names: [&str; 2],
     subnet: &str,
     (max_ports, frames_per_port): (usize, usize),
+    extra: &str,
 ) -> Result<(Node, Node), super::Error> {
     let (ns_a, ns_b) = (Netns::new(names[0])?, Netns::new(names[1])?);
     let underlay = super::Veth::new(&ns_a, &ns_b)?;
@@ -352,7 +354,7 @@ pub fn node_pair(
     write_certs(&certs.0, &names);
     let config = |me: &str, my_ip: &str, peer: &str, peer_ip: &str| {
         format!(
-            "node_address = \"{my_ip}:7470\"\nmax_ports = {max_ports}\nframes_per_port = {frames_per_port}\n{}[[peers]]\nname = \"{peer}\"\naddress = \"{peer_ip}:7470\"\n",
+            "node_address = \"{my_ip}:7470\"\nmax_ports = {max_ports}\nframes_per_port = {frames_per_port}\n{extra}\n{}[[peers]]\nname = \"{peer}\"\naddress = \"{peer_ip}:7470\"\n",
             certs_toml(&certs.0, me)
         )
     };
