@@ -36,6 +36,8 @@ const PROBE_ROUND: Duration = Duration::from_millis(20);
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub wires: usize,
+    /// Data-plane workers per node (`data_cores` of 0..workers).
+    pub workers: usize,
     /// UMEM frames per fast-path port on both nodes: a restart pins and zeroes them all.
     pub frames_per_port: usize,
     /// Cold start (baseline): from the first ADD on `nb` to every wire forwarding.
@@ -103,8 +105,23 @@ fn topology(pairs: usize, per_pair: usize, wires: usize) -> Vec<Value> {
     objects
 }
 
-pub fn run(binaries: &Binaries, wires: usize, frames_per_port: usize) -> Result<Report> {
+pub fn run(
+    binaries: &Binaries,
+    wires: usize,
+    frames_per_port: usize,
+    workers: usize,
+) -> Result<Report> {
     ensure!(wires >= 1, "--wires must be at least 1");
+    ensure!(workers >= 1, "--workers must be at least 1");
+    // One worker (placed by the scheduler) is the daemon's default; more are pinned to
+    // cores 0, 1, ... (wrapping on a machine with fewer).
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let data_cores = if workers == 1 {
+        String::new()
+    } else {
+        let cores: Vec<String> = (0..workers).map(|i| (i % cpus).to_string()).collect();
+        format!("data_cores = [{}]", cores.join(", "))
+    };
     let per_pair = wires.min(LINKS_PER_POD);
     let pairs = wires.div_ceil(per_pair);
     let certs = TempDir::new("restart-certs");
@@ -114,7 +131,7 @@ pub fn run(binaries: &Binaries, wires: usize, frames_per_port: usize) -> Result<
         ["na", "nb"],
         "192.168.79",
         (wires + 8, frames_per_port),
-        "",
+        &data_cores,
     )?;
     for node in [&na, &nb] {
         node.apply_objects(topology(pairs, per_pair, wires));
@@ -224,6 +241,7 @@ pub fn run(binaries: &Binaries, wires: usize, frames_per_port: usize) -> Result<
     }
     Ok(Report {
         wires,
+        workers,
         frames_per_port,
         cold_bring_up_s: cold_bring_up.as_secs_f64(),
         daemon_ready_s: ready.as_secs_f64(),
@@ -286,8 +304,9 @@ fn probe(
 
 pub fn print(reports: &[Report]) {
     println!(
-        "{:>6} {:>7} {:>10} {:>9} {:>11} {:>11} {:>11} {:>9} {:>8} {:>8} {:>16}",
+        "{:>6} {:>7} {:>7} {:>10} {:>9} {:>11} {:>11} {:>11} {:>9} {:>8} {:>8} {:>16}",
         "wires",
+        "workers",
         "frames",
         "cold s",
         "ready s",
@@ -301,8 +320,9 @@ pub fn print(reports: &[Report]) {
     );
     for r in reports {
         println!(
-            "{:>6} {:>7} {:>10.3} {:>9.3} {:>11.3} {:>11.3} {:>11.3} {:>9.3} {:>8.2} {:>8.2} {:>9} of {:<6}",
+            "{:>6} {:>7} {:>7} {:>10.3} {:>9.3} {:>11.3} {:>11.3} {:>11.3} {:>9.3} {:>8.2} {:>8.2} {:>9} of {:<6}",
             r.wires,
+            r.workers,
             r.frames_per_port,
             r.cold_bring_up_s,
             r.daemon_ready_s,

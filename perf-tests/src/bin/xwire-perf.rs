@@ -195,6 +195,11 @@ enum Scenario {
         /// with frames times wires).
         #[arg(long, value_delimiter = ',', default_values_t = [TEST_FRAMES_PER_PORT])]
         frames_per_port: Vec<usize>,
+        /// Data-plane workers per node, each value a run for every other setting (more
+        /// than one: `data_cores` 0, 1, ..., so that the ports of a restart open on
+        /// several cores at once).
+        #[arg(long, value_delimiter = ',', default_values_t = [1])]
+        workers: Vec<usize>,
         /// Where xwired and xwire are (default: next to this program).
         #[arg(long)]
         bin_dir: Option<std::path::PathBuf>,
@@ -301,14 +306,17 @@ fn run() -> Result<()> {
         Scenario::Restart {
             wires,
             frames_per_port,
+            workers,
             bin_dir,
             json,
         } => {
             let binaries = xwire_perf::cni_scale::Binaries::in_dir(&bin_dir_or_own(bin_dir)?)?;
             let mut reports = Vec::new();
-            for &frames in &frames_per_port {
-                for &n in &wires {
-                    reports.push(xwire_perf::restart::run(&binaries, n, frames)?);
+            for &count in &workers {
+                for &frames in &frames_per_port {
+                    for &n in &wires {
+                        reports.push(xwire_perf::restart::run(&binaries, n, frames, count)?);
+                    }
                 }
             }
             if json {
