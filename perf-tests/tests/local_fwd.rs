@@ -53,10 +53,9 @@ fn the_lossfree_search_reports_each_direction_alone_and_at_once() {
     for row in &rows {
         let f = &row.figure;
         assert_eq!((row.name.as_str(), f.frame_bytes), ("xwire", 64));
-        assert!(
-            f.lossfree_pps > 0.0 && f.lossfree_pps <= f.peak_offered_pps + 1.0,
-            "{f:?}"
-        );
+        // Not bounded by the full-rate figure: at full rate both ends' threads share a
+        // CPU, and a generator may offer less than in a paced trial.
+        assert!(f.lossfree_pps > 0.0 && f.peak_offered_pps > 0.0, "{f:?}");
         assert!(f.trials >= 1 && f.p99_us.is_some(), "{f:?}");
     }
 }

@@ -67,7 +67,9 @@ fn test() -> Result<()> {
     let skip_dir = std::fs::canonicalize(skips)?;
     let mut totals = run_tests(
         cargo()
-            .args(["test", "--workspace", "--all-targets"])
+            // Every test binary runs even after one fails, so that one run shows every
+            // failure.
+            .args(["test", "--workspace", "--all-targets", "--no-fail-fast"])
             .env("XWIRE_SKIP_DIR", &skip_dir),
     )?;
     totals.add(run_tests(cargo().args(["test", "--workspace", "--doc"]))?);

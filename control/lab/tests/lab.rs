@@ -528,12 +528,9 @@ fn bench_measures_every_wire_or_one_and_draws_the_chart() {
             "{r}"
         );
         for d in r["directions"].as_array().unwrap() {
-            let lossfree = d["lossfree_pps"].as_f64().unwrap();
-            assert!(lossfree > 0.0, "{d}");
-            assert!(
-                lossfree <= d["peak_offered_pps"].as_f64().unwrap() + 1.0,
-                "{d}"
-            );
+            // Not bounded by the full-rate figure: with both directions at full rate the
+            // two generators share the CPUs and may offer less than in a paced trial.
+            assert!(d["lossfree_pps"].as_f64().unwrap() > 0.0, "{d}");
             assert!(d["p99_us"].as_f64().unwrap() > 0.0, "{d}");
             assert!(d["peak_delivered_pps"].as_f64().unwrap() > 0.0, "{d}");
         }
