@@ -97,6 +97,10 @@ enum Scenario {
         /// Skip the idle pass (idle CPU, first frame after a silence).
         #[arg(long)]
         no_idle: bool,
+        /// How long xwire-adaptive (the cost pass's and the idle pass's xwire) spins after
+        /// its last frame before it sleeps, in µs (default: the worker's, 200).
+        #[arg(long)]
+        idle_spin_us: Option<u64>,
     },
     /// pod A -> node A -> wire -> node B -> pod B: xwire over QUIC (each carrier) and
     /// kernel VXLAN between the same nodes over the same underlay, at full speed, paced
@@ -394,10 +398,14 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
         run,
         devices,
         no_idle,
+        idle_spin_us,
     } = scenario
     else {
         unreachable!("called for local-fwd only")
     };
+    if let Some(us) = idle_spin_us {
+        local_fwd::set_adaptive_idle_spin(Duration::from_micros(us));
+    }
     let devices = devices
         .iter()
         .map(|name| Device::parse(name).with_context(|| format!("unknown device {name}")))

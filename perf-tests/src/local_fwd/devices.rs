@@ -5,12 +5,29 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use xwire_fastpath::{PortChoice, Worker, WorkerConfig};
 
 use crate::testbed::{unique_ifname, ChildGuard, Netns};
+
+/// `Device::XwireAdaptive`'s idle spin, in microseconds (`u64::MAX`: the worker's
+/// default). Set once, from the command line, before any device starts.
+static ADAPTIVE_IDLE_SPIN_US: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Sets how long `Device::XwireAdaptive` spins after its last frame before it sleeps.
+pub fn set_adaptive_idle_spin(spin: Duration) {
+    ADAPTIVE_IDLE_SPIN_US.store(spin.as_micros() as u64, Ordering::Relaxed);
+}
+
+fn adaptive_idle_spin() -> Duration {
+    match ADAPTIVE_IDLE_SPIN_US.load(Ordering::Relaxed) {
+        u64::MAX => xwire_fastpath::worker::DEFAULT_IDLE_SPIN,
+        us => Duration::from_micros(us),
+    }
+}
 
 /// The device under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +107,7 @@ pub fn start(
             let config = WorkerConfig {
                 core: Some(cpu),
                 busy_poll: device == Device::Xwire,
+                idle_spin: adaptive_idle_spin(),
                 ports: PortChoice::AfXdp,
                 ..Default::default()
             };
