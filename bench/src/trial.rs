@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use xwire_fastpath::Endpoint;
 
 use crate::lossfree::{Criteria, Search};
@@ -231,8 +231,8 @@ impl LossFree {
 }
 
 /// A direction's figures: the loss-free rate with the latency at it, and what full offered
-/// load gave.
-#[derive(Debug, Clone, Serialize)]
+/// load gave. `xwire-pktgen lossfree --json` prints them; `xwirectl lab bench` reads them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct DirectionFigure {
     /// "a->b" or "b->a".
     pub direction: String,

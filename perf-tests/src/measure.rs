@@ -139,16 +139,7 @@ pub fn usage_while<T>(dut_cpu: usize, f: impl FnOnce() -> T) -> (T, Usage) {
 
 /// Busy jiffies of all CPUs together, from /proc/stat's first line.
 fn machine_busy_ticks() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    let idle = v.get(3)? + v.get(4)?;
-    let total: u64 = v.iter().take(8).sum();
-    Some(total - idle)
+    stat_ticks("cpu ").map(|(busy, _)| busy)
 }
 
 /// An idle device: what it burns, and what the first frame after a silence waits.
@@ -165,10 +156,13 @@ pub struct IdleRow {
 
 /// Busy and total jiffies of one CPU, from /proc/stat.
 fn cpu_ticks(cpu: usize) -> Option<(u64, u64)> {
+    stat_ticks(&format!("cpu{cpu} "))
+}
+
+/// Busy and total jiffies of /proc/stat's line that starts with `prefix`.
+fn stat_ticks(prefix: &str) -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat
-        .lines()
-        .find(|l| l.starts_with(&format!("cpu{cpu} ")))?;
+    let line = stat.lines().find(|l| l.starts_with(prefix))?;
     let v: Vec<u64> = line
         .split_whitespace()
         .skip(1)

@@ -47,26 +47,7 @@ pub struct PktgenReport {
 }
 
 /// What `xwire-pktgen lossfree --json` reports for one direction.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct DirectionBench {
-    /// "a->b" (from the wire's first endpoint) or "b->a".
-    pub direction: String,
-    /// Measured with the other direction carrying the same rate at the same time.
-    pub at_once: bool,
-    pub frame_bytes: usize,
-    /// The highest offered rate carried with loss at or below the bench's --max-loss.
-    pub lossfree_pps: f64,
-    pub lossfree_gbps: f64,
-    /// Latency at the loss-free rate.
-    pub p50_us: Option<f64>,
-    pub p99_us: Option<f64>,
-    pub trials: usize,
-    /// At full offered load: what the generator sent, what arrived, and the loss.
-    pub peak_offered_pps: f64,
-    pub peak_delivered_pps: f64,
-    pub peak_gbps: f64,
-    pub peak_loss_ratio: f64,
-}
+pub type DirectionBench = xwire_bench::trial::DirectionFigure;
 
 #[derive(Debug, Deserialize)]
 struct LossfreeReport {
