@@ -56,6 +56,9 @@ pub struct Wire {
     trials: u16,
 }
 
+/// How many times a sender kicks its TX ring after its last frame.
+const LAST_KICKS: u32 = 100;
+
 /// Frames still on their way when a sender stops arrive within this time.
 pub const DRAIN: Duration = Duration::from_millis(300);
 
@@ -283,6 +286,9 @@ fn run_end(
     };
     let start = Instant::now();
     let mut sent = None;
+    // Kicks after the last frame: the kernel sends a bounded batch per kick, so frames
+    // still in the TX ring when the generator stops leave only with more of them.
+    let mut last_kicks = LAST_KICKS;
     loop {
         let mut queued = 0;
         if let Some(g) = generator.as_mut() {
@@ -292,9 +298,9 @@ fn run_end(
                 let s = g.sent();
                 sent_here.store(s.frames, Ordering::Release);
                 sent = Some(s);
-            } else {
-                // Frames the ring could not take at once leave now.
+            } else if last_kicks > 0 {
                 endpoint.flush();
+                last_kicks -= 1;
             }
         }
         let took = if receive_from.is_some() {
@@ -302,7 +308,7 @@ fn run_end(
         } else {
             0
         };
-        let sending = generator.is_some() && sent.is_none();
+        let sending = generator.is_some() && (sent.is_none() || last_kicks > 0);
         let all_in =
             receive_from.is_none() || received.stats.frames >= sent_there.load(Ordering::Acquire);
         if (!sending && all_in) || Instant::now() >= deadline {
