@@ -234,7 +234,9 @@ impl Node {
     /// wire's goes with either end), its port and its veth.
     pub(super) fn release_node_end(&mut self, record: &WireRecord) {
         if let Some(fastpath) = &self.fastpath {
-            let worker = fastpath.worker_of(record.peer_intf_id);
+            // The worker by the wire's namespace and uid, which every end has (a record
+            // going back to pending has its peer_intf_id cleared).
+            let worker = fastpath.worker_of(WireId::new(&record.topo_namespace, record.link_uid));
             let _ = worker.remove_link(record.peer_intf_id);
             if let Some(port) = self.ports.remove(&record.key()) {
                 let wire = WireId::new(&port.wire.namespace, port.wire.link_uid);
