@@ -19,6 +19,11 @@ pub struct PortOptions {
     pub verbose: bool,
 }
 
+/// How many times a sender kicks its TX ring after its last frame: the kernel sends a
+/// bounded batch per kick, so frames still in the ring when the generator stops leave
+/// only with more of them.
+pub(crate) const LAST_KICKS: u32 = 100;
+
 /// What to send.
 #[derive(Debug, Clone)]
 pub struct Traffic {
@@ -75,8 +80,7 @@ pub fn send(iface: &str, traffic: &Traffic, options: PortOptions) -> Result<Sent
         gen.step(&mut endpoint);
     }
     let sent = gen.sent();
-    // Let the last frames leave.
-    for _ in 0..100 {
+    for _ in 0..LAST_KICKS {
         endpoint.flush();
     }
     Ok(sent)

@@ -12,7 +12,7 @@ use xwire_fastpath::Endpoint;
 
 use crate::lossfree::{Criteria, Search};
 use crate::stats::Report;
-use crate::traffic::{check_size, open, Generator, PortOptions, Received, Traffic};
+use crate::traffic::{check_size, open, Generator, PortOptions, Received, Traffic, LAST_KICKS};
 
 /// One end of the wire: an interface, and the network namespace it is in.
 #[derive(Debug, Clone)]
@@ -52,15 +52,11 @@ pub type TrialReports = [Option<Report>; 2];
 /// The two ends of a wire, open for as many trials as the caller runs.
 pub struct Wire {
     ends: [(End, Endpoint); 2],
-    options: PortOptions,
     trials: u16,
 }
 
-/// How many times a sender kicks its TX ring after its last frame.
-const LAST_KICKS: u32 = 100;
-
 /// Frames still on their way when a sender stops arrive within this time.
-pub const DRAIN: Duration = Duration::from_millis(300);
+const DRAIN: Duration = Duration::from_millis(300);
 
 impl Wire {
     /// Opens both ends for frames of up to `max_frame` bytes.
@@ -80,7 +76,6 @@ impl Wire {
         };
         Ok(Wire {
             ends: [open_end(a)?, open_end(b)?],
-            options,
             trials: 0,
         })
     }
@@ -184,10 +179,6 @@ impl Wire {
     pub fn kinds(&self) -> [&'static str; 2] {
         [self.ends[0].1.kind().name(), self.ends[1].1.kind().name()]
     }
-
-    pub fn options(&self) -> PortOptions {
-        self.options
-    }
 }
 
 /// What a loss-free search found.
@@ -286,8 +277,6 @@ fn run_end(
     };
     let start = Instant::now();
     let mut sent = None;
-    // Kicks after the last frame: the kernel sends a bounded batch per kick, so frames
-    // still in the TX ring when the generator stops leave only with more of them.
     let mut last_kicks = LAST_KICKS;
     loop {
         let mut queued = 0;
@@ -323,8 +312,9 @@ fn run_end(
     }
     if sent.is_none() {
         if let Some(g) = &generator {
-            sent = Some(g.sent());
-            sent_here.store(g.sent().frames, Ordering::Release);
+            let s = g.sent();
+            sent_here.store(s.frames, Ordering::Release);
+            sent = Some(s);
         }
     }
     received.seconds = start.elapsed().as_secs_f64();

@@ -183,6 +183,9 @@ impl Fastpath {
         &self,
         ports: &[RemotePort],
     ) -> Vec<Result<PortInfo, WorkerError>> {
+        if let [only] = &self.workers[..] {
+            return only.add_remote_ports(ports);
+        }
         let mut answers: Vec<Option<Result<PortInfo, WorkerError>>> =
             ports.iter().map(|_| None).collect();
         for (index, worker) in self.workers.iter().enumerate() {
