@@ -1,6 +1,6 @@
 //! Nodes may not act for each other: with three nodes, a third node that claims to hold
-//! the far end of a wire between the other two is refused, and the wire carries on
-//! between the two.
+//! the far end of a wire between the other two is refused (and told so), and the wire
+//! carries on between the two.
 
 mod support;
 
@@ -109,6 +109,15 @@ fn a_third_nodes_claim_to_a_wire_between_two_others_changes_nothing() {
         n1.log()
     );
     assert!(n1.log().contains("claim refused"), "{}", n1.log());
+    // n1 answers each refused claim with DelWire: whatever n3 joined to n1 on hearing
+    // r1's ends announced waits for a far end again.
+    assert!(
+        eventually(Duration::from_secs(10), || [0, 1]
+            .iter()
+            .all(|&uid| peer_node(n3, "r2", uid).is_none())),
+        "n3's ends stayed joined to a node that refused them:\n{}",
+        n3.log()
+    );
     for uid in [0, 1] {
         assert_eq!(peer_node(n1, "r1", uid).as_deref(), Some("n2"), "uid {uid}");
         assert_eq!(peer_node(n2, "r2", uid).as_deref(), Some("n1"), "uid {uid}");

@@ -8,7 +8,9 @@
 //! if it runs the far end's pod: where the pod's Topology says which node that is (its
 //! status's `src_ip`, meshnet's field for the node's address), only that node; where
 //! nothing says, the first node to claim it, until that node lets it go (DelWire, or a
-//! Sync that no longer lists it). Any other claim is refused, logged and counted.
+//! Sync that no longer lists it). Any other claim is refused, logged and counted, and
+//! answered with DelWire: whatever the claimant joined to this node for that wire, this
+//! node does not hold its far end.
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
@@ -259,6 +261,11 @@ impl Node {
                 far_end = %spec.sender_pod,
                 "claim refused: {why}"
             );
+            // The claimant is told, so that an end it joined to this node on older news
+            // (this node's end removed and recorded again while the claim was under way)
+            // waits for a far end again instead of waiting on this node for ever: the
+            // next announcement of either end then joins the two.
+            self.send_to(from, ControlBody::DelWire(spec.key));
             return false;
         }
         self.remote_ends.insert(
