@@ -66,6 +66,41 @@ pub struct DaemonConfig {
     /// Chain the plugin into the node's primary CNI configuration while the daemon runs
     /// (a cluster's DaemonSet); none: the conflist is someone else's business (the lab).
     pub chain: Option<crate::chain::ChainConfig>,
+    /// Routing in pods (router mode's tables and rules).
+    pub routing: RoutingConfig,
+}
+
+/// `[routing]`: router mode's defaults (docs/routing.md).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoutingConfig {
+    /// Router mode for pods whose Topology does not say (`policy_routing`). Default false.
+    pub policy_routing: bool,
+    /// The routing table of a pod's first addressed interface (by link uid); the next
+    /// one's is one more. Default 1000.
+    pub first_table: u32,
+    /// The priority of the per-interface rules. Default 1000 (before `main`, 32766).
+    pub rule_priority: u32,
+}
+
+impl Default for RoutingConfig {
+    fn default() -> Self {
+        let settings = crate::routing::PolicySettings::default();
+        RoutingConfig {
+            policy_routing: false,
+            first_table: settings.first_table,
+            rule_priority: settings.rule_priority,
+        }
+    }
+}
+
+impl RoutingConfig {
+    pub fn settings(&self) -> crate::routing::PolicySettings {
+        crate::routing::PolicySettings {
+            first_table: self.first_table,
+            rule_priority: self.rule_priority,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -187,6 +222,7 @@ impl Default for DaemonConfig {
             topology: TopologySource::default(),
             peers: Vec::new(),
             chain: None,
+            routing: RoutingConfig::default(),
             metrics_address: None,
             metrics_netns: None,
         }

@@ -12,5 +12,6 @@ pub mod metrics_server;
 pub use xwire_netns as netns;
 pub mod node;
 pub mod private_file;
+pub mod routing;
 pub mod store;
 pub mod topology;

@@ -1,7 +1,8 @@
 //! meshnet's Topology resource (`networkop.co.uk/v1beta1`, kind `Topology`): one object
 //! per pod, named after the pod, in the lab's namespace, listing the pod's links. xwire
 //! reads exactly meshnet's fields and adds optional ones of its own to a link (mtu,
-//! local_mac, peer_mac, carrier, impairment). Parsing and checking are pure; storing is elsewhere.
+//! local_mac, peer_mac, carrier, impairment) and to the spec (routes, policy_routing).
+//! Parsing and checking are pure; storing is elsewhere.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -50,6 +51,50 @@ fn default_namespace() -> String {
 pub struct TopologySpec {
     #[serde(default)]
     pub links: Vec<Link>,
+    /// Static routes in the pod (xwire's field), set in its main table once their gateway
+    /// is reachable, that is once the wire that reaches it is up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteEntry>,
+    /// Router mode (xwire's field): each of the pod's xwire interfaces with an address
+    /// gets a routing table of its own and a rule from its address, so that a reply
+    /// leaves by the interface its request came in on. `None`: the node's default
+    /// (`[routing] policy_routing` in xwired.toml).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_routing: Option<bool>,
+}
+
+/// One static route: `dst` (an address with a prefix length) through `via`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteEntry {
+    pub dst: String,
+    pub via: String,
+}
+
+impl RouteEntry {
+    /// The route parsed, or why it does not parse.
+    pub fn parse(&self) -> Result<crate::routing::StaticRoute, String> {
+        let dst = parse_cidr(&self.dst).map_err(|e| format!("dst: {e}"))?;
+        if crate::routing::plan::network(dst.0, dst.1) != dst {
+            return Err(format!(
+                "dst: {:?} has host bits set (the network is {}/{})",
+                self.dst,
+                crate::routing::plan::network(dst.0, dst.1).0,
+                dst.1
+            ));
+        }
+        let via: IpAddr = self
+            .via
+            .parse()
+            .map_err(|_| format!("via: {:?} is not an address", self.via))?;
+        if via.is_ipv4() != dst.0.is_ipv4() {
+            return Err(format!(
+                "via {} and dst {} are not of one address family",
+                self.via, self.dst
+            ));
+        }
+        Ok(crate::routing::StaticRoute { dst, via })
+    }
 }
 
 /// One link of a pod: its own end (`local_*`) and the end on `peer_pod` (`peer_*`).
@@ -296,6 +341,9 @@ pub fn check(t: &Topology) -> Result<(), String> {
         if link.peer_pod == t.metadata.name && link.peer_intf == link.local_intf {
             return Err(format!("{at}: a link from an interface to itself"));
         }
+    }
+    for (index, route) in t.spec.routes.iter().enumerate() {
+        route.parse().map_err(|e| format!("routes[{index}]: {e}"))?;
     }
     Ok(())
 }

@@ -11,7 +11,7 @@ use marked_yaml::{Marker, Span, Spanned};
 use serde::{Deserialize, Serialize};
 
 use xwire_control::impairment::Impairment;
-use xwire_control::topology::{self, Link, Metadata, Topology, TopologySpec};
+use xwire_control::topology::{self, Link, Metadata, RouteEntry, Topology, TopologySpec};
 
 /// The longest lab name: it goes into namespace names and paths.
 pub const MAX_LAB_NAME: usize = 24;
@@ -30,6 +30,18 @@ pub struct Lab {
     /// The pods that run as containers (with podman, in the pod's namespace), by pod.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub containers: BTreeMap<String, Container>,
+    /// The pods' static routes and router mode, by pod (only pods that set either).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub routing: BTreeMap<String, PodRouting>,
+}
+
+/// A pod's `routes:` and `policy_routing:` (the lab-wide `policy_routing:` folded in).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRouting {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_routing: Option<bool>,
 }
 
 /// What a pod with an `image:` runs.
@@ -117,6 +129,8 @@ struct RawLab {
     pods: HashMap<Spanned<String>, Spanned<RawPod>>,
     #[serde(default)]
     links: Vec<Spanned<RawLink>>,
+    /// Router mode for every pod that does not say.
+    policy_routing: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -128,6 +142,15 @@ struct RawPod {
     env: Option<Spanned<BTreeMap<String, String>>>,
     binds: Option<Spanned<Vec<Spanned<String>>>>,
     exec: Option<Spanned<Vec<String>>>,
+    routes: Option<Vec<Spanned<RawRoute>>>,
+    policy_routing: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    dst: String,
+    via: String,
 }
 
 /// A command: a list of words, or one string split into words as a shell would.
@@ -192,6 +215,7 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
     }
     let mut pods = BTreeMap::new();
     let mut containers = BTreeMap::new();
+    let mut routing = BTreeMap::new();
     for (name, pod) in &raw.pods {
         check_name(name, "pod name", 63)?;
         if !nodes.iter().any(|n| n == pod.node.as_str()) {
@@ -206,6 +230,23 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
         if let Some(container) = check_container(name, pod)? {
             containers.insert(name.to_string(), container);
         }
+        let mut pod_routing = PodRouting {
+            routes: Vec::new(),
+            policy_routing: pod.policy_routing.or(raw.policy_routing),
+        };
+        for route in pod.routes.iter().flatten() {
+            let entry = RouteEntry {
+                dst: route.dst.clone(),
+                via: route.via.clone(),
+            };
+            entry
+                .parse()
+                .map_err(|e| at(route.span(), format!("pod {}: route: {e}", name.as_str())))?;
+            pod_routing.routes.push(entry);
+        }
+        if pod_routing != PodRouting::default() {
+            routing.insert(name.to_string(), pod_routing);
+        }
     }
     let links = check_links(&raw.links, &pods, previous)?;
     let lab = Lab {
@@ -214,6 +255,7 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
         pods,
         links,
         containers,
+        routing,
     };
     // What the daemons will be given must pass their own checks too.
     for t in topologies(&lab) {
@@ -552,7 +594,14 @@ pub fn topologies(lab: &Lab) -> Vec<Topology> {
                     namespace: lab.name.clone(),
                     other: BTreeMap::new(),
                 },
-                spec: TopologySpec { links },
+                spec: {
+                    let routing = lab.routing.get(pod).cloned().unwrap_or_default();
+                    TopologySpec {
+                        links,
+                        routes: routing.routes,
+                        policy_routing: routing.policy_routing,
+                    }
+                },
                 status: lab
                     .nodes
                     .iter()

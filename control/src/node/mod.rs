@@ -11,6 +11,7 @@ mod fastpath;
 mod journal;
 mod peers;
 mod plan;
+mod pod_routing;
 mod reconcile;
 mod steered;
 mod switched;
@@ -83,6 +84,9 @@ pub struct Node {
     steered: HashMap<WireKey, steered::SteeredPorts>,
     /// The histograms the metrics endpoint serves (reconcile passes recorded here).
     metrics: Arc<NodeMetrics>,
+    /// Pods given routes or rules since the start, by attachment key (see
+    /// `pod_routing.rs`).
+    routed_pods: HashSet<String>,
 }
 
 /// A topology as read from the store, with its links parsed (once, here).
@@ -160,6 +164,7 @@ impl Node {
             steered: HashMap::new(),
             started_capture: None,
             metrics: Arc::default(),
+            routed_pods: HashSet::new(),
         };
         // A start that finds records is a restart: this pass re-attaches to what the last
         // run made. What it cannot do now (a peer not up yet) a later pass or the peer's

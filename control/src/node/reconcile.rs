@@ -63,7 +63,7 @@ pub(super) enum Scope<'a> {
 pub(super) struct Observation {
     pub(super) desired: Desired,
     pub(super) observed: Observed,
-    namespaces: HashMap<String, NetnsFd>,
+    pub(super) namespaces: HashMap<String, NetnsFd>,
 }
 
 impl Node {
@@ -141,6 +141,18 @@ impl Node {
         for failure in steering.into_iter().chain(self.sync_impairments()) {
             tracing::warn!("{failure}");
         }
+        // Its routes, where its interfaces are up now (and those of a same-node peer
+        // whose end this ADD made); one the kernel refuses is tried again by later passes.
+        let mut routing = Reconciled::default();
+        self.sync_pod_routing(
+            &observation.desired,
+            &observation.namespaces,
+            false,
+            &mut routing,
+        );
+        for failure in &routing.failures {
+            tracing::warn!("{failure}");
+        }
         Ok(())
     }
 
@@ -148,6 +160,7 @@ impl Node {
     /// pod gone): a pass over the pod as detached. The first failure is returned, with
     /// the attachment kept, so that the next DEL or pass tries again.
     pub(super) fn detach(&mut self, attachment: &AttachmentRecord) -> Result<(), NodeError> {
+        self.remove_pod_routing(attachment)?;
         let done = self.pass(Scope::Detached(attachment), &HashSet::new())?;
         if let Some(failure) = done.failures.first() {
             return Err(NodeError::new(
@@ -286,6 +299,12 @@ impl Node {
         for failure in steering.into_iter().chain(self.sync_impairments()) {
             pass.report.failures.push(failure);
         }
+        self.sync_pod_routing(
+            &observation.desired,
+            &observation.namespaces,
+            !observation.observed.whole_node,
+            &mut pass.report,
+        );
         pass.report
     }
 

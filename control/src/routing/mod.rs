@@ -1,0 +1,8 @@
+//! Routing in pods: router mode's per-interface tables and rules, and the static routes
+//! a pod's Topology lists. `plan` decides (plain data), `netlink` reads and writes.
+
+pub mod netlink;
+pub mod plan;
+
+pub use netlink::{read_back, remove_all, sync, PodRoutingSpec, Synced};
+pub use plan::{desired, AddressedEnd, PodRouting, PolicySettings, Route, Rule, StaticRoute};

@@ -1,0 +1,307 @@
+//! Reads xwire's routes and rules in a namespace back, and writes the changes
+//! `super::plan::changes` names: all of one pod's in one netlink session.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use futures::TryStreamExt;
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope,
+};
+use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
+use rtnetlink::{Handle, IpVersion, RouteMessageBuilder};
+
+use super::plan::{self, AddressedEnd, Route, Rule, StaticRoute, PROTOCOL};
+use crate::netns::{NetnsError, NetnsFd};
+
+/// What `sync` did in one namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Synced {
+    /// Each route or rule added or removed, described.
+    pub changed: Vec<String>,
+    /// Each one the kernel refused, with why (a static route whose gateway is not
+    /// reachable yet, because the wire that reaches it is not up: the next pass tries
+    /// again).
+    pub refused: Vec<String>,
+}
+
+/// xwire's routes and rules in the namespace, as they are.
+struct Found {
+    rules: Vec<(Rule, RuleMessage)>,
+    routes: Vec<(Route, RouteMessage)>,
+}
+
+/// Brings xwire's routes and rules in `ns` to what `spec` asks for, given the
+/// interfaces that are there now; the others are never touched.
+pub fn sync(ns: &NetnsFd, spec: &PodRoutingSpec) -> Result<Synced, NetnsError> {
+    let mut spec = spec.clone();
+    ns.netlink("set the pod's routes and rules", |h| async move {
+        let indexes = link_indexes(&h).await?;
+        for end in &mut spec.ends {
+            end.present = indexes.contains_key(&end.ifname);
+        }
+        let want = plan::desired(&spec.ends, &spec.statics, spec.policy);
+        let found = read(&h, &indexes).await?;
+        let rules: Vec<Rule> = found.rules.iter().map(|(r, _)| r.clone()).collect();
+        let routes: Vec<Route> = found.routes.iter().map(|(r, _)| r.clone()).collect();
+        let changes = plan::changes(&want, &rules, &routes);
+        let mut synced = Synced::default();
+        if changes.is_empty() {
+            return Ok(synced);
+        }
+        for i in changes.remove_rules {
+            let (rule, message) = &found.rules[i];
+            note(
+                &mut synced,
+                format!("removed rule {}", describe_rule(rule)),
+                h.rule().del(message.clone()).execute().await,
+            );
+        }
+        for i in changes.remove_routes {
+            let (route, message) = &found.routes[i];
+            note(
+                &mut synced,
+                format!("removed route {}", describe_route(route)),
+                h.route().del(message.clone()).execute().await,
+            );
+        }
+        for route in &changes.add_routes {
+            let what = format!("added route {}", describe_route(route));
+            match route_message(route, &indexes) {
+                Ok(message) => note(&mut synced, what, h.route().add(message).execute().await),
+                Err(why) => synced.refused.push(format!("{what}: {why}")),
+            }
+        }
+        for rule in &changes.add_rules {
+            note(
+                &mut synced,
+                format!("added rule {}", describe_rule(rule)),
+                add_rule(&h, rule).await,
+            );
+        }
+        Ok(synced)
+    })
+}
+
+/// Removes every route and rule of xwire's in `ns` (a pod's DEL, where its namespace
+/// stays for the runtime's other plugins).
+pub fn remove_all(ns: &NetnsFd) -> Result<Synced, NetnsError> {
+    sync(ns, &PodRoutingSpec::default())
+}
+
+/// What a pod's Topology asks for: its addressed ends (in uid order), its static routes
+/// and whether router mode is on (with its settings).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodRoutingSpec {
+    pub ends: Vec<AddressedEnd>,
+    pub statics: Vec<StaticRoute>,
+    pub policy: Option<plan::PolicySettings>,
+}
+
+impl PodRoutingSpec {
+    /// Whether it asks for nothing at all.
+    pub fn is_empty(&self) -> bool {
+        self.statics.is_empty() && (self.policy.is_none() || self.ends.is_empty())
+    }
+}
+
+/// Reads xwire's rules and routes (IPv4 and IPv6, every table), as `plan` describes them.
+pub fn read_back(ns: &NetnsFd) -> Result<(Vec<Rule>, Vec<Route>), NetnsError> {
+    ns.netlink("read the pod's routes and rules", |h| async move {
+        let indexes = link_indexes(&h).await?;
+        let found = read(&h, &indexes).await?;
+        Ok((
+            found.rules.into_iter().map(|(r, _)| r).collect(),
+            found.routes.into_iter().map(|(r, _)| r).collect(),
+        ))
+    })
+}
+
+fn note(synced: &mut Synced, what: String, result: Result<(), rtnetlink::Error>) {
+    match result {
+        Ok(()) => synced.changed.push(what),
+        Err(e) => synced.refused.push(format!("{what}: {e}")),
+    }
+}
+
+async fn read(h: &Handle, indexes: &HashMap<String, u32>) -> Result<Found, rtnetlink::Error> {
+    let names: HashMap<u32, String> = indexes
+        .iter()
+        .map(|(name, index)| (*index, name.clone()))
+        .collect();
+    let mut found = Found {
+        rules: Vec::new(),
+        routes: Vec::new(),
+    };
+    for version in [IpVersion::V4, IpVersion::V6] {
+        let rules: Vec<RuleMessage> = h
+            .rule()
+            .get(version.clone())
+            .execute()
+            .try_collect()
+            .await?;
+        found
+            .rules
+            .extend(rules.into_iter().filter_map(|m| Some((rule_of(&m)?, m))));
+        let dump = match version {
+            IpVersion::V4 => RouteMessageBuilder::<std::net::Ipv4Addr>::new().build(),
+            IpVersion::V6 => RouteMessageBuilder::<std::net::Ipv6Addr>::new().build(),
+        };
+        let routes: Vec<RouteMessage> = h.route().get(dump).execute().try_collect().await?;
+        found.routes.extend(
+            routes
+                .into_iter()
+                .filter_map(|m| Some((route_of(&m, &names)?, m))),
+        );
+    }
+    Ok(found)
+}
+
+async fn link_indexes(h: &Handle) -> Result<HashMap<String, u32>, rtnetlink::Error> {
+    use netlink_packet_route::link::LinkAttribute;
+    let links: Vec<_> = h.link().get().execute().try_collect().await?;
+    Ok(links
+        .into_iter()
+        .filter_map(|l| {
+            l.attributes.iter().find_map(|a| match a {
+                LinkAttribute::IfName(name) => Some((name.clone(), l.header.index)),
+                _ => None,
+            })
+        })
+        .collect())
+}
+
+/// One of xwire's rules, or `None` for anyone else's.
+fn rule_of(m: &RuleMessage) -> Option<Rule> {
+    let ours = m
+        .attributes
+        .iter()
+        .any(|a| matches!(a, RuleAttribute::Protocol(p) if u8::from(*p) == PROTOCOL));
+    if !ours {
+        return None;
+    }
+    let mut from = None;
+    let mut table = u32::from(m.header.table);
+    let mut priority = 0;
+    for attribute in &m.attributes {
+        match attribute {
+            RuleAttribute::Source(ip) => from = Some(*ip),
+            RuleAttribute::Table(t) => table = *t,
+            RuleAttribute::Priority(p) => priority = *p,
+            _ => {}
+        }
+    }
+    Some(Rule {
+        from: from?,
+        table,
+        priority,
+    })
+}
+
+/// One of xwire's routes, or `None` for anyone else's.
+fn route_of(m: &RouteMessage, names: &HashMap<u32, String>) -> Option<Route> {
+    if u8::from(m.header.protocol) != PROTOCOL {
+        return None;
+    }
+    let ip = |a: &RouteAddress| match a {
+        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
+        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
+        _ => None,
+    };
+    let unspecified = match m.header.address_family {
+        netlink_packet_route::AddressFamily::Inet6 => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+        _ => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+    };
+    let mut route = Route {
+        table: u32::from(m.header.table),
+        dst: (unspecified, m.header.destination_prefix_length),
+        via: None,
+        dev: None,
+        src: None,
+    };
+    for attribute in &m.attributes {
+        match attribute {
+            RouteAttribute::Table(t) => route.table = *t,
+            RouteAttribute::Destination(a) => route.dst.0 = ip(a)?,
+            RouteAttribute::Gateway(a) => route.via = ip(a),
+            RouteAttribute::PrefSource(a) => route.src = ip(a),
+            RouteAttribute::Oif(index) => route.dev = names.get(index).cloned(),
+            _ => {}
+        }
+    }
+    Some(route)
+}
+
+fn route_message(route: &Route, indexes: &HashMap<String, u32>) -> Result<RouteMessage, String> {
+    let (dst, prefix) = route.dst;
+    let mut builder = RouteMessageBuilder::<IpAddr>::new()
+        .destination_prefix(dst, prefix)
+        .map_err(|e| e.to_string())?
+        .table_id(route.table)
+        .protocol(RouteProtocol::from(PROTOCOL));
+    if let Some(dev) = &route.dev {
+        let index = indexes
+            .get(dev)
+            .ok_or_else(|| format!("there is no interface {dev}"))?;
+        builder = builder.output_interface(*index);
+    }
+    if let Some(src) = route.src {
+        builder = builder.pref_source(src).map_err(|e| e.to_string())?;
+    }
+    match route.via {
+        Some(via) => builder = builder.gateway(via).map_err(|e| e.to_string())?,
+        None => builder = builder.scope(RouteScope::Link),
+    }
+    Ok(builder.build())
+}
+
+async fn add_rule(h: &Handle, rule: &Rule) -> Result<(), rtnetlink::Error> {
+    let request = h
+        .rule()
+        .add()
+        .table_id(rule.table)
+        .priority(rule.priority)
+        .action(RuleAction::ToTable);
+    match rule.from {
+        IpAddr::V4(a) => {
+            let mut request = request.v4().source_prefix(a, 32);
+            request
+                .message_mut()
+                .attributes
+                .push(RuleAttribute::Protocol(RouteProtocol::from(PROTOCOL)));
+            request.execute().await
+        }
+        IpAddr::V6(a) => {
+            let mut request = request.v6().source_prefix(a, 128);
+            request
+                .message_mut()
+                .attributes
+                .push(RuleAttribute::Protocol(RouteProtocol::from(PROTOCOL)));
+            request.execute().await
+        }
+    }
+}
+
+pub fn describe_rule(rule: &Rule) -> String {
+    format!(
+        "from {} lookup {} priority {}",
+        rule.from, rule.table, rule.priority
+    )
+}
+
+pub fn describe_route(route: &Route) -> String {
+    let mut text = format!("{}/{}", route.dst.0, route.dst.1);
+    if let Some(via) = route.via {
+        text.push_str(&format!(" via {via}"));
+    }
+    if let Some(dev) = &route.dev {
+        text.push_str(&format!(" dev {dev}"));
+    }
+    if let Some(src) = route.src {
+        text.push_str(&format!(" src {src}"));
+    }
+    if route.table != plan::MAIN_TABLE {
+        text.push_str(&format!(" table {}", route.table));
+    }
+    text
+}
