@@ -85,6 +85,8 @@ pub fn clear(paths: &LabPaths) -> Removed {
     // Containers before the processes in the lab's namespaces: podman stops its own, and
     // forgets them.
     removed.containers = super::containers::remove_all(&paths.name);
+    // The only interface of the lab's outside its namespaces.
+    super::mgmt::remove_host_side(&paths.name);
     let lab_namespaces: Vec<String> = namespaces::all()
         .into_iter()
         .filter(|n| paths.owns_netns(n))

@@ -11,7 +11,7 @@ use xwire_proto::local::{Request, TopologyQuery};
 use super::file::{self, Lab, LabLink};
 use super::paths::LabPaths;
 use super::up::{call_plugin, wait_for_wires, Binaries};
-use super::{containers, namespaces, node_api, status};
+use super::{containers, mgmt, namespaces, node_api, status};
 
 /// What an edit changed.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -47,6 +47,16 @@ pub fn plan(old: &Lab, new: &Lab) -> Result<Changes> {
             if old.containers.get(pod) != new.containers.get(pod) {
                 bail!("pod {pod}'s container (image, cmd, env, binds or exec) changed: remove the pod in one edit and add it in the next");
             }
+        }
+    }
+    if old.mgmt.is_some() != new.mgmt.is_some() {
+        bail!("the management network was turned on or off: that needs a `lab down` and `lab up`");
+    }
+    if let (Some(a), Some(b)) = (&old.mgmt, &new.mgmt) {
+        if (&a.interface, &a.ipv4_subnet, &a.ipv6_subnet)
+            != (&b.interface, &b.ipv4_subnet, &b.ipv6_subnet)
+        {
+            bail!("the management network's interface or subnets changed: that needs a `lab down` and `lab up`");
         }
     }
     let link_uids = |links: Vec<&LabLink>| links.into_iter().map(|l| l.uid).collect();
@@ -101,6 +111,7 @@ pub fn edit(file: &Path, binaries: &Binaries) -> Result<(Lab, Changes)> {
             containers::remove(&old, pod)?;
         }
         call_plugin(&paths, binaries, "DEL", pod, &old.pods[pod])?;
+        mgmt::remove_pod(&old, &paths, pod)?;
     }
     // A removed pod's topology goes before the new one comes: a link added in this edit
     // may take the uid of one of its links.
@@ -117,6 +128,7 @@ pub fn edit(file: &Path, binaries: &Binaries) -> Result<(Lab, Changes)> {
     }
     for pod in &changes.pods_added {
         namespaces::create(&paths.pod_netns(pod))?;
+        mgmt::add_pod(&new, &paths, pod)?;
     }
     // A link whose settings changed (same uid) goes first and comes back changed: the
     // daemons join and part wires by uid.

@@ -33,6 +33,9 @@ pub struct Lab {
     /// The pods' static routes and router mode, by pod (only pods that set either).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub routing: BTreeMap<String, PodRouting>,
+    /// The management network; `None` with `mgmt: false`.
+    #[serde(default)]
+    pub mgmt: Option<super::mgmt::Mgmt>,
 }
 
 /// A pod's `routes:` and `policy_routing:` (the lab-wide `policy_routing:` folded in).
@@ -131,6 +134,25 @@ struct RawLab {
     links: Vec<Spanned<RawLink>>,
     /// Router mode for every pod that does not say.
     policy_routing: Option<bool>,
+    mgmt: Option<RawMgmt>,
+}
+
+/// `mgmt: false`, `mgmt: true` or `mgmt: {interface, ipv4_subnet, ipv6_subnet}`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawMgmt {
+    On(bool),
+    // A scalar reaches an untagged enum as a string.
+    Word(String),
+    Settings(RawMgmtSettings),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMgmtSettings {
+    interface: Option<String>,
+    ipv4_subnet: Option<String>,
+    ipv6_subnet: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -249,6 +271,7 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
         }
     }
     let links = check_links(&raw.links, &pods, previous)?;
+    let mgmt = check_mgmt(raw.mgmt.as_ref(), &pods, &links, previous)?;
     let lab = Lab {
         name: raw.name.to_string(),
         nodes,
@@ -256,6 +279,7 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
         links,
         containers,
         routing,
+        mgmt,
     };
     // What the daemons will be given must pass their own checks too.
     for t in topologies(&lab) {
@@ -266,6 +290,96 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
         })?;
     }
     Ok(lab)
+}
+
+/// The management network the file asks for (on unless `mgmt: false`), with each pod's
+/// host number; a running lab's (`previous`) subnets and numbers are kept.
+fn check_mgmt(
+    raw: Option<&RawMgmt>,
+    pods: &BTreeMap<String, String>,
+    links: &[LabLink],
+    previous: Option<&Lab>,
+) -> Result<Option<super::mgmt::Mgmt>, LabFileError> {
+    use super::mgmt::{room, Mgmt, DEFAULT_INTERFACE};
+    let refuse = |message: String| LabFileError {
+        line: 0,
+        column: 0,
+        message: format!("mgmt: {message}"),
+    };
+    let raw = match raw {
+        Some(RawMgmt::Word(word)) => match word.as_str() {
+            "true" => Some(&RawMgmt::On(true)),
+            "false" => Some(&RawMgmt::On(false)),
+            other => {
+                return Err(refuse(format!(
+                    "{other:?}: expected true, false or {{interface, ipv4_subnet, ipv6_subnet}}"
+                )))
+            }
+        },
+        other => other,
+    };
+    let settings = match raw {
+        Some(RawMgmt::On(false)) => return Ok(None),
+        None | Some(RawMgmt::On(true)) => RawMgmtSettings {
+            interface: None,
+            ipv4_subnet: None,
+            ipv6_subnet: None,
+        },
+        Some(RawMgmt::Word(_)) => unreachable!("read as a flag above"),
+        Some(RawMgmt::Settings(settings)) => RawMgmtSettings {
+            interface: settings.interface.clone(),
+            ipv4_subnet: settings.ipv4_subnet.clone(),
+            ipv6_subnet: settings.ipv6_subnet.clone(),
+        },
+    };
+    let interface = settings
+        .interface
+        .unwrap_or_else(|| DEFAULT_INTERFACE.to_owned());
+    topology::check_ifname(&interface).map_err(|e| refuse(format!("interface: {e}")))?;
+    if let Some(end) = links
+        .iter()
+        .flat_map(|l| l.endpoints.iter())
+        .find(|end| end.ifname == interface)
+    {
+        return Err(refuse(format!(
+            "{end} is the management interface's name: rename the link's interface or set mgmt.interface"
+        )));
+    }
+    for (field, given, v4) in [
+        ("ipv4_subnet", &settings.ipv4_subnet, true),
+        ("ipv6_subnet", &settings.ipv6_subnet, false),
+    ] {
+        let Some(given) = given else { continue };
+        let subnet = topology::parse_cidr(given).map_err(|e| refuse(format!("{field}: {e}")))?;
+        if subnet.0.is_ipv4() != v4 {
+            return Err(refuse(format!(
+                "{field}: {given} is of the other address family"
+            )));
+        }
+        if xwire_control::routing::plan::network(subnet.0, subnet.1) != subnet {
+            return Err(refuse(format!("{field}: {given} has host bits set")));
+        }
+        if room(subnet) < pods.len() as u64 {
+            return Err(refuse(format!(
+                "{field}: {given} has room for {} pods, the lab has {}",
+                room(subnet),
+                pods.len()
+            )));
+        }
+    }
+    let before = previous.and_then(|p| p.mgmt.as_ref());
+    let mut mgmt = Mgmt {
+        interface,
+        ipv4_subnet: settings
+            .ipv4_subnet
+            .or_else(|| before.and_then(|b| b.ipv4_subnet.clone())),
+        ipv6_subnet: settings
+            .ipv6_subnet
+            .or_else(|| before.and_then(|b| b.ipv6_subnet.clone())),
+        hosts: BTreeMap::new(),
+    };
+    mgmt.assign(pods.keys().cloned(), before);
+    Ok(Some(mgmt))
 }
 
 /// The container of pod `name`, when it names an image; the container fields without

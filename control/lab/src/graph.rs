@@ -137,6 +137,7 @@ links:
             nodes: Vec::new(),
             pods: Vec::new(),
             wires: vec![wire(0, "local", "veth"), wire(1, "remote", "stream")],
+            mgmt: None,
         }
     }
 

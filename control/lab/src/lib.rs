@@ -15,6 +15,7 @@ pub mod graph;
 pub mod impair;
 pub mod import;
 pub mod logs;
+pub mod mgmt;
 pub mod namespaces;
 pub mod node_api;
 pub mod paths;

@@ -22,6 +22,18 @@ pub struct LabStatus {
     pub nodes: Vec<NodeStatus>,
     pub pods: Vec<PodStatus>,
     pub wires: Vec<WireStatus>,
+    /// The management network: the host's addresses on it and its bridge.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mgmt: Option<MgmtStatus>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MgmtStatus {
+    pub bridge: String,
+    pub interface: String,
+    pub ipv4_subnet: String,
+    pub ipv6_subnet: String,
+    pub host: super::mgmt::Addresses,
 }
 
 impl LabStatus {
@@ -63,6 +75,9 @@ pub struct PodStatus {
     pub image: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
+    /// Its addresses on the management network.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mgmt: Option<super::mgmt::Addresses>,
 }
 
 #[derive(Debug, Serialize)]
@@ -151,6 +166,7 @@ pub fn status(lab: &Lab) -> LabStatus {
                 .containers
                 .contains_key(pod)
                 .then(|| containers::state(lab, pod)),
+            mgmt: lab.mgmt.as_ref().and_then(|m| m.pod_addresses(pod)),
         })
         .collect();
     let states = node_api::wire_states(lab, &paths);
@@ -159,11 +175,21 @@ pub fn status(lab: &Lab) -> LabStatus {
         .iter()
         .map(|link| wire_status(lab, &paths, &states, &switch, link))
         .collect();
+    let mgmt = lab.mgmt.as_ref().and_then(|m| {
+        Some(MgmtStatus {
+            bridge: super::mgmt::host_bridge(&lab.name),
+            interface: m.interface.clone(),
+            ipv4_subnet: m.ipv4_subnet.clone()?,
+            ipv6_subnet: m.ipv6_subnet.clone()?,
+            host: m.host_addresses()?,
+        })
+    });
     LabStatus {
         name: lab.name.clone(),
         nodes,
         pods,
         wires,
+        mgmt,
     }
 }
 
@@ -272,17 +298,27 @@ pub fn render(status: &LabStatus) -> String {
             n.name, n.underlay_address, n.metrics
         ));
     }
+    if let Some(m) = &status.mgmt {
+        out.push_str(&format!(
+            "\nmanagement network: {} {} on {} (this host: {}, {}; pods' interface {})\n",
+            m.ipv4_subnet, m.ipv6_subnet, m.bridge, m.host.ipv4, m.host.ipv6, m.interface
+        ));
+    }
     out.push_str(&format!(
-        "\n{:<16} {:<16} {:<24} {}\n",
-        "POD", "NODE", "NETNS", "CONTAINER"
+        "\n{:<16} {:<16} {:<24} {:<32} {}\n",
+        "POD", "NODE", "NETNS", "MGMT", "CONTAINER"
     ));
     for p in &status.pods {
         let container = match (&p.image, &p.container) {
             (Some(image), Some(state)) => format!("{image} ({state})"),
             _ => "-".into(),
         };
+        let mgmt = p
+            .mgmt
+            .as_ref()
+            .map_or("-".to_owned(), |a| format!("{} {}", a.ipv4, a.ipv6));
         out.push_str(&format!(
-            "{:<16} {:<16} {:<24} {container}\n",
+            "{:<16} {:<16} {:<24} {mgmt:<32} {container}\n",
             p.name, p.node, p.netns
         ));
     }

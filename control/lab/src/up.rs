@@ -15,7 +15,7 @@ use xwire_proto::local::Request;
 
 use super::file::{self, Lab};
 use super::paths::{self, LabPaths, NODE_PORT, UNDERLAY_MTU};
-use super::{containers, down, namespaces, node_api};
+use super::{containers, down, mgmt, namespaces, node_api};
 use xwire_control::interfaces::{create_veth, EndSettings};
 
 /// Where to look first for xwired, the plugin and xwire-pktgen (another build, say).
@@ -96,6 +96,7 @@ pub fn up(file: &Path, binaries: &Binaries) -> Result<Lab> {
         file::parse(&text, None).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     containers::resolve_binds(&mut lab, file);
     let paths = LabPaths::new(&lab.name)?;
+    mgmt::pick_subnets(&mut lab)?;
     if paths.dir.exists() || namespaces::all().iter().any(|n| paths.owns_netns(n)) {
         bail!(
             "a lab named {0} is already up (or was not cleared away): `xwirectl lab down {0}` first",
@@ -105,7 +106,7 @@ pub fn up(file: &Path, binaries: &Binaries) -> Result<Lab> {
     // Before anything is made: a missing image is said at once.
     containers::check(&lab)?;
     catch_interrupts()?;
-    let steps = 4 + lab.nodes.len() * 2 + lab.pods.len() * 2 + lab.containers.len();
+    let steps = 5 + lab.nodes.len() * 2 + lab.pods.len() * 2 + lab.containers.len();
     let progress = ProgressBar::new(steps as u64).with_style(
         ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {msg}")
             .expect("a valid template")
@@ -178,6 +179,12 @@ fn build(lab: &Lab, paths: &LabPaths, binaries: &Binaries, progress: &ProgressBa
     for pod in lab.pods.keys() {
         step(format!("pod {pod}: namespace"))?;
         namespaces::create(&paths.pod_netns(pod))?;
+    }
+    step("management network".into())?;
+    mgmt::build_nodes(lab, paths)?;
+    for pod in lab.pods.keys() {
+        check_interrupted()?;
+        mgmt::add_pod(lab, paths, pod)?;
     }
 
     step("certificates and node configurations".into())?;

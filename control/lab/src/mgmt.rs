@@ -1,0 +1,495 @@
+//! The lab's management network: every pod gets an interface (`eth0` unless the lab file
+//! says otherwise) on its node's management bridge, with an IPv4 and an IPv6 address, and
+//! the nodes' bridges hang off one bridge on the host, which has the first address of
+//! each subnet. So the host reaches every pod, and every pod the host and the other pods,
+//! on one link, as a containerlab management network does; the wires stay free for the
+//! lab's own traffic.
+//!
+//! Names: on the host, the bridge `xmHHHHHHHH` (a hash of the lab's name; Linux allows 15
+//! characters, a lab name may have 24) and its ports `xmHHHHHHHH.I` to node I; in node
+//! I's namespace, `mgmt0` with the uplink `mgmt-up` and a port `mgN` per pod, N the pod's
+//! host number. Addresses: the host `.1`, pod P `.N`, where N is kept in the lab's
+//! record, so a pod keeps its addresses across `lab edit` and daemon restarts.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use futures::TryStreamExt;
+use netlink_packet_route::address::{AddressAttribute, AddressFlags};
+use netlink_packet_route::link::LinkAttribute;
+use serde::{Deserialize, Serialize};
+use xwire_control::interfaces::{create_veth, EndSettings};
+use xwire_control::netns::NetnsFd;
+use xwire_control::routing::plan::network;
+use xwire_control::topology::parse_cidr;
+
+use super::file::Lab;
+use super::namespaces;
+use super::paths::LabPaths;
+
+pub const DEFAULT_INTERFACE: &str = "eth0";
+const NODE_BRIDGE: &str = "mgmt0";
+const NODE_UPLINK: &str = "mgmt-up";
+/// The first host number a pod gets (1 is the host's).
+pub const FIRST_POD_HOST: u32 = 2;
+/// Where a lab without `ipv4_subnet` gets its /20 (4094 addresses): the first one of
+/// these that no other lab uses and no route of the host's overlaps.
+const AUTO_IPV4: (Ipv4Addr, u8) = (Ipv4Addr::new(172, 20, 0, 0), 14);
+const AUTO_IPV4_PREFIX: u8 = 20;
+/// And its IPv6 /64: `fd78:7769:7265:K::/64` for the K-th /20 above.
+const AUTO_IPV6: [u16; 3] = [0xfd78, 0x7769, 0x7265];
+
+/// A lab's management network, as its record keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mgmt {
+    /// The pods' management interface.
+    pub interface: String,
+    /// `None` until `lab up` picks one (when the file gives none).
+    pub ipv4_subnet: Option<String>,
+    pub ipv6_subnet: Option<String>,
+    /// Each pod's host number in both subnets.
+    pub hosts: BTreeMap<String, u32>,
+}
+
+/// A pod's management addresses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Addresses {
+    pub ipv4: String,
+    pub ipv6: String,
+}
+
+impl Mgmt {
+    /// Host numbers for `pods`: those in `previous` kept, the others the smallest free.
+    pub fn assign(&mut self, pods: impl Iterator<Item = String>, previous: Option<&Mgmt>) {
+        let pods: Vec<String> = pods.collect();
+        let mut hosts = BTreeMap::new();
+        if let Some(previous) = previous {
+            for pod in &pods {
+                if let Some(&n) = previous.hosts.get(pod) {
+                    hosts.insert(pod.clone(), n);
+                }
+            }
+        }
+        let mut next = FIRST_POD_HOST;
+        for pod in pods {
+            if hosts.contains_key(&pod) {
+                continue;
+            }
+            while hosts.values().any(|&n| n == next) {
+                next += 1;
+            }
+            hosts.insert(pod, next);
+        }
+        self.hosts = hosts;
+    }
+
+    fn subnets(&self) -> Result<((IpAddr, u8), (IpAddr, u8))> {
+        let v4 = self
+            .ipv4_subnet
+            .as_deref()
+            .context("no management IPv4 subnet yet")?;
+        let v6 = self
+            .ipv6_subnet
+            .as_deref()
+            .context("no management IPv6 subnet yet")?;
+        Ok((
+            parse_cidr(v4).map_err(anyhow::Error::msg)?,
+            parse_cidr(v6).map_err(anyhow::Error::msg)?,
+        ))
+    }
+
+    /// The addresses of host number `n`, with the subnets' prefix lengths.
+    fn host(&self, n: u32) -> Result<((IpAddr, u8), (IpAddr, u8))> {
+        let ((v4, p4), (v6, p6)) = self.subnets()?;
+        Ok(((nth(v4, n), p4), (nth(v6, n), p6)))
+    }
+
+    pub fn pod_addresses(&self, pod: &str) -> Option<Addresses> {
+        let n = *self.hosts.get(pod)?;
+        let ((v4, _), (v6, _)) = self.host(n).ok()?;
+        Some(Addresses {
+            ipv4: v4.to_string(),
+            ipv6: v6.to_string(),
+        })
+    }
+
+    pub fn host_addresses(&self) -> Option<Addresses> {
+        let ((v4, _), (v6, _)) = self.host(1).ok()?;
+        Some(Addresses {
+            ipv4: v4.to_string(),
+            ipv6: v6.to_string(),
+        })
+    }
+}
+
+/// How many host numbers a subnet of this family and prefix length has for pods.
+pub fn room(subnet: (IpAddr, u8)) -> u64 {
+    let bits = match subnet.0 {
+        IpAddr::V4(_) => 32 - u32::from(subnet.1),
+        IpAddr::V6(_) => (128 - u32::from(subnet.1)).min(32),
+    };
+    // The network and broadcast numbers and the host's own are not the pods'.
+    (1u64 << bits).saturating_sub(3)
+}
+
+fn nth(network: IpAddr, n: u32) -> IpAddr {
+    match network {
+        IpAddr::V4(a) => IpAddr::V4(Ipv4Addr::from(u32::from(a) + n)),
+        IpAddr::V6(a) => IpAddr::V6(Ipv6Addr::from(u128::from(a) + u128::from(n))),
+    }
+}
+
+/// The host bridge's name for lab `name`.
+pub fn host_bridge(name: &str) -> String {
+    // FNV-1a: a stable hash that needs no crate.
+    let hash = name.bytes().fold(0x811c9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    format!("xm{hash:08x}")
+}
+
+fn bridge_alias(lab: &str) -> String {
+    format!("xwire-lab:{lab}")
+}
+
+/// Picks the subnets the lab file left to the lab: the first /20 of 172.20.0.0/14 (and
+/// its /64) that no other lab's record names and that no route on the host overlaps.
+pub fn pick_subnets(lab: &mut Lab) -> Result<()> {
+    let Some(mgmt) = &mut lab.mgmt else {
+        return Ok(());
+    };
+    let taken = taken_subnets(&lab.name)?;
+    let blocks = 1u32 << (AUTO_IPV4_PREFIX - AUTO_IPV4.1);
+    let free = (0..blocks).find(|k| {
+        let v4 = IpAddr::V4(Ipv4Addr::from(
+            u32::from(AUTO_IPV4.0) + (k << (32 - u32::from(AUTO_IPV4_PREFIX))),
+        ));
+        let v6 = auto_ipv6(*k);
+        !taken
+            .iter()
+            .any(|t| overlaps(*t, (v4, AUTO_IPV4_PREFIX)) || overlaps(*t, (v6, 64)))
+    });
+    let Some(k) = free else {
+        bail!(
+            "no free management subnet in {}/{}: give the lab one (mgmt: {{ipv4_subnet: ...}})",
+            AUTO_IPV4.0,
+            AUTO_IPV4.1
+        );
+    };
+    if mgmt.ipv4_subnet.is_none() {
+        let v4 = Ipv4Addr::from(u32::from(AUTO_IPV4.0) + (k << (32 - u32::from(AUTO_IPV4_PREFIX))));
+        mgmt.ipv4_subnet = Some(format!("{v4}/{AUTO_IPV4_PREFIX}"));
+    }
+    if mgmt.ipv6_subnet.is_none() {
+        mgmt.ipv6_subnet = Some(format!("{}/64", auto_ipv6(k)));
+    }
+    let ((v4, p4), (v6, p6)) = mgmt.subnets()?;
+    for subnet in [(v4, p4), (v6, p6)] {
+        if room(subnet) < lab.pods.len() as u64 {
+            bail!(
+                "the management subnet {}/{} has room for {} pods, the lab has {}: give it a larger one (mgmt: {{ipv4_subnet: ...}})",
+                subnet.0, subnet.1, room(subnet), lab.pods.len()
+            );
+        }
+    }
+    for given in [(v4, p4), (v6, p6)] {
+        if let Some(t) = taken.iter().find(|t| overlaps(**t, given)) {
+            bail!(
+                "the management subnet {}/{} overlaps {}/{}, which another lab or a route of this host uses",
+                given.0, given.1, t.0, t.1
+            );
+        }
+    }
+    Ok(())
+}
+
+fn auto_ipv6(k: u32) -> IpAddr {
+    let [a, b, c] = AUTO_IPV6;
+    IpAddr::V6(Ipv6Addr::new(a, b, c, k as u16, 0, 0, 0, 0))
+}
+
+fn overlaps(a: (IpAddr, u8), b: (IpAddr, u8)) -> bool {
+    if a.0.is_ipv4() != b.0.is_ipv4() {
+        return false;
+    }
+    let shorter = a.1.min(b.1);
+    network(a.0, shorter) == network(b.0, shorter)
+}
+
+/// The subnets other labs' records name and the host's routes (other than default
+/// routes) cover.
+fn taken_subnets(this_lab: &str) -> Result<Vec<(IpAddr, u8)>> {
+    let mut taken = Vec::new();
+    for other in super::paths::labs_up() {
+        if other == this_lab {
+            continue;
+        }
+        if let Ok(lab) = super::status::read_lab(&other) {
+            if let Some(mgmt) = lab.mgmt {
+                if let Ok((v4, v6)) = mgmt.subnets() {
+                    taken.extend([v4, v6]);
+                }
+            }
+        }
+    }
+    let host = NetnsFd::open(Path::new("/proc/self/ns/net"))?;
+    let routes = host.netlink("read the host's routes", |h| async move {
+        use netlink_packet_route::route::{RouteAddress, RouteAttribute};
+        let mut found = Vec::new();
+        for dump in [
+            rtnetlink::RouteMessageBuilder::<Ipv4Addr>::new().build(),
+            rtnetlink::RouteMessageBuilder::<Ipv6Addr>::new().build(),
+        ] {
+            let routes: Vec<_> = h.route().get(dump).execute().try_collect().await?;
+            for route in routes {
+                let prefix = route.header.destination_prefix_length;
+                for attribute in &route.attributes {
+                    let dst = match attribute {
+                        RouteAttribute::Destination(RouteAddress::Inet(a)) => IpAddr::V4(*a),
+                        RouteAttribute::Destination(RouteAddress::Inet6(a)) => IpAddr::V6(*a),
+                        _ => continue,
+                    };
+                    // Link-local and multicast routes are every host's.
+                    let everyone = match dst {
+                        IpAddr::V6(a) => {
+                            a.segments()[0] & 0xff00 == 0xff00 || a.segments()[0] & 0xffc0 == 0xfe80
+                        }
+                        IpAddr::V4(a) => a.is_multicast() || a.is_loopback(),
+                    };
+                    if prefix > 0 && !everyone {
+                        found.push((dst, prefix));
+                    }
+                }
+            }
+        }
+        Ok(found)
+    })?;
+    taken.extend(routes);
+    Ok(taken)
+}
+
+/// Makes the host's bridge and each node's, joined.
+pub fn build_nodes(lab: &Lab, paths: &LabPaths) -> Result<()> {
+    let Some(mgmt) = &lab.mgmt else {
+        return Ok(());
+    };
+    let host = NetnsFd::open(Path::new("/proc/self/ns/net"))?;
+    let bridge = host_bridge(&lab.name);
+    let ((v4, p4), (v6, p6)) = mgmt.host(1)?;
+    make_bridge(&host, &bridge, Some(&bridge_alias(&lab.name)))?;
+    add_addresses(&host, &bridge, &[(v4, p4), (v6, p6)])?;
+    for (index, node) in lab.nodes.iter().enumerate() {
+        let node_ns = namespaces::open(&paths.node_netns(node))?;
+        make_bridge(&node_ns, NODE_BRIDGE, None)?;
+        let host_end = format!("{bridge}.{index}");
+        create_veth(
+            &host,
+            &EndSettings::named(&host_end),
+            &node_ns,
+            &EndSettings::named(NODE_UPLINK),
+        )?;
+        attach(&host, &host_end, &bridge)?;
+        attach(&node_ns, NODE_UPLINK, NODE_BRIDGE)?;
+    }
+    Ok(())
+}
+
+/// Gives `pod` its management interface and addresses.
+pub fn add_pod(lab: &Lab, paths: &LabPaths, pod: &str) -> Result<()> {
+    let Some(mgmt) = &lab.mgmt else {
+        return Ok(());
+    };
+    let n = *mgmt
+        .hosts
+        .get(pod)
+        .with_context(|| format!("pod {pod} has no management address"))?;
+    let ((v4, p4), (v6, p6)) = mgmt.host(n)?;
+    let pod_ns = namespaces::open(&paths.pod_netns(pod))?;
+    let node_ns = namespaces::open(&paths.node_netns(&lab.pods[pod]))?;
+    let port = format!("mg{n}");
+    let mut pod_end = EndSettings::named(&mgmt.interface);
+    pod_end.address = Some((v4, p4));
+    create_veth(&pod_ns, &pod_end, &node_ns, &EndSettings::named(&port))
+        .with_context(|| format!("pod {pod}: management interface"))?;
+    add_addresses(&pod_ns, &mgmt.interface, &[(v6, p6)])?;
+    attach(&node_ns, &port, NODE_BRIDGE)
+}
+
+/// Takes `pod`'s management interface away (an edit that removes the pod: its number
+/// may go to a pod the same edit adds, before the old pod's namespace is gone).
+pub fn remove_pod(lab: &Lab, paths: &LabPaths, pod: &str) -> Result<()> {
+    let (Some(mgmt), Some(node)) = (&lab.mgmt, lab.pods.get(pod)) else {
+        return Ok(());
+    };
+    let Some(n) = mgmt.hosts.get(pod) else {
+        return Ok(());
+    };
+    let node_ns = namespaces::open(&paths.node_netns(node))?;
+    let port = format!("mg{n}");
+    node_ns.netlink(&format!("remove {port}"), |h| async move {
+        if let Some(link) = h
+            .link()
+            .get()
+            .match_name(port)
+            .execute()
+            .try_next()
+            .await
+            .ok()
+            .flatten()
+        {
+            h.link().del(link.header.index).execute().await?;
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// Removes the host's bridge of lab `name`, if there is one and it is the lab's (its
+/// alias says so); the nodes' bridges and every port go with their namespaces.
+pub fn remove_host_side(name: &str) {
+    let Ok(host) = NetnsFd::open(Path::new("/proc/self/ns/net")) else {
+        return;
+    };
+    let bridge = host_bridge(name);
+    let alias = bridge_alias(name);
+    let removed = host.netlink("remove the management bridge", |h| async move {
+        let found = h.link().get().match_name(bridge).execute().try_next().await;
+        let Ok(Some(link)) = found else {
+            return Ok(());
+        };
+        let ours = link
+            .attributes
+            .iter()
+            .any(|a| matches!(a, LinkAttribute::IfAlias(a) if *a == alias));
+        if ours {
+            h.link().del(link.header.index).execute().await?;
+        }
+        Ok(())
+    });
+    if let Err(e) = removed {
+        eprintln!("lab {name}: {e}");
+    }
+}
+
+fn make_bridge(ns: &NetnsFd, name: &str, alias: Option<&str>) -> Result<()> {
+    let name = name.to_owned();
+    let alias = alias.map(str::to_owned);
+    ns.netlink(&format!("add bridge {name}"), |h| async move {
+        h.link()
+            .add(rtnetlink::LinkBridge::new(&name).up().build())
+            .execute()
+            .await?;
+        // The kernel takes an alias only on a link that exists.
+        if let Some(alias) = alias {
+            let link = h
+                .link()
+                .get()
+                .match_name(name)
+                .execute()
+                .try_next()
+                .await?
+                .ok_or(rtnetlink::Error::RequestFailed)?;
+            let mut message = rtnetlink::LinkUnspec::new_with_index(link.header.index).build();
+            message.attributes.push(LinkAttribute::IfAlias(alias));
+            h.link().set(message).execute().await?;
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+fn attach(ns: &NetnsFd, port: &str, bridge: &str) -> Result<()> {
+    let (port, bridge) = (port.to_owned(), bridge.to_owned());
+    ns.netlink(&format!("attach {port} to {bridge}"), |h| async move {
+        let find = |name: String| h.link().get().match_name(name).execute();
+        let bridge = find(bridge).try_next().await?.map(|l| l.header.index);
+        let port = find(port).try_next().await?.map(|l| l.header.index);
+        if let (Some(bridge), Some(port)) = (bridge, port) {
+            let attach = rtnetlink::LinkUnspec::new_with_index(port)
+                .controller(bridge)
+                .up()
+                .build();
+            h.link().set(attach).execute().await?;
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+/// Adds addresses without duplicate address detection: the addresses are the lab's to
+/// give, and a tentative IPv6 address would not answer for a second or two.
+fn add_addresses(ns: &NetnsFd, ifname: &str, addresses: &[(IpAddr, u8)]) -> Result<()> {
+    let ifname = ifname.to_owned();
+    let addresses = addresses.to_vec();
+    ns.netlink(&format!("address {ifname}"), |h| async move {
+        let link = h
+            .link()
+            .get()
+            .match_name(ifname)
+            .execute()
+            .try_next()
+            .await?
+            .ok_or(rtnetlink::Error::RequestFailed)?;
+        for (address, prefix) in addresses {
+            let mut request = h.address().add(link.header.index, address, prefix);
+            request
+                .message_mut()
+                .attributes
+                .push(AddressAttribute::Flags(AddressFlags::Nodad));
+            request.execute().await?;
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pods_keep_their_numbers_and_new_ones_take_the_smallest_free() {
+        let mut before = Mgmt {
+            interface: "eth0".into(),
+            ipv4_subnet: Some("172.20.0.0/20".into()),
+            ipv6_subnet: Some("fd78:7769:7265::/64".into()),
+            hosts: BTreeMap::new(),
+        };
+        before.assign(["a", "b", "c"].map(String::from).into_iter(), None);
+        assert_eq!(before.hosts["a"], 2);
+        assert_eq!(before.hosts["c"], 4);
+        let mut after = before.clone();
+        after.assign(["a", "c", "d"].map(String::from).into_iter(), Some(&before));
+        assert_eq!(after.hosts["a"], 2);
+        assert_eq!(after.hosts["c"], 4);
+        assert_eq!(after.hosts["d"], 3, "b's number is free again");
+        let addresses = after.pod_addresses("c").unwrap();
+        assert_eq!(addresses.ipv4, "172.20.0.4");
+        assert_eq!(addresses.ipv6, "fd78:7769:7265::4");
+        assert_eq!(after.host_addresses().unwrap().ipv4, "172.20.0.1");
+    }
+
+    #[test]
+    fn subnets_overlap_by_their_shorter_prefix() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(overlaps((ip("172.20.0.0"), 20), (ip("172.20.5.0"), 24)));
+        assert!(!overlaps((ip("172.20.0.0"), 20), (ip("172.20.16.0"), 20)));
+        assert!(!overlaps((ip("172.20.0.0"), 20), (ip("fd78::"), 64)));
+    }
+
+    #[test]
+    fn room_leaves_out_network_broadcast_and_host() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(room((ip("10.0.0.0"), 24)), 253);
+        assert_eq!(room((ip("10.0.0.0"), 20)), 4093);
+    }
+
+    #[test]
+    fn bridge_names_fit_linux_and_differ_between_labs() {
+        let a = host_bridge("a-very-long-lab-name-abc");
+        assert!(a.len() <= 15 - 4, "{a}: room for .NNN");
+        assert_ne!(a, host_bridge("a-very-long-lab-name-abd"));
+    }
+}
