@@ -30,6 +30,8 @@ pub struct Invocation {
     pub prev_result: Option<Value>,
     /// The configuration's `reportIPs`: list the links' addresses in the ADD result.
     pub report_ips: bool,
+    /// The configuration's `vethMode`, when it has one.
+    pub veth_mode: Option<crate::veth_mode::VethMode>,
 }
 
 /// The newest CNI version this plugin speaks: what it answers in when the call's own
@@ -67,6 +69,7 @@ impl Invocation {
                 socket: String::new(),
                 prev_result: None,
                 report_ips: false,
+                veth_mode: None,
             });
         }
         let config: Value = match serde_json::from_slice(stdin) {
@@ -149,6 +152,7 @@ impl Invocation {
                 )))
             }
         };
+        let veth_mode = crate::veth_mode::plan::parse(&config).map_err(fail)?;
         let command = match command_name {
             "ADD" | "DEL" | "CHECK" => {
                 if command_name == "CHECK" && !version_at_least(&version, "0.4.0") {
@@ -200,6 +204,7 @@ impl Invocation {
             socket,
             prev_result,
             report_ips,
+            veth_mode,
         })
     }
 }

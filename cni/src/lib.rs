@@ -7,6 +7,7 @@ mod call;
 pub mod call_log;
 mod cleanup;
 mod result;
+pub mod veth_mode;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -104,24 +105,50 @@ fn execute(invocation: &Invocation) -> Result<Option<Value>, CniError> {
             "supportedVersions": SUPPORTED_VERSIONS,
         }))),
         Command::Add(call) => {
-            match xwire_api_client::call(&socket, &Request::Add(call.clone()), DAEMON_TIMEOUT) {
-                Ok(Response::Added(added)) => Ok(Some(result::merge(
+            // The pod's veth to the node first: it is the plugin's own, undone here if
+            // the daemon then fails.
+            let veth = match &invocation.veth_mode {
+                Some(mode) => Some(veth_add(mode, call, invocation.prev_result.as_ref())?),
+                None => None,
+            };
+            let answered =
+                xwire_api_client::call(&socket, &Request::Add(call.clone()), DAEMON_TIMEOUT);
+            let mut result = match answered {
+                Ok(Response::Added(added)) => Ok(result::merge(
                     &invocation.cni_version,
                     invocation.prev_result.as_ref(),
                     &added,
                     invocation.report_ips,
-                ))),
-                Ok(Response::NotManaged) => Ok(Some(result::pass_through(
+                )),
+                Ok(Response::NotManaged) => Ok(result::pass_through(
                     &invocation.cni_version,
                     invocation.prev_result.as_ref(),
-                ))),
+                )),
                 Ok(other) => Err(unexpected(other)),
                 Err(e) => Err(unreachable_daemon(&socket, e)),
+            };
+            match (&mut result, veth) {
+                (Ok(result), Some((mode, made))) => {
+                    result::add_veth(result, &mode.pod_interface, &call.netns, &made)
+                }
+                (Err(_), Some(_)) => {
+                    let _ = veth_mode::netlink::del(&call.container_id, &call.ifname);
+                }
+                _ => {}
             }
+            result.map(Some)
         }
         Command::Del(call) => {
+            let removed_veth = match &invocation.veth_mode {
+                Some(_) => veth_mode::netlink::del(&call.container_id, &call.ifname),
+                None => Ok(()),
+            };
             match xwire_api_client::call(&socket, &Request::Del(call.clone()), DAEMON_TIMEOUT) {
-                Ok(Response::Ok) => Ok(None),
+                Ok(Response::Ok) => removed_veth.map(|()| None).map_err(|e| CniError {
+                    code: codes::IO_FAILURE,
+                    msg: "veth mode: the pod's veth to the node could not be removed".into(),
+                    details: e,
+                }),
                 Ok(other) => Err(unexpected(other)),
                 // A failing DEL blocks the pod's deletion for good: remove what is ours in
                 // the pod's namespace and succeed; the daemon drops its records when it is
@@ -134,9 +161,15 @@ fn execute(invocation: &Invocation) -> Result<Option<Value>, CniError> {
         }
         Command::Check(call) => {
             match xwire_api_client::call(&socket, &Request::Check(call.clone()), DAEMON_TIMEOUT) {
-                Ok(Response::Ok) => Ok(None),
-                Ok(other) => Err(unexpected(other)),
-                Err(e) => Err(unreachable_daemon(&socket, e)),
+                Ok(Response::Ok) => {}
+                Ok(other) => return Err(unexpected(other)),
+                Err(e) => return Err(unreachable_daemon(&socket, e)),
+            }
+            match &invocation.veth_mode {
+                Some(mode) => {
+                    veth_check(mode, call, invocation.prev_result.as_ref()).map(|()| None)
+                }
+                None => Ok(None),
             }
         }
         Command::Status(config) => {
@@ -162,6 +195,86 @@ fn execute(invocation: &Invocation) -> Result<Option<Value>, CniError> {
             }
         }
     }
+}
+
+/// Veth mode's ADD: the pod's addresses from the primary plugin's result, the node's
+/// from the configuration or its default route.
+fn veth_add(
+    mode: &veth_mode::VethMode,
+    call: &xwire_proto::local::CniCall,
+    prev_result: Option<&Value>,
+) -> Result<(veth_mode::VethMode, veth_mode::netlink::Made), CniError> {
+    let (pod_ips, node_addresses) = veth_addresses(mode, prev_result)?;
+    let at = veth_mode::netlink::Attachment {
+        netns: &call.netns,
+        container_id: &call.container_id,
+        ifname: &call.ifname,
+        pod_ips: &pod_ips,
+    };
+    let made = veth_mode::netlink::add(mode, &at, &node_addresses).map_err(|e| CniError {
+        code: codes::INTERFACE_FAILED,
+        msg: "veth mode: the pod's veth to the node could not be made".into(),
+        details: e,
+    })?;
+    Ok((mode.clone(), made))
+}
+
+fn veth_check(
+    mode: &veth_mode::VethMode,
+    call: &xwire_proto::local::CniCall,
+    prev_result: Option<&Value>,
+) -> Result<(), CniError> {
+    let (pod_ips, node_addresses) = veth_addresses(mode, prev_result)?;
+    let at = veth_mode::netlink::Attachment {
+        netns: &call.netns,
+        container_id: &call.container_id,
+        ifname: &call.ifname,
+        pod_ips: &pod_ips,
+    };
+    let problems = veth_mode::netlink::check(mode, &at, &node_addresses).map_err(|e| CniError {
+        code: codes::IO_FAILURE,
+        msg: "veth mode: reading the pod's veth to the node".into(),
+        details: e,
+    })?;
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(CniError {
+        code: codes::CHECK_FAILED,
+        msg: "veth mode: the pod's veth to the node is not as it should be".into(),
+        details: problems.join("; "),
+    })
+}
+
+fn veth_addresses(
+    mode: &veth_mode::VethMode,
+    prev_result: Option<&Value>,
+) -> Result<(Vec<std::net::IpAddr>, Vec<std::net::IpAddr>), CniError> {
+    let pod_ips = veth_mode::plan::pod_addresses(prev_result);
+    if pod_ips.is_empty() {
+        return Err(CniError {
+            code: codes::INVALID_CONFIG,
+            msg: "veth mode needs the pod's addresses: chain xwire after a plugin that gives some (prevResult.ips)".into(),
+            details: String::new(),
+        });
+    }
+    let node_addresses = if mode.node_addresses.is_empty() {
+        veth_mode::netlink::default_node_addresses().map_err(|e| CniError {
+            code: codes::IO_FAILURE,
+            msg: "veth mode: reading the node's addresses".into(),
+            details: e,
+        })?
+    } else {
+        mode.node_addresses.clone()
+    };
+    if node_addresses.is_empty() {
+        return Err(CniError {
+            code: codes::INVALID_CONFIG,
+            msg: "veth mode: the node has no default route to take its address from: set vethMode.nodeAddresses".into(),
+            details: String::new(),
+        });
+    }
+    Ok((pod_ips, node_addresses))
 }
 
 fn unexpected(response: Response) -> CniError {

@@ -62,6 +62,18 @@ pub fn merge(version: &str, prev: Option<&Value>, added: &AddResult, report_ips:
     result
 }
 
+/// Appends veth mode's two ends to `result`'s interfaces.
+pub fn add_veth(
+    result: &mut Value,
+    pod_interface: &str,
+    netns: &str,
+    made: &crate::veth_mode::netlink::Made,
+) {
+    let interfaces = list(result, "interfaces");
+    interfaces.push(json!({"name": made.node_interface, "mac": made.node_mac}));
+    interfaces.push(json!({"name": pod_interface, "mac": made.pod_mac, "sandbox": netns}));
+}
+
 /// prevResult unchanged, for a pod xwire does not manage.
 pub fn pass_through(version: &str, prev: Option<&Value>) -> Value {
     base(version, prev)

@@ -1,0 +1,562 @@
+//! Makes, checks and removes what `super::plan` describes, with rtnetlink: the node's
+//! side from the plugin's own namespace (the runtime runs it in the node's), the pod's
+//! from a thread that has entered the pod's namespace.
+
+use std::fs::File;
+use std::future::Future;
+use std::net::IpAddr;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::OpenOptionsExt;
+
+use futures::TryStreamExt;
+use netlink_packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute, LinkMessage};
+use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourState};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope,
+};
+use nix::sched::{setns, CloneFlags};
+use rtnetlink::{Handle, IpVersion, LinkMessageBuilder, LinkUnspec, RouteMessageBuilder};
+
+use super::plan::{self, Plan, Route, VethMode, PROTOCOL};
+
+/// What ADD made, for the result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Made {
+    pub node_interface: String,
+    pub node_mac: String,
+    pub pod_mac: String,
+}
+
+/// One attachment's veth: who it is for and what it should carry.
+pub struct Attachment<'a> {
+    pub netns: &'a str,
+    pub container_id: &'a str,
+    pub ifname: &'a str,
+    pub pod_ips: &'a [IpAddr],
+}
+
+/// Runs `f` with a netlink handle in the namespace at `netns` (`None`: this one), on a
+/// thread of its own so that this thread's namespace never changes.
+fn in_netns<T, F, Fut>(netns: Option<&str>, f: F) -> Result<T, String>
+where
+    T: Send,
+    F: FnOnce(Handle) -> Fut + Send,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let ns = match netns {
+        None => None,
+        // Non-blocking: a FIFO at the path must not hang the call; setns refuses
+        // anything that is not a network namespace.
+        Some(path) => Some(
+            File::options()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(path)
+                .map_err(|e| format!("open {path}: {e}"))?,
+        ),
+    };
+    std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                if let Some(ns) = &ns {
+                    setns(ns.as_fd(), CloneFlags::CLONE_NEWNET)
+                        .map_err(|e| format!("enter the pod's namespace: {e}"))?;
+                }
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_io()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                runtime.block_on(async {
+                    let (connection, handle, _) =
+                        rtnetlink::new_connection().map_err(|e| e.to_string())?;
+                    let driver = tokio::spawn(connection);
+                    let result = f(handle).await;
+                    driver.abort();
+                    result
+                })
+            })
+            .join()
+            .unwrap_or_else(|_| Err("the netlink thread panicked".into()))
+    })
+}
+
+/// The node's addresses on the interface of its default route (IPv4 and IPv6, global
+/// scope), which is what the pod reaches the node by unless `nodeAddresses` says.
+pub fn default_node_addresses() -> Result<Vec<IpAddr>, String> {
+    in_netns(None, |h| async move {
+        let mut found = Vec::new();
+        for dump in [
+            RouteMessageBuilder::<std::net::Ipv4Addr>::new().build(),
+            RouteMessageBuilder::<std::net::Ipv6Addr>::new().build(),
+        ] {
+            let routes: Vec<RouteMessage> = h
+                .route()
+                .get(dump)
+                .execute()
+                .try_collect()
+                .await
+                .map_err(|e| e.to_string())?;
+            let default_dev = routes.iter().find_map(|r| {
+                let main = r.header.table == 254;
+                (main && r.header.destination_prefix_length == 0).then(|| {
+                    r.attributes.iter().find_map(|a| match a {
+                        RouteAttribute::Oif(i) => Some(*i),
+                        _ => None,
+                    })
+                })?
+            });
+            let Some(index) = default_dev else { continue };
+            let addresses: Vec<_> = h
+                .address()
+                .get()
+                .set_link_index_filter(index)
+                .execute()
+                .try_collect()
+                .await
+                .map_err(|e| e.to_string())?;
+            for address in addresses {
+                if address.header.scope != netlink_packet_route::address::AddressScope::Universe {
+                    continue;
+                }
+                let ip = address.attributes.iter().find_map(|a| match a {
+                    netlink_packet_route::address::AddressAttribute::Address(ip) => Some(*ip),
+                    _ => None,
+                });
+                if let Some(ip) = ip.filter(|ip| !found.contains(ip)) {
+                    found.push(ip);
+                }
+            }
+        }
+        Ok(found)
+    })
+}
+
+/// Makes the veth, routes, neighbours and `rp_filter` settings; on failure, takes away
+/// whatever it made (the node end of the veth takes the rest with it).
+pub fn add(mode: &VethMode, at: &Attachment, node_addresses: &[IpAddr]) -> Result<Made, String> {
+    let plan = plan::plan(mode, at.pod_ips, node_addresses);
+    let node_if = plan::node_interface(at.container_id, at.ifname);
+    let alias = plan::node_alias(at.container_id, at.ifname);
+    // A runtime that repeats an ADD finds the last one's veth: it is made anew.
+    del(at.container_id, at.ifname)?;
+    let made = make(mode, at, &plan, &node_if, &alias);
+    if made.is_err() {
+        let _ = del(at.container_id, at.ifname);
+    }
+    made
+}
+
+fn make(
+    mode: &VethMode,
+    at: &Attachment,
+    plan: &Plan,
+    node_if: &str,
+    alias: &str,
+) -> Result<Made, String> {
+    let pod_ns = File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(at.netns)
+        .map_err(|e| format!("open {}: {e}", at.netns))?;
+    let (node_if_owned, alias, pod_if, mtu) = (
+        node_if.to_owned(),
+        alias.to_owned(),
+        mode.pod_interface.clone(),
+        mode.mtu,
+    );
+    let fd = pod_ns.as_raw_fd();
+    let node_mac = in_netns(None, |h| async move {
+        let peer = LinkUnspec::new_with_name(&pod_if).setns_by_fd(fd).build();
+        let message = LinkMessageBuilder::<LinkUnspec>::new_with_info_kind(InfoKind::Veth)
+            .name(node_if_owned.clone())
+            .set_info_data(InfoData::Veth(InfoVeth::Peer(peer)))
+            .build();
+        h.link()
+            .add(message)
+            .execute()
+            .await
+            .map_err(|e| format!("add veth {node_if_owned}: {e}"))?;
+        let link = find(&h, &node_if_owned)
+            .await?
+            .ok_or("the new veth is gone")?;
+        let mut set = LinkUnspec::new_with_index(link.header.index).up();
+        if let Some(mtu) = mtu {
+            set = set.mtu(mtu);
+        }
+        let mut message = set.build();
+        message.attributes.push(LinkAttribute::IfAlias(alias));
+        h.link()
+            .set(message)
+            .execute()
+            .await
+            .map_err(|e| format!("set {node_if_owned} up: {e}"))?;
+        mac_of(&link).ok_or_else(|| "the node end has no MAC".to_owned())
+    })?;
+    drop(pod_ns);
+
+    let pod_plan = plan.clone();
+    let (pod_if, node_mac_bytes) = (mode.pod_interface.clone(), parse_mac(&node_mac));
+    let (rp_filter, primary) = (mode.rp_filter, at.ifname.to_owned());
+    let pod_mac = in_netns(Some(at.netns), |h| async move {
+        let link = find(&h, &pod_if).await?.ok_or("the pod end is gone")?;
+        let index = link.header.index;
+        let mut set = LinkUnspec::new_with_index(index).up();
+        if let Some(mtu) = mtu {
+            set = set.mtu(mtu);
+        }
+        h.link()
+            .set(set.build())
+            .execute()
+            .await
+            .map_err(|e| format!("set {pod_if} up: {e}"))?;
+        for &node in &pod_plan.pod_neighbours {
+            add_neighbour(&h, index, node, &node_mac_bytes).await?;
+        }
+        for route in &pod_plan.pod_routes {
+            add_route(&h, index, route).await?;
+        }
+        for ifname in ["all", pod_if.as_str(), primary.as_str()] {
+            // `all` only ever loosens here: the kernel uses the larger of `all` and the
+            // interface's own.
+            if ifname == "all" && rp_filter != 0 {
+                continue;
+            }
+            set_rp_filter(ifname, rp_filter)?;
+        }
+        mac_of(&link).ok_or_else(|| "the pod end has no MAC".to_owned())
+    })?;
+
+    let node_plan = plan.clone();
+    let (node_if_owned, pod_mac_bytes) = (node_if.to_owned(), parse_mac(&pod_mac));
+    in_netns(None, |h| async move {
+        let index = find(&h, &node_if_owned)
+            .await?
+            .ok_or("the node end is gone")?
+            .header
+            .index;
+        for &ip in &node_plan.node_neighbours {
+            add_neighbour(&h, index, ip, &pod_mac_bytes).await?;
+        }
+        for route in &node_plan.node_routes {
+            add_route(&h, index, route).await?;
+        }
+        set_rp_filter(&node_if_owned, rp_filter)
+    })?;
+    Ok(Made {
+        node_interface: node_if.to_owned(),
+        node_mac,
+        pod_mac,
+    })
+}
+
+/// Removes the node end of the attachment's veth (which takes the pod end, and every
+/// route and neighbour through either, with it). Absent is fine; an interface of that
+/// name that is not this attachment's is left.
+pub fn del(container_id: &str, ifname: &str) -> Result<(), String> {
+    let node_if = plan::node_interface(container_id, ifname);
+    let alias = plan::node_alias(container_id, ifname);
+    in_netns(None, |h| async move {
+        let Some(link) = find(&h, &node_if).await? else {
+            return Ok(());
+        };
+        if alias_of(&link).as_deref() != Some(alias.as_str()) {
+            return Ok(());
+        }
+        h.link()
+            .del(link.header.index)
+            .execute()
+            .await
+            .map_err(|e| format!("delete {node_if}: {e}"))
+    })
+}
+
+/// What is missing or wrong, each said; empty when all is in place.
+pub fn check(
+    mode: &VethMode,
+    at: &Attachment,
+    node_addresses: &[IpAddr],
+) -> Result<Vec<String>, String> {
+    let plan = plan::plan(mode, at.pod_ips, node_addresses);
+    let node_if = plan::node_interface(at.container_id, at.ifname);
+    let alias = plan::node_alias(at.container_id, at.ifname);
+    let node_plan = plan.clone();
+    let node_if_owned = node_if.clone();
+    let (mut problems, node_mac) = in_netns(None, |h| async move {
+        let mut problems = Vec::new();
+        let Some(link) = find(&h, &node_if_owned).await? else {
+            return Ok((
+                vec![format!(
+                    "the node end {node_if_owned} of the veth is missing"
+                )],
+                None,
+            ));
+        };
+        if alias_of(&link).as_deref() != Some(alias.as_str()) {
+            problems.push(format!("{node_if_owned} is not this attachment's veth"));
+        }
+        let index = link.header.index;
+        let routes = routes_through(&h, index).await?;
+        for route in &node_plan.node_routes {
+            if !routes.contains(route) {
+                problems.push(format!(
+                    "the node has no route {} dev {node_if_owned}",
+                    describe(route)
+                ));
+            }
+        }
+        let neighbours = permanent_neighbours(&h, index).await?;
+        for ip in &node_plan.node_neighbours {
+            if !neighbours.iter().any(|(n, _)| n == ip) {
+                problems.push(format!(
+                    "the node has no permanent neighbour {ip} on {node_if_owned}"
+                ));
+            }
+        }
+        Ok((problems, mac_of(&link)))
+    })?;
+    let pod_if = mode.pod_interface.clone();
+    let (rp_filter, primary) = (mode.rp_filter, at.ifname.to_owned());
+    let pod_problems = in_netns(Some(at.netns), |h| async move {
+        let mut problems = Vec::new();
+        let Some(link) = find(&h, &pod_if).await? else {
+            return Ok(vec![format!("the pod has no {pod_if}")]);
+        };
+        let index = link.header.index;
+        let routes = routes_through(&h, index).await?;
+        for route in &plan.pod_routes {
+            if !routes.contains(route) {
+                problems.push(format!(
+                    "the pod has no route {} dev {pod_if}",
+                    describe(route)
+                ));
+            }
+        }
+        let neighbours = permanent_neighbours(&h, index).await?;
+        for ip in &plan.pod_neighbours {
+            match neighbours.iter().find(|(n, _)| n == ip) {
+                None => problems.push(format!(
+                    "the pod has no permanent neighbour {ip} on {pod_if}"
+                )),
+                Some((_, mac)) if node_mac.as_deref().is_some_and(|m| m != mac) => problems.push(
+                    format!("the pod's neighbour {ip} is at {mac}, not the node end's MAC"),
+                ),
+                Some(_) => {}
+            }
+        }
+        for ifname in [pod_if.as_str(), primary.as_str()] {
+            match read_rp_filter(ifname) {
+                Some(v) if v == rp_filter => {}
+                found => problems.push(format!(
+                    "rp_filter of the pod's {ifname} is {found:?}, not {rp_filter}"
+                )),
+            }
+        }
+        Ok(problems)
+    })?;
+    problems.extend(pod_problems);
+    Ok(problems)
+}
+
+fn describe(route: &Route) -> String {
+    let mut text = format!("{}/{}", route.dst.0, route.dst.1);
+    if let Some(via) = route.via {
+        text += &format!(" via {via}");
+    }
+    if let Some(src) = route.src {
+        text += &format!(" src {src}");
+    }
+    text
+}
+
+async fn find(h: &Handle, name: &str) -> Result<Option<LinkMessage>, String> {
+    match h
+        .link()
+        .get()
+        .match_name(name.to_owned())
+        .execute()
+        .try_next()
+        .await
+    {
+        Ok(found) => Ok(found),
+        Err(rtnetlink::Error::NetlinkError(e))
+            if e.code.map(|c| -c.get()) == Some(libc::ENODEV) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(format!("look for {name}: {e}")),
+    }
+}
+
+fn alias_of(link: &LinkMessage) -> Option<String> {
+    link.attributes.iter().find_map(|a| match a {
+        LinkAttribute::IfAlias(alias) => Some(alias.clone()),
+        _ => None,
+    })
+}
+
+fn mac_of(link: &LinkMessage) -> Option<String> {
+    link.attributes.iter().find_map(|a| match a {
+        LinkAttribute::Address(bytes) if bytes.len() == 6 => Some(
+            bytes
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":"),
+        ),
+        _ => None,
+    })
+}
+
+fn parse_mac(mac: &str) -> Vec<u8> {
+    mac.split(':')
+        .filter_map(|b| u8::from_str_radix(b, 16).ok())
+        .collect()
+}
+
+async fn add_neighbour(h: &Handle, index: u32, ip: IpAddr, mac: &[u8]) -> Result<(), String> {
+    h.neighbours()
+        .add(index, ip)
+        .link_layer_address(mac)
+        .state(NeighbourState::Permanent)
+        .replace()
+        .execute()
+        .await
+        .map_err(|e| format!("neighbour {ip}: {e}"))
+}
+
+async fn add_route(h: &Handle, index: u32, route: &Route) -> Result<(), String> {
+    let (dst, prefix) = route.dst;
+    let mut builder = RouteMessageBuilder::<IpAddr>::new()
+        .destination_prefix(dst, prefix)
+        .map_err(|e| e.to_string())?
+        .output_interface(index)
+        .protocol(RouteProtocol::from(PROTOCOL));
+    // An IPv6 source is refused while duplicate address detection runs; the pod's
+    // only global address is picked anyway.
+    if let Some(src) = route.src.filter(IpAddr::is_ipv4) {
+        builder = builder.pref_source(src).map_err(|e| e.to_string())?;
+    }
+    builder = match route.via {
+        Some(via) => builder.gateway(via).map_err(|e| e.to_string())?,
+        None => builder.scope(RouteScope::Link),
+    };
+    h.route()
+        .add(builder.build())
+        .replace()
+        .execute()
+        .await
+        .map_err(|e| format!("route {}: {e}", describe(route)))
+}
+
+/// xwire's routes through interface `index`, in the main table.
+async fn routes_through(h: &Handle, index: u32) -> Result<Vec<Route>, String> {
+    let mut found = Vec::new();
+    for version in [IpVersion::V4, IpVersion::V6] {
+        let dump = match version {
+            IpVersion::V4 => RouteMessageBuilder::<std::net::Ipv4Addr>::new().build(),
+            IpVersion::V6 => RouteMessageBuilder::<std::net::Ipv6Addr>::new().build(),
+        };
+        let routes: Vec<RouteMessage> = h
+            .route()
+            .get(dump)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|e| e.to_string())?;
+        for message in routes {
+            if u8::from(message.header.protocol) != PROTOCOL {
+                continue;
+            }
+            let ip = |a: &RouteAddress| match a {
+                RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
+                RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
+                _ => None,
+            };
+            let (mut dst, mut via, mut src, mut oif) = (None, None, None, None);
+            for attribute in &message.attributes {
+                match attribute {
+                    RouteAttribute::Destination(a) => dst = ip(a),
+                    RouteAttribute::Gateway(a) => via = ip(a),
+                    RouteAttribute::PrefSource(a) => src = ip(a),
+                    RouteAttribute::Oif(i) => oif = Some(*i),
+                    _ => {}
+                }
+            }
+            if oif != Some(index) {
+                continue;
+            }
+            let Some(dst) = dst else { continue };
+            let route = Route {
+                dst: (dst, message.header.destination_prefix_length),
+                via,
+                src,
+            };
+            found.push(route);
+        }
+    }
+    // The planned routes name an IPv6 source the kernel was not given: compare without.
+    Ok(found
+        .into_iter()
+        .flat_map(|r| {
+            let without = Route {
+                src: None,
+                ..r.clone()
+            };
+            [r, without]
+        })
+        .collect())
+}
+
+async fn permanent_neighbours(h: &Handle, index: u32) -> Result<Vec<(IpAddr, String)>, String> {
+    let neighbours: Vec<_> = h
+        .neighbours()
+        .get()
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(neighbours
+        .into_iter()
+        .filter(|n| n.header.ifindex == index && n.header.state == NeighbourState::Permanent)
+        .filter_map(|n| {
+            let mut ip = None;
+            let mut mac = None;
+            for attribute in &n.attributes {
+                match attribute {
+                    NeighbourAttribute::Destination(NeighbourAddress::Inet(a)) => {
+                        ip = Some(IpAddr::V4(*a))
+                    }
+                    NeighbourAttribute::Destination(NeighbourAddress::Inet6(a)) => {
+                        ip = Some(IpAddr::V6(*a))
+                    }
+                    NeighbourAttribute::LinkLayerAddress(bytes) => {
+                        mac = Some(
+                            bytes
+                                .iter()
+                                .map(|b| format!("{b:02x}"))
+                                .collect::<Vec<_>>()
+                                .join(":"),
+                        )
+                    }
+                    _ => {}
+                }
+            }
+            Some((ip?, mac.unwrap_or_default()))
+        })
+        .collect())
+}
+
+/// Sets `net.ipv4.conf.IFNAME.rp_filter` in the calling thread's namespace (the kernel
+/// resolves /proc/sys/net by the opener's namespace).
+fn set_rp_filter(ifname: &str, value: u8) -> Result<(), String> {
+    let path = format!("/proc/sys/net/ipv4/conf/{ifname}/rp_filter");
+    std::fs::write(&path, value.to_string()).map_err(|e| format!("write {path}: {e}"))
+}
+
+fn read_rp_filter(ifname: &str) -> Option<u8> {
+    std::fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{ifname}/rp_filter"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
