@@ -68,6 +68,44 @@ pub struct DaemonConfig {
     pub chain: Option<crate::chain::ChainConfig>,
     /// Routing in pods (router mode's tables and rules).
     pub routing: RoutingConfig,
+    /// Node pools (docs/routing.md): this node's pool, and every pool's CIDRs and
+    /// gateways. None: every peer is reached directly.
+    pub pools: Option<PoolsConfig>,
+}
+
+/// `[pools]` and its `[[pools.pool]]` entries.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolsConfig {
+    /// The pool this node is in.
+    pub member_of: String,
+    #[serde(rename = "pool")]
+    pub pools: Vec<xwire_gateway::PoolSpec>,
+    /// The routing table of the routes to the other pools. Default 900.
+    #[serde(default = "default_pool_table")]
+    pub table: u32,
+    /// The priority of the `to CIDR lookup TABLE` rules. Default 900.
+    #[serde(default = "default_pool_table")]
+    pub rule_priority: u32,
+    /// The MTU between the pools' gateways; the tunnel carries packets of this less
+    /// `xwire_gateway::TUNNEL_OVERHEAD`, and `underlay_mtu` may be no more. Default 1500.
+    #[serde(default = "default_wan_mtu")]
+    pub wan_mtu: u16,
+}
+
+fn default_pool_table() -> u32 {
+    900
+}
+
+fn default_wan_mtu() -> u16 {
+    1500
+}
+
+impl PoolsConfig {
+    /// The largest packet the tunnels between pools carry.
+    pub fn tunnel_mtu(&self) -> u16 {
+        self.wan_mtu.saturating_sub(xwire_gateway::TUNNEL_OVERHEAD)
+    }
 }
 
 /// `[routing]`: router mode's defaults (docs/routing.md).
@@ -223,6 +261,7 @@ impl Default for DaemonConfig {
             peers: Vec::new(),
             chain: None,
             routing: RoutingConfig::default(),
+            pools: None,
             metrics_address: None,
             metrics_netns: None,
         }
@@ -295,6 +334,38 @@ impl DaemonConfig {
                 "underlay_mtu",
                 format!("{} is below QUIC's minimum of 1280", config.underlay_mtu),
             ));
+        }
+        if let Some(pools) = &config.pools {
+            let checked =
+                xwire_gateway::Pools::new(&pools.pools).map_err(|e| invalid("pools", e))?;
+            if checked.named(&pools.member_of).is_none() {
+                return Err(invalid(
+                    "pools.member_of",
+                    format!("no pool is named {:?}", pools.member_of),
+                ));
+            }
+            if let Some(pool) = checked.gateway_pool(&config.node_name) {
+                if pool.name != pools.member_of {
+                    return Err(invalid(
+                        "pools",
+                        format!(
+                            "this node is a gateway of pool {}, not of its own",
+                            pool.name
+                        ),
+                    ));
+                }
+            }
+            if config.underlay_mtu > pools.tunnel_mtu() {
+                return Err(invalid(
+                    "underlay_mtu",
+                    format!(
+                        "{} does not fit the tunnel between pools (wan_mtu {} less {})",
+                        config.underlay_mtu,
+                        pools.wan_mtu,
+                        xwire_gateway::TUNNEL_OVERHEAD
+                    ),
+                ));
+            }
         }
         if !(1..=usize::from(u16::MAX)).contains(&config.max_ports) {
             return Err(invalid(

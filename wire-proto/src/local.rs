@@ -257,6 +257,9 @@ pub struct NodeState {
     /// server; the embedded store makes none), watches aside.
     #[serde(default)]
     pub store_requests: u64,
+    /// The node's pool, role, gateway in use and tunnels, where there are node pools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<Value>,
 }
 
 /// An interface the daemon made, in the CNI result's shape.

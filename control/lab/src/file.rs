@@ -36,6 +36,21 @@ pub struct Lab {
     /// The management network; `None` with `mgmt: false`.
     #[serde(default)]
     pub mgmt: Option<super::mgmt::Mgmt>,
+    /// Node pools, by name; empty: every node on one underlay.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pools: BTreeMap<String, LabPool>,
+}
+
+/// A pool of nodes with its own underlay, reached from the other pools only through
+/// its gateways (docs/routing.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LabPool {
+    pub nodes: Vec<String>,
+    /// In order of preference.
+    pub gateways: Vec<String>,
+    /// Behind NAT: its gateways dial out and are never dialed.
+    #[serde(default)]
+    pub nat: bool,
 }
 
 /// A pod's `routes:` and `policy_routing:` (the lab-wide `policy_routing:` folded in).
@@ -135,6 +150,16 @@ struct RawLab {
     /// Router mode for every pod that does not say.
     policy_routing: Option<bool>,
     mgmt: Option<RawMgmt>,
+    #[serde(default)]
+    pools: HashMap<Spanned<String>, Spanned<RawPool>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPool {
+    nodes: Vec<Spanned<String>>,
+    gateways: Vec<Spanned<String>>,
+    nat: Option<bool>,
 }
 
 /// `mgmt: false`, `mgmt: true` or `mgmt: {interface, ipv4_subnet, ipv6_subnet}`.
@@ -272,6 +297,7 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
     }
     let links = check_links(&raw.links, &pods, previous)?;
     let mgmt = check_mgmt(raw.mgmt.as_ref(), &pods, &links, previous)?;
+    let pools = check_pools(&raw.name, &raw.pools, &nodes)?;
     let lab = Lab {
         name: raw.name.to_string(),
         nodes,
@@ -280,6 +306,7 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
         containers,
         routing,
         mgmt,
+        pools,
     };
     // What the daemons will be given must pass their own checks too.
     for t in topologies(&lab) {
@@ -290,6 +317,101 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
         })?;
     }
     Ok(lab)
+}
+
+/// The most pools a lab has: each takes a /24 of 172.31.0.0/16 for its underlay.
+pub const MAX_POOLS: usize = 200;
+
+/// The pools the file asks for: every node in exactly one, each with gateways among its
+/// own nodes, at most one behind NAT.
+fn check_pools(
+    lab_name: &Spanned<String>,
+    raw: &HashMap<Spanned<String>, Spanned<RawPool>>,
+    nodes: &[String],
+) -> Result<BTreeMap<String, LabPool>, LabFileError> {
+    if raw.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    if raw.len() > MAX_POOLS {
+        return Err(at(
+            lab_name.span(),
+            format!("{} pools; a lab has at most {MAX_POOLS}", raw.len()),
+        ));
+    }
+    let mut pools = BTreeMap::new();
+    let mut pool_of: BTreeMap<&str, &str> = BTreeMap::new();
+    for (name, pool) in raw {
+        check_name(name, "pool name", 63)?;
+        if pool.nodes.is_empty() {
+            return Err(at(
+                name.span(),
+                format!("pool {} has no nodes", name.as_str()),
+            ));
+        }
+        for node in &pool.nodes {
+            if !nodes.iter().any(|n| n == node.as_str()) {
+                let message = format!(
+                    "pool {}: node {} is not in `nodes`",
+                    name.as_str(),
+                    node.as_str()
+                );
+                return Err(at(node.span(), message));
+            }
+            if let Some(other) = pool_of.insert(node.as_str(), name.as_str()) {
+                let message = format!(
+                    "node {} is in pool {other} and pool {}",
+                    node.as_str(),
+                    name.as_str()
+                );
+                return Err(at(node.span(), message));
+            }
+        }
+        if pool.gateways.is_empty() {
+            return Err(at(
+                name.span(),
+                format!("pool {} has no gateway", name.as_str()),
+            ));
+        }
+        let mut gateways: Vec<String> = Vec::new();
+        for gateway in &pool.gateways {
+            if !pool.nodes.iter().any(|n| n.as_str() == gateway.as_str()) {
+                let message = format!(
+                    "pool {}: gateway {} is not one of the pool's nodes",
+                    name.as_str(),
+                    gateway.as_str()
+                );
+                return Err(at(gateway.span(), message));
+            }
+            if gateways.iter().any(|g| g == gateway.as_str()) {
+                return Err(at(
+                    gateway.span(),
+                    format!("gateway {} is listed twice", gateway.as_str()),
+                ));
+            }
+            gateways.push(gateway.to_string());
+        }
+        pools.insert(
+            name.to_string(),
+            LabPool {
+                nodes: pool.nodes.iter().map(|n| n.to_string()).collect(),
+                gateways,
+                nat: pool.nat.unwrap_or(false),
+            },
+        );
+    }
+    if let Some(node) = nodes.iter().find(|n| !pool_of.contains_key(n.as_str())) {
+        return Err(at(
+            lab_name.span(),
+            format!("node {node} is in no pool (with pools, every node is in one)"),
+        ));
+    }
+    if pools.values().filter(|p| p.nat).count() > 1 {
+        return Err(at(
+            lab_name.span(),
+            "more than one pool is behind NAT: their gateways could not reach each other",
+        ));
+    }
+    Ok(pools)
 }
 
 /// The management network the file asks for (on unless `mgmt: false`), with each pod's
@@ -716,13 +838,9 @@ pub fn topologies(lab: &Lab) -> Vec<Topology> {
                         policy_routing: routing.policy_routing,
                     }
                 },
-                status: lab
-                    .nodes
-                    .iter()
-                    .position(|node| Some(node) == lab.pods.get(pod))
-                    .map(|index| {
-                        serde_json::json!({ "src_ip": super::paths::underlay_address(index) })
-                    }),
+                status: lab.pods.get(pod).map(|node| {
+                    serde_json::json!({ "src_ip": super::underlay::node_address(lab, node) })
+                }),
             }
         })
         .collect()

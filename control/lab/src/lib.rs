@@ -17,10 +17,12 @@ pub mod import;
 pub mod logs;
 pub mod mgmt;
 pub mod namespaces;
+pub mod netdev;
 pub mod node_api;
 pub mod paths;
 pub mod status;
 pub mod supervisor;
+pub mod underlay;
 pub mod up;
 
 use anyhow::{bail, Result};

@@ -17,7 +17,6 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use futures::TryStreamExt;
-use netlink_packet_route::address::{AddressAttribute, AddressFlags};
 use netlink_packet_route::link::LinkAttribute;
 use serde::{Deserialize, Serialize};
 use xwire_control::interfaces::{create_veth, EndSettings};
@@ -27,6 +26,7 @@ use xwire_control::topology::parse_cidr;
 
 use super::file::Lab;
 use super::namespaces;
+use super::netdev::{add_addresses, attach, make_bridge};
 use super::paths::LabPaths;
 
 pub const DEFAULT_INTERFACE: &str = "eth0";
@@ -278,11 +278,11 @@ pub fn build_nodes(lab: &Lab, paths: &LabPaths) -> Result<()> {
     let host = NetnsFd::open(Path::new("/proc/self/ns/net"))?;
     let bridge = host_bridge(&lab.name);
     let ((v4, p4), (v6, p6)) = mgmt.host(1)?;
-    make_bridge(&host, &bridge, Some(&bridge_alias(&lab.name)))?;
+    make_bridge(&host, &bridge, None, Some(&bridge_alias(&lab.name)))?;
     add_addresses(&host, &bridge, &[(v4, p4), (v6, p6)])?;
     for (index, node) in lab.nodes.iter().enumerate() {
         let node_ns = namespaces::open(&paths.node_netns(node))?;
-        make_bridge(&node_ns, NODE_BRIDGE, None)?;
+        make_bridge(&node_ns, NODE_BRIDGE, None, None)?;
         let host_end = format!("{bridge}.{index}");
         create_veth(
             &host,
@@ -371,78 +371,6 @@ pub fn remove_host_side(name: &str) {
     if let Err(e) = removed {
         eprintln!("lab {name}: {e}");
     }
-}
-
-fn make_bridge(ns: &NetnsFd, name: &str, alias: Option<&str>) -> Result<()> {
-    let name = name.to_owned();
-    let alias = alias.map(str::to_owned);
-    ns.netlink(&format!("add bridge {name}"), |h| async move {
-        h.link()
-            .add(rtnetlink::LinkBridge::new(&name).up().build())
-            .execute()
-            .await?;
-        // The kernel takes an alias only on a link that exists.
-        if let Some(alias) = alias {
-            let link = h
-                .link()
-                .get()
-                .match_name(name)
-                .execute()
-                .try_next()
-                .await?
-                .ok_or(rtnetlink::Error::RequestFailed)?;
-            let mut message = rtnetlink::LinkUnspec::new_with_index(link.header.index).build();
-            message.attributes.push(LinkAttribute::IfAlias(alias));
-            h.link().set(message).execute().await?;
-        }
-        Ok(())
-    })?;
-    Ok(())
-}
-
-fn attach(ns: &NetnsFd, port: &str, bridge: &str) -> Result<()> {
-    let (port, bridge) = (port.to_owned(), bridge.to_owned());
-    ns.netlink(&format!("attach {port} to {bridge}"), |h| async move {
-        let find = |name: String| h.link().get().match_name(name).execute();
-        let bridge = find(bridge).try_next().await?.map(|l| l.header.index);
-        let port = find(port).try_next().await?.map(|l| l.header.index);
-        if let (Some(bridge), Some(port)) = (bridge, port) {
-            let attach = rtnetlink::LinkUnspec::new_with_index(port)
-                .controller(bridge)
-                .up()
-                .build();
-            h.link().set(attach).execute().await?;
-        }
-        Ok(())
-    })?;
-    Ok(())
-}
-
-/// Adds addresses without duplicate address detection: the addresses are the lab's to
-/// give, and a tentative IPv6 address would not answer for a second or two.
-fn add_addresses(ns: &NetnsFd, ifname: &str, addresses: &[(IpAddr, u8)]) -> Result<()> {
-    let ifname = ifname.to_owned();
-    let addresses = addresses.to_vec();
-    ns.netlink(&format!("address {ifname}"), |h| async move {
-        let link = h
-            .link()
-            .get()
-            .match_name(ifname)
-            .execute()
-            .try_next()
-            .await?
-            .ok_or(rtnetlink::Error::RequestFailed)?;
-        for (address, prefix) in addresses {
-            let mut request = h.address().add(link.header.index, address, prefix);
-            request
-                .message_mut()
-                .attributes
-                .push(AddressAttribute::Flags(AddressFlags::Nodad));
-            request.execute().await?;
-        }
-        Ok(())
-    })?;
-    Ok(())
 }
 
 #[cfg(test)]

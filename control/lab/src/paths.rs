@@ -120,6 +120,11 @@ impl LabPaths {
         format!("{NETNS_PREFIX}{}.n.{node}", self.name)
     }
 
+    /// The NAT router in front of pool `pool`.
+    pub fn nat_netns(&self, pool: &str) -> String {
+        format!("{NETNS_PREFIX}{}.g.{pool}", self.name)
+    }
+
     pub fn pod_netns(&self, pod: &str) -> String {
         format!("{NETNS_PREFIX}{}.p.{pod}", self.name)
     }

@@ -14,7 +14,7 @@ use super::containers;
 use super::file::{Lab, LabLink};
 use super::namespaces;
 use super::node_api;
-use super::paths::{self, LabPaths};
+use super::paths::LabPaths;
 
 #[derive(Debug, Serialize)]
 pub struct LabStatus {
@@ -62,6 +62,10 @@ pub struct NodeStatus {
     pub worker_busy: Option<f64>,
     /// The node's QUIC connections to its peers.
     pub peers: Vec<PeerCounters>,
+    /// In a lab with pools: the node's pool, whether it is a gateway, the gateway its
+    /// routes to the other pools go through, and (a gateway) its tunnels and counters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Serialize)]
@@ -137,12 +141,11 @@ pub fn status(lab: &Lab) -> LabStatus {
     let nodes = lab
         .nodes
         .iter()
-        .enumerate()
-        .map(|(index, node)| {
+        .map(|node| {
             let answered = counters.iter().find(|c| &c.node == node);
             NodeStatus {
                 name: node.clone(),
-                underlay_address: paths::underlay_address(index),
+                underlay_address: super::underlay::node_address(lab, node),
                 daemon_up: answered.is_some()
                     || node_api::ask(&paths.node_socket(node), &Request::State).is_ok(),
                 metrics: metrics_url(&paths, node),
@@ -150,6 +153,7 @@ pub fn status(lab: &Lab) -> LabStatus {
                     .filter(|c| c.worker_running_seconds > 0.0)
                     .map(|c| c.worker_busy_seconds / c.worker_running_seconds),
                 peers: answered.map(|c| c.peers.clone()).unwrap_or_default(),
+                pool: pool_state(lab, &paths, node),
             }
         })
         .collect();
@@ -190,6 +194,18 @@ pub fn status(lab: &Lab) -> LabStatus {
         pods,
         wires,
         mgmt,
+    }
+}
+
+/// What node `node`'s daemon says of its pool (`None` in a lab without pools, or when
+/// the daemon does not answer).
+fn pool_state(lab: &Lab, paths: &LabPaths, node: &str) -> Option<serde_json::Value> {
+    if lab.pools.is_empty() {
+        return None;
+    }
+    match node_api::ask(&paths.node_socket(node), &Request::State) {
+        Ok(xwire_proto::local::Response::State(state)) => state.pool,
+        _ => Some(serde_json::json!({ "pool": super::underlay::pool_of(lab, node) })),
     }
 }
 
@@ -284,9 +300,15 @@ pub fn render(status: &LabStatus) -> String {
         status.pods.len(),
         status.wires.len()
     );
+    let pools = status.nodes.iter().any(|n| n.pool.is_some());
     out.push_str(&format!(
-        "{:<16} {:<14} {:<6} {:>5}  {}\n",
-        "NODE", "UNDERLAY", "DAEMON", "BUSY", "METRICS"
+        "{:<16} {:<14} {:<6} {:>5}  {:<34}{}\n",
+        "NODE",
+        "UNDERLAY",
+        "DAEMON",
+        "BUSY",
+        "METRICS",
+        if pools { "POOL" } else { "" }
     ));
     for n in &status.nodes {
         let daemon = if n.daemon_up { "up" } else { "DOWN" };
@@ -294,8 +316,11 @@ pub fn render(status: &LabStatus) -> String {
             .worker_busy
             .map_or("-".to_owned(), |b| format!("{:.1}%", b * 100.0));
         out.push_str(&format!(
-            "{:<16} {:<14} {daemon:<6} {busy:>5}  {}\n",
-            n.name, n.underlay_address, n.metrics
+            "{:<16} {:<14} {daemon:<6} {busy:>5}  {:<34}{}\n",
+            n.name,
+            n.underlay_address,
+            n.metrics,
+            n.pool.as_ref().map(describe_pool).unwrap_or_default()
         ));
     }
     if let Some(m) = &status.mgmt {
@@ -408,4 +433,27 @@ fn render_switch(status: &LabStatus) -> String {
         ));
     }
     out
+}
+
+/// `east (gateway; tunnels to b1, c1)` or `east (via a1)`.
+fn describe_pool(pool: &serde_json::Value) -> String {
+    let name = pool["pool"].as_str().unwrap_or("?");
+    if pool["gateway"] == true {
+        let tunnels: Vec<&str> = pool["tunnels_up"]
+            .as_array()
+            .map(|t| t.iter().filter_map(|v| v.as_str()).collect())
+            .unwrap_or_default();
+        return format!(
+            "{name} (gateway; tunnels to {})",
+            if tunnels.is_empty() {
+                "none".into()
+            } else {
+                tunnels.join(", ")
+            }
+        );
+    }
+    match pool["active_gateway"].as_str() {
+        Some(gateway) => format!("{name} (via {gateway})"),
+        None => name.to_owned(),
+    }
 }

@@ -14,9 +14,8 @@ use xwire_pki::ClusterCa;
 use xwire_proto::local::Request;
 
 use super::file::{self, Lab};
-use super::paths::{self, LabPaths, NODE_PORT, UNDERLAY_MTU};
-use super::{containers, down, mgmt, namespaces, node_api};
-use xwire_control::interfaces::{create_veth, EndSettings};
+use super::paths::{self, LabPaths, NODE_PORT};
+use super::{containers, down, mgmt, namespaces, node_api, underlay};
 
 /// Where to look first for xwired, the plugin and xwire-pktgen (another build, say).
 pub const BIN_DIR_VARIABLE: &str = "XWIRE_LAB_BIN_DIR";
@@ -141,41 +140,7 @@ fn build(lab: &Lab, paths: &LabPaths, binaries: &Binaries, progress: &ProgressBa
 
     step("underlay".into())?;
     let lab_ns = namespaces::create(&paths.lab_netns())?;
-    lab_ns.netlink("add the underlay bridge", |h| async move {
-        h.link()
-            .add(
-                rtnetlink::LinkBridge::new("br0")
-                    .mtu(UNDERLAY_MTU)
-                    .up()
-                    .build(),
-            )
-            .execute()
-            .await
-    })?;
-    for (index, node) in lab.nodes.iter().enumerate() {
-        step(format!("node {node}: namespace"))?;
-        let node_ns = namespaces::create(&paths.node_netns(node))?;
-        let port = format!("n{index}");
-        let mut bridge_end = EndSettings::named(&port);
-        bridge_end.mtu = Some(UNDERLAY_MTU);
-        let mut node_end = EndSettings::named("underlay0");
-        node_end.mtu = Some(UNDERLAY_MTU);
-        node_end.address = Some((paths::underlay_address(index).parse()?, 24));
-        create_veth(&lab_ns, &bridge_end, &node_ns, &node_end)?;
-        lab_ns.netlink("attach a node to the underlay bridge", |h| async move {
-            use futures::TryStreamExt;
-            let find = |name: String| h.link().get().match_name(name).execute();
-            let bridge = find("br0".into()).try_next().await?.map(|l| l.header.index);
-            let port = find(port).try_next().await?.map(|l| l.header.index);
-            if let (Some(bridge), Some(port)) = (bridge, port) {
-                let attach = rtnetlink::LinkUnspec::new_with_index(port)
-                    .controller(bridge)
-                    .build();
-                h.link().set(attach).execute().await?;
-            }
-            Ok(())
-        })?;
-    }
+    underlay::build(lab, paths, &lab_ns, step)?;
     for pod in lab.pods.keys() {
         step(format!("pod {pod}: namespace"))?;
         namespaces::create(&paths.pod_netns(pod))?;
@@ -231,27 +196,29 @@ fn write_node_files(lab: &Lab, paths: &LabPaths) -> Result<()> {
              node_address = \"{}:{NODE_PORT}\"\n\
              state_dir = \"{}\"\n\
              api_socket = \"{}\"\n\
-             underlay_mtu = {UNDERLAY_MTU}\n\
+             underlay_mtu = {}\n\
              metrics_address = \"{}\"\n\
              metrics_netns = \"{}\"\n\
              [certs]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
-            paths::underlay_address(index),
+            underlay::node_address(lab, node),
             paths.node_dir(node).join("state").display(),
             paths.node_socket(node).display(),
+            underlay::node_underlay_mtu(lab),
             metrics[index],
             paths.host_netns().display(),
             certs.join("ca.pem").display(),
             certs.join(format!("{node}.pem")).display(),
             key.display(),
         );
-        for (peer_index, peer) in lab.nodes.iter().enumerate() {
+        for peer in &lab.nodes {
             if peer != node {
                 config.push_str(&format!(
                     "[[peers]]\nname = \"{peer}\"\naddress = \"{}:{NODE_PORT}\"\n",
-                    paths::underlay_address(peer_index)
+                    underlay::node_address(lab, peer)
                 ));
             }
         }
+        config.push_str(&underlay::pools_toml(lab, node));
         std::fs::write(paths.node_config(node), config)?;
     }
     Ok(())

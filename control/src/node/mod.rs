@@ -12,6 +12,7 @@ mod journal;
 mod peers;
 mod plan;
 mod pod_routing;
+mod pools;
 mod reconcile;
 mod steered;
 mod switched;
@@ -87,6 +88,8 @@ pub struct Node {
     /// Pods given routes or rules since the start, by attachment key (see
     /// `pod_routing.rs`).
     routed_pods: HashSet<String>,
+    /// This node's part in the node pools, when there are pools.
+    pools: Option<pools::PoolRole>,
 }
 
 /// A topology as read from the store, with its links parsed (once, here).
@@ -143,6 +146,13 @@ impl Node {
             ),
             None => store.node_identity()?,
         };
+        let pools = match &config.pools {
+            None => None,
+            Some(pools) => Some(
+                pools::PoolRole::start(&config.node_name, pools, identity.as_ref())
+                    .map_err(|e| StartError::Fastpath(format!("node pools: {e}")))?,
+            ),
+        };
         let fastpath = match identity {
             None => None,
             Some(identity) => Some(Fastpath::start(&config, identity)?),
@@ -165,7 +175,9 @@ impl Node {
             started_capture: None,
             metrics: Arc::default(),
             routed_pods: HashSet::new(),
+            pools,
         };
+        node.sync_pool_routes();
         // A start that finds records is a restart: this pass re-attaches to what the last
         // run made. What it cannot do now (a peer not up yet) a later pass or the peer's
         // Sync finishes.
@@ -268,6 +280,7 @@ impl Node {
                 .collect(),
             refused_claims: self.refused_claims,
             store_requests: self.store.requests(),
+            pool: self.pools.as_ref().map(pools::PoolRole::state),
         })
     }
 

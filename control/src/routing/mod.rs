@@ -4,5 +4,8 @@
 pub mod netlink;
 pub mod plan;
 
+pub use netlink::sync_table;
 pub use netlink::{read_back, remove_all, sync, PodRoutingSpec, Synced};
-pub use plan::{desired, AddressedEnd, PodRouting, PolicySettings, Route, Rule, StaticRoute};
+pub use plan::{
+    desired, AddressedEnd, PodRouting, PolicySettings, Route, Rule, Selector, StaticRoute,
+};

@@ -6,12 +6,12 @@ use std::net::IpAddr;
 
 use futures::TryStreamExt;
 use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope,
+    RouteAddress, RouteAttribute, RouteMessage, RouteMetric, RouteProtocol, RouteScope,
 };
 use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
 use rtnetlink::{Handle, IpVersion, RouteMessageBuilder};
 
-use super::plan::{self, AddressedEnd, Route, Rule, StaticRoute, PROTOCOL};
+use super::plan::{self, AddressedEnd, PodRouting, Route, Rule, Selector, StaticRoute, PROTOCOL};
 use crate::netns::{NetnsError, NetnsFd};
 
 /// What `sync` did in one namespace.
@@ -42,45 +42,67 @@ pub fn sync(ns: &NetnsFd, spec: &PodRoutingSpec) -> Result<Synced, NetnsError> {
         }
         let want = plan::desired(&spec.ends, &spec.statics, spec.policy);
         let found = read(&h, &indexes).await?;
-        let rules: Vec<Rule> = found.rules.iter().map(|(r, _)| r.clone()).collect();
-        let routes: Vec<Route> = found.routes.iter().map(|(r, _)| r.clone()).collect();
-        let changes = plan::changes(&want, &rules, &routes);
-        let mut synced = Synced::default();
-        if changes.is_empty() {
-            return Ok(synced);
-        }
-        for i in changes.remove_rules {
-            let (rule, message) = &found.rules[i];
-            note(
-                &mut synced,
-                format!("removed rule {}", describe_rule(rule)),
-                h.rule().del(message.clone()).execute().await,
-            );
-        }
-        for i in changes.remove_routes {
-            let (route, message) = &found.routes[i];
-            note(
-                &mut synced,
-                format!("removed route {}", describe_route(route)),
-                h.route().del(message.clone()).execute().await,
-            );
-        }
-        for route in &changes.add_routes {
-            let what = format!("added route {}", describe_route(route));
-            match route_message(route, &indexes) {
-                Ok(message) => note(&mut synced, what, h.route().add(message).execute().await),
-                Err(why) => synced.refused.push(format!("{what}: {why}")),
-            }
-        }
-        for rule in &changes.add_rules {
-            note(
-                &mut synced,
-                format!("added rule {}", describe_rule(rule)),
-                add_rule(&h, rule).await,
-            );
-        }
-        Ok(synced)
+        Ok(converge(&h, &indexes, found, &want).await)
     })
+}
+
+/// Brings xwire's routes and rules of routing table `table` in `ns` (the rules that look
+/// it up and the routes in it) to `want`; everything else, xwire's own elsewhere
+/// included, is left as it is.
+pub fn sync_table(ns: &NetnsFd, table: u32, want: &PodRouting) -> Result<Synced, NetnsError> {
+    let want = want.clone();
+    ns.netlink("set the node's routes and rules", |h| async move {
+        let indexes = link_indexes(&h).await?;
+        let mut found = read(&h, &indexes).await?;
+        found.rules.retain(|(r, _)| r.table == table);
+        found.routes.retain(|(r, _)| r.table == table);
+        Ok(converge(&h, &indexes, found, &want).await)
+    })
+}
+
+/// Removes what `found` has and `want` has not, then adds what `want` has and `found`
+/// has not; each failure is noted, and the rest go on.
+async fn converge(
+    h: &Handle,
+    indexes: &HashMap<String, u32>,
+    found: Found,
+    want: &PodRouting,
+) -> Synced {
+    let rules: Vec<Rule> = found.rules.iter().map(|(r, _)| r.clone()).collect();
+    let routes: Vec<Route> = found.routes.iter().map(|(r, _)| r.clone()).collect();
+    let changes = plan::changes(want, &rules, &routes);
+    let mut synced = Synced::default();
+    for i in changes.remove_rules {
+        let (rule, message) = &found.rules[i];
+        note(
+            &mut synced,
+            format!("removed rule {}", describe_rule(rule)),
+            h.rule().del(message.clone()).execute().await,
+        );
+    }
+    for i in changes.remove_routes {
+        let (route, message) = &found.routes[i];
+        note(
+            &mut synced,
+            format!("removed route {}", describe_route(route)),
+            h.route().del(message.clone()).execute().await,
+        );
+    }
+    for route in &changes.add_routes {
+        let what = format!("added route {}", describe_route(route));
+        match route_message(route, indexes) {
+            Ok(message) => note(&mut synced, what, h.route().add(message).execute().await),
+            Err(why) => synced.refused.push(format!("{what}: {why}")),
+        }
+    }
+    for rule in &changes.add_rules {
+        note(
+            &mut synced,
+            format!("added rule {}", describe_rule(rule)),
+            add_rule(h, rule).await,
+        );
+    }
+    synced
 }
 
 /// Removes every route and rule of xwire's in `ns` (a pod's DEL, where its namespace
@@ -180,19 +202,25 @@ fn rule_of(m: &RuleMessage) -> Option<Rule> {
     if !ours {
         return None;
     }
-    let mut from = None;
+    let (mut from, mut to) = (None, None);
     let mut table = u32::from(m.header.table);
     let mut priority = 0;
     for attribute in &m.attributes {
         match attribute {
             RuleAttribute::Source(ip) => from = Some(*ip),
+            RuleAttribute::Destination(ip) => to = Some((*ip, m.header.dst_len)),
             RuleAttribute::Table(t) => table = *t,
             RuleAttribute::Priority(p) => priority = *p,
             _ => {}
         }
     }
+    let selector = match (from, to) {
+        (Some(from), None) => Selector::From(from),
+        (None, Some(to)) => Selector::To(to),
+        _ => return None,
+    };
     Some(Rule {
-        from: from?,
+        selector,
         table,
         priority,
     })
@@ -218,9 +246,16 @@ fn route_of(m: &RouteMessage, names: &HashMap<u32, String>) -> Option<Route> {
         via: None,
         dev: None,
         src: None,
+        mtu: None,
     };
     for attribute in &m.attributes {
         match attribute {
+            RouteAttribute::Metrics(metrics) => {
+                route.mtu = metrics.iter().find_map(|m| match m {
+                    RouteMetric::Mtu(mtu) => Some(*mtu),
+                    _ => None,
+                })
+            }
             RouteAttribute::Table(t) => route.table = *t,
             RouteAttribute::Destination(a) => route.dst.0 = ip(a)?,
             RouteAttribute::Gateway(a) => route.via = ip(a),
@@ -252,7 +287,13 @@ fn route_message(route: &Route, indexes: &HashMap<String, u32>) -> Result<RouteM
         Some(via) => builder = builder.gateway(via).map_err(|e| e.to_string())?,
         None => builder = builder.scope(RouteScope::Link),
     }
-    Ok(builder.build())
+    let mut message = builder.build();
+    if let Some(mtu) = route.mtu {
+        message
+            .attributes
+            .push(RouteAttribute::Metrics(vec![RouteMetric::Mtu(mtu)]));
+    }
+    Ok(message)
 }
 
 async fn add_rule(h: &Handle, rule: &Rule) -> Result<(), rtnetlink::Error> {
@@ -262,30 +303,39 @@ async fn add_rule(h: &Handle, rule: &Rule) -> Result<(), rtnetlink::Error> {
         .table_id(rule.table)
         .priority(rule.priority)
         .action(RuleAction::ToTable);
-    match rule.from {
-        IpAddr::V4(a) => {
+    let protocol = RuleAttribute::Protocol(RouteProtocol::from(PROTOCOL));
+    match rule.selector {
+        Selector::From(IpAddr::V4(a)) => {
             let mut request = request.v4().source_prefix(a, 32);
-            request
-                .message_mut()
-                .attributes
-                .push(RuleAttribute::Protocol(RouteProtocol::from(PROTOCOL)));
+            request.message_mut().attributes.push(protocol);
             request.execute().await
         }
-        IpAddr::V6(a) => {
+        Selector::From(IpAddr::V6(a)) => {
             let mut request = request.v6().source_prefix(a, 128);
-            request
-                .message_mut()
-                .attributes
-                .push(RuleAttribute::Protocol(RouteProtocol::from(PROTOCOL)));
+            request.message_mut().attributes.push(protocol);
+            request.execute().await
+        }
+        Selector::To((IpAddr::V4(a), prefix)) => {
+            let mut request = request.v4().destination_prefix(a, prefix);
+            request.message_mut().attributes.push(protocol);
+            request.execute().await
+        }
+        Selector::To((IpAddr::V6(a), prefix)) => {
+            let mut request = request.v6().destination_prefix(a, prefix);
+            request.message_mut().attributes.push(protocol);
             request.execute().await
         }
     }
 }
 
 pub fn describe_rule(rule: &Rule) -> String {
+    let selector = match rule.selector {
+        Selector::From(ip) => format!("from {ip}"),
+        Selector::To((ip, prefix)) => format!("to {ip}/{prefix}"),
+    };
     format!(
-        "from {} lookup {} priority {}",
-        rule.from, rule.table, rule.priority
+        "{selector} lookup {} priority {}",
+        rule.table, rule.priority
     )
 }
 
@@ -299,6 +349,9 @@ pub fn describe_route(route: &Route) -> String {
     }
     if let Some(src) = route.src {
         text.push_str(&format!(" src {src}"));
+    }
+    if let Some(mtu) = route.mtu {
+        text.push_str(&format!(" mtu {mtu}"));
     }
     if route.table != plan::MAIN_TABLE {
         text.push_str(&format!(" table {}", route.table));

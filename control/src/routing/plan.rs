@@ -54,12 +54,21 @@ pub struct StaticRoute {
     pub via: IpAddr,
 }
 
-/// A rule as xwire makes it: `from ADDRESS lookup TABLE priority N`.
+/// A rule as xwire makes it: `from ADDRESS lookup TABLE priority N` (router mode) or
+/// `to NETWORK lookup TABLE priority N` (a node's routes to the other pools).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Rule {
-    pub from: IpAddr,
+    pub selector: Selector,
     pub table: u32,
     pub priority: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Selector {
+    /// Packets from this address (a whole address: /32 or /128).
+    From(IpAddr),
+    /// Packets to this network.
+    To((IpAddr, u8)),
 }
 
 /// A route as xwire makes it. `dev` and `src` of `None` are the kernel's choice.
@@ -70,6 +79,8 @@ pub struct Route {
     pub via: Option<IpAddr>,
     pub dev: Option<String>,
     pub src: Option<IpAddr>,
+    /// The route's MTU (a tunnel's, lower than the interface's); `None`: the interface's.
+    pub mtu: Option<u32>,
 }
 
 impl Route {
@@ -81,6 +92,7 @@ impl Route {
             && self.via == found.via
             && (self.dev.is_none() || self.dev == found.dev)
             && (self.src.is_none() || self.src == found.src)
+            && self.mtu == found.mtu
     }
 }
 
@@ -120,7 +132,7 @@ pub fn desired(
             let table = this_table;
             let (address, prefix) = end.address;
             routing.rules.insert(Rule {
-                from: address,
+                selector: Selector::From(address),
                 table,
                 priority: policy.rule_priority,
             });
@@ -132,6 +144,7 @@ pub fn desired(
                 // An IPv6 address is refused as a source while duplicate address
                 // detection runs; the rule already picks the table by source.
                 src: address.is_ipv4().then_some(address),
+                mtu: None,
             });
             if let Some(peer) = end.peer.filter(|p| p.is_ipv4() == address.is_ipv4()) {
                 routing.routes.insert(Route {
@@ -140,6 +153,7 @@ pub fn desired(
                     via: Some(peer),
                     dev: Some(end.ifname.clone()),
                     src: None,
+                    mtu: None,
                 });
             }
         }
@@ -151,6 +165,7 @@ pub fn desired(
             via: Some(route.via),
             dev: None,
             src: None,
+            mtu: None,
         });
     }
     routing
@@ -276,12 +291,12 @@ mod tests {
             rules,
             vec![
                 Rule {
-                    from: ip("10.0.0.1"),
+                    selector: Selector::From(ip("10.0.0.1")),
                     table: 1000,
                     priority: 1000
                 },
                 Rule {
-                    from: ip("2001:db8::1"),
+                    selector: Selector::From(ip("2001:db8::1")),
                     table: 1001,
                     priority: 1000
                 },
@@ -293,6 +308,7 @@ mod tests {
             via: None,
             dev: Some("eth1".into()),
             src: Some(ip("10.0.0.1")),
+            mtu: None,
         }));
         assert!(want.routes.contains(&Route {
             table: 1000,
@@ -300,6 +316,7 @@ mod tests {
             via: Some(ip("10.0.0.2")),
             dev: Some("eth1".into()),
             src: None,
+            mtu: None,
         }));
         // No far-end address: no default route in eth2's table.
         assert_eq!(want.routes.iter().filter(|r| r.table == 1001).count(), 1);
@@ -367,13 +384,14 @@ mod tests {
             via: Some(ip("10.0.0.2")),
             dev: Some("eth1".into()),
             src: None,
+            mtu: None,
         };
         let stale = Route {
             dst: (ip("198.51.100.0"), 24),
             ..kept.clone()
         };
         let stale_rule = Rule {
-            from: ip("10.0.0.1"),
+            selector: Selector::From(ip("10.0.0.1")),
             table: 1000,
             priority: 1000,
         };

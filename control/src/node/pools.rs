@@ -1,0 +1,196 @@
+//! This node's part in the node pools (docs/routing.md): a gateway runs the tunnel to
+//! the other pools' gateways and routes their CIDRs into it; any other node routes them
+//! through its pool's active gateway, the first of the pool's gateways (in the
+//! configured order) whose peer connection is up. So when the active gateway's daemon
+//! dies, the pool moves to the next one as its connection times out, and moves back
+//! when the first one's connection is up again.
+
+use std::collections::{BTreeSet, HashSet};
+
+use xwire_gateway::{Gateway, GatewayConfig, Pools};
+
+use super::Node;
+use crate::config::PoolsConfig;
+use crate::routing::{self, PodRouting, Route, Rule, Selector};
+
+/// The TUN device a gateway routes the other pools' CIDRs into.
+pub const TUN_NAME: &str = "xwgw0";
+
+pub(super) struct PoolRole {
+    config: PoolsConfig,
+    pools: Pools,
+    my_pool: usize,
+    /// Running when this node is one of its pool's gateways.
+    gateway: Option<Gateway>,
+    /// The peers whose (control) connection is up.
+    peers_up: HashSet<String>,
+    /// The gateway the routes go through now (a node that is not a gateway).
+    active: Option<String>,
+}
+
+impl PoolRole {
+    /// The role `config` gives node `me`; a gateway's tunnel starts here.
+    pub(super) fn start(
+        me: &str,
+        config: &PoolsConfig,
+        identity: Option<&xwire_pki::NodeIdentity>,
+    ) -> Result<PoolRole, String> {
+        let pools = Pools::new(&config.pools)?;
+        let my_pool = pools
+            .all()
+            .iter()
+            .position(|p| p.name == config.member_of)
+            .ok_or_else(|| format!("no pool is named {}", config.member_of))?;
+        let is_gateway = pools.all()[my_pool].gateways.iter().any(|g| g.node == me);
+        let gateway = if is_gateway {
+            let identity = identity.ok_or("a gateway needs the node's certificate")?;
+            let gateway_config = GatewayConfig {
+                node: me.to_owned(),
+                pools: pools.clone(),
+                tun_name: TUN_NAME.into(),
+                tunnel_mtu: config.tunnel_mtu(),
+                wan_mtu: config.wan_mtu,
+            };
+            Some(Gateway::start(gateway_config, identity).map_err(|e| e.to_string())?)
+        } else {
+            None
+        };
+        Ok(PoolRole {
+            config: config.clone(),
+            pools,
+            my_pool,
+            gateway,
+            peers_up: HashSet::new(),
+            active: None,
+        })
+    }
+
+    /// The gateway this node's routes should go through: none for a gateway (its own
+    /// tunnel), else the first of the pool's that is up, or the first of all while none
+    /// is (at a start, before any connection is up).
+    fn active_gateway(&self) -> Option<&xwire_gateway::GatewaySpec> {
+        if self.gateway.is_some() {
+            return None;
+        }
+        let pool = &self.pools.all()[self.my_pool];
+        pool.active_gateway(|name| self.peers_up.contains(name))
+            .or_else(|| pool.gateways.first())
+    }
+
+    /// The rules and routes of the pools' table.
+    fn desired(&self) -> PodRouting {
+        let mut want = PodRouting::default();
+        let table = self.config.table;
+        let active = self.active_gateway();
+        for (index, pool) in self.pools.all().iter().enumerate() {
+            if index == self.my_pool {
+                continue;
+            }
+            for &cidr in &pool.cidrs {
+                want.rules.insert(Rule {
+                    selector: Selector::To(cidr),
+                    table,
+                    priority: self.config.rule_priority,
+                });
+                let route = match (&self.gateway, active) {
+                    (Some(_), _) => Route {
+                        table,
+                        dst: cidr,
+                        via: None,
+                        dev: Some(TUN_NAME.into()),
+                        src: None,
+                        mtu: None,
+                    },
+                    (None, Some(gateway)) => Route {
+                        table,
+                        dst: cidr,
+                        via: Some(gateway.address),
+                        dev: None,
+                        src: None,
+                        mtu: Some(u32::from(self.config.tunnel_mtu())),
+                    },
+                    (None, None) => continue,
+                };
+                want.routes.insert(route);
+            }
+        }
+        want
+    }
+
+    /// What `lab status` and the tests read: the pool, the role, the gateway in use and
+    /// the tunnels.
+    pub(super) fn state(&self) -> serde_json::Value {
+        let pool = &self.pools.all()[self.my_pool];
+        let mut state = serde_json::json!({
+            "pool": pool.name,
+            "gateway": self.gateway.is_some(),
+        });
+        if let Some(active) = &self.active {
+            state["active_gateway"] = serde_json::json!(active);
+        }
+        if let Some(gateway) = &self.gateway {
+            let tunnels: BTreeSet<String> = gateway.tunnels_up().into_iter().collect();
+            state["tunnels_up"] = serde_json::json!(tunnels);
+            state["counters"] = serde_json::json!(gateway.counters());
+        }
+        state
+    }
+}
+
+impl Node {
+    /// A peer's control connection came up or went: the active gateway may change.
+    pub(super) fn pool_peer_changed(&mut self, name: &str, up: bool) {
+        let Some(role) = &mut self.pools else {
+            return;
+        };
+        let changed = if up {
+            role.peers_up.insert(name.to_owned())
+        } else {
+            role.peers_up.remove(name)
+        };
+        let is_gateway = role.pools.all()[role.my_pool]
+            .gateways
+            .iter()
+            .any(|g| g.node == name);
+        if changed && is_gateway {
+            self.sync_pool_routes();
+        }
+    }
+
+    /// Brings the pools' table and its rules to what the role asks for now (at the
+    /// start, when a gateway comes or goes, and on every pass over the node).
+    pub(super) fn sync_pool_routes(&mut self) {
+        let Some(role) = &mut self.pools else {
+            return;
+        };
+        if role.gateway.is_some() {
+            for path in [
+                "/proc/sys/net/ipv4/ip_forward",
+                "/proc/sys/net/ipv6/conf/all/forwarding",
+            ] {
+                if let Err(e) = std::fs::write(path, "1") {
+                    tracing::warn!("pools: a gateway forwards, but {path}: {e}");
+                }
+            }
+        }
+        let active = role.active_gateway().map(|g| g.node.clone());
+        if active != role.active {
+            if let Some(gateway) = &active {
+                tracing::info!(%gateway, pool = %role.config.member_of, "pools: routing through gateway");
+            }
+            role.active = active;
+        }
+        let want = role.desired();
+        match routing::sync_table(&self.node_ns, role.config.table, &want) {
+            Ok(synced) => {
+                for change in synced.changed {
+                    tracing::info!("pools: {change}");
+                }
+                for refused in synced.refused {
+                    tracing::warn!("pools: {refused}");
+                }
+            }
+            Err(e) => tracing::warn!("pools: {e}"),
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! The tunnel's QUIC configurations: mutual TLS with the node certificates the cluster
+//! CA issued (the same as the fast path's peer connections), and timers short enough
+//! that a gateway that dies is noticed within a second.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::{ClientConfig, ServerConfig, TransportConfig, VarInt};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::WebPkiClientVerifier;
+use rustls::RootCertStore;
+use xwire_pki::NodeIdentity;
+
+use crate::GatewayError;
+
+/// The ALPN protocol of the gateways' tunnels (not the fast path's: a tunnel and a wire
+/// never answer each other).
+const ALPN: &[u8] = b"xwire-gateway/1";
+/// How often a quiet tunnel says it is alive, and how long a silent one lives.
+pub const KEEP_ALIVE: Duration = Duration::from_millis(200);
+pub const IDLE_TIMEOUT_MS: u32 = 1_000;
+
+fn error(what: &str, e: impl std::fmt::Display) -> GatewayError {
+    GatewayError::Identity(format!("{what}: {e}"))
+}
+
+struct Parts {
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    roots: Arc<RootCertStore>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+fn parts(identity: &NodeIdentity) -> Result<Parts, GatewayError> {
+    let chain = CertificateDer::pem_slice_iter(identity.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| error("node certificate", e))?;
+    let key = PrivateKeyDer::from_pem_slice(identity.key_pem.as_bytes())
+        .map_err(|e| error("node key", e))?;
+    let mut roots = RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(identity.ca_pem.as_bytes()) {
+        roots
+            .add(ca.map_err(|e| error("CA certificate", e))?)
+            .map_err(|e| error("CA certificate", e))?;
+    }
+    if roots.is_empty() {
+        return Err(GatewayError::Identity("no CA certificate".into()));
+    }
+    Ok(Parts {
+        chain,
+        key,
+        roots: Arc::new(roots),
+        provider: Arc::new(rustls::crypto::ring::default_provider()),
+    })
+}
+
+fn transport(mtu: u16) -> Arc<TransportConfig> {
+    let mut t = TransportConfig::default();
+    // The WAN's MTU is configured, not probed: an inner packet of the tunnel's MTU must
+    // fit one DATAGRAM from the first packet on.
+    t.keep_alive_interval(Some(KEEP_ALIVE))
+        .max_idle_timeout(Some(VarInt::from_u32(IDLE_TIMEOUT_MS).into()))
+        .initial_mtu(mtu.max(1200))
+        .mtu_discovery_config(None)
+        .datagram_receive_buffer_size(Some(8 << 20))
+        .datagram_send_buffer_size(4 << 20);
+    Arc::new(t)
+}
+
+pub fn server_config(identity: &NodeIdentity, mtu: u16) -> Result<ServerConfig, GatewayError> {
+    let p = parts(identity)?;
+    let verifier = WebPkiClientVerifier::builder_with_provider(p.roots, p.provider.clone())
+        .build()
+        .map_err(|e| error("client verifier", e))?;
+    let mut tls = rustls::ServerConfig::builder_with_provider(p.provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| error("TLS versions", e))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(p.chain, p.key)
+        .map_err(|e| error("node certificate", e))?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let quic = QuicServerConfig::try_from(tls).map_err(|e| error("QUIC TLS", e))?;
+    let mut config = ServerConfig::with_crypto(Arc::new(quic));
+    config.transport_config(transport(mtu));
+    Ok(config)
+}
+
+pub fn client_config(identity: &NodeIdentity, mtu: u16) -> Result<ClientConfig, GatewayError> {
+    let p = parts(identity)?;
+    let mut tls = rustls::ClientConfig::builder_with_provider(p.provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| error("TLS versions", e))?
+        .with_root_certificates(p.roots)
+        .with_client_auth_cert(p.chain, p.key)
+        .map_err(|e| error("node certificate", e))?;
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let quic = QuicClientConfig::try_from(tls).map_err(|e| error("QUIC TLS", e))?;
+    let mut config = ClientConfig::new(Arc::new(quic));
+    config.transport_config(transport(mtu));
+    Ok(config)
+}
+
+/// Whether the certificate the peer showed (checked against the CA in the handshake) is
+/// for node `name`.
+pub fn is_for(connection: &quinn::Connection, name: &str) -> bool {
+    let Some(identity) = connection.peer_identity() else {
+        return false;
+    };
+    let Ok(chain) = identity.downcast::<Vec<CertificateDer<'static>>>() else {
+        return false;
+    };
+    let (Some(cert), Ok(server_name)) = (chain.first(), ServerName::try_from(name.to_owned()))
+    else {
+        return false;
+    };
+    match rustls::server::ParsedCertificate::try_from(cert) {
+        Ok(parsed) => rustls::client::verify_server_name(&parsed, &server_name).is_ok(),
+        Err(_) => false,
+    }
+}
