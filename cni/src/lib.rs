@@ -205,12 +205,7 @@ fn veth_add(
     prev_result: Option<&Value>,
 ) -> Result<(veth_mode::VethMode, veth_mode::netlink::Made), CniError> {
     let (pod_ips, node_addresses) = veth_addresses(mode, prev_result)?;
-    let at = veth_mode::netlink::Attachment {
-        netns: &call.netns,
-        container_id: &call.container_id,
-        ifname: &call.ifname,
-        pod_ips: &pod_ips,
-    };
+    let at = attachment(call, &pod_ips);
     let made = veth_mode::netlink::add(mode, &at, &node_addresses).map_err(|e| CniError {
         code: codes::INTERFACE_FAILED,
         msg: "veth mode: the pod's veth to the node could not be made".into(),
@@ -225,12 +220,7 @@ fn veth_check(
     prev_result: Option<&Value>,
 ) -> Result<(), CniError> {
     let (pod_ips, node_addresses) = veth_addresses(mode, prev_result)?;
-    let at = veth_mode::netlink::Attachment {
-        netns: &call.netns,
-        container_id: &call.container_id,
-        ifname: &call.ifname,
-        pod_ips: &pod_ips,
-    };
+    let at = attachment(call, &pod_ips);
     let problems = veth_mode::netlink::check(mode, &at, &node_addresses).map_err(|e| CniError {
         code: codes::IO_FAILURE,
         msg: "veth mode: reading the pod's veth to the node".into(),
@@ -244,6 +234,18 @@ fn veth_check(
         msg: "veth mode: the pod's veth to the node is not as it should be".into(),
         details: problems.join("; "),
     })
+}
+
+fn attachment<'a>(
+    call: &'a xwire_proto::local::CniCall,
+    pod_ips: &'a [std::net::IpAddr],
+) -> veth_mode::netlink::Attachment<'a> {
+    veth_mode::netlink::Attachment {
+        netns: &call.netns,
+        container_id: &call.container_id,
+        ifname: &call.ifname,
+        pod_ips,
+    }
 }
 
 fn veth_addresses(

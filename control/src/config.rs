@@ -77,9 +77,11 @@ pub struct DaemonConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PoolsConfig {
-    /// The pool this node is in.
+    /// The pool this node is in (with `[topology] pools_from_labels`, its Node label).
+    #[serde(default)]
     pub member_of: String,
-    #[serde(rename = "pool")]
+    /// Every pool (with `pools_from_labels`, made from the Node labels instead).
+    #[serde(default, rename = "pool")]
     pub pools: Vec<xwire_gateway::PoolSpec>,
     /// The routing table of the routes to the other pools. Default 900.
     #[serde(default = "default_pool_table")]
@@ -99,6 +101,18 @@ fn default_pool_table() -> u32 {
 
 fn default_wan_mtu() -> u16 {
     1500
+}
+
+impl Default for PoolsConfig {
+    fn default() -> Self {
+        PoolsConfig {
+            member_of: String::new(),
+            pools: Vec::new(),
+            table: default_pool_table(),
+            rule_priority: default_pool_table(),
+            wan_mtu: default_wan_mtu(),
+        }
+    }
 }
 
 impl PoolsConfig {
@@ -173,6 +187,11 @@ pub struct TopologySource {
     /// InternalIP and this node's `node_address` port), followed as nodes join and
     /// leave. Default true.
     pub discover_peers: bool,
+    /// With `kubernetes` and `discover_peers`: node pools come from the Node objects'
+    /// labels (`xwire.dev/pool`, `xwire.dev/gateway`, `xwire.dev/pool-nat`), followed as
+    /// they change; `[pools]` then gives only the table, rule priority and WAN MTU.
+    /// Default false.
+    pub pools_from_labels: bool,
 }
 
 impl TopologySource {
@@ -198,6 +217,7 @@ impl Default for TopologySource {
             sync_timeout_secs: crate::store::KubeSettings::default().sync_timeout_secs,
             ca_secret: crate::store::KubeSettings::default().ca_secret,
             discover_peers: true,
+            pools_from_labels: false,
         }
     }
 }
@@ -335,7 +355,28 @@ impl DaemonConfig {
                 format!("{} is below QUIC's minimum of 1280", config.underlay_mtu),
             ));
         }
-        if let Some(pools) = &config.pools {
+        let labelled = config.topology.pools_from_labels;
+        if labelled && (config.topology.source != "kubernetes" || !config.topology.discover_peers) {
+            return Err(invalid(
+                "topology.pools_from_labels",
+                "needs source = \"kubernetes\" and discover_peers".to_owned(),
+            ));
+        }
+        if labelled {
+            let base = config.pools.clone().unwrap_or_default();
+            if config.underlay_mtu > base.tunnel_mtu() {
+                return Err(invalid(
+                    "underlay_mtu",
+                    format!(
+                        "{} does not fit the tunnel between pools ([pools] wan_mtu {} less {})",
+                        config.underlay_mtu,
+                        base.wan_mtu,
+                        xwire_gateway::TUNNEL_OVERHEAD
+                    ),
+                ));
+            }
+        }
+        if let Some(pools) = config.pools.as_ref().filter(|_| !labelled) {
             let checked =
                 xwire_gateway::Pools::new(&pools.pools).map_err(|e| invalid("pools", e))?;
             if checked.named(&pools.member_of).is_none() {

@@ -4,32 +4,9 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use support::{pair_topology, plugin_bin, start_node, Pod, TempDir};
-
-fn build_cnitool(dir: &Path) -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cnitool");
-    let binary = dir.join("cnitool");
-    let out = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&binary)
-        .arg(".")
-        .current_dir(&source)
-        .env("GO111MODULE", "off")
-        .env("GOPATH", "/usr/share/gocode")
-        .env("GOFLAGS", "")
-        .env("GOCACHE", dir.join("gocache"))
-        .output()
-        .expect("go is not installed (cargo xtask test installs golang-go)");
-    assert!(
-        out.status.success(),
-        "building cnitool: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    binary
-}
+use support::{build_cnitool, pair_topology, plugin_bin, start_node, Pod, TempDir};
 
 #[test]
 fn check_through_libcni_finds_a_broken_link() {

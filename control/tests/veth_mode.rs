@@ -7,34 +7,12 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::Value;
-use support::{plugin_bin, start_node, Node, Pod, TempDir};
+use support::{build_cnitool, plugin_bin, start_node, Node, Pod, TempDir};
 use xwire_testbed::Netns;
-
-fn build_cnitool(dir: &Path) -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cnitool");
-    let binary = dir.join("cnitool");
-    let out = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&binary)
-        .arg(".")
-        .current_dir(&source)
-        .env("GO111MODULE", "off")
-        .env("GOPATH", "/usr/share/gocode")
-        .env("GOFLAGS", "")
-        .env("GOCACHE", dir.join("gocache"))
-        .output()
-        .expect("go is not installed (cargo xtask test installs golang-go)");
-    assert!(
-        out.status.success(),
-        "building cnitool: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    binary
-}
 
 fn text(o: &Output) -> String {
     format!(

@@ -22,7 +22,7 @@ use super::netdev::{add_route, attach, make_bridge};
 use super::paths::{self, LabPaths, UNDERLAY_MTU};
 
 /// Where a gateway's tunnel listens.
-pub const GATEWAY_PORT: u16 = 7480;
+pub const GATEWAY_PORT: u16 = xwire_gateway::DEFAULT_PORT;
 /// What the nodes of a lab with pools give their QUIC packets: the tunnel between pools
 /// carries packets of the WAN's MTU less its overhead.
 pub const POOLED_UNDERLAY_MTU: u32 = UNDERLAY_MTU - xwire_gateway::TUNNEL_OVERHEAD as u32;

@@ -90,6 +90,8 @@ pub struct Node {
     routed_pods: HashSet<String>,
     /// This node's part in the node pools, when there are pools.
     pools: Option<pools::PoolRole>,
+    /// The node's certificate: a gateway made later (pools from Node labels) needs it.
+    identity: Option<NodeIdentity>,
 }
 
 /// A topology as read from the store, with its links parsed (once, here).
@@ -147,12 +149,15 @@ impl Node {
             None => store.node_identity()?,
         };
         let pools = match &config.pools {
+            // From the Node labels: made by the first membership pump below.
+            _ if config.topology.pools_from_labels => None,
             None => None,
             Some(pools) => Some(
                 pools::PoolRole::start(&config.node_name, pools, identity.as_ref())
                     .map_err(|e| StartError::Fastpath(format!("node pools: {e}")))?,
             ),
         };
+        let kept_identity = identity.clone();
         let fastpath = match identity {
             None => None,
             Some(identity) => Some(Fastpath::start(&config, identity)?),
@@ -176,6 +181,7 @@ impl Node {
             metrics: Arc::default(),
             routed_pods: HashSet::new(),
             pools,
+            identity: kept_identity,
         };
         node.sync_pool_routes();
         // A start that finds records is a restart: this pass re-attaches to what the last

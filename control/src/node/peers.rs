@@ -409,7 +409,17 @@ impl Node {
     /// declared to the fast path (or its address updated), one that left is retired and
     /// the ends joined to its pods go back to pending. Says whether anything changed.
     pub fn pump_membership(&mut self) -> bool {
+        let pools_changed = match self.store.take_pools_change() {
+            Some(pools) if self.config.topology.pools_from_labels => {
+                self.apply_labelled_pools(pools);
+                true
+            }
+            _ => false,
+        };
         let changes = self.store.take_peer_changes();
+        if changes.is_empty() && pools_changed {
+            return true;
+        }
         if changes.is_empty() {
             return false;
         }

@@ -138,6 +138,49 @@ impl PoolRole {
 }
 
 impl Node {
+    /// The pools the cluster's Node labels make now (`None`: this node is in none): the
+    /// role is made anew when they changed (a gateway's tunnel restarts with it), and the
+    /// routes follow.
+    pub(super) fn apply_labelled_pools(&mut self, labelled: Option<crate::store::LabelledPools>) {
+        let base = self.config.pools.clone().unwrap_or_default();
+        let Some(labelled) = labelled else {
+            if self.pools.take().is_some() {
+                tracing::info!("pools: this node is in no pool any more");
+            }
+            let cleared = routing::sync_table(&self.node_ns, base.table, &PodRouting::default());
+            if let Err(e) = cleared {
+                tracing::warn!("pools: {e}");
+            }
+            return;
+        };
+        let config = PoolsConfig {
+            member_of: labelled.member_of,
+            pools: labelled.pools,
+            ..base
+        };
+        if self
+            .pools
+            .as_ref()
+            .is_some_and(|role| role.config == config)
+        {
+            return;
+        }
+        let peers_up = self
+            .pools
+            .take()
+            .map(|role| role.peers_up.clone())
+            .unwrap_or_default();
+        match PoolRole::start(&self.config.node_name, &config, self.identity.as_ref()) {
+            Ok(mut role) => {
+                tracing::info!(pool = %config.member_of, pools = config.pools.len(), "pools: from the Node labels");
+                role.peers_up = peers_up;
+                self.pools = Some(role);
+            }
+            Err(e) => tracing::warn!("pools from the Node labels: {e}"),
+        }
+        self.sync_pool_routes();
+    }
+
     /// A peer's control connection came up or went: the active gateway may change.
     pub(super) fn pool_peer_changed(&mut self, name: &str, up: bool) {
         let Some(role) = &mut self.pools else {

@@ -159,6 +159,13 @@ pub enum PeerChange {
     Left { name: String },
 }
 
+/// The node pools a cluster's Node labels make (see `kube::pools`), and this node's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelledPools {
+    pub member_of: String,
+    pub pools: Vec<xwire_gateway::PoolSpec>,
+}
+
 /// Who the node's peers are and who it is, where the store knows (a cluster's Node
 /// objects and CA Secret); the embedded store knows neither, and the configuration says.
 pub trait Membership {
@@ -169,6 +176,11 @@ pub trait Membership {
     /// Requests made to the store's server so far (watches aside).
     fn requests(&self) -> u64 {
         0
+    }
+    /// The pools the cluster's Node labels make, when they changed since the last call
+    /// (`Some(None)`: this node is in no pool now); `None`: no change.
+    fn take_pools_change(&self) -> Option<Option<LabelledPools>> {
+        None
     }
     /// This node's certificate, key and CA, when the store issues them.
     fn node_identity(&self) -> Result<Option<xwire_fastpath::peer::NodeIdentity>, StoreError> {

@@ -6,7 +6,7 @@
 pub use xwire_testbed::apiserver;
 pub mod podman;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Once;
 
@@ -110,4 +110,27 @@ pub fn apply_offline(node: &Node, file: &std::path::Path) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Builds the libcni runner in `tests/cnitool` (from Debian's libcni source) into `dir`.
+pub fn build_cnitool(dir: &Path) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cnitool");
+    let binary = dir.join("cnitool");
+    let out = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&binary)
+        .arg(".")
+        .current_dir(&source)
+        .env("GO111MODULE", "off")
+        .env("GOPATH", "/usr/share/gocode")
+        .env("GOFLAGS", "")
+        .env("GOCACHE", dir.join("gocache"))
+        .output()
+        .expect("go is not installed (cargo xtask test installs golang-go)");
+    assert!(
+        out.status.success(),
+        "building cnitool: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    binary
 }

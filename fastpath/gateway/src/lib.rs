@@ -46,6 +46,9 @@ pub struct GatewayConfig {
     pub wan_mtu: u16,
 }
 
+/// Where a gateway's tunnel listens unless its configuration says otherwise.
+pub const DEFAULT_PORT: u16 = 7480;
+
 /// The overhead of the tunnel on the WAN, a DATAGRAM frame in a QUIC short-header packet
 /// in UDP over IPv6 (the larger of the two IP headers), with room to spare: the tunnel's
 /// MTU is the WAN's less this.

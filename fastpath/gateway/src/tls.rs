@@ -7,10 +7,7 @@ use std::time::Duration;
 
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{ClientConfig, ServerConfig, TransportConfig, VarInt};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
-use rustls::RootCertStore;
 use xwire_pki::NodeIdentity;
 
 use crate::GatewayError;
@@ -26,34 +23,8 @@ fn error(what: &str, e: impl std::fmt::Display) -> GatewayError {
     GatewayError::Identity(format!("{what}: {e}"))
 }
 
-struct Parts {
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
-    roots: Arc<RootCertStore>,
-    provider: Arc<rustls::crypto::CryptoProvider>,
-}
-
-fn parts(identity: &NodeIdentity) -> Result<Parts, GatewayError> {
-    let chain = CertificateDer::pem_slice_iter(identity.cert_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| error("node certificate", e))?;
-    let key = PrivateKeyDer::from_pem_slice(identity.key_pem.as_bytes())
-        .map_err(|e| error("node key", e))?;
-    let mut roots = RootCertStore::empty();
-    for ca in CertificateDer::pem_slice_iter(identity.ca_pem.as_bytes()) {
-        roots
-            .add(ca.map_err(|e| error("CA certificate", e))?)
-            .map_err(|e| error("CA certificate", e))?;
-    }
-    if roots.is_empty() {
-        return Err(GatewayError::Identity("no CA certificate".into()));
-    }
-    Ok(Parts {
-        chain,
-        key,
-        roots: Arc::new(roots),
-        provider: Arc::new(rustls::crypto::ring::default_provider()),
-    })
+fn parts(identity: &NodeIdentity) -> Result<xwire_pki::tls::TlsParts, GatewayError> {
+    identity.tls_parts().map_err(GatewayError::Identity)
 }
 
 fn transport(mtu: u16) -> Arc<TransportConfig> {
@@ -105,18 +76,5 @@ pub fn client_config(identity: &NodeIdentity, mtu: u16) -> Result<ClientConfig, 
 /// Whether the certificate the peer showed (checked against the CA in the handshake) is
 /// for node `name`.
 pub fn is_for(connection: &quinn::Connection, name: &str) -> bool {
-    let Some(identity) = connection.peer_identity() else {
-        return false;
-    };
-    let Ok(chain) = identity.downcast::<Vec<CertificateDer<'static>>>() else {
-        return false;
-    };
-    let (Some(cert), Ok(server_name)) = (chain.first(), ServerName::try_from(name.to_owned()))
-    else {
-        return false;
-    };
-    match rustls::server::ParsedCertificate::try_from(cert) {
-        Ok(parsed) => rustls::client::verify_server_name(&parsed, &server_name).is_ok(),
-        Err(_) => false,
-    }
+    xwire_pki::tls::certificate_is_for(connection.peer_identity(), name)
 }

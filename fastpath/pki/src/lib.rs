@@ -7,6 +7,8 @@
 #[cfg(feature = "ca")]
 mod ca;
 mod identity;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 #[cfg(feature = "ca")]
 pub use ca::ClusterCa;

@@ -7,10 +7,7 @@ use std::time::Duration;
 
 use quinn_proto::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn_proto::{ClientConfig, ServerConfig, TransportConfig, VarInt};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
-use rustls::RootCertStore;
 
 use super::PeerError;
 use xwire_pki::NodeIdentity;
@@ -22,35 +19,8 @@ fn identity_error(what: &str, e: impl std::fmt::Display) -> PeerError {
     PeerError::Identity(format!("{what}: {e}"))
 }
 
-/// The parts both configurations need.
-struct Parts {
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
-    roots: Arc<RootCertStore>,
-    provider: Arc<rustls::crypto::CryptoProvider>,
-}
-
-fn parts(identity: &NodeIdentity) -> Result<Parts, PeerError> {
-    let chain = CertificateDer::pem_slice_iter(identity.cert_pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| identity_error("node certificate", e))?;
-    let key = PrivateKeyDer::from_pem_slice(identity.key_pem.as_bytes())
-        .map_err(|e| identity_error("node key", e))?;
-    let mut roots = RootCertStore::empty();
-    for ca in CertificateDer::pem_slice_iter(identity.ca_pem.as_bytes()) {
-        roots
-            .add(ca.map_err(|e| identity_error("CA certificate", e))?)
-            .map_err(|e| identity_error("CA certificate", e))?;
-    }
-    if roots.is_empty() {
-        return Err(PeerError::Identity("no CA certificate".into()));
-    }
-    Ok(Parts {
-        chain,
-        key,
-        roots: Arc::new(roots),
-        provider: Arc::new(rustls::crypto::ring::default_provider()),
-    })
+fn parts(identity: &NodeIdentity) -> Result<xwire_pki::tls::TlsParts, PeerError> {
+    identity.tls_parts().map_err(PeerError::Identity)
 }
 
 /// Timers and windows for a wire: keep-alives so that a silent wire stays up, an idle
@@ -119,20 +89,7 @@ pub(crate) fn client_config(
 
 /// Whether the peer's certificate (checked against the CA in the handshake) is for `name`.
 pub(crate) fn certificate_names(conn: &quinn_proto::Connection, name: &str) -> bool {
-    let Some(identity) = conn.crypto_session().peer_identity() else {
-        return false;
-    };
-    let Ok(chain) = identity.downcast::<Vec<CertificateDer<'static>>>() else {
-        return false;
-    };
-    let (Some(cert), Ok(server_name)) = (chain.first(), ServerName::try_from(name.to_owned()))
-    else {
-        return false;
-    };
-    match rustls::server::ParsedCertificate::try_from(cert) {
-        Ok(parsed) => rustls::client::verify_server_name(&parsed, &server_name).is_ok(),
-        Err(_) => false,
-    }
+    xwire_pki::tls::certificate_is_for(conn.crypto_session().peer_identity(), name)
 }
 
 /// An HMAC key for stateless-reset tokens that only this node's private key yields.

@@ -447,6 +447,17 @@ pub fn install(server: &ApiServer, nodes: Nodes, ca_secret: &str) {
 /// issues its certificate from the CA Secret and finds its peers in the Node objects.
 /// `extra`: more configuration lines for both.
 pub fn kube_nodes(server: &ApiServer, xwired: &Path, nodes: Nodes, extra: &str) -> (Node, Node) {
+    kube_nodes_with(server, xwired, nodes, extra, "")
+}
+
+/// `kube_nodes`, with `topology_extra` added to each configuration's `[topology]`.
+pub fn kube_nodes_with(
+    server: &ApiServer,
+    xwired: &Path,
+    nodes: Nodes,
+    extra: &str,
+    topology_extra: &str,
+) -> (Node, Node) {
     let names = nodes.names;
     let (ns_a, ns_b) = (Netns::new(names[0]).unwrap(), Netns::new(names[1]).unwrap());
     let underlay = Veth::new(&ns_a, &ns_b).unwrap();
@@ -460,7 +471,7 @@ pub fn kube_nodes(server: &ApiServer, xwired: &Path, nodes: Nodes, extra: &str) 
         let host_ip = reach_from(&ns, nodes.subnet * 2 + i as u8);
         let kubeconfig = server.service_account_kubeconfig("xwire-system", "xwired", &host_ip);
         let config = format!(
-            "node_address = \"{}:7470\"\n{extra}\n[topology]\nsource = \"kubernetes\"\nkubeconfig = \"{}\"\n",
+            "node_address = \"{}:7470\"\n{extra}\n[topology]\nsource = \"kubernetes\"\nkubeconfig = \"{}\"\n{topology_extra}\n",
             nodes.underlay_ip(i),
             kubeconfig.display()
         );

@@ -5,7 +5,7 @@
 //! each daemon issues its own node certificate from it at start, in memory: no human
 //! copies files, and no node key is ever written to disk.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
@@ -15,8 +15,9 @@ use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
 use xwire_fastpath::peer::NodeIdentity;
 
+use super::pools::{pools_from_nodes, NodeSeat};
 use super::{backend, KubeStore};
-use crate::store::{Membership, PeerChange, StoreError};
+use crate::store::{LabelledPools, Membership, PeerChange, StoreError};
 
 /// The address peers dial a node at: its InternalIP, else its ExternalIP.
 pub fn node_address(node: &KubeNode, port: u16) -> Option<SocketAddr> {
@@ -35,6 +36,7 @@ pub(super) fn watch_nodes(
     store: &KubeStore,
     port: u16,
     queue: Arc<Mutex<Vec<PeerChange>>>,
+    pools_change: Arc<Mutex<Option<Option<LabelledPools>>>>,
     listed: Arc<std::sync::atomic::AtomicBool>,
 ) {
     let api: Api<KubeNode> = Api::all(store.client.clone());
@@ -46,7 +48,31 @@ pub(super) fn watch_nodes(
         // broken watch is how a deletion missed in between shows).
         let mut known = BTreeSet::new();
         let mut relisted = BTreeSet::new();
+        // Every node's pool labels (this node's too), and the pools they made last.
+        let mut seats: BTreeMap<String, NodeSeat> = BTreeMap::new();
+        let mut published: Option<Option<LabelledPools>> = None;
         while let Some(event) = stream.next().await {
+            match &event {
+                Ok(watcher::Event::Apply(node)) | Ok(watcher::Event::InitApply(node)) => {
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    seats.insert(name, NodeSeat::of(node));
+                }
+                Ok(watcher::Event::Delete(node)) => {
+                    seats.remove(&node.metadata.name.clone().unwrap_or_default());
+                }
+                _ => {}
+            }
+            let settled = !matches!(
+                event,
+                Ok(watcher::Event::Init) | Ok(watcher::Event::InitApply(_))
+            );
+            if settled {
+                let pools = pools_from_nodes(&me, &seats, xwire_gateway::DEFAULT_PORT);
+                if published.as_ref() != Some(&pools) {
+                    published = Some(pools.clone());
+                    *pools_change.lock().expect("not poisoned") = Some(pools);
+                }
+            }
             let mut changes = Vec::new();
             let joined = |node: &KubeNode, changes: &mut Vec<PeerChange>| {
                 let name = node.metadata.name.clone().unwrap_or_default();
@@ -140,6 +166,10 @@ impl Membership for KubeStore {
 
     fn take_peer_changes(&self) -> Vec<PeerChange> {
         std::mem::take(&mut *self.peer_changes.lock().expect("not poisoned"))
+    }
+
+    fn take_pools_change(&self) -> Option<Option<LabelledPools>> {
+        self.pools_change.lock().expect("not poisoned").take()
     }
 
     fn node_identity(&self) -> Result<Option<NodeIdentity>, StoreError> {

@@ -10,6 +10,7 @@
 
 mod gwire;
 mod membership;
+pub mod pools;
 mod status;
 
 use std::collections::BTreeMap;
@@ -85,6 +86,8 @@ pub struct KubeStore {
     changed: Arc<Mutex<Vec<String>>>,
     /// Nodes that joined or left since the node last asked.
     peer_changes: Arc<Mutex<Vec<PeerChange>>>,
+    /// The pools the Node labels make, when they changed (see `Membership`).
+    pools_change: Arc<Mutex<Option<Option<crate::store::LabelledPools>>>>,
     /// Within a batch (a node job: one CNI call, one batch of peer events), changes are
     /// kept in memory and written once at its end: an ADD that writes an attachment and
     /// four wire records costs one request, not five.
@@ -181,6 +184,7 @@ impl KubeStore {
             records: Mutex::new(BTreeMap::new()),
             changed,
             peer_changes: Arc::new(Mutex::new(Vec::new())),
+            pools_change: Arc::new(Mutex::new(None)),
             batching: Default::default(),
             pending: Mutex::new(BTreeMap::new()),
             requests: Default::default(),
@@ -208,6 +212,7 @@ impl KubeStore {
                 &store,
                 store.settings.peer_port,
                 store.peer_changes.clone(),
+                store.pools_change.clone(),
                 listed.clone(),
             );
             let deadline = std::time::Instant::now() + timeout;

@@ -1,0 +1,65 @@
+//! An identity as rustls takes it (the `tls` feature): the certificate chain, the key,
+//! the CA as the only root, and ring as the crypto provider; and the check that a peer's
+//! certificate (already verified against that CA) names the node it claims to be. The
+//! fast path's peer connections and the pool gateways' tunnels both use them.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::RootCertStore;
+
+use crate::NodeIdentity;
+
+pub struct TlsParts {
+    pub chain: Vec<CertificateDer<'static>>,
+    pub key: PrivateKeyDer<'static>,
+    pub roots: Arc<RootCertStore>,
+    pub provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl NodeIdentity {
+    /// The identity's PEM, parsed for rustls; the error says which part is wrong.
+    pub fn tls_parts(&self) -> Result<TlsParts, String> {
+        let chain = CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("node certificate: {e}"))?;
+        let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
+            .map_err(|e| format!("node key: {e}"))?;
+        let mut roots = RootCertStore::empty();
+        for ca in CertificateDer::pem_slice_iter(self.ca_pem.as_bytes()) {
+            roots
+                .add(ca.map_err(|e| format!("CA certificate: {e}"))?)
+                .map_err(|e| format!("CA certificate: {e}"))?;
+        }
+        if roots.is_empty() {
+            return Err("no CA certificate".into());
+        }
+        Ok(TlsParts {
+            chain,
+            key,
+            roots: Arc::new(roots),
+            provider: Arc::new(rustls::crypto::ring::default_provider()),
+        })
+    }
+}
+
+/// Whether the certificate chain a QUIC connection reports for its peer (its
+/// `peer_identity()`, checked against the CA in the handshake) is for node `name`.
+pub fn certificate_is_for(peer_identity: Option<Box<dyn Any>>, name: &str) -> bool {
+    let Some(identity) = peer_identity else {
+        return false;
+    };
+    let Ok(chain) = identity.downcast::<Vec<CertificateDer<'static>>>() else {
+        return false;
+    };
+    let (Some(cert), Ok(server_name)) = (chain.first(), ServerName::try_from(name.to_owned()))
+    else {
+        return false;
+    };
+    match rustls::server::ParsedCertificate::try_from(cert) {
+        Ok(parsed) => rustls::client::verify_server_name(&parsed, &server_name).is_ok(),
+        Err(_) => false,
+    }
+}
