@@ -75,6 +75,7 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
         if node.pump_peer_events() {
             last_event = Some(Instant::now());
         }
+        node.pump_pools();
         node.captures_ended();
         let settled = last_event.is_some_and(|t| t.elapsed() >= SETTLE);
         let due = interval.is_some_and(|i| last_pass.elapsed() >= i);

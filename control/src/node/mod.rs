@@ -153,8 +153,13 @@ impl Node {
             _ if config.topology.pools_from_labels => None,
             None => None,
             Some(pools) => Some(
-                pools::PoolRole::start(&config.node_name, pools, identity.as_ref())
-                    .map_err(|e| StartError::Fastpath(format!("node pools: {e}")))?,
+                pools::PoolRole::start(
+                    &config.node_name,
+                    config.node_address.ip(),
+                    pools,
+                    identity.as_ref(),
+                )
+                .map_err(|e| StartError::Fastpath(format!("node pools: {e}")))?,
             ),
         };
         let kept_identity = identity.clone();

@@ -64,18 +64,13 @@ impl Node {
             match event {
                 PeerEvent::Up { name, version, .. } => {
                     tracing::info!(peer = %name, version, "peer up");
-                    self.pool_peer_changed(&name, true);
                     self.peer_versions.insert(name.clone(), version);
                     // A Sync cut short by the last connection's end is void.
                     self.sync_in_progress.remove(&name);
                     self.send_sync(&name);
                 }
                 PeerEvent::Down { peer, reason } => {
-                    let name = self.peer_name(0, peer);
-                    tracing::info!(peer = ?name, %reason, "peer down");
-                    if let Some(name) = name {
-                        self.pool_peer_changed(&name, false);
-                    }
+                    tracing::info!(peer = ?self.peer_name(0, peer), %reason, "peer down");
                 }
                 PeerEvent::Refused { remote, reason } => {
                     tracing::warn!(%remote, %reason, "peer refused");

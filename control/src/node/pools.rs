@@ -1,13 +1,14 @@
 //! This node's part in the node pools (docs/routing.md): a gateway runs the tunnel to
 //! the other pools' gateways and routes their CIDRs into it; any other node routes them
 //! through its pool's active gateway, the first of the pool's gateways (in the
-//! configured order) whose peer connection is up. So when the active gateway's daemon
-//! dies, the pool moves to the next one as its connection times out, and moves back
-//! when the first one's connection is up again.
+//! configured order) that answers its probes (`xwire_gateway::probe`). So when the
+//! active gateway's daemon dies, the pool moves to the next one within about half a
+//! second, and moves back once the first one answers again with a tunnel up.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
 
-use xwire_gateway::{Gateway, GatewayConfig, Pools};
+use xwire_gateway::{Gateway, GatewayConfig, GatewayProbe, Pools};
 
 use super::Node;
 use crate::config::PoolsConfig;
@@ -22,8 +23,8 @@ pub(super) struct PoolRole {
     my_pool: usize,
     /// Running when this node is one of its pool's gateways.
     gateway: Option<Gateway>,
-    /// The peers whose (control) connection is up.
-    peers_up: HashSet<String>,
+    /// Running when it is not: which of the pool's gateways answer.
+    probe: Option<GatewayProbe>,
     /// The gateway the routes go through now (a node that is not a gateway).
     active: Option<String>,
 }
@@ -32,6 +33,7 @@ impl PoolRole {
     /// The role `config` gives node `me`; a gateway's tunnel starts here.
     pub(super) fn start(
         me: &str,
+        my_address: std::net::IpAddr,
         config: &PoolsConfig,
         identity: Option<&xwire_pki::NodeIdentity>,
     ) -> Result<PoolRole, String> {
@@ -55,12 +57,29 @@ impl PoolRole {
         } else {
             None
         };
+        let probe = if is_gateway {
+            None
+        } else {
+            let gateways = pools.all()[my_pool]
+                .gateways
+                .iter()
+                .map(|g| {
+                    let port = xwire_gateway::probe::probe_port(g.wan.port());
+                    (g.node.clone(), SocketAddr::new(g.address, port))
+                })
+                .collect();
+            let bind = SocketAddr::new(my_address, 0);
+            Some(
+                GatewayProbe::start(bind, gateways)
+                    .map_err(|e| format!("probe the gateways from {bind}: {e}"))?,
+            )
+        };
         Ok(PoolRole {
             config: config.clone(),
             pools,
             my_pool,
             gateway,
-            peers_up: HashSet::new(),
+            probe,
             active: None,
         })
     }
@@ -69,11 +88,9 @@ impl PoolRole {
     /// tunnel), else the first of the pool's that is up, or the first of all while none
     /// is (at a start, before any connection is up).
     fn active_gateway(&self) -> Option<&xwire_gateway::GatewaySpec> {
-        if self.gateway.is_some() {
-            return None;
-        }
+        let probe = self.probe.as_ref()?;
         let pool = &self.pools.all()[self.my_pool];
-        pool.active_gateway(|name| self.peers_up.contains(name))
+        pool.active_gateway(|name| probe.is_up(name))
             .or_else(|| pool.gateways.first())
     }
 
@@ -165,15 +182,12 @@ impl Node {
         {
             return;
         }
-        let peers_up = self
-            .pools
-            .take()
-            .map(|role| role.peers_up.clone())
-            .unwrap_or_default();
-        match PoolRole::start(&self.config.node_name, &config, self.identity.as_ref()) {
-            Ok(mut role) => {
+        // The old role's gateway and probes stop before the new one's start.
+        self.pools = None;
+        let me = self.config.node_address.ip();
+        match PoolRole::start(&self.config.node_name, me, &config, self.identity.as_ref()) {
+            Ok(role) => {
                 tracing::info!(pool = %config.member_of, pools = config.pools.len(), "pools: from the Node labels");
-                role.peers_up = peers_up;
                 self.pools = Some(role);
             }
             Err(e) => tracing::warn!("pools from the Node labels: {e}"),
@@ -181,23 +195,18 @@ impl Node {
         self.sync_pool_routes();
     }
 
-    /// A peer's control connection came up or went: the active gateway may change.
-    pub(super) fn pool_peer_changed(&mut self, name: &str, up: bool) {
-        let Some(role) = &mut self.pools else {
-            return;
+    /// The gateway the routes should go through changed (its probes stopped, or the
+    /// first one answers again): the routes follow. Says whether they did.
+    pub fn pump_pools(&mut self) -> bool {
+        let Some(role) = &self.pools else {
+            return false;
         };
-        let changed = if up {
-            role.peers_up.insert(name.to_owned())
-        } else {
-            role.peers_up.remove(name)
-        };
-        let is_gateway = role.pools.all()[role.my_pool]
-            .gateways
-            .iter()
-            .any(|g| g.node == name);
-        if changed && is_gateway {
-            self.sync_pool_routes();
+        let active = role.active_gateway().map(|g| g.node.clone());
+        if active == role.active {
+            return false;
         }
+        self.sync_pool_routes();
+        true
     }
 
     /// Brings the pools' table and its rules to what the role asks for now (at the

@@ -7,6 +7,7 @@
 //! stays one connection end to end. `pools` decides (pure); `tunnel` moves packets.
 
 pub mod pools;
+pub mod probe;
 mod tls;
 mod tunnel;
 
@@ -17,6 +18,7 @@ use serde::Serialize;
 use xwire_pki::NodeIdentity;
 
 pub use pools::{GatewaySpec, PoolSpec, Pools};
+pub use probe::GatewayProbe;
 pub use tls::{IDLE_TIMEOUT_MS, KEEP_ALIVE};
 
 #[derive(Debug, thiserror::Error)]

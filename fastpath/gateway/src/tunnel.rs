@@ -94,11 +94,11 @@ pub(crate) fn start(
         .iter()
         .position(|p| p.gateways.iter().any(|g| g.node == config.node))
         .ok_or_else(|| GatewayError::Config(format!("{} is no pool's gateway", config.node)))?;
-    let wan = config.pools.all()[my_pool]
+    let (wan, my_address) = config.pools.all()[my_pool]
         .gateways
         .iter()
         .find(|g| g.node == config.node)
-        .map(|g| g.wan)
+        .map(|g| (g.wan, g.address))
         .expect("found above");
     let server = tls::server_config(identity, config.wan_mtu)?;
     let client = tls::client_config(identity, config.wan_mtu)?;
@@ -169,6 +169,15 @@ pub(crate) fn start(
                     }
                 }
                 tokio::spawn(accept_loop(shared.clone(), endpoint.clone()));
+                let probes = SocketAddr::new(my_address, crate::probe::probe_port(wan.port()));
+                match tokio::net::UdpSocket::bind(probes).await {
+                    Ok(socket) => {
+                        tokio::spawn(answer_probes(shared.clone(), socket));
+                    }
+                    Err(e) => {
+                        tracing::warn!(%probes, "the pool's nodes cannot probe this gateway: {e}")
+                    }
+                }
                 tokio::spawn(tun_loop(shared.clone(), config.tunnel_mtu));
                 let _ = stop_rx.await;
                 endpoint.close(0u32.into(), b"gateway stopped");
@@ -308,5 +317,16 @@ async fn tun_loop(shared: Arc<Shared>, mtu: u16) {
             }
             Err(_) => counters.dropped_no_tunnel.fetch_add(1, Ordering::Relaxed),
         };
+    }
+}
+
+/// Answers the pool's nodes' probes (see `probe.rs`) while the gateway runs.
+async fn answer_probes(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
+    let mut buf = [0u8; 64];
+    while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+        let tunnels_up = !shared.tunnels.read().is_empty();
+        if let Some(reply) = crate::probe::answer(&buf[..n], tunnels_up) {
+            let _ = socket.send_to(reply, from).await;
+        }
     }
 }
