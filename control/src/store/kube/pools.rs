@@ -57,6 +57,15 @@ impl NodeSeat {
     }
 }
 
+/// One pool's nodes as they are gathered: their host routes, its gateways with their
+/// rank, and whether any node says it is behind NAT.
+#[derive(Default)]
+struct Gathered {
+    cidrs: Vec<String>,
+    gateways: Vec<(u32, String, GatewaySpec)>,
+    nat: bool,
+}
+
 /// The pools the nodes' labels make, and `me`'s; `None` when `me` is in no pool. Pools
 /// without a gateway are left out (their nodes are reached by no one outside), and
 /// said so in the log.
@@ -66,16 +75,15 @@ pub fn pools_from_nodes(
     gateway_port: u16,
 ) -> Option<LabelledPools> {
     let member_of = nodes.get(me)?.pool.clone()?;
-    let mut pools: BTreeMap<&str, (Vec<String>, Vec<(u32, String, GatewaySpec)>, bool)> =
-        BTreeMap::new();
+    let mut pools: BTreeMap<&str, Gathered> = BTreeMap::new();
     for (name, seat) in nodes {
         let (Some(pool), Some(internal)) = (&seat.pool, seat.internal) else {
             continue;
         };
         let entry = pools.entry(pool).or_default();
         let host = if internal.is_ipv4() { 32 } else { 128 };
-        entry.0.push(format!("{internal}/{host}"));
-        entry.2 |= seat.nat;
+        entry.cidrs.push(format!("{internal}/{host}"));
+        entry.nat |= seat.nat;
         if let Some(rank) = seat.gateway_rank {
             let wan = seat.gateway_address.unwrap_or_else(|| {
                 SocketAddr::new(seat.external.unwrap_or(internal), gateway_port)
@@ -85,11 +93,19 @@ pub fn pools_from_nodes(
                 address: internal,
                 wan,
             };
-            entry.1.push((rank, name.clone(), spec));
+            entry.gateways.push((rank, name.clone(), spec));
         }
     }
     let mut specs = Vec::new();
-    for (pool, (cidrs, mut gateways, nat)) in pools {
+    for (
+        pool,
+        Gathered {
+            cidrs,
+            mut gateways,
+            nat,
+        },
+    ) in pools
+    {
         if gateways.is_empty() {
             tracing::warn!(%pool, "node pool without a node labelled {GATEWAY_LABEL}: left out");
             continue;
