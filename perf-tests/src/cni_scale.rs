@@ -64,6 +64,8 @@ impl CallTimes {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub pods: usize,
+    /// How many calls were in flight at once (1: one after another).
+    pub callers: usize,
     pub links: usize,
     pub remote_links: usize,
     pub xwire_add: CallTimes,
@@ -100,11 +102,44 @@ fn topology(pods: usize) -> Vec<Value> {
         .collect()
 }
 
-pub fn run(binaries: &Binaries, pods: usize) -> Result<Report> {
+/// Runs `call` on every item, from `callers` threads that take the items in turn (as a
+/// runtime that starts many pods at once does); each call's time, in no particular order.
+fn timed_calls<T: Sync>(
+    items: &[T],
+    callers: usize,
+    call: impl Fn(usize, &T) -> Result<()> + Sync,
+) -> Result<Vec<Duration>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let times = std::sync::Mutex::new(Vec::with_capacity(items.len()));
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..callers.max(1))
+            .map(|_| {
+                scope.spawn(|| -> Result<()> {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else {
+                            return Ok(());
+                        };
+                        let t = Instant::now();
+                        call(i, item)?;
+                        times.lock().expect("not poisoned").push(t.elapsed());
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().unwrap_or_else(|_| bail!("a caller panicked")))
+    })?;
+    Ok(times.into_inner().expect("not poisoned"))
+}
+
+pub fn run(binaries: &Binaries, pods: usize, callers: usize) -> Result<Report> {
     ensure!(
         pods >= 6 && pods % 2 == 0,
         "--pods must be even and at least 6"
     );
+    ensure!(callers >= 1, "--callers must be at least 1");
     let certs = TempDir::new("bench-certs");
     let (na, nb) = node_pair(
         &binaries.xwired,
@@ -120,16 +155,13 @@ pub fn run(binaries: &Binaries, pods: usize) -> Result<Report> {
     let pod_list: Vec<Pod> = (0..pods).map(|i| Pod::new(&format!("p{i:02}"))).collect();
     let node_of = |i: usize| if i % 2 == 0 { &na } else { &nb };
 
-    let (bridge_add, bridge_del) = bridge_baseline(&na.ns, &pod_list)?;
+    let (bridge_add, bridge_del) = bridge_baseline(&na.ns, &pod_list, callers)?;
 
-    // Every pod through the plugin, one after another; each call's time.
+    // Every pod through the plugin, from `callers` callers; each call's time.
     let call_all = |command: &str| -> Result<Vec<Duration>> {
-        let mut times = Vec::new();
-        for (i, pod) in pod_list.iter().enumerate() {
+        timed_calls(&pod_list, callers, |i, pod| {
             let config = node_of(i).net_config("1.1.0").with_namespace("bench");
-            let t = Instant::now();
             let out = pod.call(&binaries.plugin, command, &config);
-            times.push(t.elapsed());
             if out.code != 0 {
                 bail!(
                     "{command} {}: {}\n{}",
@@ -138,8 +170,8 @@ pub fn run(binaries: &Binaries, pods: usize) -> Result<Report> {
                     node_of(i).log()
                 );
             }
-        }
-        Ok(times)
+            Ok(())
+        })
     };
 
     let started = Instant::now();
@@ -180,6 +212,7 @@ pub fn run(binaries: &Binaries, pods: usize) -> Result<Report> {
 
     Ok(Report {
         pods,
+        callers,
         links: pods * 2,
         remote_links: pods,
         xwire_add: CallTimes::of(add_times),
@@ -203,8 +236,9 @@ impl WithNamespace for Value {
     }
 }
 
-/// ADD then DEL of every pod with bridge + host-local, the bridge in `node`.
-fn bridge_baseline(node: &Netns, pods: &[Pod]) -> Result<(CallTimes, CallTimes)> {
+/// ADD then DEL of every pod with bridge + host-local, the bridge in `node`, from
+/// `callers` callers at once.
+fn bridge_baseline(node: &Netns, pods: &[Pod], callers: usize) -> Result<(CallTimes, CallTimes)> {
     let bridge = Path::new("/usr/lib/cni/bridge");
     ensure!(
         bridge.exists(),
@@ -216,9 +250,9 @@ fn bridge_baseline(node: &Netns, pods: &[Pod]) -> Result<(CallTimes, CallTimes)>
         "isGateway": false, "ipMasq": false,
         "ipam": {"type": "host-local", "subnet": "10.199.81.0/24", "dataDir": ipam.0},
     });
-    let mut times = [Vec::new(), Vec::new()];
-    for (step, command) in ["ADD", "DEL"].iter().enumerate() {
-        for pod in pods {
+    let mut times = Vec::new();
+    for command in ["ADD", "DEL"] {
+        times.push(timed_calls(pods, callers, |_, pod| {
             let netns = pod.netns();
             let env = [
                 ("CNI_CONTAINERID", pod.container.as_str()),
@@ -226,22 +260,26 @@ fn bridge_baseline(node: &Netns, pods: &[Pod]) -> Result<(CallTimes, CallTimes)>
                 ("CNI_IFNAME", "eth0"),
                 ("CNI_PATH", "/usr/lib/cni"),
             ];
-            let t = Instant::now();
             let out = node.run(|| plugin(bridge, command, &env, &config))?;
-            times[step].push(t.elapsed());
             if out.code != 0 {
                 bail!("bridge {command} {}: {}", pod.name, out.output);
             }
-        }
+            Ok(())
+        })?);
     }
-    let [add, del] = times;
+    let del = times.pop().unwrap_or_default();
+    let add = times.pop().unwrap_or_default();
     Ok((CallTimes::of(add), CallTimes::of(del)))
 }
 
 /// The report as a table with the ratios to the bridge baseline.
 pub fn print(report: &Report) {
+    let how = match report.callers {
+        1 => "calls one after another".to_owned(),
+        n => format!("{n} callers at once"),
+    };
     println!(
-        "{} pods, {} links ({} across nodes), 2 nodes; calls one after another, timed from the plugin's start to its exit",
+        "{} pods, {} links ({} across nodes), 2 nodes; {how}, each call timed from the plugin's start to its exit",
         report.pods, report.links, report.remote_links
     );
     println!("{:<22} {:>9} {:>9}", "", "p50 ms", "p99 ms");

@@ -137,9 +137,13 @@ enum Scenario {
     /// up and torn down through the CNI plugin; p50/p99 ADD and DEL times next to the
     /// bridge plugin's, and total bring-up and tear-down times.
     CniScale {
-        /// Pods to add and delete, one after another.
+        /// Pods to add and delete.
         #[arg(long, default_value_t = 50)]
         pods: usize,
+        /// Calls in flight at once, as a kubelet starting many pods makes them (xwire's
+        /// and the bridge baseline's alike); 1: one after another.
+        #[arg(long, default_value_t = 1)]
+        callers: usize,
         /// Where xwired and xwire are (default: next to this program).
         #[arg(long)]
         bin_dir: Option<std::path::PathBuf>,
@@ -264,11 +268,12 @@ fn run() -> Result<()> {
         scenario @ Scenario::RemoteWire { .. } => remote_wire(scenario),
         Scenario::CniScale {
             pods,
+            callers,
             bin_dir,
             json,
         } => {
             let binaries = xwire_perf::cni_scale::Binaries::in_dir(&bin_dir_or_own(bin_dir)?)?;
-            let report = xwire_perf::cni_scale::run(&binaries, pods)?;
+            let report = xwire_perf::cni_scale::run(&binaries, pods, callers)?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
