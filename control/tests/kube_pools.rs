@@ -18,16 +18,6 @@ const NODES: Nodes = Nodes {
     subnet: 13,
 };
 
-fn server_or_skip() -> Option<ApiServer> {
-    match ApiServer::start() {
-        Ok(server) => Some(server),
-        Err(reason) => {
-            xwire_testbed::skip(&reason);
-            None
-        }
-    }
-}
-
 fn ca_secret() -> String {
     let out = Command::new(support::xwirectl_bin())
         .arg("ca-secret")
@@ -62,7 +52,7 @@ fn rules(node: &Node) -> String {
 
 #[test]
 fn pools_follow_the_node_labels() {
-    let Some(server) = server_or_skip() else {
+    let Some(server) = apiserver::start_or_skip() else {
         return;
     };
     apiserver::install(&server, NODES, &ca_secret());

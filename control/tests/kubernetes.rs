@@ -14,16 +14,6 @@ use support::apiserver::{self, apply_objects, deregister_node, register_node, Ap
 use support::{call, eventually, Node, Pod};
 use xwire_testbed::checks::{ping, ping_rtts};
 
-fn server_or_skip() -> Option<ApiServer> {
-    match ApiServer::start() {
-        Ok(server) => Some(server),
-        Err(reason) => {
-            xwire_testbed::skip(&reason);
-            None
-        }
-    }
-}
-
 /// KNE's shape: one object per pod, uids from 0, empty addresses where there are none.
 fn topology(ns: &str, pod: &str, peer: &str, links: &[(u64, &str, &str)]) -> Value {
     json!({
@@ -101,7 +91,7 @@ fn kube_nodes(server: &ApiServer, nodes: Nodes) -> (Node, Node) {
 
 #[test]
 fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
-    let Some(server) = server_or_skip() else {
+    let Some(server) = apiserver::start_or_skip() else {
         return;
     };
     install(&server, NODES);
@@ -327,7 +317,7 @@ fn wire_shapes(nodes: [&Node; 2]) -> Vec<String> {
 
 #[test]
 fn kne_objects_make_the_same_wires_through_xwirectl_and_through_the_api_server() {
-    let Some(server) = server_or_skip() else {
+    let Some(server) = apiserver::start_or_skip() else {
         return;
     };
     let nodes = Nodes {

@@ -294,24 +294,19 @@ pub fn check(
         if alias_of(&link).as_deref() != Some(alias.as_str()) {
             problems.push(format!("{node_if_owned} is not this attachment's veth"));
         }
-        let index = link.header.index;
-        let routes = routes_through(&h, index).await?;
-        for route in &node_plan.node_routes {
-            if !routes.contains(route) {
-                problems.push(format!(
-                    "the node has no route {} dev {node_if_owned}",
-                    describe(route)
-                ));
-            }
-        }
-        let neighbours = permanent_neighbours(&h, index).await?;
-        for ip in &node_plan.node_neighbours {
-            if !neighbours.iter().any(|(n, _)| n == ip) {
-                problems.push(format!(
-                    "the node has no permanent neighbour {ip} on {node_if_owned}"
-                ));
-            }
-        }
+        let side = Side {
+            who: "the node",
+            ifname: &node_if_owned,
+            index: link.header.index,
+        };
+        side.check(
+            &h,
+            &node_plan.node_routes,
+            &node_plan.node_neighbours,
+            None,
+            &mut problems,
+        )
+        .await?;
         Ok((problems, mac_of(&link)))
     })?;
     let pod_if = mode.pod_interface.clone();
@@ -321,28 +316,19 @@ pub fn check(
         let Some(link) = find(&h, &pod_if).await? else {
             return Ok(vec![format!("the pod has no {pod_if}")]);
         };
-        let index = link.header.index;
-        let routes = routes_through(&h, index).await?;
-        for route in &plan.pod_routes {
-            if !routes.contains(route) {
-                problems.push(format!(
-                    "the pod has no route {} dev {pod_if}",
-                    describe(route)
-                ));
-            }
-        }
-        let neighbours = permanent_neighbours(&h, index).await?;
-        for ip in &plan.pod_neighbours {
-            match neighbours.iter().find(|(n, _)| n == ip) {
-                None => problems.push(format!(
-                    "the pod has no permanent neighbour {ip} on {pod_if}"
-                )),
-                Some((_, mac)) if node_mac.as_deref().is_some_and(|m| m != mac) => problems.push(
-                    format!("the pod's neighbour {ip} is at {mac}, not the node end's MAC"),
-                ),
-                Some(_) => {}
-            }
-        }
+        let side = Side {
+            who: "the pod",
+            ifname: &pod_if,
+            index: link.header.index,
+        };
+        side.check(
+            &h,
+            &plan.pod_routes,
+            &plan.pod_neighbours,
+            node_mac.as_deref(),
+            &mut problems,
+        )
+        .await?;
         for ifname in [pod_if.as_str(), primary.as_str()] {
             match read_rp_filter(ifname) {
                 Some(v) if v == rp_filter => {}
@@ -355,6 +341,48 @@ pub fn check(
     })?;
     problems.extend(pod_problems);
     Ok(problems)
+}
+
+/// One side of the veth, as CHECK looks at it.
+struct Side<'a> {
+    /// "the node" or "the pod", for the messages.
+    who: &'static str,
+    ifname: &'a str,
+    index: u32,
+}
+
+impl Side<'_> {
+    /// Adds to `problems` each of `routes` through the side's interface that is missing,
+    /// and each of `neighbours` that is not a permanent entry on it (or, with `mac`, not
+    /// at that MAC).
+    async fn check(
+        &self,
+        h: &Handle,
+        routes: &[Route],
+        neighbours: &[IpAddr],
+        mac: Option<&str>,
+        problems: &mut Vec<String>,
+    ) -> Result<(), String> {
+        let (who, ifname) = (self.who, self.ifname);
+        let found = routes_through(h, self.index).await?;
+        for route in routes.iter().filter(|r| !found.contains(r)) {
+            problems.push(format!(
+                "{who} has no route {} dev {ifname}",
+                describe(route)
+            ));
+        }
+        let entries = permanent_neighbours(h, self.index).await?;
+        for ip in neighbours {
+            match entries.iter().find(|(n, _)| n == ip) {
+                None => problems.push(format!("{who} has no permanent neighbour {ip} on {ifname}")),
+                Some((_, at)) if mac.is_some_and(|m| m != at) => problems.push(format!(
+                    "{who}'s neighbour {ip} is at {at}, not the other end's MAC"
+                )),
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
 }
 
 fn describe(route: &Route) -> String {

@@ -172,7 +172,7 @@ enum RawMgmt {
     Settings(RawMgmtSettings),
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawMgmtSettings {
     interface: Option<String>,
@@ -428,31 +428,25 @@ fn check_mgmt(
         column: 0,
         message: format!("mgmt: {message}"),
     };
-    let raw = match raw {
+    // `false` turns it off; absent, `true` or a mapping turns it on (with defaults for
+    // what the mapping leaves out).
+    let on = |flag: bool| flag.then(RawMgmtSettings::default);
+    let settings = match raw {
+        None => on(true),
+        Some(RawMgmt::On(flag)) => on(*flag),
         Some(RawMgmt::Word(word)) => match word.as_str() {
-            "true" => Some(&RawMgmt::On(true)),
-            "false" => Some(&RawMgmt::On(false)),
+            "true" => on(true),
+            "false" => on(false),
             other => {
                 return Err(refuse(format!(
                     "{other:?}: expected true, false or {{interface, ipv4_subnet, ipv6_subnet}}"
                 )))
             }
         },
-        other => other,
+        Some(RawMgmt::Settings(settings)) => Some(settings.clone()),
     };
-    let settings = match raw {
-        Some(RawMgmt::On(false)) => return Ok(None),
-        None | Some(RawMgmt::On(true)) => RawMgmtSettings {
-            interface: None,
-            ipv4_subnet: None,
-            ipv6_subnet: None,
-        },
-        Some(RawMgmt::Word(_)) => unreachable!("read as a flag above"),
-        Some(RawMgmt::Settings(settings)) => RawMgmtSettings {
-            interface: settings.interface.clone(),
-            ipv4_subnet: settings.ipv4_subnet.clone(),
-            ipv6_subnet: settings.ipv6_subnet.clone(),
-        },
+    let Some(settings) = settings else {
+        return Ok(None);
     };
     let interface = settings
         .interface

@@ -489,3 +489,15 @@ pub fn apply_objects(server: &ApiServer, objects: &[Value]) {
         .collect();
     server.apply(&yaml.join("\n---\n"), false).unwrap();
 }
+
+/// A started API server, or `None` after reporting the test skipped with the reason
+/// (no kube-apiserver here).
+pub fn start_or_skip() -> Option<ApiServer> {
+    match ApiServer::start() {
+        Ok(server) => Some(server),
+        Err(reason) => {
+            crate::skip(&reason);
+            None
+        }
+    }
+}
