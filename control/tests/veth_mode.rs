@@ -192,7 +192,10 @@ fn veth_mode_wires_a_macvlan_pod_to_its_node_and_check_and_del_follow() {
     for ifname in ["veth0", "eth0"] {
         let value = ok(
             &pod.ns,
-            &["sysctl", "-n", &format!("net.ipv4.conf.{ifname}.rp_filter")],
+            &[
+                "cat",
+                &format!("/proc/sys/net/ipv4/conf/{ifname}/rp_filter"),
+            ],
         );
         assert_eq!(value.trim(), "2", "{ifname}");
     }

@@ -105,7 +105,11 @@ fn pods_are_on_the_management_network_and_static_routes_cross_a_router() {
     );
 
     // r3 reaches r2 through r1, by the static routes of r2 and r3 (r1 forwards).
-    let forward = lab.exec("r1", &["sysctl", "-w", "net.ipv4.ip_forward=1"]);
+    // Through /proc rather than sysctl(8): procps is not on every fresh machine.
+    let forward = lab.exec(
+        "r1",
+        &["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"],
+    );
     assert!(forward.status.success(), "{}", text(&forward));
     assert!(lab.pings("r3", "10.0.12.2", 56), "r3 -> r1 -> r2");
     // r1 is in router mode: a rule per addressed interface, read back by iproute2.
