@@ -18,6 +18,7 @@ use xwire_proto::DecodeError;
 
 use crate::metrics::NodeMetrics;
 use crate::node::{CaptureStream, Node};
+use crate::step_times;
 
 /// A request on its way to the node, and where its answer goes.
 pub struct Job {
@@ -25,6 +26,8 @@ pub struct Job {
     /// The answer, and the capture a `Capture` request started (streamed by the
     /// connection after the answer).
     pub reply: oneshot::Sender<(Response, Option<CaptureStream>)>,
+    /// When it was queued, for the time it waited (a step of the call's).
+    pub queued: Instant,
 }
 
 /// How often the node looks at peer events when no request comes.
@@ -44,24 +47,23 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
     };
     let mut last_event: Option<Instant> = None;
     let mut last_pass = Instant::now();
+    // A job taken from the queue while gathering DELs, to answer next.
+    let mut held: Option<Job> = None;
     loop {
-        match jobs.recv_timeout(PEER_POLL) {
-            // Its caller is gone (the daemon is stopping, or the caller gave up): a
-            // stopping daemon does not work through a queue nobody waits for.
-            Ok(job) if job.reply.is_closed() => {}
+        let next = match held.take() {
+            Some(job) => Ok(job),
+            None => jobs.recv_timeout(PEER_POLL),
+        };
+        match next {
             Ok(job) => {
-                let reads_only = matches!(
-                    job.request,
-                    local::Request::State
-                        | local::Request::Counters
-                        | local::Request::TopologyGet(_)
-                        | local::Request::Status(_)
-                        | local::Request::Reconcile
-                );
-                let response = node.handle_batched(job.request);
-                // A capture whose connection has gone ends here, as it is dropped.
-                let _ = job.reply.send((response, node.take_started_capture()));
-                if !reads_only {
+                let mut batch = vec![job];
+                if matches!(batch[0].request, local::Request::Del(_)) {
+                    held = gather_dels(&jobs, &mut batch);
+                }
+                // Its caller is gone (the daemon is stopping, or the caller gave up): a
+                // stopping daemon does not work through a queue nobody waits for.
+                batch.retain(|job| !job.reply.is_closed());
+                if answer_all(&mut node, batch) {
                     last_event = Some(Instant::now());
                 }
             }
@@ -90,6 +92,68 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
             tracing::error!("writing the store: {}: {}", e.msg, e.details);
         }
     }
+}
+
+/// The most DELs taken together.
+const DELS_AT_ONCE: usize = 64;
+
+/// Adds to `batch` (a DEL) the DELs queued right behind it, up to `DELS_AT_ONCE`, and
+/// returns the first other job it took from the queue, to be answered after them: the
+/// order of the calls is kept.
+fn gather_dels(jobs: &Receiver<Job>, batch: &mut Vec<Job>) -> Option<Job> {
+    while batch.len() < DELS_AT_ONCE {
+        let job = jobs.try_recv().ok()?;
+        if !matches!(job.request, local::Request::Del(_)) {
+            return Some(job);
+        }
+        batch.push(job);
+    }
+    None
+}
+
+/// Answers the jobs in order; DELs that came together first have their pods' interfaces
+/// deleted at once (`Node::begin_dels`). Whether any of them may have changed something.
+fn answer_all(node: &mut Node, batch: Vec<Job>) -> bool {
+    // What the node did between calls is not these calls'.
+    step_times::take();
+    let started = Instant::now();
+    node.begin_dels(batch.iter().filter_map(|job| match &job.request {
+        local::Request::Del(call) => Some(call),
+        _ => None,
+    }));
+    // Every DEL of the batch waited for that, as part of its own handling.
+    let shared = step_times::take();
+    let shared_took = started.elapsed();
+    let mut changed = false;
+    for job in batch {
+        let reads_only = matches!(
+            job.request,
+            local::Request::State
+                | local::Request::Counters
+                | local::Request::TopologyGet(_)
+                | local::Request::Status(_)
+                | local::Request::Reconcile
+        );
+        let command = cni_command(&job.request);
+        let shares = matches!(job.request, local::Request::Del(_)) && !shared.is_empty();
+        let (mut steps, shared_took) = match shares {
+            true => (shared.clone(), shared_took),
+            false => (Vec::new(), Duration::ZERO),
+        };
+        let waited = job.queued.elapsed().saturating_sub(shared_took);
+        let handling = Instant::now();
+        let response = node.handle_batched(job.request);
+        if let Some(command) = command {
+            steps.extend(step_times::take());
+            let handled = handling.elapsed() + shared_took;
+            node.metrics()
+                .observe_cni_steps(command, waited, &steps, handled);
+        }
+        // A capture whose connection has gone ends here, as it is dropped.
+        let _ = job.reply.send((response, node.take_started_capture()));
+        changed |= !reads_only;
+    }
+    changed
 }
 
 /// Binds the socket at `path`: its directory is made if missing, a stale socket (nobody
@@ -236,7 +300,11 @@ pub async fn ask(jobs: &Sender<Job>, request: local::Request) -> (Response, Opti
         });
         (error, None)
     };
-    match jobs.try_send(Job { request, reply }) {
+    match jobs.try_send(Job {
+        request,
+        reply,
+        queued: Instant::now(),
+    }) {
         Ok(()) => {}
         Err(TrySendError::Full(_)) => {
             return try_again(format!(

@@ -4,6 +4,7 @@
 //! so that what xwire made can be told from what other plugins made, even with no
 //! daemon to ask (the plugin's DEL when the daemon is down).
 
+use crate::step_times;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
@@ -80,70 +81,74 @@ pub fn create_veth(
     b_ns: &NetnsFd,
     b: &EndSettings,
 ) -> Result<(), NetnsError> {
-    let op = format!(
-        "add veth {}:{} -- {}:{}",
-        a_ns.label(),
-        a.name,
-        b_ns.label(),
-        b.name
-    );
-    let peer = LinkUnspec::new_with_name(&b.name)
-        .setns_by_fd(b_ns.file().as_raw_fd())
-        .build();
-    let message = LinkMessageBuilder::<LinkUnspec>::new_with_info_kind(InfoKind::Veth)
-        .name(a.name.clone())
-        .set_info_data(InfoData::Veth(InfoVeth::Peer(peer)))
-        .build();
-    a_ns.netlink(
-        &op,
-        |h| async move { h.link().add(message).execute().await },
-    )?;
-    let configured = configure(a_ns, a).and_then(|()| configure(b_ns, b));
-    if let Err(e) = configured {
-        // The veth this call just made, which may not carry its alias yet.
-        let _ = a_ns.netlink(&op, |h| async move {
-            let index = index_of(&h, &a.name).await?;
-            h.link().del(index).execute().await
-        });
-        return Err(e);
-    }
-    Ok(())
+    step_times::time(step_times::NETLINK, || {
+        let op = format!(
+            "add veth {}:{} -- {}:{}",
+            a_ns.label(),
+            a.name,
+            b_ns.label(),
+            b.name
+        );
+        let peer = LinkUnspec::new_with_name(&b.name)
+            .setns_by_fd(b_ns.file().as_raw_fd())
+            .build();
+        let message = LinkMessageBuilder::<LinkUnspec>::new_with_info_kind(InfoKind::Veth)
+            .name(a.name.clone())
+            .set_info_data(InfoData::Veth(InfoVeth::Peer(peer)))
+            .build();
+        a_ns.netlink(
+            &op,
+            |h| async move { h.link().add(message).execute().await },
+        )?;
+        let configured = configure(a_ns, a).and_then(|()| configure(b_ns, b));
+        if let Err(e) = configured {
+            // The veth this call just made, which may not carry its alias yet.
+            let _ = a_ns.netlink(&op, |h| async move {
+                let index = index_of(&h, &a.name).await?;
+                h.link().del(index).execute().await
+            });
+            return Err(e);
+        }
+        Ok(())
+    })
 }
 
 /// Applies `end`'s settings to the existing interface `end.name` and brings it up.
 pub fn configure(ns: &NetnsFd, end: &EndSettings) -> Result<(), NetnsError> {
-    let op = format!("configure {}", end.name);
-    if end.checksum_off {
-        let name = end.name.clone();
-        ns.run(&op, || set_offload(&name, Offload::TxChecksum, false))?
-            .map_err(|source| NetnsError::Io {
-                op: format!("turn tx checksum off on {}", end.name),
-                ns: ns.label().into(),
-                source,
-            })?;
-    }
-    let end = end.clone();
-    ns.netlink(&op, |h| async move {
-        let index = index_of(&h, &end.name).await?;
-        let mut builder = LinkUnspec::new_with_index(index);
-        if let Some(mtu) = end.mtu {
-            builder = builder.mtu(mtu);
+    step_times::time(step_times::NETLINK, || {
+        let op = format!("configure {}", end.name);
+        if end.checksum_off {
+            let name = end.name.clone();
+            ns.run(&op, || set_offload(&name, Offload::TxChecksum, false))?
+                .map_err(|source| NetnsError::Io {
+                    op: format!("turn tx checksum off on {}", end.name),
+                    ns: ns.label().into(),
+                    source,
+                })?;
         }
-        if let Some(mac) = end.mac {
-            builder = builder.address(mac.to_vec());
-        }
-        let mut message = builder.build();
-        if let Some(alias) = &end.alias {
-            message
-                .attributes
-                .push(LinkAttribute::IfAlias(alias.clone()));
-        }
-        h.link().set(message).execute().await?;
-        if let Some((addr, prefix)) = end.address {
-            h.address().add(index, addr, prefix).execute().await?;
-        }
-        let up = LinkUnspec::new_with_index(index).up().build();
-        h.link().set(up).execute().await
+        let end = end.clone();
+        ns.netlink(&op, |h| async move {
+            let index = index_of(&h, &end.name).await?;
+            let mut builder = LinkUnspec::new_with_index(index);
+            if let Some(mtu) = end.mtu {
+                builder = builder.mtu(mtu);
+            }
+            if let Some(mac) = end.mac {
+                builder = builder.address(mac.to_vec());
+            }
+            let mut message = builder.build();
+            if let Some(alias) = &end.alias {
+                message
+                    .attributes
+                    .push(LinkAttribute::IfAlias(alias.clone()));
+            }
+            h.link().set(message).execute().await?;
+            if let Some((addr, prefix)) = end.address {
+                h.address().add(index, addr, prefix).execute().await?;
+            }
+            let up = LinkUnspec::new_with_index(index).up().build();
+            h.link().set(up).execute().await
+        })
     })
 }
 
@@ -163,68 +168,72 @@ pub enum Removal {
 /// mark xwire gave it: an interface of the same name that another plugin or the
 /// container made is never deleted.
 pub fn delete(ns: &NetnsFd, name: &str, alias: &str) -> Result<Removal, NetnsError> {
-    let op = format!("delete {name}");
-    let result = ns.netlink(&op, |h| async move {
-        let found = find(&h, name).await?;
-        let found_alias = found.attributes.iter().find_map(|a| match a {
-            LinkAttribute::IfAlias(a) => Some(a.clone()),
-            _ => None,
+    step_times::time(step_times::NETLINK, || {
+        let op = format!("delete {name}");
+        let result = ns.netlink(&op, |h| async move {
+            let found = find(&h, name).await?;
+            let found_alias = found.attributes.iter().find_map(|a| match a {
+                LinkAttribute::IfAlias(a) => Some(a.clone()),
+                _ => None,
+            });
+            if found_alias.as_deref() != Some(alias) {
+                return Ok(Removal::Foreign { alias: found_alias });
+            }
+            h.link().del(found.header.index).execute().await?;
+            Ok(Removal::Removed)
         });
-        if found_alias.as_deref() != Some(alias) {
-            return Ok(Removal::Foreign { alias: found_alias });
+        match result {
+            Err(e) if e.errno() == Some(ENODEV) => Ok(Removal::Absent),
+            other => other,
         }
-        h.link().del(found.header.index).execute().await?;
-        Ok(Removal::Removed)
-    });
-    match result {
-        Err(e) if e.errno() == Some(ENODEV) => Ok(Removal::Absent),
-        other => other,
-    }
+    })
 }
 
 /// What the kernel says of `name` now; `None` when there is no such interface.
 pub fn inspect(ns: &NetnsFd, name: &str) -> Result<Option<InterfaceState>, NetnsError> {
-    let op = format!("read {name}");
-    let result = ns.netlink(&op, |h| async move {
-        let message = find(&h, name).await?;
-        let index = message.header.index;
-        let addresses: Vec<_> = h
-            .address()
-            .get()
-            .set_link_index_filter(index)
-            .execute()
-            .try_collect()
-            .await?;
-        Ok((message, addresses))
-    });
-    let (message, address_messages) = match result {
-        Ok(found) => found,
-        Err(e) if e.errno() == Some(ENODEV) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let mut state = InterfaceState {
-        up: message.header.flags.contains(LinkFlags::Up),
-        mtu: 0,
-        mac: [0; 6],
-        alias: None,
-        addresses: Vec::new(),
-    };
-    for attribute in &message.attributes {
-        match attribute {
-            LinkAttribute::Mtu(mtu) => state.mtu = *mtu,
-            LinkAttribute::Address(a) if a.len() == 6 => state.mac.copy_from_slice(a),
-            LinkAttribute::IfAlias(alias) => state.alias = Some(alias.clone()),
-            _ => {}
-        }
-    }
-    for m in address_messages {
-        for attribute in m.attributes {
-            if let AddressAttribute::Address(addr) = attribute {
-                state.addresses.push((addr, m.header.prefix_len));
+    step_times::time(step_times::NETLINK, || {
+        let op = format!("read {name}");
+        let result = ns.netlink(&op, |h| async move {
+            let message = find(&h, name).await?;
+            let index = message.header.index;
+            let addresses: Vec<_> = h
+                .address()
+                .get()
+                .set_link_index_filter(index)
+                .execute()
+                .try_collect()
+                .await?;
+            Ok((message, addresses))
+        });
+        let (message, address_messages) = match result {
+            Ok(found) => found,
+            Err(e) if e.errno() == Some(ENODEV) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut state = InterfaceState {
+            up: message.header.flags.contains(LinkFlags::Up),
+            mtu: 0,
+            mac: [0; 6],
+            alias: None,
+            addresses: Vec::new(),
+        };
+        for attribute in &message.attributes {
+            match attribute {
+                LinkAttribute::Mtu(mtu) => state.mtu = *mtu,
+                LinkAttribute::Address(a) if a.len() == 6 => state.mac.copy_from_slice(a),
+                LinkAttribute::IfAlias(alias) => state.alias = Some(alias.clone()),
+                _ => {}
             }
         }
-    }
-    Ok(Some(state))
+        for m in address_messages {
+            for attribute in m.attributes {
+                if let AddressAttribute::Address(addr) = attribute {
+                    state.addresses.push((addr, m.header.prefix_len));
+                }
+            }
+        }
+        Ok(Some(state))
+    })
 }
 
 /// The names of the interfaces in `ns` whose alias starts with `prefix`.
@@ -240,71 +249,75 @@ pub fn named_by_alias(ns: &NetnsFd, prefix: &str) -> Result<Vec<String>, NetnsEr
 /// addresses), for a pass over many interfaces (reconciliation) where asking for each
 /// would cost netlink rounds each.
 pub fn observe(ns: &NetnsFd) -> Result<BTreeMap<String, InterfaceState>, NetnsError> {
-    let (links, addresses): (Vec<LinkMessage>, Vec<AddressMessage>) =
-        ns.netlink("list interfaces and addresses", |h| async move {
-            let links = h.link().get().execute().try_collect().await?;
-            let addresses = h.address().get().execute().try_collect().await?;
-            Ok((links, addresses))
-        })?;
-    let mut by_index: BTreeMap<u32, Vec<(IpAddr, u8)>> = BTreeMap::new();
-    for m in addresses {
-        for attribute in m.attributes {
-            if let AddressAttribute::Address(addr) = attribute {
-                by_index
-                    .entry(m.header.index)
-                    .or_default()
-                    .push((addr, m.header.prefix_len));
+    step_times::time(step_times::NETLINK, || {
+        let (links, addresses): (Vec<LinkMessage>, Vec<AddressMessage>) =
+            ns.netlink("list interfaces and addresses", |h| async move {
+                let links = h.link().get().execute().try_collect().await?;
+                let addresses = h.address().get().execute().try_collect().await?;
+                Ok((links, addresses))
+            })?;
+        let mut by_index: BTreeMap<u32, Vec<(IpAddr, u8)>> = BTreeMap::new();
+        for m in addresses {
+            for attribute in m.attributes {
+                if let AddressAttribute::Address(addr) = attribute {
+                    by_index
+                        .entry(m.header.index)
+                        .or_default()
+                        .push((addr, m.header.prefix_len));
+                }
             }
         }
-    }
-    let mut found = BTreeMap::new();
-    for link in links {
-        let mut state = InterfaceState {
-            up: link.header.flags.contains(LinkFlags::Up),
-            mtu: 0,
-            mac: [0; 6],
-            alias: None,
-            addresses: by_index.remove(&link.header.index).unwrap_or_default(),
-        };
-        let mut name = None;
-        for attribute in link.attributes {
-            match attribute {
-                LinkAttribute::IfName(n) => name = Some(n),
-                LinkAttribute::Mtu(mtu) => state.mtu = mtu,
-                LinkAttribute::Address(a) if a.len() == 6 => state.mac.copy_from_slice(&a),
-                LinkAttribute::IfAlias(alias) => state.alias = Some(alias),
-                _ => {}
+        let mut found = BTreeMap::new();
+        for link in links {
+            let mut state = InterfaceState {
+                up: link.header.flags.contains(LinkFlags::Up),
+                mtu: 0,
+                mac: [0; 6],
+                alias: None,
+                addresses: by_index.remove(&link.header.index).unwrap_or_default(),
+            };
+            let mut name = None;
+            for attribute in link.attributes {
+                match attribute {
+                    LinkAttribute::IfName(n) => name = Some(n),
+                    LinkAttribute::Mtu(mtu) => state.mtu = mtu,
+                    LinkAttribute::Address(a) if a.len() == 6 => state.mac.copy_from_slice(&a),
+                    LinkAttribute::IfAlias(alias) => state.alias = Some(alias),
+                    _ => {}
+                }
+            }
+            if let Some(name) = name {
+                found.insert(name, state);
             }
         }
-        if let Some(name) = name {
-            found.insert(name, state);
-        }
-    }
-    Ok(found)
+        Ok(found)
+    })
 }
 
 /// Every interface in `ns`, by name, with its alias: one dump, for a pass over many
 /// interfaces where asking for each would cost a netlink round each.
 pub fn aliases(ns: &NetnsFd) -> Result<HashMap<String, Option<String>>, NetnsError> {
-    let links: Vec<LinkMessage> = ns.netlink("list interfaces", |h| async move {
-        h.link().get().execute().try_collect().await
-    })?;
-    let mut found = HashMap::new();
-    for link in links {
-        let mut name = None;
-        let mut alias = None;
-        for attribute in link.attributes {
-            match attribute {
-                LinkAttribute::IfName(n) => name = Some(n),
-                LinkAttribute::IfAlias(a) => alias = Some(a),
-                _ => {}
+    step_times::time(step_times::NETLINK, || {
+        let links: Vec<LinkMessage> = ns.netlink("list interfaces", |h| async move {
+            h.link().get().execute().try_collect().await
+        })?;
+        let mut found = HashMap::new();
+        for link in links {
+            let mut name = None;
+            let mut alias = None;
+            for attribute in link.attributes {
+                match attribute {
+                    LinkAttribute::IfName(n) => name = Some(n),
+                    LinkAttribute::IfAlias(a) => alias = Some(a),
+                    _ => {}
+                }
+            }
+            if let Some(name) = name {
+                found.insert(name, alias);
             }
         }
-        if let Some(name) = name {
-            found.insert(name, alias);
-        }
-    }
-    Ok(found)
+        Ok(found)
+    })
 }
 
 async fn find(handle: &Handle, name: &str) -> Result<LinkMessage, rtnetlink::Error> {

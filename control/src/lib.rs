@@ -13,5 +13,6 @@ pub use xwire_netns as netns;
 pub mod node;
 pub mod private_file;
 pub mod routing;
+pub mod step_times;
 pub mod store;
 pub mod topology;

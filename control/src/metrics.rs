@@ -4,6 +4,7 @@
 //! reconcile passes take, is recorded as it happens in histograms that outlive scrapes.
 
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 use prometheus_client::encoding::{text, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
@@ -13,15 +14,24 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 use xwire_proto::local::{DirectionCounters, NodeCounters};
 
+use crate::step_times;
+
 /// The histograms the node records into; cheap to share (`Arc`).
 pub struct NodeMetrics {
     cni_calls: Family<CommandLabels, Histogram, fn() -> Histogram>,
+    cni_call_steps: Family<StepLabels, Histogram, fn() -> Histogram>,
     reconcile_passes: Histogram,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CommandLabels {
     command: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepLabels {
+    command: String,
+    step: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -70,6 +80,7 @@ impl Default for NodeMetrics {
     fn default() -> Self {
         NodeMetrics {
             cni_calls: Family::new_with_constructor(duration_histogram),
+            cni_call_steps: Family::new_with_constructor(duration_histogram),
             reconcile_passes: duration_histogram(),
         }
     }
@@ -93,6 +104,39 @@ impl NodeMetrics {
             command: command.to_owned(),
         };
         self.cni_calls.get_or_create(&labels).observe(seconds);
+    }
+
+    /// Where a CNI call's time on the node went: `waited` in the node's queue, then the
+    /// `steps` (see `step_times`) of the `handled` it took the node to answer; what no
+    /// step accounts for is the step `other`. Every step is observed for every call (zero
+    /// when the call had none), so each step's sum over the call count is its mean share.
+    pub fn observe_cni_steps(
+        &self,
+        command: &str,
+        waited: Duration,
+        steps: &[(&'static str, Duration)],
+        handled: Duration,
+    ) {
+        let observe = |step: &str, took: Duration| {
+            let labels = StepLabels {
+                command: command.to_owned(),
+                step: step.to_owned(),
+            };
+            self.cni_call_steps
+                .get_or_create(&labels)
+                .observe(took.as_secs_f64());
+        };
+        observe("queue", waited);
+        for step in step_times::STEPS {
+            let took = steps
+                .iter()
+                .filter(|(s, _)| s == &step)
+                .map(|(_, d)| *d)
+                .sum();
+            observe(step, took);
+        }
+        let accounted: Duration = steps.iter().map(|(_, d)| *d).sum();
+        observe("other", handled.saturating_sub(accounted));
     }
 
     pub fn observe_reconcile_pass(&self, seconds: f64) {
@@ -127,6 +171,12 @@ impl NodeMetrics {
             "Time from reading a CNI call to answering it, by command",
             Unit::Seconds,
             self.cni_calls.clone(),
+        );
+        registry.register_with_unit(
+            "cni_call_step_duration",
+            "Time a CNI call spent in each step on the node (queue, netlink, fast-path ports, store, peers, other)",
+            Unit::Seconds,
+            self.cni_call_steps.clone(),
         );
         registry.register_with_unit(
             "reconcile_pass_duration",

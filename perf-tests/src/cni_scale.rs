@@ -12,7 +12,8 @@ use anyhow::{bail, ensure, Result};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::testbed::cluster::{node_pair, plugin, Pod, TempDir, TEST_FRAMES_PER_PORT};
+use crate::cni_steps::{self, Breakdown};
+use crate::testbed::cluster::{node_pair, plugin, Node, Pod, TempDir, TEST_FRAMES_PER_PORT};
 use crate::testbed::Netns;
 
 /// The two binaries, found next to the running `xwire-perf` unless told otherwise.
@@ -43,6 +44,7 @@ impl Binaries {
 pub struct CallTimes {
     pub p50_ms: f64,
     pub p99_ms: f64,
+    pub mean_ms: f64,
     pub calls: usize,
 }
 
@@ -53,9 +55,11 @@ impl CallTimes {
             let i = ((times.len() as f64 * q).ceil() as usize).clamp(1, times.len()) - 1;
             times[i].as_secs_f64() * 1e3
         };
+        let total: Duration = times.iter().sum();
         CallTimes {
             p50_ms: at(0.5),
             p99_ms: at(0.99),
+            mean_ms: total.as_secs_f64() * 1e3 / times.len() as f64,
             calls: times.len(),
         }
     }
@@ -76,6 +80,8 @@ pub struct Report {
     pub tear_down_s: f64,
     pub bridge_add: CallTimes,
     pub bridge_del: CallTimes,
+    /// Where xwire's calls spent their time, by step.
+    pub steps: Breakdown,
 }
 
 /// The ring: link (i, i+1) has uid 2i, link (i, i+2) has uid 2i+1. Pod i's interfaces:
@@ -147,7 +153,7 @@ pub fn run(binaries: &Binaries, pods: usize, callers: usize) -> Result<Report> {
         ["na", "nb"],
         "192.168.78",
         (pods + 8, TEST_FRAMES_PER_PORT),
-        "",
+        &format!("metrics_address = \"{}\"", cni_steps::METRICS_ADDRESS),
     )?;
     for node in [&na, &nb] {
         node.apply_objects(topology(pods));
@@ -210,18 +216,44 @@ pub fn run(binaries: &Binaries, pods: usize, callers: usize) -> Result<Report> {
     }
     let tear_down = started.elapsed();
 
+    let metrics = [&na, &nb]
+        .iter()
+        .map(|n| cni_steps::scrape(&n.ns))
+        .collect::<Result<Vec<_>>>()?;
+    let plugin_start_ms = plugin_start_ms(&binaries.plugin, &pod_list[0], &na)?;
+    let (xwire_add, xwire_del) = (CallTimes::of(add_times), CallTimes::of(del_times));
+    let steps = cni_steps::breakdown(
+        &metrics,
+        (xwire_add.mean_ms, xwire_del.mean_ms),
+        plugin_start_ms,
+    )?;
+
     Ok(Report {
         pods,
         callers,
         links: pods * 2,
         remote_links: pods,
-        xwire_add: CallTimes::of(add_times),
-        xwire_del: CallTimes::of(del_times),
+        xwire_add,
+        xwire_del,
         bring_up_s: bring_up.as_secs_f64(),
         tear_down_s: tear_down.as_secs_f64(),
         bridge_add,
         bridge_del,
+        steps,
     })
+}
+
+/// The mean time of the plugin answering VERSION, which it does without the daemon: its
+/// start and exit.
+fn plugin_start_ms(plugin: &Path, pod: &Pod, node: &Node) -> Result<f64> {
+    const CALLS: u32 = 20;
+    let config = node.net_config("1.1.0");
+    let started = Instant::now();
+    for _ in 0..CALLS {
+        let out = pod.call(plugin, "VERSION", &config);
+        ensure!(out.code == 0, "VERSION: {}", out.output);
+    }
+    Ok(started.elapsed().as_secs_f64() * 1e3 / f64::from(CALLS))
 }
 
 /// A network configuration for another topology namespace than the default `lab`.
@@ -273,7 +305,7 @@ fn bridge_baseline(node: &Netns, pods: &[Pod], callers: usize) -> Result<(CallTi
 }
 
 /// The report as a table with the ratios to the bridge baseline.
-pub fn print(report: &Report) {
+pub fn print(report: &Report, steps: bool) {
     let how = match report.callers {
         1 => "calls one after another".to_owned(),
         n => format!("{n} callers at once"),
@@ -303,4 +335,11 @@ pub fn print(report: &Report) {
         "bring-up (first ADD to every wire up): {:.2} s; tear-down (first DEL to empty stores): {:.2} s",
         report.bring_up_s, report.tear_down_s
     );
+    if steps {
+        cni_steps::print(
+            &report.steps,
+            report.xwire_add.mean_ms,
+            report.xwire_del.mean_ms,
+        );
+    }
 }

@@ -2,6 +2,7 @@
 //! dev-dependency), and the end-to-end perf scenarios of `xwire-perf`.
 
 pub mod cni_scale;
+pub mod cni_steps;
 pub mod impair_accuracy;
 pub mod kube_scale;
 pub mod local_fwd;

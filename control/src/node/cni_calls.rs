@@ -6,10 +6,11 @@ use std::path::Path;
 use xwire_proto::local::{AddResult, CniCall, CniInterface, CniIp, GcCall, Response};
 
 use super::plan::{plan, Action};
-use super::reconcile::Scope;
+use super::reconcile::{remove_pods_interfaces_at_once, Scope};
 use super::{ErrorKind, Journal, Node, NodeError};
 use crate::interfaces;
 use crate::netns::NetnsFd;
+use crate::step_times;
 use crate::store::{attachment_key, AttachmentRecord, WireRecord, WireState};
 use crate::topology::format_mac;
 
@@ -184,6 +185,25 @@ impl Node {
         match self.store.attachment(&key)? {
             Some(attachment) => self.detach(&attachment),
             None => Ok(()),
+        }
+    }
+
+    /// Deletes the interfaces of the pods of DELs that came together (callers waiting
+    /// at once) in one go, before each DEL is answered in turn: the kernel's waits for
+    /// the deletions overlap instead of queueing one pod behind the other. Each DEL still
+    /// answers only once its own pod's interfaces and records are gone.
+    pub fn begin_dels<'a>(&self, calls: impl IntoIterator<Item = &'a CniCall>) {
+        let attachments: Vec<AttachmentRecord> = calls
+            .into_iter()
+            .filter_map(|call| {
+                let key = attachment_key(&call.container_id, &call.ifname);
+                self.store.attachment(&key).ok().flatten()
+            })
+            .collect();
+        if attachments.len() > 1 {
+            step_times::time(step_times::NETLINK_POD_INTERFACES, || {
+                remove_pods_interfaces_at_once(&attachments)
+            });
         }
     }
 

@@ -12,6 +12,7 @@
 //! Every node of a cluster therefore runs the same number of workers; `Fastpath::peers`
 //! reports each connection, so a node whose peer runs fewer shows the missing ones down.
 
+use crate::step_times;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
@@ -161,10 +162,10 @@ impl Fastpath {
         name: &str,
         message: xwire_proto::control::ControlMessage,
     ) -> Result<bool, WorkerError> {
-        match self.peers.get(name) {
+        step_times::time(step_times::PEER_MESSAGES, || match self.peers.get(name) {
             Some(ids) => self.workers[0].send_control(ids[0], message),
             None => Ok(false),
-        }
+        })
     }
 
     /// Every worker's peer events since the last call, with the worker's index.
@@ -183,6 +184,10 @@ impl Fastpath {
         &self,
         ports: &[RemotePort],
     ) -> Vec<Result<PortInfo, WorkerError>> {
+        step_times::time(step_times::PORT_OPEN, || self.add_remote_ports_now(ports))
+    }
+
+    fn add_remote_ports_now(&self, ports: &[RemotePort]) -> Vec<Result<PortInfo, WorkerError>> {
         if let [only] = &self.workers[..] {
             return only.add_remote_ports(ports);
         }

@@ -31,6 +31,7 @@ use xwire_proto::local::{NodeState, Request, Response};
 use crate::config::DaemonConfig;
 use crate::metrics::NodeMetrics;
 use crate::netns::NetnsFd;
+use crate::step_times;
 use crate::store::{AttachmentRecord, EmbeddedStore, KubeStore, NodeStore, StoreError};
 use crate::topology::{pod_key, LinkSpec, Topology};
 
@@ -217,7 +218,7 @@ impl Node {
         );
         self.store.begin_batch();
         let response = self.handle(request);
-        match self.store.end_batch() {
+        match step_times::time(step_times::STORE_COMMIT, || self.store.end_batch()) {
             Err(e) if changes && !matches!(response, Response::Error(_)) => {
                 Response::Error(NodeError::from(e).to_cni())
             }

@@ -14,6 +14,7 @@ use super::wiring::{log_removal, own_end};
 use super::{ErrorKind, Journal, Node, NodeError, Step};
 use crate::interfaces::{self, EndSettings};
 use crate::netns::NetnsFd;
+use crate::step_times;
 use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
 use crate::topology::LinkSpec;
 
@@ -163,7 +164,9 @@ impl Node {
     /// the attachment kept, so that the next DEL or pass tries again.
     pub(super) fn detach(&mut self, attachment: &AttachmentRecord) -> Result<(), NodeError> {
         self.remove_pod_routing(attachment)?;
-        remove_pod_interfaces_at_once(attachment);
+        step_times::time(step_times::NETLINK_POD_INTERFACES, || {
+            remove_pods_interfaces_at_once(std::slice::from_ref(attachment))
+        });
         let done = self.pass(Scope::Detached(attachment), &HashSet::new())?;
         if let Some(failure) = done.failures.first() {
             return Err(NodeError::new(
@@ -453,7 +456,9 @@ impl Node {
                 if let Some(port) = self.ports.remove(&key) {
                     if let Some(fastpath) = &self.fastpath {
                         let wire = WireId::new(&port.wire.namespace, port.wire.link_uid);
-                        let _ = fastpath.worker_of(wire).remove_port(port.id);
+                        step_times::time(step_times::PORT_CLOSE, || {
+                            let _ = fastpath.worker_of(wire).remove_port(port.id);
+                        });
                     }
                 }
                 Ok(Some((key, "fast-path port with no wire: closed".into())))
@@ -651,34 +656,42 @@ struct PlannedEnd<'a> {
     interfaces: &'a Interfaces,
 }
 
-/// Deletes the pod's xwire interfaces all at once, one thread each, before the pass that
-/// takes its wires apart: deleting a veth waits for the kernel's RCU grace periods (and,
-/// for a remote wire's, for its node end's AF_XDP socket), and waits that overlap cost
-/// one grace period instead of one each. The pass then finds them gone. Best effort:
-/// whatever is left, the pass removes as before.
-fn remove_pod_interfaces_at_once(attachment: &AttachmentRecord) {
-    let Ok(ns) = NetnsFd::open(Path::new(&attachment.netns)) else {
-        return;
-    };
-    let prefix = format!(
-        "{}{}/{}/",
-        interfaces::ALIAS_PREFIX,
-        attachment.pod.namespace,
-        attachment.pod.name
-    );
-    let Ok(aliases) = interfaces::aliases(&ns) else {
-        return;
-    };
-    let ours: Vec<(String, String)> = aliases
-        .into_iter()
-        .filter_map(|(name, alias)| Some((name, alias.filter(|a| a.starts_with(&prefix))?)))
-        .collect();
-    // At most this many at once: a pod may have hundreds of links.
-    const AT_ONCE: usize = 16;
+/// Deletes the pods' xwire interfaces all at once, one thread each, before the passes
+/// that take their wires apart: deleting a veth waits for the kernel's RCU grace periods
+/// (and, for a remote wire's, for its node end's AF_XDP socket), and waits that overlap
+/// cost one grace period instead of one each, across pods too (DELs that queued
+/// together). The passes then find them gone. Best effort: whatever is left, a pass
+/// removes as before.
+pub(super) fn remove_pods_interfaces_at_once(attachments: &[AttachmentRecord]) {
+    let mut namespaces: Vec<NetnsFd> = Vec::new();
+    // (index in `namespaces`, name, alias)
+    let mut ours: Vec<(usize, String, String)> = Vec::new();
+    for attachment in attachments {
+        let Ok(ns) = NetnsFd::open(Path::new(&attachment.netns)) else {
+            continue;
+        };
+        let prefix = format!(
+            "{}{}/{}/",
+            interfaces::ALIAS_PREFIX,
+            attachment.pod.namespace,
+            attachment.pod.name
+        );
+        let Ok(aliases) = interfaces::aliases(&ns) else {
+            continue;
+        };
+        for (name, alias) in aliases {
+            if let Some(alias) = alias.filter(|a| a.starts_with(&prefix)) {
+                ours.push((namespaces.len(), name, alias));
+            }
+        }
+        namespaces.push(ns);
+    }
+    // At most this many at once: pods may have hundreds of links.
+    const AT_ONCE: usize = 32;
     for group in ours.chunks(AT_ONCE) {
         std::thread::scope(|scope| {
-            for (name, alias) in group {
-                let ns = &ns;
+            for (ns, name, alias) in group {
+                let ns = &namespaces[*ns];
                 scope.spawn(move || {
                     if let Err(e) = interfaces::delete(ns, name, alias) {
                         tracing::debug!(interface = %name, "deleting at once: {e}");

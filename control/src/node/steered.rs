@@ -22,6 +22,7 @@ use super::plan::Desired;
 use super::{ErrorKind, Node, NodeError, OpenPort};
 use crate::netns::offload::{set_offload, Offload};
 use crate::netns::NetnsFd;
+use crate::step_times;
 use crate::store::{wire_key, WireRecord, WireState};
 use crate::topology::LinkSpec;
 
@@ -262,9 +263,11 @@ impl Node {
     pub(super) fn forget_steering(&mut self, wire: &WireKey) {
         if let (Some(ends), Some(fastpath)) = (self.steered.remove(wire), &self.fastpath) {
             let id = WireId::new(&wire.namespace, wire.link_uid);
-            let _ = fastpath
-                .worker_of(id)
-                .remove_ports(&[ends[0].1.id, ends[1].1.id]);
+            step_times::time(step_times::PORT_CLOSE, || {
+                let _ = fastpath
+                    .worker_of(id)
+                    .remove_ports(&[ends[0].1.id, ends[1].1.id]);
+            });
         }
     }
 

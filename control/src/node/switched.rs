@@ -26,6 +26,7 @@ use super::wiring::{log_removal, node_ifname};
 use super::{ErrorKind, Journal, Node, NodeError, OpenPort, Step};
 use crate::interfaces::{self, EndSettings};
 use crate::netns::NetnsFd;
+use crate::step_times;
 use crate::store::{wire_key, WireRecord, WireState};
 use crate::topology::LinkSpec;
 
@@ -160,10 +161,12 @@ impl Node {
             return Err(no_fastpath(namespace, pod, link.uid));
         };
         let max_frame = max_frame(link);
-        let port = fastpath
-            .worker_of(WireId::new(namespace, link.uid))
-            .add_port(ifname, max_frame)
-            .map_err(|e| fastpath_error(format!("open a port on {ifname}"), e))?;
+        let port = step_times::time(step_times::PORT_OPEN, || {
+            fastpath
+                .worker_of(WireId::new(namespace, link.uid))
+                .add_port(ifname, max_frame)
+        })
+        .map_err(|e| fastpath_error(format!("open a port on {ifname}"), e))?;
         self.ports.insert(
             key.to_owned(),
             OpenPort {
@@ -240,7 +243,9 @@ impl Node {
             let _ = worker.remove_link(record.peer_intf_id);
             if let Some(port) = self.ports.remove(&record.key()) {
                 let wire = WireId::new(&port.wire.namespace, port.wire.link_uid);
-                let _ = fastpath.worker_of(wire).remove_port(port.id);
+                step_times::time(step_times::PORT_CLOSE, || {
+                    let _ = fastpath.worker_of(wire).remove_port(port.id);
+                });
             }
         }
         let alias = interfaces::node_alias(

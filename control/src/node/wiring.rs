@@ -15,6 +15,7 @@ use super::switched::PodEnd;
 use super::{ErrorKind, Journal, Node, NodeError, Step};
 use crate::interfaces::{self, EndSettings, Removal};
 use crate::netns::NetnsFd;
+use crate::step_times;
 use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
 use crate::topology::{format_cidr, LinkSpec};
 
@@ -482,7 +483,9 @@ impl Node {
                 Step::Port { key, wire, id } => {
                     self.ports.remove(&key);
                     match &self.fastpath {
-                        Some(f) => f.worker_of(wire).remove_port(id).map_err(|e| e.to_string()),
+                        Some(f) => step_times::time(step_times::PORT_CLOSE, || {
+                            f.worker_of(wire).remove_port(id).map_err(|e| e.to_string())
+                        }),
                         None => Ok(()),
                     }
                 }

@@ -1,6 +1,7 @@
 //! Reads xwire's routes and rules in a namespace back, and writes the changes
 //! `super::plan::changes` names: all of one pod's in one netlink session.
 
+use crate::step_times;
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -34,15 +35,17 @@ struct Found {
 /// Brings xwire's routes and rules in `ns` to what `spec` asks for, given the
 /// interfaces that are there now; the others are never touched.
 pub fn sync(ns: &NetnsFd, spec: &PodRoutingSpec) -> Result<Synced, NetnsError> {
-    let mut spec = spec.clone();
-    ns.netlink("set the pod's routes and rules", |h| async move {
-        let indexes = link_indexes(&h).await?;
-        for end in &mut spec.ends {
-            end.present = indexes.contains_key(&end.ifname);
-        }
-        let want = plan::desired(&spec.ends, &spec.statics, spec.policy);
-        let found = read(&h, &indexes).await?;
-        Ok(converge(&h, &indexes, found, &want).await)
+    step_times::time(step_times::ROUTING, || {
+        let mut spec = spec.clone();
+        ns.netlink("set the pod's routes and rules", |h| async move {
+            let indexes = link_indexes(&h).await?;
+            for end in &mut spec.ends {
+                end.present = indexes.contains_key(&end.ifname);
+            }
+            let want = plan::desired(&spec.ends, &spec.statics, spec.policy);
+            let found = read(&h, &indexes).await?;
+            Ok(converge(&h, &indexes, found, &want).await)
+        })
     })
 }
 
@@ -50,13 +53,15 @@ pub fn sync(ns: &NetnsFd, spec: &PodRoutingSpec) -> Result<Synced, NetnsError> {
 /// it up and the routes in it) to `want`; everything else, xwire's own elsewhere
 /// included, is left as it is.
 pub fn sync_table(ns: &NetnsFd, table: u32, want: &PodRouting) -> Result<Synced, NetnsError> {
-    let want = want.clone();
-    ns.netlink("set the node's routes and rules", |h| async move {
-        let indexes = link_indexes(&h).await?;
-        let mut found = read(&h, &indexes).await?;
-        found.rules.retain(|(r, _)| r.table == table);
-        found.routes.retain(|(r, _)| r.table == table);
-        Ok(converge(&h, &indexes, found, &want).await)
+    step_times::time(step_times::ROUTING, || {
+        let want = want.clone();
+        ns.netlink("set the node's routes and rules", |h| async move {
+            let indexes = link_indexes(&h).await?;
+            let mut found = read(&h, &indexes).await?;
+            found.rules.retain(|(r, _)| r.table == table);
+            found.routes.retain(|(r, _)| r.table == table);
+            Ok(converge(&h, &indexes, found, &want).await)
+        })
     })
 }
 
@@ -108,7 +113,7 @@ async fn converge(
 /// Removes every route and rule of xwire's in `ns` (a pod's DEL, where its namespace
 /// stays for the runtime's other plugins).
 pub fn remove_all(ns: &NetnsFd) -> Result<Synced, NetnsError> {
-    sync(ns, &PodRoutingSpec::default())
+    step_times::time(step_times::ROUTING, || sync(ns, &PodRoutingSpec::default()))
 }
 
 /// What a pod's Topology asks for: its addressed ends (in uid order), its static routes

@@ -6,14 +6,17 @@
 // path, so boxing it would buy nothing.
 #![allow(clippy::result_large_err)]
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
-use redb::{Database, ReadableTable, TableDefinition};
+use redb::{Database, ReadableTable, TableDefinition, TableHandle};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{AttachmentRecord, StoreError, TopologySource, WireRecord, WireStore};
+use crate::step_times;
 use crate::topology::{pod_key, Topology};
 
 const WIRES: TableDefinition<&str, &[u8]> = TableDefinition::new("wires");
@@ -26,6 +29,25 @@ pub const DB_FILE: &str = "xwire.redb";
 pub struct EmbeddedStore {
     db: Database,
     path: PathBuf,
+    /// Between `begin_batch` and `end_batch`: the writes made so far, not yet in the
+    /// file, which reads see. One transaction (one fsync) per CNI call instead of one per
+    /// record.
+    batch: Mutex<Option<Batch>>,
+}
+
+/// Writes kept for the batch's end: per table, each key's JSON, or `None` for removed.
+#[derive(Default)]
+struct Batch {
+    tables: BTreeMap<String, BTreeMap<String, Option<Vec<u8>>>>,
+}
+
+/// The tables, by name (a `TableDefinition` cannot be a map key).
+fn table_named(name: &str) -> TableDefinition<'static, &'static str, &'static [u8]> {
+    match name {
+        "wires" => WIRES,
+        "attachments" => ATTACHMENTS,
+        _ => TOPOLOGIES,
+    }
 }
 
 impl EmbeddedStore {
@@ -77,7 +99,11 @@ impl EmbeddedStore {
     }
 
     fn with_tables(db: Database, path: PathBuf) -> Result<EmbeddedStore, StoreError> {
-        let store = EmbeddedStore { db, path };
+        let store = EmbeddedStore {
+            db,
+            path,
+            batch: Mutex::new(None),
+        };
         // Reads of a table that was never written fail, so make all of them now.
         store.write(|tx| {
             tx.open_table(WIRES)?;
@@ -108,6 +134,18 @@ impl EmbeddedStore {
         tx.commit().map_err(|e| self.fail(e))
     }
 
+    /// The batch under way, if any.
+    fn batch(&self) -> std::sync::MutexGuard<'_, Option<Batch>> {
+        // A panic while holding it left plain data, still usable.
+        self.batch.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What the batch under way says of `key`: `Some(None)` removed, `None` untouched.
+    fn batched(&self, table: TableDefinition<&str, &[u8]>, key: &str) -> Option<Option<Vec<u8>>> {
+        let batch = self.batch();
+        batch.as_ref()?.tables.get(table.name())?.get(key).cloned()
+    }
+
     fn put<T: Serialize>(
         &self,
         table: TableDefinition<&str, &[u8]>,
@@ -120,21 +158,43 @@ impl EmbeddedStore {
                 (key.as_str(), json)
             })
             .collect();
-        self.write(|tx| {
-            let mut t = tx.open_table(table)?;
-            for (key, json) in &encoded {
-                t.insert(*key, json.as_slice())?;
+        if let Some(batch) = self.batch().as_mut() {
+            let pending = batch.tables.entry(table.name().to_owned()).or_default();
+            for (key, json) in encoded {
+                pending.insert(key.to_owned(), Some(json));
             }
-            Ok(())
+            return Ok(());
+        }
+        step_times::time(step_times::STORE_WRITE, || {
+            self.write(|tx| {
+                let mut t = tx.open_table(table)?;
+                for (key, json) in &encoded {
+                    t.insert(*key, json.as_slice())?;
+                }
+                Ok(())
+            })
         })
     }
 
     fn remove(&self, table: TableDefinition<&str, &[u8]>, key: &str) -> Result<bool, StoreError> {
+        if self.batch().is_some() {
+            let existed = match self.batched(table, key) {
+                Some(json) => json.is_some(),
+                None => self.stored(table, key)?.is_some(),
+            };
+            if let Some(batch) = self.batch().as_mut() {
+                let pending = batch.tables.entry(table.name().to_owned()).or_default();
+                pending.insert(key.to_owned(), None);
+            }
+            return Ok(existed);
+        }
         let mut removed = false;
-        self.write(|tx| {
-            let mut t = tx.open_table(table)?;
-            removed = t.remove(key)?.is_some();
-            Ok(())
+        step_times::time(step_times::STORE_WRITE, || {
+            self.write(|tx| {
+                let mut t = tx.open_table(table)?;
+                removed = t.remove(key)?.is_some();
+                Ok(())
+            })
         })?;
         Ok(removed)
     }
@@ -144,26 +204,85 @@ impl EmbeddedStore {
         table: TableDefinition<&str, &[u8]>,
         key: &str,
     ) -> Result<Option<T>, StoreError> {
-        let tx = self.db.begin_read().map_err(|e| self.fail(e))?;
-        let t = tx.open_table(table).map_err(|e| self.fail(e))?;
-        let Some(value) = t.get(key).map_err(|e| self.fail(e))? else {
-            return Ok(None);
+        let json = match self.batched(table, key) {
+            Some(json) => json,
+            None => self.stored(table, key)?,
         };
-        decode(key, value.value()).map(Some)
+        json.map(|json| decode(key, &json)).transpose()
+    }
+
+    /// The JSON of `key` in the file.
+    fn stored(
+        &self,
+        table: TableDefinition<&str, &[u8]>,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        step_times::time(step_times::STORE_READ, || {
+            let tx = self.db.begin_read().map_err(|e| self.fail(e))?;
+            let t = tx.open_table(table).map_err(|e| self.fail(e))?;
+            let value = t.get(key).map_err(|e| self.fail(e))?;
+            Ok(value.map(|v| v.value().to_vec()))
+        })
     }
 
     fn all<T: DeserializeOwned>(
         &self,
         table: TableDefinition<&str, &[u8]>,
     ) -> Result<Vec<T>, StoreError> {
-        let tx = self.db.begin_read().map_err(|e| self.fail(e))?;
-        let t = tx.open_table(table).map_err(|e| self.fail(e))?;
-        let mut out = Vec::new();
-        for entry in t.iter().map_err(|e| self.fail(e))? {
-            let (key, value) = entry.map_err(|e| self.fail(e))?;
-            out.push(decode(key.value(), value.value())?);
+        let mut entries: BTreeMap<String, Vec<u8>> =
+            step_times::time(step_times::STORE_READ, || {
+                let tx = self.db.begin_read().map_err(|e| self.fail(e))?;
+                let t = tx.open_table(table).map_err(|e| self.fail(e))?;
+                let mut out = BTreeMap::new();
+                for entry in t.iter().map_err(|e| self.fail(e))? {
+                    let (key, value) = entry.map_err(|e| self.fail(e))?;
+                    out.insert(key.value().to_owned(), value.value().to_vec());
+                }
+                Ok::<_, StoreError>(out)
+            })?;
+        if let Some(pending) = self
+            .batch()
+            .as_ref()
+            .and_then(|b| b.tables.get(table.name()))
+        {
+            for (key, json) in pending {
+                match json {
+                    Some(json) => entries.insert(key.clone(), json.clone()),
+                    None => entries.remove(key),
+                };
+            }
         }
-        Ok(out)
+        entries
+            .iter()
+            .map(|(key, json)| decode(key, json))
+            .collect()
+    }
+
+    /// Writes the batch's changes in one transaction. On failure they stay pending, for
+    /// the next batch's end.
+    fn commit_batch(&self) -> Result<(), StoreError> {
+        let mut guard = self.batch();
+        let Some(batch) = guard.as_mut() else {
+            return Ok(());
+        };
+        if batch.tables.values().all(|t| t.is_empty()) {
+            *guard = None;
+            return Ok(());
+        }
+        self.write(|tx| {
+            for (name, pending) in &batch.tables {
+                let mut t = tx.open_table(table_named(name))?;
+                for (key, json) in pending {
+                    match json {
+                        Some(json) => t.insert(key.as_str(), json.as_slice())?,
+                        None => t.remove(key.as_str())?,
+                    };
+                }
+            }
+            Ok(())
+        })?;
+        *guard = None;
+        Ok(())
     }
 }
 
@@ -205,6 +324,18 @@ impl WireStore for EmbeddedStore {
 
     fn attachments(&self) -> Result<Vec<AttachmentRecord>, StoreError> {
         self.all(ATTACHMENTS)
+    }
+
+    fn begin_batch(&self) {
+        let mut batch = self.batch();
+        // A batch whose writing failed is still pending: its changes go with this one.
+        if batch.is_none() {
+            *batch = Some(Batch::default());
+        }
+    }
+
+    fn end_batch(&self) -> Result<(), StoreError> {
+        self.commit_batch()
     }
 }
 
@@ -291,6 +422,44 @@ mod tests {
         assert!(store.topology("lab", "r1").unwrap().is_some());
         assert!(store.remove_topology("lab", "r1").unwrap());
         assert!(store.topologies().unwrap().is_empty());
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_batch_is_read_back_at_once_and_written_in_one_go_at_its_end() {
+        let dir = temp_dir("batch");
+        {
+            let store = EmbeddedStore::open(&dir).unwrap();
+            store.put_wire(&wire(1)).unwrap();
+            store.put_wire(&wire(2)).unwrap();
+            store.begin_batch();
+            store.put_wire(&wire(3)).unwrap();
+            assert!(store.remove_wire(&wire(1).key()).unwrap());
+            assert!(
+                !store.remove_wire(&wire(1).key()).unwrap(),
+                "already removed in the batch"
+            );
+            assert!(
+                store.remove_wire(&wire(3).key()).unwrap(),
+                "written in the batch"
+            );
+            store.put_wire(&wire(4)).unwrap();
+            // Reads see the batch; the file does not yet.
+            assert_eq!(store.wires().unwrap(), vec![wire(2), wire(4)]);
+            assert_eq!(store.wire(&wire(4).key()).unwrap(), Some(wire(4)));
+            assert_eq!(store.wire(&wire(1).key()).unwrap(), None);
+            assert!(store.stored(WIRES, &wire(1).key()).unwrap().is_some());
+            assert!(store.stored(WIRES, &wire(4).key()).unwrap().is_none());
+            store.end_batch().unwrap();
+            assert!(store.stored(WIRES, &wire(1).key()).unwrap().is_none());
+            // A batch that never ends (the daemon killed in a call) leaves the file as it
+            // was before the call.
+            store.begin_batch();
+            store.remove_wire(&wire(2).key()).unwrap();
+        }
+        let store = EmbeddedStore::open(&dir).unwrap();
+        assert_eq!(store.wires().unwrap(), vec![wire(2), wire(4)]);
         drop(store);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -3,7 +3,7 @@
 //!
 //!   xwire-perf local-fwd [--seconds 5] [--reps 3] [--sizes 64,1514] [--devices ...] [--json]
 //!   xwire-perf remote-wire [--seconds 5] [--reps 3] [--sizes 64,1514] [--paths ...] [--json]
-//!   xwire-perf cni-scale [--pods 50] [--bin-dir DIR] [--json]
+//!   xwire-perf cni-scale [--pods 50] [--callers 1] [--steps] [--bin-dir DIR] [--json]
 //!   xwire-perf impair [--reps 3] [--seconds 5] [--busy-poll] [--json]
 //!   xwire-perf restart [--wires 10,100,1000] [--frames-per-port 256] [--bin-dir DIR] [--json]
 
@@ -144,6 +144,10 @@ enum Scenario {
         /// and the bridge baseline's alike); 1: one after another.
         #[arg(long, default_value_t = 1)]
         callers: usize,
+        /// Also print where the calls' time went, by step (the daemons' breakdown, the
+        /// plugin's start and its socket round trip).
+        #[arg(long)]
+        steps: bool,
         /// Where xwired and xwire are (default: next to this program).
         #[arg(long)]
         bin_dir: Option<std::path::PathBuf>,
@@ -269,6 +273,7 @@ fn run() -> Result<()> {
         Scenario::CniScale {
             pods,
             callers,
+            steps,
             bin_dir,
             json,
         } => {
@@ -277,7 +282,7 @@ fn run() -> Result<()> {
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
-                xwire_perf::cni_scale::print(&report);
+                xwire_perf::cni_scale::print(&report, steps);
             }
             Ok(())
         }
