@@ -12,7 +12,6 @@
 //! Every node of a cluster therefore runs the same number of workers; `Fastpath::peers`
 //! reports each connection, so a node whose peer runs fewer shows the missing ones down.
 
-use crate::step_times;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
@@ -23,6 +22,7 @@ use xwire_fastpath::{PortInfo, RemotePort, WireId, Worker, WorkerConfig, WorkerE
 
 use super::StartError;
 use crate::config::DaemonConfig;
+use crate::step_times;
 
 pub(super) struct Fastpath {
     workers: Vec<Worker>,

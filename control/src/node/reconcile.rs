@@ -13,7 +13,7 @@ use super::plan::{plan, Action, Desired, DesiredPod, Interfaces, Observed, PodNe
 use super::wiring::{log_removal, own_end};
 use super::{ErrorKind, Journal, Node, NodeError, Step};
 use crate::interfaces::{self, EndSettings};
-use crate::netns::NetnsFd;
+use crate::netns::{NetnsError, NetnsFd};
 use crate::step_times;
 use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
 use crate::topology::LinkSpec;
@@ -289,6 +289,7 @@ impl Node {
     /// on (the next pass plans it again).
     fn apply(&mut self, actions: Vec<Action>, observation: &Observation) -> Reconciled {
         let mut pass = Pass::default();
+        self.remove_node_ends_at_once(&actions, observation);
         for action in actions {
             let subject = action.subject();
             match self.apply_one(action, observation, &mut pass) {
@@ -312,6 +313,38 @@ impl Node {
             &mut pass.report,
         );
         pass.report
+    }
+
+    /// Deletes the node ends of the remote wires that `actions` take apart (their far
+    /// ends gone: a DEL storm on a peer) in one request, before the actions run: one
+    /// request waits once for the kernel's RCU grace periods where one per end waits
+    /// once per end, and an AF_XDP socket whose interface is gone closes at once. The
+    /// actions then find the interfaces gone. Best effort: they delete what is left.
+    fn remove_node_ends_at_once(&self, actions: &[Action], observation: &Observation) {
+        let ends: Vec<(String, String)> = actions
+            .iter()
+            .filter_map(|action| match action {
+                Action::Unjoin { key } | Action::RemoveWire { key, .. } => {
+                    observation.observed.records.get(key)
+                }
+                _ => None,
+            })
+            .filter(|record| record.state == WireState::Remote && !record.wire_ifname.is_empty())
+            .map(|record| {
+                let alias = interfaces::node_alias(
+                    &self.config.node_name,
+                    &record.topo_namespace,
+                    &record.local_pod_name,
+                    record.link_uid,
+                );
+                (record.wire_ifname.clone(), alias)
+            })
+            .collect();
+        if ends.len() > 1 {
+            if let Err(e) = interfaces::delete_all(&self.node_ns, &ends) {
+                tracing::debug!("deleting node ends at once: {e}");
+            }
+        }
     }
 
     /// One action; what it changed (and on what), if anything.
@@ -656,48 +689,43 @@ struct PlannedEnd<'a> {
     interfaces: &'a Interfaces,
 }
 
-/// Deletes the pods' xwire interfaces all at once, one thread each, before the passes
-/// that take their wires apart: deleting a veth waits for the kernel's RCU grace periods
-/// (and, for a remote wire's, for its node end's AF_XDP socket), and waits that overlap
-/// cost one grace period instead of one each, across pods too (DELs that queued
-/// together). The passes then find them gone. Best effort: whatever is left, a pass
-/// removes as before.
+/// Deletes the pods' xwire interfaces before the passes that take their wires apart:
+/// each pod's in one request, the pods' on a thread each. Deleting a veth waits for the
+/// kernel's RCU grace periods (and, for a remote wire's, for its node end's AF_XDP
+/// socket); one request for a pod's interfaces waits once for all of them, and the pods'
+/// requests wait side by side (DELs that queued together). The passes then find them
+/// gone. Best effort: whatever is left, a pass removes as before.
 pub(super) fn remove_pods_interfaces_at_once(attachments: &[AttachmentRecord]) {
-    let mut namespaces: Vec<NetnsFd> = Vec::new();
-    // (index in `namespaces`, name, alias)
-    let mut ours: Vec<(usize, String, String)> = Vec::new();
-    for attachment in attachments {
-        let Ok(ns) = NetnsFd::open(Path::new(&attachment.netns)) else {
-            continue;
-        };
-        let prefix = format!(
-            "{}{}/{}/",
-            interfaces::ALIAS_PREFIX,
-            attachment.pod.namespace,
-            attachment.pod.name
-        );
-        let Ok(aliases) = interfaces::aliases(&ns) else {
-            continue;
-        };
-        for (name, alias) in aliases {
-            if let Some(alias) = alias.filter(|a| a.starts_with(&prefix)) {
-                ours.push((namespaces.len(), name, alias));
-            }
-        }
-        namespaces.push(ns);
-    }
-    // At most this many at once: pods may have hundreds of links.
+    // At most this many pods at once.
     const AT_ONCE: usize = 32;
-    for group in ours.chunks(AT_ONCE) {
+    for group in attachments.chunks(AT_ONCE) {
         std::thread::scope(|scope| {
-            for (ns, name, alias) in group {
-                let ns = &namespaces[*ns];
+            for attachment in group {
                 scope.spawn(move || {
-                    if let Err(e) = interfaces::delete(ns, name, alias) {
-                        tracing::debug!(interface = %name, "deleting at once: {e}");
+                    if let Err(e) = remove_pod_interfaces(attachment) {
+                        tracing::debug!(pod = %pod_label(attachment), "deleting at once: {e}");
                     }
                 });
             }
         });
     }
+}
+
+/// Deletes the xwire interfaces of one pod, in one batch.
+fn remove_pod_interfaces(attachment: &AttachmentRecord) -> Result<(), NetnsError> {
+    let ns = NetnsFd::open(Path::new(&attachment.netns))?;
+    let prefix = format!(
+        "{}{}/{}/",
+        interfaces::ALIAS_PREFIX,
+        attachment.pod.namespace,
+        attachment.pod.name
+    );
+    let ours: Vec<(String, String)> = interfaces::aliases(&ns)?
+        .into_iter()
+        .filter_map(|(name, alias)| Some((name, alias.filter(|a| a.starts_with(&prefix))?)))
+        .collect();
+    if !ours.is_empty() {
+        interfaces::delete_all(&ns, &ours)?;
+    }
+    Ok(())
 }

@@ -1,7 +1,6 @@
 //! Reads xwire's routes and rules in a namespace back, and writes the changes
 //! `super::plan::changes` names: all of one pod's in one netlink session.
 
-use crate::step_times;
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -14,6 +13,7 @@ use rtnetlink::{Handle, IpVersion, RouteMessageBuilder};
 
 use super::plan::{self, AddressedEnd, PodRouting, Route, Rule, Selector, StaticRoute, PROTOCOL};
 use crate::netns::{NetnsError, NetnsFd};
+use crate::step_times;
 
 /// What `sync` did in one namespace.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
