@@ -55,6 +55,12 @@ pub struct Report {
     /// CPU time the running node's daemon used over the same interval: on one machine
     /// the two nodes share the cores, and its poll-mode worker spins while traffic flows.
     pub peer_cpu_s: f64,
+    /// The resident memory of `nb`'s daemon with every wire up, before the restart
+    /// (`wires` remote ends and one local one): the slope between two runs of different
+    /// `wires` is the memory per remote wire end.
+    pub rss_mib: f64,
+    /// The same after the restart, every wire forwarding again.
+    pub rss_after_restart_mib: f64,
     /// `all_forwarding_s / cold_bring_up_s`.
     pub ratio_to_cold: f64,
     /// Frames sent and lost on the local wires (one per node) during the restart.
@@ -209,6 +215,7 @@ pub fn run(
         );
     }
 
+    let rss_mib = nb.daemon_rss_kib().unwrap_or_default() as f64 / 1024.0;
     nb.stop();
     std::thread::sleep(Duration::from_millis(500));
     let peer_cpu_before = na.daemon_cpu().unwrap_or_default();
@@ -221,6 +228,7 @@ pub fn run(
     });
     let mut times = times?;
     let restarted_cpu = nb.daemon_cpu().unwrap_or_default();
+    let rss_after_restart_mib = nb.daemon_rss_kib().unwrap_or_default() as f64 / 1024.0;
     let peer_cpu = na.daemon_cpu().unwrap_or_default() - peer_cpu_before;
     let start_reconcile_ms: f64 = nb
         .log()
@@ -250,6 +258,8 @@ pub fn run(
         median_forwarding_s: median.as_secs_f64(),
         restarted_cpu_s: restarted_cpu.as_secs_f64(),
         peer_cpu_s: peer_cpu.as_secs_f64(),
+        rss_mib,
+        rss_after_restart_mib,
         ratio_to_cold: all.as_secs_f64() / cold_bring_up.as_secs_f64(),
         untouched_sent,
         untouched_lost,
@@ -304,7 +314,7 @@ fn probe(
 
 pub fn print(reports: &[Report]) {
     println!(
-        "{:>6} {:>7} {:>7} {:>10} {:>9} {:>11} {:>11} {:>11} {:>9} {:>8} {:>8} {:>16}",
+        "{:>6} {:>7} {:>7} {:>10} {:>9} {:>11} {:>11} {:>11} {:>9} {:>8} {:>8} {:>16} {:>8} {:>8}",
         "wires",
         "workers",
         "frames",
@@ -316,11 +326,13 @@ pub fn print(reports: &[Report]) {
         "all/cold",
         "cpu s",
         "peer s",
-        "untouched lost"
+        "untouched lost",
+        "rss MiB",
+        "after"
     );
     for r in reports {
         println!(
-            "{:>6} {:>7} {:>7} {:>10.3} {:>9.3} {:>11.3} {:>11.3} {:>11.3} {:>9.3} {:>8.2} {:>8.2} {:>9} of {:<6}",
+            "{:>6} {:>7} {:>7} {:>10.3} {:>9.3} {:>11.3} {:>11.3} {:>11.3} {:>9.3} {:>8.2} {:>8.2} {:>9} of {:<6} {:>8.1} {:>8.1}",
             r.wires,
             r.workers,
             r.frames_per_port,
@@ -333,7 +345,19 @@ pub fn print(reports: &[Report]) {
             r.restarted_cpu_s,
             r.peer_cpu_s,
             r.untouched_lost,
-            r.untouched_sent
+            r.untouched_sent,
+            r.rss_mib,
+            r.rss_after_restart_mib
         );
+    }
+    // Memory per remote wire end: the slope between runs of the same frames and workers.
+    for (a, b) in reports.iter().zip(reports.iter().skip(1)) {
+        if (a.frames_per_port, a.workers) == (b.frames_per_port, b.workers) && a.wires != b.wires {
+            let per_end = (b.rss_mib - a.rss_mib) * 1024.0 / (b.wires as f64 - a.wires as f64);
+            println!(
+                "memory per remote wire end ({} to {} wires, {} frames a port): {per_end:.0} KiB",
+                a.wires, b.wires, a.frames_per_port
+            );
+        }
     }
 }

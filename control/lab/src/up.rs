@@ -2,6 +2,7 @@
 //! the lab's Topology objects in every node's store, and the CNI plugin called for every
 //! pod as a runtime would call it. On any failure everything made so far is removed.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -147,10 +148,10 @@ fn build(lab: &Lab, paths: &LabPaths, binaries: &Binaries, progress: &ProgressBa
     }
     step("management network".into())?;
     mgmt::build_nodes(lab, paths)?;
-    for pod in lab.pods.keys() {
+    each_node_side_by_side(lab, |pod, _| {
         check_interrupted()?;
-        mgmt::add_pod(lab, paths, pod)?;
-    }
+        mgmt::add_pod(lab, paths, pod)
+    })?;
 
     step("certificates and node configurations".into())?;
     write_node_files(lab, paths)?;
@@ -162,10 +163,11 @@ fn build(lab: &Lab, paths: &LabPaths, binaries: &Binaries, progress: &ProgressBa
 
     step("topology".into())?;
     node_api::apply_topology(lab, paths)?;
-    for (pod, node) in &lab.pods {
+    // Each node's pods in turn, as its runtime would start them; the nodes side by side.
+    each_node_side_by_side(lab, |pod, node| {
         step(format!("pod {pod}: CNI ADD on {node}"))?;
-        call_plugin(paths, binaries, "ADD", pod, node)?;
-    }
+        call_plugin(paths, binaries, "ADD", pod, node).map(drop)
+    })?;
     step("waiting for every wire".into())?;
     wait_for_wires(lab, paths)?;
     // The namespace first, then the container: it starts with its interfaces in place.
@@ -175,6 +177,31 @@ fn build(lab: &Lab, paths: &LabPaths, binaries: &Binaries, progress: &ProgressBa
         containers::run_exec(lab, pod, container)?;
     }
     Ok(())
+}
+
+/// Runs `f` on every pod (with its node), one thread per node taking its pods in order,
+/// the nodes side by side (on a machine, as on a cluster, nodes do their pods' work at
+/// once). The first failure, once every thread has stopped.
+fn each_node_side_by_side(lab: &Lab, f: impl Fn(&str, &str) -> Result<()> + Sync) -> Result<()> {
+    let mut by_node: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (pod, node) in &lab.pods {
+        by_node.entry(node).or_default().push(pod);
+    }
+    let f = &f;
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = by_node
+            .into_iter()
+            .map(|(node, pods)| scope.spawn(move || pods.iter().try_for_each(|pod| f(pod, node))))
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a node's thread panicked")))
+            })
+            .collect::<Result<Vec<()>>>()
+            .map(drop)
+    })
 }
 
 fn write_node_files(lab: &Lab, paths: &LabPaths) -> Result<()> {

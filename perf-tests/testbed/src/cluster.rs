@@ -153,6 +153,14 @@ impl Node {
         (per_second > 0).then(|| Duration::from_secs_f64(ticks as f64 / per_second as f64))
     }
 
+    /// The daemon's resident memory (VmRSS), in KiB: its UMEMs are pinned, so resident.
+    pub fn daemon_rss_kib(&mut self) -> Option<u64> {
+        let pid = self.daemon_pid()?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.0.join("xwired.log")).unwrap_or_default()
     }
