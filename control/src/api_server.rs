@@ -136,9 +136,10 @@ fn answer_all(node: &mut Node, batch: Vec<Job>) -> bool {
         );
         let command = cni_command(&job.request);
         let shares = matches!(job.request, local::Request::Del(_)) && !shared.is_empty();
-        let (mut steps, shared_took) = match shares {
-            true => (shared.clone(), shared_took),
-            false => (Vec::new(), Duration::ZERO),
+        let (mut steps, shared_took) = if shares {
+            (shared.clone(), shared_took)
+        } else {
+            (Vec::new(), Duration::ZERO)
         };
         let waited = job.queued.elapsed().saturating_sub(shared_took);
         let handling = Instant::now();
