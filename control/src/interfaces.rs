@@ -47,6 +47,37 @@ pub struct EndSettings {
     pub alias: Option<String>,
     /// Turn TX checksum offload off: the end's frames go through the fast path.
     pub checksum_off: bool,
+    pub ipv6: Ipv6,
+}
+
+/// What IPv6 an end does of its own accord, set before it comes up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ipv6 {
+    /// As the namespace's defaults say.
+    #[default]
+    AsDefault,
+    /// No duplicate address detection and no router solicitations: an end whose
+    /// addresses are given (a lab's management interface) on a link with no router.
+    /// A lab's thousand pods each soliciting and probing on one management network was
+    /// a thousand frames flooded to a thousand pods.
+    Quiet,
+    /// Off: a node-side end is a port of the switch (or of a bridge) that carries frames
+    /// and has no address. With IPv6 on, each one sent its own router solicitations, MLD
+    /// reports and DAD probes into the pod's link, and got a link-local route of the
+    /// same prefix as every other end's: adding one to a node with thousands walked them
+    /// all, which made a lab's bring-up quadratic.
+    Off,
+}
+
+impl Ipv6 {
+    /// The interface's IPv6 settings (under `/proc/sys/net/ipv6/conf/IF/`) that say so.
+    fn settings(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Ipv6::AsDefault => &[],
+            Ipv6::Quiet => &[("accept_dad", "0"), ("router_solicitations", "0")],
+            Ipv6::Off => &[("disable_ipv6", "1")],
+        }
+    }
 }
 
 impl EndSettings {
@@ -58,6 +89,7 @@ impl EndSettings {
             address: None,
             alias: None,
             checksum_off: false,
+            ipv6: Ipv6::AsDefault,
         }
     }
 }
@@ -125,6 +157,25 @@ pub fn configure(ns: &NetnsFd, end: &EndSettings) -> Result<(), NetnsError> {
                     ns: ns.label().into(),
                     source,
                 })?;
+        }
+        let ipv6 = end.ipv6.settings();
+        if !ipv6.is_empty() {
+            let dir = format!("/proc/sys/net/ipv6/conf/{}", end.name);
+            // /proc/sys/net is the namespace of the thread that opens it.
+            let written = ns.run(&op, || {
+                ipv6.iter().try_for_each(|(setting, value)| {
+                    match std::fs::write(format!("{dir}/{setting}"), value) {
+                        // A kernel without IPv6 has nothing to set.
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                        other => other,
+                    }
+                })
+            })?;
+            written.map_err(|source| NetnsError::Io {
+                op: format!("set IPv6 {:?} on {}", end.ipv6, end.name),
+                ns: ns.label().into(),
+                source,
+            })?;
         }
         let end = end.clone();
         ns.netlink(&op, |h| async move {
@@ -240,16 +291,14 @@ pub fn delete_all(ns: &NetnsFd, ours: &[(String, String)]) -> Result<usize, Netn
 pub fn inspect(ns: &NetnsFd, name: &str) -> Result<Option<InterfaceState>, NetnsError> {
     step_times::time(step_times::NETLINK, || {
         let op = format!("read {name}");
-        let result = ns.netlink(&op, |h| async move {
+        // Strict: the kernel dumps this interface's addresses only (without it, those of
+        // every interface of the namespace, which for a node's is thousands).
+        let result = ns.netlink_strict(&op, |h| async move {
             let message = find(&h, name).await?;
             let index = message.header.index;
-            let addresses: Vec<_> = h
-                .address()
-                .get()
-                .set_link_index_filter(index)
-                .execute()
-                .try_collect()
-                .await?;
+            let mut request = h.address().get().set_link_index_filter(index);
+            request.message_mut().header.index = index;
+            let addresses: Vec<_> = request.execute().try_collect().await?;
             Ok((message, addresses))
         });
         let (message, address_messages) = match result {

@@ -163,8 +163,10 @@ pub(crate) struct XdpPort {
     ifindex: u32,
     /// Frames in no ring and lent to no one.
     free: Vec<FrameDesc>,
-    /// Descriptors on their way between a ring and the caller (receive, send, reclaim).
+    /// Descriptors on their way from the RX ring to the caller.
     scratch: Vec<FrameDesc>,
+    /// Descriptors on their way from the caller to the TX ring.
+    outgoing: Vec<FrameDesc>,
     serial: u32,
     /// How many frames the fill ring is kept topped up to.
     fill_target: usize,
@@ -269,6 +271,7 @@ impl XdpPort {
             fill_target: free.len() / 2,
             frame_room: layout.frame_room(),
             scratch: Vec::with_capacity(free.len()),
+            outgoing: Vec::with_capacity(free.len()),
             free,
             serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
             umem,
@@ -402,11 +405,15 @@ impl XdpPort {
     /// Takes up to `max` received frames, lent to the caller, onto `into`; returns how
     /// many.
     pub(crate) fn receive(&mut self, max: usize, into: &mut Vec<Lent>) -> usize {
-        self.scratch.clear();
-        self.scratch.resize(max, FrameDesc::default());
+        // Sized once, not cleared and filled per call: a worker asks each of its ports
+        // on every pass, and with a thousand idle ports, refilling this buffer with
+        // defaults was most of the worker's time (the ring overwrites what it yields).
+        if self.scratch.len() < max {
+            self.scratch.resize(max, FrameDesc::default());
+        }
         // SAFETY: `scratch` is this port's buffer, only written; the ring yields
         // descriptors of this port's UMEM, which pass from the kernel to the caller.
-        let n = unsafe { self.rx.consume(&mut self.scratch) };
+        let n = unsafe { self.rx.consume(&mut self.scratch[..max]) };
         self.in_fill -= n;
         let port = self.serial;
         into.extend(self.scratch[..n].iter().map(|&desc| Lent { desc, port }));
@@ -486,17 +493,17 @@ impl XdpPort {
     /// `tx_room`), in which case they come back to the free list. The ones taken go to
     /// the kernel, and return to the free list once sent.
     pub(crate) fn send(&mut self, frames: impl IntoIterator<Item = Lent>) -> usize {
-        self.scratch.clear();
+        self.outgoing.clear();
         for frame in frames {
             self.check(&frame);
-            self.scratch.push(frame.desc);
+            self.outgoing.push(frame.desc);
         }
         // SAFETY: every descriptor was lent by this port (checked) and moved in here by
         // value, so it is in no ring and in use nowhere else.
-        let n = unsafe { self.tx.produce(&self.scratch) };
+        let n = unsafe { self.tx.produce(&self.outgoing) };
         self.in_tx += n;
         if n == 0 {
-            self.free.extend_from_slice(&self.scratch);
+            self.free.extend_from_slice(&self.outgoing);
         }
         n
     }

@@ -19,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use futures::TryStreamExt;
 use netlink_packet_route::link::LinkAttribute;
 use serde::{Deserialize, Serialize};
-use xwire_control::interfaces::{create_veth, EndSettings};
+use xwire_control::interfaces::{create_veth, EndSettings, Ipv6};
 use xwire_control::netns::NetnsFd;
 use xwire_control::routing::plan::network;
 use xwire_control::topology::parse_cidr;
@@ -311,7 +311,13 @@ pub fn add_pod(lab: &Lab, paths: &LabPaths, pod: &str) -> Result<()> {
     let port = format!("mg{n}");
     let mut pod_end = EndSettings::named(&mgmt.interface);
     pod_end.address = Some((v4, p4));
-    create_veth(&pod_ns, &pod_end, &node_ns, &EndSettings::named(&port))
+    pod_end.ipv6 = Ipv6::Quiet;
+    // The node's end is a bridge port: no addresses, and no IPv6 chatter of its own.
+    let node_end = EndSettings {
+        ipv6: Ipv6::Off,
+        ..EndSettings::named(&port)
+    };
+    create_veth(&pod_ns, &pod_end, &node_ns, &node_end)
         .with_context(|| format!("pod {pod}: management interface"))?;
     add_addresses(&pod_ns, &mgmt.interface, &[(v6, p6)])?;
     attach(&node_ns, &port, NODE_BRIDGE)

@@ -89,8 +89,35 @@ fn catch_interrupts() -> Result<()> {
     Ok(())
 }
 
-/// Brings the lab in `file` up; returns it once every wire is up.
-pub fn up(file: &Path, binaries: &Binaries) -> Result<Lab> {
+/// How long each phase of `up` took, in order: where a large lab's time goes.
+#[derive(Debug, Default)]
+pub struct Phases {
+    pub took: Vec<(&'static str, Duration)>,
+}
+
+impl Phases {
+    fn time<T>(&mut self, phase: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let started = Instant::now();
+        let done = f();
+        self.took.push((phase, started.elapsed()));
+        done
+    }
+
+    /// One line: the whole, then each phase.
+    pub fn render(&self) -> String {
+        let total: Duration = self.took.iter().map(|(_, d)| *d).sum();
+        let parts: Vec<String> = self
+            .took
+            .iter()
+            .map(|(phase, d)| format!("{phase} {:.1} s", d.as_secs_f64()))
+            .collect();
+        format!("up in {:.1} s: {}", total.as_secs_f64(), parts.join(", "))
+    }
+}
+
+/// Brings the lab in `file` up; returns it once every wire is up, with the time each
+/// phase took.
+pub fn up(file: &Path, binaries: &Binaries) -> Result<(Lab, Phases)> {
     let text = std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?;
     let mut lab =
         file::parse(&text, None).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
@@ -113,10 +140,11 @@ pub fn up(file: &Path, binaries: &Binaries) -> Result<Lab> {
             .progress_chars("=> "),
     );
     progress.enable_steady_tick(Duration::from_millis(100));
-    match build(&lab, &paths, binaries, &progress) {
+    let mut phases = Phases::default();
+    match build(&lab, &paths, binaries, &progress, &mut phases) {
         Ok(()) => {
             progress.finish_and_clear();
-            Ok(lab)
+            Ok((lab, phases))
         }
         Err(e) => {
             progress.abandon_with_message(format!("failed: {e:#}"));
@@ -129,52 +157,71 @@ pub fn up(file: &Path, binaries: &Binaries) -> Result<Lab> {
     }
 }
 
-fn build(lab: &Lab, paths: &LabPaths, binaries: &Binaries, progress: &ProgressBar) -> Result<()> {
+fn build(
+    lab: &Lab,
+    paths: &LabPaths,
+    binaries: &Binaries,
+    progress: &ProgressBar,
+    phases: &mut Phases,
+) -> Result<()> {
     let step = |message: String| {
         progress.set_message(message);
         progress.inc(1);
         check_interrupted()
     };
-    step(format!("lab directory {}", paths.dir.display()))?;
-    paths.create_dir()?;
-    std::fs::write(paths.lab_file(), serde_json::to_vec_pretty(lab)?)?;
-
-    step("underlay".into())?;
-    let lab_ns = namespaces::create(&paths.lab_netns())?;
-    underlay::build(lab, paths, &lab_ns, step)?;
-    for pod in lab.pods.keys() {
-        step(format!("pod {pod}: namespace"))?;
-        namespaces::create(&paths.pod_netns(pod))?;
-    }
-    step("management network".into())?;
-    mgmt::build_nodes(lab, paths)?;
-    each_node_side_by_side(lab, |pod, _| {
-        check_interrupted()?;
-        mgmt::add_pod(lab, paths, pod)
+    phases.time("namespaces and underlay", || {
+        step(format!("lab directory {}", paths.dir.display()))?;
+        paths.create_dir()?;
+        std::fs::write(paths.lab_file(), serde_json::to_vec_pretty(lab)?)?;
+        step("underlay".into())?;
+        let lab_ns = namespaces::create(&paths.lab_netns())?;
+        underlay::build(lab, paths, &lab_ns, step)?;
+        for pod in lab.pods.keys() {
+            step(format!("pod {pod}: namespace"))?;
+            namespaces::create(&paths.pod_netns(pod))?;
+        }
+        Ok(())
     })?;
-
-    step("certificates and node configurations".into())?;
-    write_node_files(lab, paths)?;
-    start_supervisor(paths, binaries)?;
-    for node in &lab.nodes {
-        step(format!("node {node}: xwired starting"))?;
-        wait_for_daemon(paths, node)?;
-    }
-
-    step("topology".into())?;
-    node_api::apply_topology(lab, paths)?;
+    phases.time("management network", || {
+        step("management network".into())?;
+        mgmt::build_nodes(lab, paths)?;
+        each_node_side_by_side(lab, |pod, _| {
+            check_interrupted()?;
+            mgmt::add_pod(lab, paths, pod)
+        })
+    })?;
+    phases.time("daemons", || {
+        step("certificates and node configurations".into())?;
+        write_node_files(lab, paths)?;
+        start_supervisor(paths, binaries)?;
+        for node in &lab.nodes {
+            step(format!("node {node}: xwired starting"))?;
+            wait_for_daemon(paths, node)?;
+        }
+        step("topology".into())?;
+        node_api::apply_topology(lab, paths)
+    })?;
     // Each node's pods in turn, as its runtime would start them; the nodes side by side.
-    each_node_side_by_side(lab, |pod, node| {
-        step(format!("pod {pod}: CNI ADD on {node}"))?;
-        call_plugin(paths, binaries, "ADD", pod, node).map(drop)
+    phases.time("CNI ADDs", || {
+        each_node_side_by_side(lab, |pod, node| {
+            step(format!("pod {pod}: CNI ADD on {node}"))?;
+            call_plugin(paths, binaries, "ADD", pod, node).map(drop)
+        })
     })?;
-    step("waiting for every wire".into())?;
-    wait_for_wires(lab, paths)?;
-    // The namespace first, then the container: it starts with its interfaces in place.
-    for (pod, container) in &lab.containers {
-        step(format!("pod {pod}: container {}", container.image))?;
-        containers::start(lab, pod, container)?;
-        containers::run_exec(lab, pod, container)?;
+    phases.time("wires", || {
+        step("waiting for every wire".into())?;
+        wait_for_wires(lab, paths)
+    })?;
+    if !lab.containers.is_empty() {
+        // The namespace first, then the container: it starts with its interfaces in place.
+        phases.time("containers", || {
+            for (pod, container) in &lab.containers {
+                step(format!("pod {pod}: container {}", container.image))?;
+                containers::start(lab, pod, container)?;
+                containers::run_exec(lab, pod, container)?;
+            }
+            Ok(())
+        })?;
     }
     Ok(())
 }

@@ -156,6 +156,29 @@ impl NetnsFd {
         F: FnOnce(Handle) -> Fut + Send,
         Fut: Future<Output = Result<T, rtnetlink::Error>>,
     {
+        self.netlink_checked(op, false, f)
+    }
+
+    /// Like `netlink`, from a socket with strict checking on (`NETLINK_GET_STRICT_CHK`):
+    /// the kernel then honours a dump's filter in its header (an address dump for one
+    /// interface index walks that interface only, not every interface of a namespace
+    /// that may hold thousands), and refuses a dump request whose header has fields it
+    /// does not filter on (rtnetlink's route dumps set some: they go through `netlink`).
+    pub fn netlink_strict<T, F, Fut>(&self, op: &str, f: F) -> Result<T, NetnsError>
+    where
+        T: Send,
+        F: FnOnce(Handle) -> Fut + Send,
+        Fut: Future<Output = Result<T, rtnetlink::Error>>,
+    {
+        self.netlink_checked(op, true, f)
+    }
+
+    fn netlink_checked<T, F, Fut>(&self, op: &str, strict: bool, f: F) -> Result<T, NetnsError>
+    where
+        T: Send,
+        F: FnOnce(Handle) -> Fut + Send,
+        Fut: Future<Output = Result<T, rtnetlink::Error>>,
+    {
         let io = |source| NetnsError::Io {
             op: op.into(),
             ns: self.label.clone(),
@@ -167,7 +190,15 @@ impl NetnsFd {
                 .build()
                 .map_err(io)?;
             runtime.block_on(async {
-                let (connection, handle, _) = rtnetlink::new_connection().map_err(io)?;
+                let (mut connection, handle, _) = rtnetlink::new_connection().map_err(io)?;
+                if strict {
+                    use rtnetlink::sys::AsyncSocket;
+                    connection
+                        .socket_mut()
+                        .socket_ref()
+                        .set_netlink_get_strict_chk(true)
+                        .map_err(io)?;
+                }
                 let driver = tokio::spawn(connection);
                 let result = f(handle).await;
                 driver.abort();

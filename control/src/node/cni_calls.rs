@@ -211,15 +211,8 @@ impl Node {
         &self,
         attachment: &AttachmentRecord,
     ) -> Result<Vec<WireRecord>, NodeError> {
-        Ok(self
-            .store
-            .wires()?
-            .into_iter()
-            .filter(|w| {
-                w.topo_namespace == attachment.pod.namespace
-                    && w.local_pod_name == attachment.pod.name
-            })
-            .collect())
+        let pod = &attachment.pod;
+        Ok(self.store.wires_of_pod(&pod.namespace, &pod.name)?)
     }
 
     pub(super) fn check(&mut self, call: CniCall) -> Result<(), NodeError> {

@@ -301,11 +301,7 @@ impl Node {
         namespace: &str,
         pod: &str,
     ) -> Result<Option<AttachmentRecord>, NodeError> {
-        Ok(self
-            .store
-            .attachments()?
-            .into_iter()
-            .find(|a| a.pod.namespace == namespace && a.pod.name == pod))
+        Ok(self.store.attachment_of_pod(namespace, pod)?)
     }
 
     /// The topology of `pod`, from the cache or the store.

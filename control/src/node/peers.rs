@@ -132,13 +132,10 @@ impl Node {
             return;
         };
         let all_peers: Vec<String> = fastpath.peer_names().cloned().collect();
-        let Ok(wires) = self.store.wires() else {
+        let Ok(wires) = self.store.wires_of_pod(namespace, pod) else {
             return;
         };
-        for record in wires
-            .iter()
-            .filter(|w| w.topo_namespace == namespace && w.local_pod_name == pod)
-        {
+        for record in &wires {
             let Some(spec) = self.spec_of(record) else {
                 continue;
             };

@@ -233,12 +233,26 @@ impl Node {
             }
             desired.pods.push(DesiredPod { attachment, links });
         }
-        observed.records = self
-            .store
-            .wires()?
-            .into_iter()
-            .map(|w| (w.key(), w))
-            .collect();
+        // A pass over some pods plans for theirs only (the others are taken as they are):
+        // it reads their records alone, not every record of a node that may hold
+        // thousands.
+        let records = match scope {
+            Scope::Node => self.store.wires()?,
+            Scope::Pods(_) | Scope::Detached(_) => {
+                let mut records = Vec::new();
+                let detached = match scope {
+                    Scope::Detached(attachment) => {
+                        Some((&attachment.pod.namespace, &attachment.pod.name))
+                    }
+                    _ => None,
+                };
+                for (namespace, pod) in looked_at_pods.iter().map(|(n, p)| (n, p)).chain(detached) {
+                    records.extend(self.store.wires_of_pod(namespace, pod)?);
+                }
+                records
+            }
+        };
+        observed.records = records.into_iter().map(|w| (w.key(), w)).collect();
         let node_interfaces = match scope {
             Scope::Node => interfaces::observe(&self.node_ns),
             // Only the node ends of the pods looked at: one read each, rather than a dump

@@ -110,6 +110,7 @@ impl Node {
         let node_end = EndSettings {
             mtu: link.mtu,
             checksum_off: true,
+            ipv6: interfaces::Ipv6::Off,
             alias: Some(interfaces::node_alias(
                 &self.config.node_name,
                 namespace,

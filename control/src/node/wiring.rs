@@ -42,6 +42,7 @@ pub(super) fn own_end(namespace: &str, pod: &str, link: &LinkSpec) -> EndSetting
         address: link.local_ip,
         alias: Some(interfaces::pod_alias(namespace, pod, link.uid)),
         checksum_off: false,
+        ipv6: interfaces::Ipv6::AsDefault,
     }
 }
 
@@ -54,6 +55,7 @@ fn far_end(namespace: &str, link: &LinkSpec) -> EndSettings {
         address: link.peer_ip,
         alias: Some(interfaces::pod_alias(namespace, &link.peer_pod, link.uid)),
         checksum_off: false,
+        ipv6: interfaces::Ipv6::AsDefault,
     }
 }
 
@@ -262,6 +264,7 @@ impl Node {
         let node_end = EndSettings {
             mtu: link.mtu,
             checksum_off: true,
+            ipv6: interfaces::Ipv6::Off,
             alias: Some(interfaces::node_alias(
                 &self.config.node_name,
                 &namespace,

@@ -1,6 +1,12 @@
 //! The embedded backend: one redb file under the daemon's state directory, with a table
 //! per record kind, keyed by the record's key and holding its JSON (readable with any
 //! redb tool, and tolerant of fields added later).
+//!
+//! Reads are served from a decoded copy of every record kept in memory. The daemon is
+//! the file's only user (redb locks it), so the copy is what the file says plus the batch
+//! under way. Before it, each read of all records copied every value out of the file and
+//! decoded its JSON: a node with 1,000 wires spent most of an ADD doing that, several
+//! times per call, which made a lab's bring-up quadratic in its pods.
 
 // redb's error type is large; it is returned only on a failing disk, far from any hot
 // path, so boxing it would buy nothing.
@@ -17,6 +23,7 @@ use serde::Serialize;
 
 use super::{AttachmentRecord, StoreError, TopologySource, WireRecord, WireStore};
 use crate::step_times;
+use crate::store::wire_key_prefix;
 use crate::topology::{pod_key, Topology};
 
 const WIRES: TableDefinition<&str, &[u8]> = TableDefinition::new("wires");
@@ -33,6 +40,42 @@ pub struct EmbeddedStore {
     /// file, which reads see. One transaction (one fsync) per CNI call instead of one per
     /// record.
     batch: Mutex<Option<Batch>>,
+    mirror: Mutex<Mirror>,
+}
+
+/// Every record, decoded: the file's, with the batch under way applied.
+#[derive(Default)]
+struct Mirror {
+    wires: BTreeMap<String, WireRecord>,
+    attachments: BTreeMap<String, AttachmentRecord>,
+    topologies: BTreeMap<String, Topology>,
+}
+
+/// A kind of record: its table, and where the mirror keeps it.
+trait Kind: Serialize + DeserializeOwned + Clone {
+    const TABLE: TableDefinition<'static, &'static str, &'static [u8]>;
+    fn mirrored(mirror: &mut Mirror) -> &mut BTreeMap<String, Self>;
+}
+
+impl Kind for WireRecord {
+    const TABLE: TableDefinition<'static, &'static str, &'static [u8]> = WIRES;
+    fn mirrored(mirror: &mut Mirror) -> &mut BTreeMap<String, Self> {
+        &mut mirror.wires
+    }
+}
+
+impl Kind for AttachmentRecord {
+    const TABLE: TableDefinition<'static, &'static str, &'static [u8]> = ATTACHMENTS;
+    fn mirrored(mirror: &mut Mirror) -> &mut BTreeMap<String, Self> {
+        &mut mirror.attachments
+    }
+}
+
+impl Kind for Topology {
+    const TABLE: TableDefinition<'static, &'static str, &'static [u8]> = TOPOLOGIES;
+    fn mirrored(mirror: &mut Mirror) -> &mut BTreeMap<String, Self> {
+        &mut mirror.topologies
+    }
 }
 
 /// Writes kept for the batch's end: per table, each key's JSON, or `None` for removed.
@@ -92,9 +135,12 @@ impl EmbeddedStore {
         // replaced.
         let db = Database::open(&path).map_err(|e| fail(e.to_string()))?;
         let store = EmbeddedStore::with_tables(db, path)?;
-        store.wires()?;
-        store.attachments()?;
-        store.topologies()?;
+        {
+            let mut mirror = store.mirror();
+            mirror.wires = store.load()?;
+            mirror.attachments = store.load()?;
+            mirror.topologies = store.load()?;
+        }
         Ok(store)
     }
 
@@ -103,6 +149,7 @@ impl EmbeddedStore {
             db,
             path,
             batch: Mutex::new(None),
+            mirror: Mutex::new(Mirror::default()),
         };
         // Reads of a table that was never written fail, so make all of them now.
         store.write(|tx| {
@@ -140,17 +187,13 @@ impl EmbeddedStore {
         self.batch.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// What the batch under way says of `key`: `Some(None)` removed, `None` untouched.
-    fn batched(&self, table: TableDefinition<&str, &[u8]>, key: &str) -> Option<Option<Vec<u8>>> {
-        let batch = self.batch();
-        batch.as_ref()?.tables.get(table.name())?.get(key).cloned()
+    fn mirror(&self) -> std::sync::MutexGuard<'_, Mirror> {
+        // A panic while holding it left plain data, still usable.
+        self.mirror.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn put<T: Serialize>(
-        &self,
-        table: TableDefinition<&str, &[u8]>,
-        entries: &[(String, &T)],
-    ) -> Result<(), StoreError> {
+    fn put<T: Kind>(&self, entries: &[(String, &T)]) -> Result<(), StoreError> {
+        let table = T::TABLE;
         let encoded: Vec<(&str, Vec<u8>)> = entries
             .iter()
             .map(|(key, value)| {
@@ -163,55 +206,51 @@ impl EmbeddedStore {
             for (key, json) in encoded {
                 pending.insert(key.to_owned(), Some(json));
             }
-            return Ok(());
+        } else {
+            step_times::time(step_times::STORE_WRITE, || {
+                self.write(|tx| {
+                    let mut t = tx.open_table(table)?;
+                    for (key, json) in &encoded {
+                        t.insert(*key, json.as_slice())?;
+                    }
+                    Ok(())
+                })
+            })?;
         }
-        step_times::time(step_times::STORE_WRITE, || {
-            self.write(|tx| {
-                let mut t = tx.open_table(table)?;
-                for (key, json) in &encoded {
-                    t.insert(*key, json.as_slice())?;
-                }
-                Ok(())
-            })
-        })
+        let mut mirror = self.mirror();
+        let mirrored = T::mirrored(&mut mirror);
+        for (key, value) in entries {
+            mirrored.insert(key.clone(), (*value).clone());
+        }
+        Ok(())
     }
 
-    fn remove(&self, table: TableDefinition<&str, &[u8]>, key: &str) -> Result<bool, StoreError> {
-        if self.batch().is_some() {
-            let existed = match self.batched(table, key) {
-                Some(json) => json.is_some(),
-                None => self.stored(table, key)?.is_some(),
-            };
-            if let Some(batch) = self.batch().as_mut() {
-                let pending = batch.tables.entry(table.name().to_owned()).or_default();
-                pending.insert(key.to_owned(), None);
-            }
-            return Ok(existed);
+    fn remove<T: Kind>(&self, key: &str) -> Result<bool, StoreError> {
+        let table = T::TABLE;
+        if let Some(batch) = self.batch().as_mut() {
+            let pending = batch.tables.entry(table.name().to_owned()).or_default();
+            pending.insert(key.to_owned(), None);
+        } else {
+            step_times::time(step_times::STORE_WRITE, || {
+                self.write(|tx| {
+                    tx.open_table(table)?.remove(key)?;
+                    Ok(())
+                })
+            })?;
         }
-        let mut removed = false;
-        step_times::time(step_times::STORE_WRITE, || {
-            self.write(|tx| {
-                let mut t = tx.open_table(table)?;
-                removed = t.remove(key)?.is_some();
-                Ok(())
-            })
-        })?;
-        Ok(removed)
+        Ok(T::mirrored(&mut self.mirror()).remove(key).is_some())
     }
 
-    fn get<T: DeserializeOwned>(
-        &self,
-        table: TableDefinition<&str, &[u8]>,
-        key: &str,
-    ) -> Result<Option<T>, StoreError> {
-        let json = match self.batched(table, key) {
-            Some(json) => json,
-            None => self.stored(table, key)?,
-        };
-        json.map(|json| decode(key, &json)).transpose()
+    fn get<T: Kind>(&self, key: &str) -> Option<T> {
+        T::mirrored(&mut self.mirror()).get(key).cloned()
+    }
+
+    fn all<T: Kind>(&self) -> Vec<T> {
+        T::mirrored(&mut self.mirror()).values().cloned().collect()
     }
 
     /// The JSON of `key` in the file.
+    #[cfg(test)]
     fn stored(
         &self,
         table: TableDefinition<&str, &[u8]>,
@@ -225,37 +264,18 @@ impl EmbeddedStore {
         })
     }
 
-    fn all<T: DeserializeOwned>(
-        &self,
-        table: TableDefinition<&str, &[u8]>,
-    ) -> Result<Vec<T>, StoreError> {
-        let mut entries: BTreeMap<String, Vec<u8>> =
-            step_times::time(step_times::STORE_READ, || {
-                let tx = self.db.begin_read().map_err(|e| self.fail(e))?;
-                let t = tx.open_table(table).map_err(|e| self.fail(e))?;
-                let mut out = BTreeMap::new();
-                for entry in t.iter().map_err(|e| self.fail(e))? {
-                    let (key, value) = entry.map_err(|e| self.fail(e))?;
-                    out.insert(key.value().to_owned(), value.value().to_vec());
-                }
-                Ok::<_, StoreError>(out)
-            })?;
-        if let Some(pending) = self
-            .batch()
-            .as_ref()
-            .and_then(|b| b.tables.get(table.name()))
-        {
-            for (key, json) in pending {
-                match json {
-                    Some(json) => entries.insert(key.clone(), json.clone()),
-                    None => entries.remove(key),
-                };
-            }
+    /// Every record of a kind in the file, decoded (at open: the mirror's start).
+    fn load<T: Kind>(&self) -> Result<BTreeMap<String, T>, StoreError> {
+        let tx = self.db.begin_read().map_err(|e| self.fail(e))?;
+        let t = tx.open_table(T::TABLE).map_err(|e| self.fail(e))?;
+        let mut out = BTreeMap::new();
+        for entry in t.iter().map_err(|e| self.fail(e))? {
+            let (key, value) = entry.map_err(|e| self.fail(e))?;
+            let key = key.value().to_owned();
+            let record = decode(&key, value.value())?;
+            out.insert(key, record);
         }
-        entries
-            .iter()
-            .map(|(key, json)| decode(key, json))
-            .collect()
+        Ok(out)
     }
 
     /// Writes the batch's changes in one transaction. On failure they stay pending, for
@@ -295,35 +315,59 @@ fn decode<T: DeserializeOwned>(key: &str, json: &[u8]) -> Result<T, StoreError> 
 
 impl WireStore for EmbeddedStore {
     fn put_wire(&self, wire: &WireRecord) -> Result<(), StoreError> {
-        self.put(WIRES, &[(wire.key(), wire)])
+        self.put(&[(wire.key(), wire)])
     }
 
     fn wire(&self, key: &str) -> Result<Option<WireRecord>, StoreError> {
-        self.get(WIRES, key)
+        Ok(self.get(key))
     }
 
     fn remove_wire(&self, key: &str) -> Result<bool, StoreError> {
-        self.remove(WIRES, key)
+        self.remove::<WireRecord>(key)
     }
 
     fn wires(&self) -> Result<Vec<WireRecord>, StoreError> {
-        self.all(WIRES)
+        Ok(self.all())
+    }
+
+    fn wires_of_pod(&self, namespace: &str, pod: &str) -> Result<Vec<WireRecord>, StoreError> {
+        let prefix = wire_key_prefix(namespace, pod);
+        let mirror = self.mirror();
+        Ok(mirror
+            .wires
+            .range(prefix.clone()..)
+            .take_while(|(key, _)| key.starts_with(&prefix))
+            .map(|(_, wire)| wire.clone())
+            .collect())
     }
 
     fn put_attachment(&self, attachment: &AttachmentRecord) -> Result<(), StoreError> {
-        self.put(ATTACHMENTS, &[(attachment.key(), attachment)])
+        self.put(&[(attachment.key(), attachment)])
     }
 
     fn attachment(&self, key: &str) -> Result<Option<AttachmentRecord>, StoreError> {
-        self.get(ATTACHMENTS, key)
+        Ok(self.get(key))
+    }
+
+    fn attachment_of_pod(
+        &self,
+        namespace: &str,
+        pod: &str,
+    ) -> Result<Option<AttachmentRecord>, StoreError> {
+        let mirror = self.mirror();
+        Ok(mirror
+            .attachments
+            .values()
+            .find(|a| a.pod.namespace == namespace && a.pod.name == pod)
+            .cloned())
     }
 
     fn remove_attachment(&self, key: &str) -> Result<bool, StoreError> {
-        self.remove(ATTACHMENTS, key)
+        self.remove::<AttachmentRecord>(key)
     }
 
     fn attachments(&self) -> Result<Vec<AttachmentRecord>, StoreError> {
-        self.all(ATTACHMENTS)
+        Ok(self.all())
     }
 
     fn begin_batch(&self) {
@@ -341,20 +385,20 @@ impl WireStore for EmbeddedStore {
 
 impl TopologySource for EmbeddedStore {
     fn topology(&self, namespace: &str, name: &str) -> Result<Option<Topology>, StoreError> {
-        self.get(TOPOLOGIES, &pod_key(namespace, name))
+        Ok(self.get(&pod_key(namespace, name)))
     }
 
     fn topologies(&self) -> Result<Vec<Topology>, StoreError> {
-        self.all(TOPOLOGIES)
+        Ok(self.all())
     }
 
     fn put_topologies(&self, topologies: &[Topology]) -> Result<(), StoreError> {
         let entries: Vec<(String, &Topology)> = topologies.iter().map(|t| (t.key(), t)).collect();
-        self.put(TOPOLOGIES, &entries)
+        self.put(&entries)
     }
 
     fn remove_topology(&self, namespace: &str, name: &str) -> Result<bool, StoreError> {
-        self.remove(TOPOLOGIES, &pod_key(namespace, name))
+        self.remove::<Topology>(&pod_key(namespace, name))
     }
 }
 

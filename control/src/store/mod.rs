@@ -82,6 +82,11 @@ pub fn wire_key(namespace: &str, pod: &str, uid: u64) -> String {
     format!("{namespace}/{pod}/{uid}")
 }
 
+/// What the keys of one pod's wires begin with.
+pub fn wire_key_prefix(namespace: &str, pod: &str) -> String {
+    format!("{namespace}/{pod}/")
+}
+
 /// A CNI attachment the daemon manages: what DEL, CHECK and GC look up.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AttachmentRecord {
@@ -110,8 +115,27 @@ pub trait WireStore {
     /// False when there was no such record.
     fn remove_wire(&self, key: &str) -> Result<bool, StoreError>;
     fn wires(&self) -> Result<Vec<WireRecord>, StoreError>;
+    /// The wires of one pod (a store that indexes them answers without a scan).
+    fn wires_of_pod(&self, namespace: &str, pod: &str) -> Result<Vec<WireRecord>, StoreError> {
+        Ok(self
+            .wires()?
+            .into_iter()
+            .filter(|w| w.topo_namespace == namespace && w.local_pod_name == pod)
+            .collect())
+    }
     fn put_attachment(&self, attachment: &AttachmentRecord) -> Result<(), StoreError>;
     fn attachment(&self, key: &str) -> Result<Option<AttachmentRecord>, StoreError>;
+    /// The attachment of a pod, if it has one.
+    fn attachment_of_pod(
+        &self,
+        namespace: &str,
+        pod: &str,
+    ) -> Result<Option<AttachmentRecord>, StoreError> {
+        Ok(self
+            .attachments()?
+            .into_iter()
+            .find(|a| a.pod.namespace == namespace && a.pod.name == pod))
+    }
     fn remove_attachment(&self, key: &str) -> Result<bool, StoreError>;
     fn attachments(&self) -> Result<Vec<AttachmentRecord>, StoreError>;
     /// From here to `end_batch`, changes may be kept and written together at its end (a

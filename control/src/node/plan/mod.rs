@@ -59,7 +59,8 @@ pub(crate) struct Observed {
     pub(crate) whole_node: bool,
     /// A pod whose attachment goes (DEL): its records are removed, whatever the scope.
     pub(crate) detached: Option<PodRef>,
-    /// Every wire record, by key.
+    /// The wire records, by key: every one for the whole node, else those of the pods
+    /// looked at and of the `detached` one.
     pub(crate) records: BTreeMap<String, WireRecord>,
     /// Each observed attachment's namespace, by attachment key.
     pub(crate) pods: HashMap<String, PodNetns>,

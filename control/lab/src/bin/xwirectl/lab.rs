@@ -293,9 +293,10 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
     match command {
         LabCommand::Up { file } => {
             let binaries = up::Binaries::find()?;
-            let lab = up::up(&file, &binaries)?;
+            let (lab, phases) = up::up(&file, &binaries)?;
             let status = status::status(&lab);
             print!("{}", status::render(&status));
+            println!("\n{}", phases.render());
             println!("\nlook around:  xwirectl lab status {0}\n              xwirectl lab exec {1} -- ip addr\ntear down:    xwirectl lab down {0}", lab.name, lab.pods.keys().next().map(String::as_str).unwrap_or("POD"));
         }
         LabCommand::Status { name, json, check } => {
