@@ -17,8 +17,9 @@ const BUILD: &[&str] = &[
     "llvm",
 ];
 
-/// What the demo runs besides the build: ip and ping, and the font of its bench chart.
-const DEMO: &[&str] = &["iproute2", "iputils-ping", "fonts-dejavu-core"];
+/// What the demo runs besides the build: ip and ping, the font of its bench chart, and
+/// nft (a lab's management network keeps the pods' MLD reports off it with a rule).
+const DEMO: &[&str] = &["iproute2", "iputils-ping", "fonts-dejavu-core", "nftables"];
 
 /// What the tests run besides the demo's: iperf3 (the remote-wire scenario's TCP
 /// transfer); podman with its CNI backend (runc, conmon, catatonit, the reference
@@ -43,8 +44,6 @@ const TEST: &[&str] = &[
     "openssl",
     // The capture tests read their pcapng files with Wireshark's own reader.
     "tshark",
-    // The node-pool lab puts one pool behind NAT: nftables masquerade in a namespace.
-    "nftables",
 ];
 
 /// What a task needs installed.

@@ -12,12 +12,14 @@
 //! record, so a pod keeps its addresses across `lab edit` and daemon restarts.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
+use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 use futures::TryStreamExt;
-use netlink_packet_route::link::LinkAttribute;
+use netlink_packet_route::link::{InfoBridge, LinkAttribute};
 use serde::{Deserialize, Serialize};
 use xwire_control::interfaces::{create_veth, EndSettings, Ipv6};
 use xwire_control::netns::NetnsFd;
@@ -26,7 +28,7 @@ use xwire_control::topology::parse_cidr;
 
 use super::file::Lab;
 use super::namespaces;
-use super::netdev::{add_addresses, attach, make_bridge};
+use super::netdev::{add_addresses, attach, make_bridge_with};
 use super::paths::LabPaths;
 
 pub const DEFAULT_INTERFACE: &str = "eth0";
@@ -278,11 +280,18 @@ pub fn build_nodes(lab: &Lab, paths: &LabPaths) -> Result<()> {
     let host = NetnsFd::open(Path::new("/proc/self/ns/net"))?;
     let bridge = host_bridge(&lab.name);
     let ((v4, p4), (v6, p6)) = mgmt.host(1)?;
-    make_bridge(&host, &bridge, None, Some(&bridge_alias(&lab.name)))?;
+    make_bridge_with(
+        &host,
+        &bridge,
+        None,
+        Some(&bridge_alias(&lab.name)),
+        multicast_off(),
+    )?;
     add_addresses(&host, &bridge, &[(v4, p4), (v6, p6)])?;
     for (index, node) in lab.nodes.iter().enumerate() {
         let node_ns = namespaces::open(&paths.node_netns(node))?;
-        make_bridge(&node_ns, NODE_BRIDGE, None, None)?;
+        make_bridge_with(&node_ns, NODE_BRIDGE, None, None, multicast_off())?;
+        drop_mld_reports(&node_ns)?;
         let host_end = format!("{bridge}.{index}");
         create_veth(
             &host,
@@ -294,6 +303,46 @@ pub fn build_nodes(lab: &Lab, paths: &LabPaths) -> Result<()> {
         attach(&node_ns, NODE_UPLINK, NODE_BRIDGE)?;
     }
     Ok(())
+}
+
+/// The management network carries no multicast routing: no querier, no multicast router,
+/// and bridges that do not snoop, so every multicast frame goes to every port, which is
+/// all that neighbour discovery needs. MLD reports are then of use to nobody, yet each
+/// pod's addresses send several when they join their groups, and each reached every other
+/// pod of the lab: the set-up grew with the square of the pods, and at 3,000 pods the
+/// machine spent most of it receiving reports. A node's bridge drops the reports its pods
+/// send (nftables: the kernel's bridge has no switch for it); the rule's counter says
+/// how many (`ip netns exec xl.LAB.n.NODE nft list table bridge xwire-mgmt`).
+fn multicast_off() -> Vec<InfoBridge> {
+    vec![InfoBridge::MulticastSnooping(false)]
+}
+
+const DROP_MLD_REPORTS: &str = "table bridge xwire-mgmt {
+    chain forward {
+        type filter hook forward priority 0; policy accept;
+        icmpv6 type { mld-listener-report, mld-listener-done, mld2-listener-report } counter drop
+    }
+}
+";
+
+fn drop_mld_reports(node_ns: &NetnsFd) -> Result<()> {
+    node_ns.run("drop the pods' MLD reports", || -> Result<()> {
+        let mut nft = Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("run nft (apt-get install nftables)")?;
+        nft.stdin
+            .take()
+            .context("nft's standard input")?
+            .write_all(DROP_MLD_REPORTS.as_bytes())?;
+        let out = nft.wait_with_output()?;
+        if !out.status.success() {
+            bail!("nft: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(())
+    })?
 }
 
 /// Gives `pod` its management interface and addresses.

@@ -6,16 +6,30 @@ use std::net::IpAddr;
 use anyhow::Result;
 use futures::TryStreamExt;
 use netlink_packet_route::address::{AddressAttribute, AddressFlags};
-use netlink_packet_route::link::LinkAttribute;
+use netlink_packet_route::link::{InfoBridge, InfoData, LinkAttribute};
 use xwire_control::netns::NetnsFd;
 
 pub fn make_bridge(ns: &NetnsFd, name: &str, mtu: Option<u32>, alias: Option<&str>) -> Result<()> {
+    make_bridge_with(ns, name, mtu, alias, Vec::new())
+}
+
+/// A bridge with `options` (multicast snooping, for one) set as it is made.
+pub fn make_bridge_with(
+    ns: &NetnsFd,
+    name: &str,
+    mtu: Option<u32>,
+    alias: Option<&str>,
+    options: Vec<InfoBridge>,
+) -> Result<()> {
     let name = name.to_owned();
     let alias = alias.map(str::to_owned);
     ns.netlink(&format!("add bridge {name}"), |h| async move {
         let mut bridge = rtnetlink::LinkBridge::new(&name).up();
         if let Some(mtu) = mtu {
             bridge = bridge.mtu(mtu);
+        }
+        if !options.is_empty() {
+            bridge = bridge.set_info_data(InfoData::Bridge(options));
         }
         h.link().add(bridge.build()).execute().await?;
         // The kernel takes an alias only on a link that exists.

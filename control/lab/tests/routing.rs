@@ -1,8 +1,8 @@
 //! The lab's routing through the real CLI: every pod on the management network (the
 //! host reaches each pod, each pod the host and the other pods, across nodes, over IPv4
 //! and IPv6, with addresses that stay through `lab edit`), static routes from the lab
-//! file that carry traffic across a pod in router mode, and nothing left on the host
-//! after `lab down`.
+//! file that carry traffic across a pod in router mode, the pods' MLD reports kept off
+//! the management network, and nothing left on the host after `lab down`.
 
 mod support;
 
@@ -69,6 +69,35 @@ fn host_pings(address: &str) -> bool {
     })
 }
 
+/// The packets counted by the rule that drops the pods' MLD reports in `node_netns`.
+fn mld_reports_dropped(node_netns: &str) -> u64 {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            node_netns,
+            "nft",
+            "list",
+            "table",
+            "bridge",
+            "xwire-mgmt",
+        ])
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "nft: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let counted = listing
+        .split("counter packets ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok());
+    counted.unwrap_or_else(|| panic!("no counter in {listing}"))
+}
+
 fn host_has_link(name: &str) -> bool {
     Command::new("ip")
         .args(["link", "show", name])
@@ -97,6 +126,21 @@ fn pods_are_on_the_management_network_and_static_routes_cross_a_router() {
     // Across nodes: r3 (node-b) reaches r1 and r2 (node-a) on the management network.
     assert!(lab.pings("r3", &before[0].1, 56));
     assert!(lab.pings("r3", &before[1].2, 56));
+    // The pods' MLD reports stop at their node's bridge: an address r1 adds sends some
+    // (it joins the address's solicited-node group), and the rule that drops them
+    // counts them.
+    let node_a = format!("xl.{name}.n.node-a");
+    let dropped = || mld_reports_dropped(&node_a);
+    let earlier = dropped();
+    let add = lab.exec(
+        "r1",
+        &["ip", "-6", "addr", "add", "fd00:99::5/128", "dev", "eth0"],
+    );
+    assert!(add.status.success(), "{}", text(&add));
+    assert!(
+        eventually(Duration::from_secs(5), || dropped() > earlier),
+        "no MLD report of r1's was dropped at node-a's bridge"
+    );
     let table = text(&run(&["lab", "status", &name]));
     assert!(table.contains(&before[2].1), "{table}");
     assert!(

@@ -98,8 +98,9 @@ pub struct Node {
 /// A topology as read from the store, with its links parsed (once, here).
 struct LoadedTopology {
     topology: Topology,
-    /// By uid, ascending.
-    links: Vec<LinkSpec>,
+    /// By uid, ascending; shared with every pass's `DesiredPod`, which would otherwise
+    /// copy every pod's links on every pass.
+    links: Arc<Vec<LinkSpec>>,
 }
 
 /// A fast-path port of a wire end (remote, or switched on this node), the wire whose
@@ -316,7 +317,7 @@ impl Node {
         }
         let read = self.store.topology(namespace, pod)?.map(|topology| {
             Arc::new(LoadedTopology {
-                links: topology.link_specs(),
+                links: Arc::new(topology.link_specs()),
                 topology,
             })
         });

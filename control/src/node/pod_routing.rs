@@ -74,7 +74,7 @@ impl Node {
         {
             pods.insert(pod.attachment.key(), &pod.attachment);
             let namespace = pod.attachment.pod.namespace.as_str();
-            for link in &pod.links {
+            for link in pod.links.iter() {
                 if let Some(peer) = by_pod.get(&(namespace, link.peer_pod.as_str())) {
                     pods.insert(peer.key(), peer);
                 }

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
+use xwire_proto::control::WireKey;
 use xwire_proto::WireId;
 
 use super::plan::{plan, Action, Desired, DesiredPod, Interfaces, Observed, PodNetns};
@@ -204,15 +205,19 @@ impl Node {
         };
         let mut namespaces = HashMap::new();
         let mut looked_at_pods = HashSet::new();
+        let scope_keys: HashSet<String> = match scope {
+            Scope::Pods(pods) => pods.iter().map(|p| p.key()).collect(),
+            Scope::Node | Scope::Detached(_) => HashSet::new(),
+        };
         for attachment in self.store.attachments()? {
             let (namespace, name) = (&attachment.pod.namespace, &attachment.pod.name);
-            let links: Vec<LinkSpec> = self
+            let links = self
                 .topology(namespace, name)?
                 .map(|t| t.links.clone())
                 .unwrap_or_default();
             let looked_at = match scope {
                 Scope::Node => true,
-                Scope::Pods(pods) => pods.iter().any(|p| p.key() == attachment.key()),
+                Scope::Pods(_) => scope_keys.contains(&attachment.key()),
                 Scope::Detached(_) => false,
             };
             if looked_at {
@@ -266,10 +271,31 @@ impl Node {
         if let Scope::Detached(attachment) = scope {
             observed.detached = Some(attachment.pod.clone());
         }
-        observed.ports = self.ports.keys().cloned().collect();
+        // The plan asks about the records it has only: a pass over some pods copies the
+        // ports and far ends of their wires, not the node's thousands.
+        let whole_node = matches!(scope, Scope::Node);
+        observed.ports = self
+            .ports
+            .keys()
+            .filter(|key| whole_node || observed.records.contains_key(*key))
+            .cloned()
+            .collect();
+        let wires_looked_at: HashSet<WireKey> = if whole_node {
+            HashSet::new()
+        } else {
+            observed
+                .records
+                .values()
+                .map(|r| WireKey {
+                    namespace: r.topo_namespace.clone(),
+                    link_uid: r.link_uid,
+                })
+                .collect()
+        };
         desired.remote_ends = self
             .remote_ends
             .iter()
+            .filter(|(key, _)| whole_node || wires_looked_at.contains(*key))
             .map(|(key, end)| (key.clone(), end.pod.clone()))
             .collect();
         desired.withdrawn = self.withdrawn.clone();

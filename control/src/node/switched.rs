@@ -284,14 +284,18 @@ impl Node {
         let mut told: Vec<(String, Option<ImpairSpec>)> = Vec::new();
         let steered = self.steered.values().flatten().map(|(k, p)| (k, p));
         for (key, port) in self.ports.iter().chain(steered) {
-            let wanted =
-                match self.topology_link(&port.wire.namespace, &port.pod, port.wire.link_uid) {
-                    Ok(link) => link.and_then(|l| l.impairment),
-                    Err(e) => {
-                        failures.push(format!("{key}: {}", e.msg));
-                        continue;
-                    }
-                };
+            // Runs after every call, over every port of the node: the link is looked at
+            // in place, not copied.
+            let wanted = match self.topology(&port.wire.namespace, &port.pod) {
+                Ok(topology) => topology.and_then(|t| {
+                    let link = t.links.iter().find(|l| l.uid == port.wire.link_uid);
+                    link.and_then(|l| l.impairment)
+                }),
+                Err(e) => {
+                    failures.push(format!("{key}: {}", e.msg));
+                    continue;
+                }
+            };
             if wanted == port.impairment {
                 continue;
             }

@@ -5,6 +5,7 @@
 //! that of one pod), and a plan applied in full leaves the next one empty.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use xwire_proto::control::WireKey;
 use xwire_proto::local::PodRef;
@@ -18,7 +19,7 @@ use crate::topology::{format_cidr, format_mac, LinkSpec};
 pub(crate) struct DesiredPod {
     pub(crate) attachment: AttachmentRecord,
     /// By uid, ascending.
-    pub(crate) links: Vec<LinkSpec>,
+    pub(crate) links: Arc<Vec<LinkSpec>>,
 }
 
 /// What the node should have.
@@ -256,7 +257,7 @@ pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
                 });
             }
         }
-        for link in &pod.links {
+        for link in pod.links.iter() {
             let key = wire_key(namespace, name, link.uid);
             if covered.contains(&key) {
                 continue;

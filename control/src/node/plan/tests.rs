@@ -114,7 +114,7 @@ impl Fixture {
             .insert(attachment.key(), PodNetns::Open(seen));
         self.desired.pods.push(DesiredPod {
             attachment,
-            links: links.to_vec(),
+            links: Arc::new(links.to_vec()),
         });
         self
     }
@@ -500,7 +500,7 @@ fn a_plan_for_one_pod_leaves_the_others_and_sweeps_nothing() {
     // r2 is attached but not looked at.
     fixture.desired.pods.push(DesiredPod {
         attachment: attachment("r2"),
-        links: vec![link(1, "r1", "eth1")],
+        links: Arc::new(vec![link(1, "r1", "eth1")]),
     });
     fixture.observed.whole_node = false;
     assert_eq!(fixture.plan(), vec![join("r1", 2)]);
@@ -550,7 +550,7 @@ fn an_end_whose_link_changed_is_made_anew_once_for_both_ends() {
     assert_eq!(changed.plan(), vec![rebuild.clone()]);
     // The link now names another interface than the one the wire was made with.
     let mut renamed = node();
-    renamed.desired.pods[0].links[0].local_intf = "eth9".into();
+    Arc::make_mut(&mut renamed.desired.pods[0].links)[0].local_intf = "eth9".into();
     assert_eq!(renamed.plan(), vec![rebuild]);
 }
 
