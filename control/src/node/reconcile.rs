@@ -271,33 +271,29 @@ impl Node {
         if let Scope::Detached(attachment) = scope {
             observed.detached = Some(attachment.pod.clone());
         }
-        // The plan asks about the records it has only: a pass over some pods copies the
-        // ports and far ends of their wires, not the node's thousands.
-        let whole_node = matches!(scope, Scope::Node);
-        observed.ports = self
-            .ports
-            .keys()
-            .filter(|key| whole_node || observed.records.contains_key(*key))
-            .cloned()
-            .collect();
-        let wires_looked_at: HashSet<WireKey> = if whole_node {
-            HashSet::new()
+        // The plan asks about the records it has only: a pass over some pods looks up the
+        // ports and far ends of their wires, rather than copying the node's thousands.
+        if observed.whole_node {
+            observed.ports = self.ports.keys().cloned().collect();
+            desired.remote_ends = self
+                .remote_ends
+                .iter()
+                .map(|(key, end)| (key.clone(), end.pod.clone()))
+                .collect();
         } else {
-            observed
-                .records
-                .values()
-                .map(|r| WireKey {
-                    namespace: r.topo_namespace.clone(),
-                    link_uid: r.link_uid,
-                })
-                .collect()
-        };
-        desired.remote_ends = self
-            .remote_ends
-            .iter()
-            .filter(|(key, _)| whole_node || wires_looked_at.contains(*key))
-            .map(|(key, end)| (key.clone(), end.pod.clone()))
-            .collect();
+            for (key, record) in &observed.records {
+                if self.ports.contains_key(key) {
+                    observed.ports.insert(key.clone());
+                }
+                let wire = WireKey {
+                    namespace: record.topo_namespace.clone(),
+                    link_uid: record.link_uid,
+                };
+                if let Some(end) = self.remote_ends.get(&wire) {
+                    desired.remote_ends.insert(wire, end.pod.clone());
+                }
+            }
+        }
         desired.withdrawn = self.withdrawn.clone();
         desired.switched = self.switched_wires(&desired);
         Ok(Observation {
