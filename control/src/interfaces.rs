@@ -160,22 +160,11 @@ pub fn configure(ns: &NetnsFd, end: &EndSettings) -> Result<(), NetnsError> {
         }
         let ipv6 = end.ipv6.settings();
         if !ipv6.is_empty() {
-            let dir = format!("/proc/sys/net/ipv6/conf/{}", end.name);
-            // /proc/sys/net is the namespace of the thread that opens it.
-            let written = ns.run(&op, || {
-                ipv6.iter().try_for_each(|(setting, value)| {
-                    match std::fs::write(format!("{dir}/{setting}"), value) {
-                        // A kernel without IPv6 has nothing to set.
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                        other => other,
-                    }
-                })
-            })?;
-            written.map_err(|source| NetnsError::Io {
-                op: format!("set IPv6 {:?} on {}", end.ipv6, end.name),
-                ns: ns.label().into(),
-                source,
-            })?;
+            ns.write_ipv6_settings(
+                &format!("set IPv6 {:?} on {}", end.ipv6, end.name),
+                &end.name,
+                ipv6,
+            )?;
         }
         let end = end.clone();
         ns.netlink(&op, |h| async move {

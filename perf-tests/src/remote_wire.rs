@@ -51,6 +51,10 @@ pub struct Setup {
     pub underlay_mtu: u16,
     /// Whether xwire's workers poll without pause.
     pub busy_poll: bool,
+    /// UMEM frames of each of xwire's ports (the worker's default: 2048; a daemon's:
+    /// 256): half of them wait in the fill ring for what a burst brings while the
+    /// worker is away.
+    pub frames_per_port: usize,
     /// Print xwire's counters after each measurement (stderr).
     pub verbose: bool,
 }
@@ -60,6 +64,7 @@ impl Default for Setup {
         Setup {
             underlay_mtu: 9000,
             busy_poll: true,
+            frames_per_port: xwire_fastpath::WorkerConfig::default().frames_per_port,
             verbose: false,
         }
     }
@@ -116,7 +121,14 @@ impl<'a> Bed<'a> {
             underlay_ip: UNDERLAY_IPS[i],
             name: NODE_NAMES[i],
         });
-        let wire = paths::start(path, sides, setup.underlay_mtu, DUT_CPU, setup.busy_poll)?;
+        let wire = paths::start(
+            path,
+            sides,
+            setup.underlay_mtu,
+            DUT_CPU,
+            setup.busy_poll,
+            setup.frames_per_port,
+        )?;
         let bed = Bed {
             wire,
             _veths: veths,

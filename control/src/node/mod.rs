@@ -33,7 +33,7 @@ use crate::metrics::NodeMetrics;
 use crate::netns::NetnsFd;
 use crate::step_times;
 use crate::store::{AttachmentRecord, EmbeddedStore, KubeStore, NodeStore, StoreError};
-use crate::topology::{pod_key, LinkSpec, Topology};
+use crate::topology::{LinkSpec, Topology};
 
 pub use capture::CaptureStream;
 pub use error::{ErrorKind, NodeError};
@@ -71,11 +71,12 @@ pub struct Node {
     /// Far ends their node let go of, and which node that was: ends joined to them go
     /// back to pending on the pass that follows (then they are forgotten here).
     withdrawn: HashMap<WireKey, String>,
-    /// Topologies read from the store, by pod key: decoded once, not once per link (a
-    /// Sync of thousands of wires of one pod would decode its topology thousands of
-    /// times). Emptied whenever the node writes topologies; nothing else writes them
-    /// while the daemon runs.
-    topologies: RefCell<HashMap<String, Option<Arc<LoadedTopology>>>>,
+    /// Topologies read from the store, by pod namespace, then pod name (a lookup, one per
+    /// port on every pass, makes no key): decoded once, not once per link (a Sync of
+    /// thousands of wires of one pod would decode its topology thousands of times).
+    /// Emptied whenever the node writes topologies; nothing else writes them while the
+    /// daemon runs.
+    topologies: RefCell<HashMap<String, PodTopologies>>,
     /// Captures running, by wire: each holds its wire on the switch path while its
     /// reader lives (see `capture.rs`).
     captures: HashMap<WireKey, Vec<std::sync::Weak<()>>>,
@@ -94,6 +95,9 @@ pub struct Node {
     /// The node's certificate: a gateway made later (pools from Node labels) needs it.
     identity: Option<NodeIdentity>,
 }
+
+/// The topologies of one pod namespace's pods, by pod name; `None`: the pod has none.
+type PodTopologies = HashMap<String, Option<Arc<LoadedTopology>>>;
 
 /// A topology as read from the store, with its links parsed (once, here).
 struct LoadedTopology {
@@ -311,17 +315,22 @@ impl Node {
         namespace: &str,
         pod: &str,
     ) -> Result<Option<Arc<LoadedTopology>>, NodeError> {
-        let key = pod_key(namespace, pod);
-        if let Some(cached) = self.topologies.borrow().get(&key) {
+        let topologies = self.topologies.borrow();
+        if let Some(cached) = topologies.get(namespace).and_then(|pods| pods.get(pod)) {
             return Ok(cached.clone());
         }
+        drop(topologies);
         let read = self.store.topology(namespace, pod)?.map(|topology| {
             Arc::new(LoadedTopology {
                 links: Arc::new(topology.link_specs()),
                 topology,
             })
         });
-        self.topologies.borrow_mut().insert(key, read.clone());
+        self.topologies
+            .borrow_mut()
+            .entry(namespace.to_owned())
+            .or_default()
+            .insert(pod.to_owned(), read.clone());
         Ok(read)
     }
 

@@ -711,7 +711,7 @@ fn pod_of<'a>(desired: &'a Desired, attachment: &str) -> Result<&'a DesiredPod, 
     desired
         .pods
         .iter()
-        .find(|p| p.attachment.key() == attachment)
+        .find(|p| p.attachment.has_key(attachment))
         .ok_or_else(|| NodeError::new(ErrorKind::Store, format!("no attachment {attachment}"), ""))
 }
 

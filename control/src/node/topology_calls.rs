@@ -107,7 +107,12 @@ impl Node {
             let Some((namespace, name)) = key.split_once('/') else {
                 continue;
             };
-            let before = self.topologies.borrow_mut().remove(&key).flatten();
+            let before = self
+                .topologies
+                .borrow_mut()
+                .get_mut(namespace)
+                .and_then(|pods| pods.remove(name))
+                .flatten();
             let now = match self.topology(namespace, name) {
                 Ok(now) => now,
                 Err(e) => {

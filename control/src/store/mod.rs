@@ -102,6 +102,13 @@ impl AttachmentRecord {
     pub fn key(&self) -> String {
         attachment_key(&self.container_id, &self.ifname)
     }
+
+    /// Whether `key` is this record's key, without making the key.
+    pub fn has_key(&self, key: &str) -> bool {
+        key.strip_prefix(self.container_id.as_str())
+            .and_then(|rest| rest.strip_prefix('/'))
+            == Some(self.ifname.as_str())
+    }
 }
 
 pub fn attachment_key(container_id: &str, ifname: &str) -> String {
@@ -220,3 +227,26 @@ impl Membership for EmbeddedStore {}
 pub trait NodeStore: WireStore + TopologySource + Membership + Send {}
 
 impl<T: WireStore + TopologySource + Membership + Send> NodeStore for T {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attachment_has_exactly_its_own_key() {
+        let record = AttachmentRecord {
+            container_id: "c1".into(),
+            ifname: "eth0".into(),
+            network: "labnet".into(),
+            pod: PodRef {
+                namespace: "lab".into(),
+                name: "r1".into(),
+            },
+            netns: "/run/netns/r1".into(),
+        };
+        assert!(record.has_key(&record.key()));
+        for other in ["c1/eth1", "c1/eth0x", "c1eth0", "c10/eth0", "c/eth0", "c1/", ""] {
+            assert!(!record.has_key(other), "{other}");
+        }
+    }
+}

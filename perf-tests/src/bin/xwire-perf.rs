@@ -132,6 +132,10 @@ enum Scenario {
         /// Print xwire's counters after each measurement (stderr).
         #[arg(long)]
         verbose: bool,
+        /// UMEM frames of each of xwire's ports (default: the worker's, 2048; a daemon
+        /// has 256 unless its `frames_per_port` says otherwise).
+        #[arg(long)]
+        frames_per_port: Option<usize>,
     },
     /// A lab of `pods` pods with four links each, half of them across two nodes, brought
     /// up and torn down through the CNI plugin; p50/p99 ADD and DEL times next to the
@@ -521,6 +525,7 @@ fn remote_wire(scenario: Scenario) -> Result<()> {
         no_tcp,
         no_frames,
         verbose,
+        frames_per_port,
     } = scenario
     else {
         unreachable!("called for remote-wire only")
@@ -532,12 +537,14 @@ fn remote_wire(scenario: Scenario) -> Result<()> {
     let setup = Setup {
         underlay_mtu,
         busy_poll: !adaptive,
+        frames_per_port: frames_per_port.unwrap_or(Setup::default().frames_per_port),
         verbose,
     };
     if !run.json {
         println!(
-            "underlay MTU {underlay_mtu}; pod MTU 1500, TX checksum, TSO, GSO and GRO off on the pod veths; xwire workers {}",
-            if adaptive { "adaptive" } else { "busy-polling" }
+            "underlay MTU {underlay_mtu}; pod MTU 1500, TX checksum, TSO, GSO and GRO off on the pod veths; xwire workers {}, {} UMEM frames per port",
+            if adaptive { "adaptive" } else { "busy-polling" },
+            setup.frames_per_port
         );
     }
     let seconds = run.seconds;

@@ -136,6 +136,7 @@ pub fn start(
     underlay_mtu: u16,
     cpu: usize,
     busy_poll: bool,
+    frames_per_port: usize,
 ) -> Result<Running> {
     match path {
         WirePath::Vxlan | WirePath::VxlanOnSenderCpu => {
@@ -181,6 +182,7 @@ pub fn start(
                 let config = WorkerConfig {
                     core: Some(cpu),
                     busy_poll,
+                    frames_per_port,
                     ports: PortChoice::AfXdp,
                     ..Default::default()
                 };
