@@ -406,7 +406,6 @@ impl TopologySource for EmbeddedStore {
 mod tests {
     use super::*;
     use crate::store::WireState;
-    use xwire_proto::local::PodRef;
 
     fn temp_dir(label: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("xwire-store-{label}-{}", std::process::id()));
@@ -443,16 +442,7 @@ mod tests {
             assert!(store.remove_wire(&wire(1).key()).unwrap());
             assert!(!store.remove_wire(&wire(1).key()).unwrap());
             store
-                .put_attachment(&AttachmentRecord {
-                    container_id: "c1".into(),
-                    ifname: "eth0".into(),
-                    network: "labnet".into(),
-                    pod: PodRef {
-                        namespace: "lab".into(),
-                        name: "r1".into(),
-                    },
-                    netns: "/run/netns/r1".into(),
-                })
+                .put_attachment(&crate::store::tests::attachment_c1())
                 .unwrap();
             let topology = crate::topology::parse(
                 "apiVersion: networkop.co.uk/v1beta1\nkind: Topology\nmetadata: {name: r1, namespace: lab}\nspec: {links: []}\n",

@@ -232,9 +232,9 @@ impl<T: WireStore + TopologySource + Membership + Send> NodeStore for T {}
 mod tests {
     use super::*;
 
-    #[test]
-    fn an_attachment_has_exactly_its_own_key() {
-        let record = AttachmentRecord {
+    /// Pod lab/r1's eth0, container c1.
+    pub(crate) fn attachment_c1() -> AttachmentRecord {
+        AttachmentRecord {
             container_id: "c1".into(),
             ifname: "eth0".into(),
             network: "labnet".into(),
@@ -243,9 +243,16 @@ mod tests {
                 name: "r1".into(),
             },
             netns: "/run/netns/r1".into(),
-        };
+        }
+    }
+
+    #[test]
+    fn an_attachment_has_exactly_its_own_key() {
+        let record = attachment_c1();
         assert!(record.has_key(&record.key()));
-        for other in ["c1/eth1", "c1/eth0x", "c1eth0", "c10/eth0", "c/eth0", "c1/", ""] {
+        for other in [
+            "c1/eth1", "c1/eth0x", "c1eth0", "c10/eth0", "c/eth0", "c1/", "",
+        ] {
             assert!(!record.has_key(other), "{other}");
         }
     }
