@@ -39,6 +39,11 @@ pub fn plan(old: &Lab, new: &Lab) -> Result<Changes> {
             new.nodes.join(", ")
         );
     }
+    if new.frames_per_port != old.frames_per_port {
+        bail!(
+            "frames_per_port changed: the daemons read it as they start; take the lab down and up again"
+        );
+    }
     for (pod, node) in &new.pods {
         if let Some(was) = old.pods.get(pod) {
             if was != node {
@@ -160,4 +165,21 @@ pub fn edit(file: &Path, binaries: &Binaries) -> Result<(Lab, Changes)> {
         }
     }
     Ok((new, changes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_per_port_cannot_change_while_the_lab_runs() {
+        let file = "name: e\nnodes: [n1]\npods:\n  a: {node: n1}\n  b: {node: n1}\nlinks:\n  - endpoints: [a:eth1, b:eth1]\n";
+        let old = crate::file::parse(file, None).unwrap();
+        let same = crate::file::parse(file, Some(&old)).unwrap();
+        assert!(plan(&old, &same).is_ok());
+        let more = file.replacen("nodes:", "frames_per_port: 128\nnodes:", 1);
+        let new = crate::file::parse(&more, Some(&old)).unwrap();
+        let refused = plan(&old, &new).err().expect("refused");
+        assert!(refused.to_string().contains("frames_per_port"), "{refused}");
+    }
 }

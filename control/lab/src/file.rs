@@ -39,6 +39,10 @@ pub struct Lab {
     /// Node pools, by name; empty: every node on one underlay.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pools: BTreeMap<String, LabPool>,
+    /// UMEM frames per fast-path port of every node's daemon; `None`: the daemon's
+    /// default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frames_per_port: Option<usize>,
 }
 
 /// A pool of nodes with its own underlay, reached from the other pools only through
@@ -152,6 +156,7 @@ struct RawLab {
     mgmt: Option<RawMgmt>,
     #[serde(default)]
     pools: HashMap<Spanned<String>, Spanned<RawPool>>,
+    frames_per_port: Option<Spanned<usize>>,
 }
 
 #[derive(Deserialize)]
@@ -298,6 +303,19 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
     let links = check_links(&raw.links, &pods, previous)?;
     let mgmt = check_mgmt(raw.mgmt.as_ref(), &pods, &links, previous)?;
     let pools = check_pools(&raw.name, &raw.pools, &nodes)?;
+    if let Some(frames) = &raw.frames_per_port {
+        if !FRAMES_PER_PORT.contains(&**frames) {
+            return Err(at(
+                frames.span(),
+                format!(
+                    "frames_per_port: {} is not between {} and {}",
+                    **frames,
+                    FRAMES_PER_PORT.start(),
+                    FRAMES_PER_PORT.end()
+                ),
+            ));
+        }
+    }
     let lab = Lab {
         name: raw.name.to_string(),
         nodes,
@@ -307,6 +325,7 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
         routing,
         mgmt,
         pools,
+        frames_per_port: raw.frames_per_port.as_ref().map(|f| **f),
     };
     // What the daemons will be given must pass their own checks too.
     for t in topologies(&lab) {
@@ -324,6 +343,9 @@ pub const MAX_POOLS: usize = 200;
 
 /// The pools the file asks for: every node in exactly one, each with gateways among its
 /// own nodes, at most one behind NAT.
+/// What `frames_per_port` may be: what the daemon accepts.
+const FRAMES_PER_PORT: std::ops::RangeInclusive<usize> = 2..=1 << 20;
+
 fn check_pools(
     lab_name: &Spanned<String>,
     raw: &HashMap<Spanned<String>, Spanned<RawPool>>,

@@ -273,6 +273,7 @@ fn write_node_files(lab: &Lab, paths: &LabPaths) -> Result<()> {
              underlay_mtu = {}\n\
              metrics_address = \"{}\"\n\
              metrics_netns = \"{}\"\n\
+             {}\
              [certs]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
             underlay::node_address(lab, node),
             paths.node_dir(node).join("state").display(),
@@ -280,6 +281,9 @@ fn write_node_files(lab: &Lab, paths: &LabPaths) -> Result<()> {
             underlay::node_underlay_mtu(lab),
             metrics[index],
             paths.host_netns().display(),
+            lab.frames_per_port
+                .map(|frames| format!("frames_per_port = {frames}\n"))
+                .unwrap_or_default(),
             certs.join("ca.pem").display(),
             certs.join(format!("{node}.pem")).display(),
             key.display(),

@@ -214,3 +214,19 @@ fn a_pod_with_an_image_is_a_container_and_its_fields_need_the_image() {
     let e = refused("r2: {node: node-a}", "r2: {node: node-a, image: \"\"}");
     assert!(e.message.contains("must name an image"), "{e}");
 }
+
+#[test]
+fn frames_per_port_is_the_daemons_default_unless_given_and_within_its_range() {
+    assert_eq!(parse(DEMO, None).unwrap().frames_per_port, None);
+    let given = DEMO.replacen("nodes:", "frames_per_port: 64\nnodes:", 1);
+    assert_eq!(parse(&given, None).unwrap().frames_per_port, Some(64));
+    for bad in ["1", "2097152"] {
+        let error = refused("nodes:", &format!("frames_per_port: {bad}\nnodes:"));
+        assert!(
+            error.message.contains("frames_per_port") && error.line == 2,
+            "{error:?}"
+        );
+    }
+    let error = refused("nodes:", "frames_per_port: many\nnodes:");
+    assert!(error.message.contains("frames_per_port"), "{error:?}");
+}
