@@ -179,7 +179,7 @@ mod tests {
         assert!(plan(&old, &same).is_ok());
         let more = file.replacen("nodes:", "frames_per_port: 128\nnodes:", 1);
         let new = crate::file::parse(&more, Some(&old)).unwrap();
-        let refused = plan(&old, &new).err().expect("refused");
+        let refused = plan(&old, &new).expect_err("refused");
         assert!(refused.to_string().contains("frames_per_port"), "{refused}");
     }
 }
