@@ -205,8 +205,13 @@ impl Node {
         };
         let mut namespaces = HashMap::new();
         let mut looked_at_pods = HashSet::new();
-        let scope_keys: HashSet<String> = match scope {
-            Scope::Pods(pods) => pods.iter().map(|p| p.key()).collect(),
+        // By container and interface, the parts of an attachment's key: a lookup per
+        // attachment makes no key.
+        let scope_keys: HashSet<(&str, &str)> = match scope {
+            Scope::Pods(pods) => pods
+                .iter()
+                .map(|p| (p.container_id.as_str(), p.ifname.as_str()))
+                .collect(),
             Scope::Node | Scope::Detached(_) => HashSet::new(),
         };
         for attachment in self.store.attachments()? {
@@ -217,7 +222,8 @@ impl Node {
                 .unwrap_or_default();
             let looked_at = match scope {
                 Scope::Node => true,
-                Scope::Pods(_) => scope_keys.contains(&attachment.key()),
+                Scope::Pods(_) => scope_keys
+                    .contains(&(attachment.container_id.as_str(), attachment.ifname.as_str())),
                 Scope::Detached(_) => false,
             };
             if looked_at {
