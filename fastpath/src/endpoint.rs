@@ -6,7 +6,7 @@ use std::os::fd::RawFd;
 
 use crate::packet_port::PacketPort;
 use crate::worker::{PortChoice, PortKind, WorkerError};
-use crate::xdp_port::{Lent, PortError, Steering, XdpMode, XdpPort, MAX_FRAME_ROOM};
+use crate::xdp_port::{KernelDrops, Lent, PortError, Steering, XdpMode, XdpPort, MAX_FRAME_ROOM};
 use crate::xdp_redirect::RedirectProgram;
 
 /// Frames taken from the RX ring at once.
@@ -109,6 +109,14 @@ impl Endpoint {
 
     pub fn kind(&self) -> PortKind {
         self.kind
+    }
+
+    /// What the kernel dropped on its way into this endpoint (a sink that fell behind).
+    pub fn kernel_drops(&mut self) -> std::io::Result<KernelDrops> {
+        match &mut self.io {
+            Io::Xdp(x) => x.port.kernel_drops(),
+            Io::Packet(port) => port.kernel_drops(),
+        }
     }
 
     pub fn raw_fd(&self) -> RawFd {

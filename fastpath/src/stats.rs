@@ -50,6 +50,10 @@ pub struct PeerStats {
     pub udp_datagrams_received: u64,
     pub udp_bytes_received: u64,
     pub lost_packets: u64,
+    /// The congestion controller's window, in bytes, and how many times it has reacted to
+    /// loss (a wire should see none on a healthy underlay).
+    pub congestion_window: u64,
+    pub congestion_events: u64,
     /// QUIC DATAGRAM frames sent and received (the datagram carrier's frames, batched).
     pub datagram_frames_sent: u64,
     pub datagram_frames_received: u64,

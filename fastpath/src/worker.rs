@@ -56,20 +56,30 @@ impl PortKind {
 /// daemon using 1.06 s of CPU meanwhile); 200 µs: 0.95 and 1.09 s, with 0.42 and 0.51 s.
 pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(200);
 
+/// `WorkerConfig::coalesce` by default: see `switch::pace` for how it was chosen.
+pub const DEFAULT_COALESCE: Duration = Duration::from_micros(50);
+
 /// How a worker is set up.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// The core to pin the worker to; `None` leaves it to the scheduler.
     pub core: Option<usize>,
-    /// Keep spinning when idle (for benchmarks); otherwise back off and sleep until a
-    /// socket is readable.
+    /// Keep passing over the ports without pause (for benchmarks: a core per worker,
+    /// the lowest latency); otherwise pace passes as `coalesce` and `idle_spin` say.
     pub busy_poll: bool,
     /// Without `busy_poll`: how long the worker keeps passing over its ports after the
-    /// last frame or command before it sleeps (in epoll), where a frame wakes it. Traffic
-    /// with gaps longer than this (fewer than 5000 frames a second at the default) wakes
-    /// it per frame, which costs tens of microseconds of latency but no core: a lab with
-    /// little traffic leaves the CPU to the lab's other nodes and pods.
+    /// last frame or command before it sleeps until a frame (or a command, or a timer)
+    /// wakes it. Traffic with gaps longer than this wakes it per frame, which costs a
+    /// wake-up per frame but no core: a lab with little traffic leaves the CPU to the
+    /// lab's other nodes and pods.
     pub idle_spin: Duration,
+    /// Without `busy_poll`, while traffic flows: how long the worker waits between
+    /// passes for frames to gather, when a pass found less than a batch (interrupt
+    /// coalescing, as a NIC's rx-usecs). It adds at most this to a frame's latency per
+    /// worker, and makes each pass and each QUIC packet carry several frames, with no
+    /// wake-up from the sockets in between. Zero: pass again at once (spin) until
+    /// `idle_spin` has passed.
+    pub coalesce: Duration,
     /// Frames taken from one port's RX ring at a time.
     pub batch: usize,
     /// The most ports this worker serves. Ports take memory only while open.
@@ -91,6 +101,7 @@ impl Default for WorkerConfig {
             core: None,
             busy_poll: false,
             idle_spin: DEFAULT_IDLE_SPIN,
+            coalesce: DEFAULT_COALESCE,
             batch: 64,
             max_ports: 8,
             frames_per_port: 2048,

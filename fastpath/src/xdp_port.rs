@@ -268,7 +268,7 @@ impl XdpPort {
             in_tx: 0,
             redirect,
             ifindex,
-            fill_target: free.len() / 2,
+            fill_target: free.len() - tx_reserve(free.len()),
             frame_room: layout.frame_room(),
             scratch: Vec::with_capacity(free.len()),
             outgoing: Vec::with_capacity(free.len()),
@@ -556,7 +556,7 @@ impl XdpPort {
         }
     }
 
-    /// Keeps `frames` in the fill ring from now on (half the port's frames by default).
+    /// Keeps `frames` in the fill ring from now on (all but `tx_reserve` by default).
     pub(crate) fn set_fill_target(&mut self, frames: usize) {
         self.fill_target = frames;
     }
@@ -672,6 +672,16 @@ impl UmemLayout {
         self.frame_size as usize - XDP_HEADROOM
     }
 }
+/// The frames of a port of `frames` kept out of its fill ring, for frames on their way
+/// out. The fill ring takes the rest: what it holds is the burst a port absorbs while
+/// its worker is not looking, the kernel having nowhere else to put a frame, while a
+/// burst out of a port is sent in pieces as it is written (`Slot::make_room`), a kick
+/// sending and completing up to 32 frames in copy mode. An eighth, and at least two of
+/// the longest chains (a jumbo frame takes up to `MAX_CHAIN` descriptors).
+fn tx_reserve(frames: usize) -> usize {
+    (frames / 8).max(36).min(frames / 2)
+}
+
 /// Completions read from the ring at once.
 const RECLAIM_BATCH: usize = 64;
 /// The descriptor option that says "the frame continues in the next descriptor".

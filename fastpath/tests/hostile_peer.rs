@@ -66,7 +66,7 @@ fn client_config(id: &NodeIdentity) -> quinn::ClientConfig {
     for ca in CertificateDer::pem_slice_iter(id.ca_pem.as_bytes()) {
         roots.add(ca.unwrap()).unwrap();
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(xwire_pki::tls::provider());
     let mut tls = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()

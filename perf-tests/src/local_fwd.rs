@@ -20,7 +20,7 @@ use xwire_bench::traffic::{self, PortOptions, Traffic, Wait};
 use xwire_bench::trial::{End, Flow, Wire};
 
 pub use crate::measure::{median_by, IdleRow, Row};
-pub use devices::{set_adaptive_idle_spin, Device};
+pub use devices::Device;
 
 use crate::measure::{
     busy_while, lossfree_rows, on_cpu, probe_traffic, usage_while, wait_until_forwarding,

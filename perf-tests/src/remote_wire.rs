@@ -28,6 +28,7 @@ use crate::measure::{
     busy_while, lossfree_rows, on_cpu, probe_traffic, usage_while, LossfreeRow, Row,
 };
 use crate::testbed::{unique_ifname, Mac, Netns, Veth};
+use crate::worker_settings::WorkerSettings;
 
 const GEN_CPU: usize = 0;
 const DUT_CPU: usize = 1;
@@ -49,12 +50,8 @@ pub struct Setup {
     /// underlay, as data centres run): xwire needs 88 bytes around a frame in a QUIC
     /// datagram, so below 1602 a 1514-byte frame takes the stream instead.
     pub underlay_mtu: u16,
-    /// Whether xwire's workers poll without pause.
-    pub busy_poll: bool,
-    /// UMEM frames of each of xwire's ports (the worker's default: 2048; a daemon's:
-    /// 256): half of them wait in the fill ring for what a burst brings while the
-    /// worker is away.
-    pub frames_per_port: usize,
+    /// How xwire's workers run (the daemon's defaults unless a flag says otherwise).
+    pub worker: WorkerSettings,
     /// Print xwire's counters after each measurement (stderr).
     pub verbose: bool,
 }
@@ -63,8 +60,7 @@ impl Default for Setup {
     fn default() -> Setup {
         Setup {
             underlay_mtu: 9000,
-            busy_poll: true,
-            frames_per_port: xwire_fastpath::WorkerConfig::default().frames_per_port,
+            worker: WorkerSettings::default(),
             verbose: false,
         }
     }
@@ -121,14 +117,7 @@ impl<'a> Bed<'a> {
             underlay_ip: UNDERLAY_IPS[i],
             name: NODE_NAMES[i],
         });
-        let wire = paths::start(
-            path,
-            sides,
-            setup.underlay_mtu,
-            DUT_CPU,
-            setup.busy_poll,
-            setup.frames_per_port,
-        )?;
+        let wire = paths::start(path, sides, setup.underlay_mtu, DUT_CPU, setup.worker)?;
         let bed = Bed {
             wire,
             _veths: veths,
@@ -143,14 +132,29 @@ impl<'a> Bed<'a> {
 
     /// Says where xwire's frames went, when asked to.
     fn report(&self, setup: Setup, what: &str) {
-        if setup.verbose && self.wire.is_xwire() {
-            eprintln!(
-                "{what}:\n{}  udp node a: {}\n  udp node b: {}",
-                self.wire.counters(),
-                paths::udp_counters(&self.hosts.nodes[0]),
-                paths::udp_counters(&self.hosts.nodes[1])
-            );
+        if !setup.verbose {
+            return;
         }
+        let mut drops = Vec::new();
+        for veth in &self._veths {
+            for (ns, ifname) in [(veth.a_ns(), veth.a_name()), (veth.b_ns(), veth.b_name())] {
+                if let Ok(stats) = ns.link_stats(ifname) {
+                    drops.push(format!(
+                        "{}/{ifname} rx_dropped={} tx_dropped={}",
+                        ns.name(),
+                        stats.rx_dropped,
+                        stats.tx_dropped
+                    ));
+                }
+            }
+        }
+        eprintln!(
+            "{what}:\n{}  udp node a: {}\n  udp node b: {}\n  veths: {}",
+            self.wire.counters(),
+            paths::udp_counters(&self.hosts.nodes[0]),
+            paths::udp_counters(&self.hosts.nodes[1]),
+            drops.join(", ")
+        );
     }
 
     fn pod(&self, i: usize) -> &Netns {
@@ -208,17 +212,21 @@ pub fn paced(
                 .pod(1)
                 .run(|| traffic::open(POD_IF, size, PortOptions::default()))??;
             let mut gen = traffic::open(POD_IF, size, PortOptions::default())?;
-            traffic::send_and_sink(
+            let run = traffic::send_and_sink(
                 &mut gen,
                 &mut sink,
                 &traffic(size, seconds, rate),
                 Duration::from_millis(300),
                 wait,
-            )
+            )?;
+            Ok((run, sink.kernel_drops()))
         })
     });
-    let (sent, received) = result??;
+    let ((sent, received), sink_drops) = result??;
     bed.report(setup, &format!("{} {size} B at {rate} pps", path.name()));
+    if setup.verbose {
+        eprintln!("  sink: {sink_drops:?}");
+    }
     let report = received.stats.report(size, sent.frames, sent.seconds);
     Ok(Row::paced(
         format!("{}@{rate}pps", path.name()),

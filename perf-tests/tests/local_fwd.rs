@@ -8,10 +8,15 @@ use std::time::Duration;
 use xwire_bench::traffic::Wait;
 use xwire_bench::trial::Flow;
 use xwire_perf::local_fwd::{idle, lossfree, paced, peak, wake_floor, Device};
+use xwire_perf::worker_settings::WorkerSettings;
 
 #[test]
 fn every_device_carries_frames_at_full_speed_and_paced() {
-    for device in [Device::Direct, Device::Bridge, Device::Xwire] {
+    for device in [
+        Device::Direct,
+        Device::Bridge,
+        Device::Xwire(WorkerSettings::default()),
+    ] {
         let row = peak(device, 128, 0.3).unwrap();
         assert!(row.delivered_pps > 0.0, "{row:?}");
         assert_eq!((row.frame_bytes, row.p50_us), (128, None), "{row:?}");
@@ -31,7 +36,7 @@ fn every_device_carries_frames_at_full_speed_and_paced() {
 #[test]
 fn the_lossfree_search_reports_each_direction_alone_and_at_once() {
     let rows = lossfree(
-        Device::Xwire,
+        Device::Xwire(WorkerSettings::default()),
         64,
         0.2,
         &[Flow::AToB, Flow::BToA, Flow::Both],
@@ -63,7 +68,13 @@ fn the_lossfree_search_reports_each_direction_alone_and_at_once() {
 #[test]
 fn an_idle_device_forwards_every_probe() {
     // `idle` fails unless every probe arrives.
-    let row = idle(Device::XwireAdaptive, 0.3, Duration::from_millis(20), 5).unwrap();
+    let row = idle(
+        Device::Xwire(WorkerSettings::default()),
+        0.3,
+        Duration::from_millis(20),
+        5,
+    )
+    .unwrap();
     assert_eq!(row.probes, 5);
     assert!(row.first_frame_max_us >= row.first_frame_p50_us, "{row:?}");
     let floor = wake_floor(Duration::from_millis(5), 5).unwrap();

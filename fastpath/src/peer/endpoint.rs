@@ -143,6 +143,8 @@ impl PeerEndpoint {
                     stats.udp_datagrams_received = quic.udp_rx.datagrams;
                     stats.udp_bytes_received = quic.udp_rx.bytes;
                     stats.lost_packets = quic.path.lost_packets;
+                    stats.congestion_window = quic.path.cwnd;
+                    stats.congestion_events = quic.path.congestion_events;
                     stats.datagram_frames_sent = quic.frame_tx.datagram;
                     stats.datagram_frames_received = quic.frame_rx.datagram;
                 }

@@ -11,6 +11,7 @@
 //! All of it is a `PeerEndpoint` with no socket and no clock (tested in memory); a
 //! `PeerTransport` drives one with a UDP socket for the worker.
 
+mod congestion;
 mod endpoint;
 mod hello;
 mod inbox;
@@ -29,7 +30,7 @@ use xwire_proto::control::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 pub use endpoint::PeerEndpoint;
 pub use inbox::ReceivedFrame;
 pub use transmit::{Flush, Transmit};
-pub use transport::PeerTransport;
+pub use transport::{PeerTransport, Polled};
 pub use xwire_pki::NodeIdentity;
 pub use xwire_proto::control::{Carrier, ControlMessage};
 

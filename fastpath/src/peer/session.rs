@@ -167,11 +167,10 @@ impl Session {
             return false;
         }
         self.data_out.start(StreamKind::Data);
-        let repr = FrameRepr { wire, frame };
-        let at = self.data_out.backlog.len();
-        self.data_out.backlog.resize(at + repr.buffer_len(), 0);
-        if repr.emit(&mut self.data_out.backlog[at..]).is_err() {
-            self.data_out.backlog.truncate(at);
+        if (FrameRepr { wire, frame })
+            .append_to(&mut self.data_out.backlog)
+            .is_err()
+        {
             counters.dropped_blocked += 1;
             return false;
         }

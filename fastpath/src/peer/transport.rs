@@ -13,6 +13,15 @@ use super::{PeerConfig, PeerCounters, PeerError};
 /// Receive batches per `poll`: a few, so that sending gets its turn under load.
 const RECV_ROUNDS: usize = 4;
 
+/// What one `PeerTransport::poll` took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Polled {
+    /// UDP datagrams that arrived.
+    pub datagrams: usize,
+    /// It stopped receiving with datagrams left in the socket, perhaps.
+    pub more: bool,
+}
+
 pub struct PeerTransport {
     udp: Udp,
     endpoint: PeerEndpoint,
@@ -70,24 +79,26 @@ impl PeerTransport {
 
     /// One round of work: takes what arrived, drives the endpoint (see
     /// `PeerEndpoint::drive`) and sends what it wants sent. The frames that arrived are
-    /// then the endpoint's `poll_frame`'s. Returns how many UDP datagrams arrived.
-    pub fn poll(&mut self, flush: Flush) -> usize {
+    /// then the endpoint's `poll_frame`'s.
+    pub fn poll(&mut self, flush: Flush) -> Polled {
         let now = Instant::now();
-        let mut total = 0;
-        for _ in 0..RECV_ROUNDS {
+        let mut polled = Polled::default();
+        for round in 0..RECV_ROUNDS {
             let endpoint = &mut self.endpoint;
             let n = self.udp.recv(|meta, data| {
                 let ecn = meta.ecn.map(|e| e as u8);
                 endpoint.handle_datagram(now, meta.addr, meta.dst_ip, ecn, data);
             });
-            total += n;
+            polled.datagrams += n;
             if n == 0 {
                 break;
             }
+            // Every round took something: the socket may hold more.
+            polled.more = round + 1 == RECV_ROUNDS;
         }
         self.endpoint.drive(now, flush);
         self.transmit(now);
-        total
+        polled
     }
 
     /// How long the owner may sleep before `poll` is due with nothing arriving.

@@ -20,7 +20,7 @@ const RECV_BUFFER: usize = 64 * 1024;
 /// a few batches' worth are in use at once.
 const MAX_RECV_BUFFERS: usize = 8 * RECV_BATCH;
 /// Each UDP socket buffer (receive and send).
-const SOCKET_BUFFER: usize = 8 << 20;
+pub(crate) const SOCKET_BUFFER: usize = 8 << 20;
 
 pub(crate) struct Udp {
     socket: UdpSocket,

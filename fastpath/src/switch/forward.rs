@@ -7,7 +7,7 @@ use crate::counters::{Direction, DropReason};
 use crate::link_table::{LinkTable, PortId, Verdict};
 use crate::peer::PeerTransport;
 use crate::worker::WorkerConfig;
-use crate::xdp_port::{Lent, MAX_FRAME_ROOM};
+use crate::xdp_port::{Lent, XdpPort, MAX_FRAME_ROOM};
 
 use super::extras::LinkExtras;
 use super::{remote, Port, Slot, Switch};
@@ -27,20 +27,52 @@ pub(super) struct Outgoing {
 /// MAX_SKB_FRAGS = 17 fragments).
 pub(super) const MAX_CHAIN: usize = xwire_proto::data::MAX_FRAME_LEN.div_ceil(MAX_FRAME_ROOM);
 
+/// Receive batches per port per pass, at most: enough to empty a fill ring of a few
+/// thousand frames, while bounding the time one port can hold a pass.
+const MAX_BATCHES_PER_PASS: usize = 32;
+
 /// Kicks per AF_XDP port per pass: enough for a pass that queued a few hundred frames
 /// (a burst from a peer node) while bounding the time one port can take.
 const MAX_KICKS_PER_PASS: usize = 16;
 
+/// What one pass did.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Pass {
+    /// Frames moved (and UDP datagrams taken from peers).
+    pub(super) moved: usize,
+    /// A port or the peer transport had more than one pass takes: the next pass should
+    /// come at once.
+    pub(super) backlog: bool,
+}
+
 impl Switch {
-    /// One pass over every port; returns the frames moved.
-    pub(super) fn poll_once(&mut self, config: &WorkerConfig) -> usize {
-        let mut moved = 0;
+    /// One pass over every port. `hold_when_busy`: frames for peers may wait for the next
+    /// pass to share their datagram when this one took frames from the ports (a worker
+    /// that passes without pause); otherwise they leave at the end of the pass.
+    pub(super) fn poll_once(&mut self, config: &WorkerConfig, hold_when_busy: bool) -> Pass {
+        let mut pass = Pass::default();
         self.now = Instant::now();
         for index in 0..self.slots.len() {
-            moved += self.receive_from(index, config.batch);
+            // Batch after batch until the port's ring is empty: one batch per pass let a
+            // port starve while the same pass took a thousand frames from a peer's
+            // socket, and its fill ring ran empty (503k frames lost by node B of
+            // `remote-wire`'s stream carrier, both ways at once at 1514 B).
+            let mut more = false;
+            for _ in 0..MAX_BATCHES_PER_PASS {
+                let taken = self.receive_from(index, config.batch);
+                pass.moved += taken;
+                more = taken >= config.batch;
+                if !more {
+                    break;
+                }
+            }
+            pass.backlog |= more;
         }
-        moved += self.poll_peers(moved > 0);
-        moved += self.release_held();
+        let hold = pass.backlog || (hold_when_busy && pass.moved > 0);
+        let peers = self.poll_peers(hold);
+        pass.backlog |= peers.backlog;
+        pass.moved += peers.moved;
+        pass.moved += self.release_held();
         for index in 0..self.slots.len() {
             self.flush_to(index);
         }
@@ -57,7 +89,7 @@ impl Switch {
             sender.drain_tx(MAX_KICKS_PER_PASS);
             receiver.refill();
         }
-        moved
+        pass
     }
 
     fn receive_from(&mut self, index: usize, batch: usize) -> usize {
@@ -160,25 +192,31 @@ impl Switch {
         })
     }
 
-    /// Sends what waits for the port at `index`: whole frames, as many as its TX ring has
-    /// room for; the rest are dropped (counted as `TxFull`).
+    /// Sends what waits for the port at `index` (see `Slot::flush`).
     fn flush_to(&mut self, index: usize) {
-        let Some(slot) = self.slots[index].as_mut() else {
+        if let Some(slot) = self.slots[index].as_mut() {
+            slot.flush(&self.table);
+        }
+    }
+}
+
+impl Slot {
+    /// Sends what waits for this port: whole frames, as many as its TX ring has room
+    /// for; the rest are dropped (counted as `TxFull`).
+    fn flush(&mut self, table: &LinkTable) {
+        if let Port::Packet(port) = &mut self.port {
+            return port.flush();
+        }
+        if self.pending.is_empty() {
             return;
-        };
-        let port = match &mut slot.port {
-            Port::Packet(port) => return port.flush(),
-            _ if slot.pending.is_empty() => return,
-            Port::Xdp(port) => port,
-            Port::Steered(port) => port.sender(),
-        };
-        let pending = &mut slot.pending;
+        }
+        let port = sending_port(&mut self.port).expect("not an AF_PACKET port");
+        let pending = &mut self.pending;
         let room = port.tx_room(pending.len());
         let cut = pending[..room]
             .iter()
             .rposition(|o| o.ends_frame)
             .map_or(0, |i| i + 1);
-        let table = &self.table;
         let counted = |out: &Outgoing, sent: bool| {
             let ends = u64::from(out.ends_frame);
             match table.counters(out.link) {
@@ -198,6 +236,19 @@ impl Switch {
         for out in pending.drain(..) {
             counted(&out, false);
             port.recycle_one(out.frame);
+        }
+    }
+
+    /// Sends what waits for this AF_XDP port now and takes back the frames the kernel
+    /// has sent. A veth's AF_XDP socket sends in copy mode, where a kick sends and
+    /// completes at once: a burst for this port larger than its free frames (a peer's
+    /// datagrams after a pause, a hundred frames each) goes out in pieces within one
+    /// pass instead of being dropped for want of a buffer.
+    fn make_room(&mut self, table: &LinkTable) {
+        self.flush(table);
+        if let Some(port) = sending_port(&mut self.port) {
+            port.drain_tx(MAX_KICKS_PER_PASS);
+            port.reclaim();
         }
     }
 }
@@ -280,42 +331,10 @@ pub(super) fn deliver(
     let reason = match out {
         // The port closed since the link table decided.
         None => DropReason::NoLink,
-        Some(Slot {
-            port: Port::Packet(port),
-            ..
-        }) => {
-            if port.queue(std::iter::once(frame)) {
-                if let Some(counters) = table.counters(link) {
-                    counters.forwarded(direction, 1, frame.len() as u64);
-                }
-                return;
-            }
-            DropReason::TxFull
-        }
-        Some(Slot { port, pending, .. }) => {
-            let port = match port {
-                Port::Steered(port) => port.sender(),
-                Port::Xdp(port) => port,
-                Port::Packet(_) => unreachable!("matched above"),
-            };
-            let room = port.frame_room();
-            let parts = frame.len().div_ceil(room);
-            if port.free_frames() < parts {
-                DropReason::NoBuffer
-            } else {
-                for (k, bytes) in frame.chunks(room).enumerate() {
-                    let mut lent = port.take_free().expect("checked above");
-                    port.write_frame(&mut lent, bytes, k + 1 < parts);
-                    pending.push(Outgoing {
-                        frame: lent,
-                        link,
-                        direction,
-                        ends_frame: k + 1 == parts,
-                    });
-                }
-                return;
-            }
-        }
+        Some(slot) => match queue_out(table, slot, frame, (link, direction)) {
+            Ok(()) => return,
+            Err(reason) => reason,
+        },
     };
     count_drop(
         table,
@@ -324,6 +343,56 @@ pub(super) fn deliver(
             link: Some((link, direction)),
         },
     );
+}
+
+/// Copies `frame` into `slot`'s port to send (see `deliver`), or says why it could not.
+fn queue_out(
+    table: &LinkTable,
+    slot: &mut Slot,
+    frame: &[u8],
+    (link, direction): (usize, Direction),
+) -> Result<(), DropReason> {
+    let Some(port) = sending_port(&mut slot.port) else {
+        let Port::Packet(port) = &mut slot.port else {
+            unreachable!("only an AF_PACKET port sends without a UMEM")
+        };
+        if !port.queue(std::iter::once(frame)) {
+            return Err(DropReason::TxFull);
+        }
+        if let Some(counters) = table.counters(link) {
+            counters.forwarded(direction, 1, frame.len() as u64);
+        }
+        return Ok(());
+    };
+    let parts = frame.len().div_ceil(port.frame_room());
+    if port.free_frames() < parts {
+        slot.make_room(table);
+    }
+    let port = sending_port(&mut slot.port).expect("an AF_XDP port, as above");
+    if port.free_frames() < parts {
+        return Err(DropReason::NoBuffer);
+    }
+    let room = port.frame_room();
+    for (k, bytes) in frame.chunks(room).enumerate() {
+        let mut lent = port.take_free().expect("checked above");
+        port.write_frame(&mut lent, bytes, k + 1 < parts);
+        slot.pending.push(Outgoing {
+            frame: lent,
+            link,
+            direction,
+            ends_frame: k + 1 == parts,
+        });
+    }
+    Ok(())
+}
+
+/// The AF_XDP socket a port sends from (`None`: an AF_PACKET port, which has no UMEM).
+fn sending_port(port: &mut Port) -> Option<&mut XdpPort> {
+    match port {
+        Port::Xdp(port) => Some(port),
+        Port::Steered(port) => Some(port.sender()),
+        Port::Packet(_) => None,
+    }
 }
 
 pub(super) fn count_drop(table: &LinkTable, verdict: Verdict) {

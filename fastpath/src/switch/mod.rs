@@ -26,6 +26,7 @@ use crate::xdp_redirect::RedirectProgram;
 
 mod extras;
 mod forward;
+mod pace;
 mod remote;
 mod sleep;
 mod stats;
@@ -46,9 +47,6 @@ const REBIND_PAUSE: Duration = Duration::from_millis(2);
 /// `WorkerConfig::idle_spin`: a time, not a count of passes, since a pass over a thousand
 /// ports takes a hundred times longer than one over ten.
 const SLEEP: Duration = Duration::from_millis(10);
-/// How close a held frame's time must be for the worker to pass until it rather than
-/// sleep: two of epoll's millisecond ticks.
-const HELD_SPIN: Duration = Duration::from_millis(2);
 /// The longest a pass spends on commands before it serves the ports again.
 const COMMAND_BUDGET: Duration = Duration::from_millis(2);
 
@@ -163,6 +161,14 @@ impl Switch {
     }
 
     pub(crate) fn run(mut self, config: &WorkerConfig, inbox: &Receiver<Command>) {
+        // Naps as long as asked: a thread's default timer slack (50 µs) would stretch
+        // each one by up to that much. Without it (refused), naps are only longer.
+        let _ = nix::sys::prctl::set_timerslack(1);
+        let pacing = pace::Pacing {
+            busy_poll: config.busy_poll,
+            idle_spin: config.idle_spin,
+            coalesce: config.coalesce,
+        };
         let mut idle_since = Instant::now();
         loop {
             // Commands for at most `COMMAND_BUDGET` per pass: a burst of them (a restart
@@ -189,25 +195,26 @@ impl Switch {
             if !self.waiting.is_empty() {
                 self.retry_waiting(config);
             }
-            if self.poll_once(config) > 0 {
+            let pass = self.poll_once(config, config.busy_poll);
+            if pass.moved > 0 {
                 idle_since = Instant::now();
                 self.busy += idle_since.saturating_duration_since(self.now);
-                continue;
             }
-            // epoll's timeout is in whole milliseconds: a held frame due sooner than
-            // `HELD_SPIN` is waited for by passing, so that it leaves on time.
-            let held_soon = self
+            let now = Instant::now();
+            let held_due_in = self
                 .extras
                 .next_due()
-                .is_some_and(|due| due <= Instant::now() + HELD_SPIN);
-            if config.busy_poll || held_soon || idle_since.elapsed() < config.idle_spin {
+                .map(|due| due.saturating_duration_since(now));
+            let since_work = now.saturating_duration_since(idle_since);
+            match pace::next(pacing, pass.moved, pass.backlog, since_work, held_due_in) {
+                pace::Next::Pass => {}
                 // The kernel work our sends start (the receiving veth's softirq) runs on
                 // this CPU; once it overflows into ksoftirqd, a worker that spins keeps it
                 // waiting for a scheduler slice, which costs milliseconds and drops. An
                 // empty pass hands it the CPU; with nothing else to run this returns at once.
-                std::thread::yield_now();
-            } else {
-                self.sleep_until_traffic();
+                pace::Next::Yield => std::thread::yield_now(),
+                pace::Next::Nap(time) => std::thread::sleep(time),
+                pace::Next::Sleep => self.sleep_until_traffic(),
             }
         }
     }
@@ -225,11 +232,11 @@ impl Switch {
             limit = limit.min(timer);
         }
         if let Some(due) = self.extras.next_due() {
-            // Wakes at least `HELD_SPIN` early (epoll may round a timeout up to the next
-            // millisecond); `run` passes the rest of the way.
+            // Wakes `HELD_SPIN` early (waking takes a moment); `run` passes the rest of
+            // the way.
             let early = due
                 .saturating_duration_since(Instant::now())
-                .saturating_sub(HELD_SPIN);
+                .saturating_sub(pace::HELD_SPIN);
             limit = limit.min(early);
         }
         self.sleeper.sleep(limit);

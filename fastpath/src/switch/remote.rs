@@ -8,7 +8,7 @@ use crate::link_table::{LinkTable, Verdict};
 use crate::peer::{Flush, PeerCounters, PeerEvent, PeerTransport, ReceivedFrame};
 
 use super::extras::LinkExtras;
-use super::forward::{count_drop, deliver};
+use super::forward::{count_drop, deliver, Pass};
 use super::{Slot, Switch};
 
 /// Hands one frame with a `Verdict::Remote` to the transport, counted on its link.
@@ -80,15 +80,11 @@ fn deliver_remote(
 
 impl Switch {
     /// Runs the peer transport once, then copies the frames it received out through
-    /// their ports (see `deliver`). `ports_busy` says this pass took frames from the
-    /// ports, so frames for peers may wait a little for more to share their datagram.
-    /// Returns the UDP datagrams that arrived.
-    pub(super) fn poll_peers(&mut self, ports_busy: bool) -> usize {
-        let flush = if ports_busy {
-            Flush::WhenDue
-        } else {
-            Flush::Now
-        };
+    /// their ports (see `deliver`). `hold`: frames for peers may wait a little for more
+    /// to share their datagram (more are coming at once). Returns the UDP datagrams that
+    /// arrived, and whether more were waiting than one poll takes.
+    pub(super) fn poll_peers(&mut self, hold: bool) -> Pass {
+        let flush = if hold { Flush::WhenDue } else { Flush::Now };
         let Switch {
             peers,
             table,
@@ -97,16 +93,19 @@ impl Switch {
             ..
         } = self;
         let Some(peers) = peers.as_mut() else {
-            return 0;
+            return Pass::default();
         };
-        let arrived = peers.poll(flush);
+        let polled = peers.poll(flush);
         let endpoint = peers.endpoint_mut();
         while let Some(frame) = endpoint.poll_frame() {
             if !deliver_remote(table, slots, extras, frame) {
                 endpoint.count_unknown_link();
             }
         }
-        arrived
+        Pass {
+            moved: polled.datagrams,
+            backlog: polled.more,
+        }
     }
 
     /// Takes the transport, or gives it back when the worker cannot watch its socket

@@ -132,8 +132,8 @@ impl Switch {
         if steered {
             let since = Instant::now();
             while since.elapsed() < DRAIN_LIMIT {
-                let moved = self.poll_once(config);
-                if moved == 0 && !self.sending(ids) {
+                let pass = self.poll_once(config, false);
+                if pass.moved == 0 && !self.sending(ids) {
                     break;
                 }
             }

@@ -18,6 +18,7 @@ use xwire_perf::local_fwd::{self, idle, paced, peak, wake_floor, Device};
 use xwire_perf::measure::{median_by, LossfreeRow, Row};
 use xwire_perf::remote_wire::{self, Setup, WirePath};
 use xwire_perf::testbed::cluster::TEST_FRAMES_PER_PORT;
+use xwire_perf::worker_settings::WorkerSettings;
 
 #[derive(Parser)]
 #[command(
@@ -45,6 +46,9 @@ struct RunArgs {
     /// One JSON object per line instead of a table.
     #[arg(long)]
     json: bool,
+    /// Skip the full-speed pass (and the latency pass, which runs at half of its rate).
+    #[arg(long)]
+    no_peak: bool,
     /// Skip the latency pass (paced at half of xwire's peak rate).
     #[arg(long)]
     no_latency: bool,
@@ -58,7 +62,7 @@ struct RunArgs {
     /// Directions of the loss-free search, in order.
     #[arg(long, value_enum, value_delimiter = ',', default_values = ["a-to-b", "b-to-a", "both"])]
     flows: Vec<Flow>,
-    /// Skip the cost pass (CPU time per frame at --cost-rate; xwire adaptive).
+    /// Skip the cost pass (the whole machine's CPU time per frame at --cost-rate).
     #[arg(long)]
     no_cost: bool,
     /// Offered rate of the cost pass, frames per second: below every device's peak, so
@@ -79,6 +83,41 @@ impl RunArgs {
     }
 }
 
+/// How xwire's workers run: what `xwired` runs with unless one of these says otherwise.
+#[derive(clap::Args)]
+struct WorkerArgs {
+    /// Keep xwire's workers polling without pause (the daemon's `busy_poll = true`).
+    #[arg(long)]
+    busy_poll: bool,
+    /// Without --busy-poll: how long a worker keeps polling after its last frame before
+    /// it sleeps, in microseconds (the daemon's `idle_spin_us`).
+    #[arg(long)]
+    idle_spin_us: Option<u64>,
+    /// Without --busy-poll: how long a worker lets frames gather between passes while
+    /// traffic flows, in microseconds (the daemon's `coalesce_us`; 0: no pause).
+    #[arg(long)]
+    coalesce_us: Option<u64>,
+    /// UMEM frames of each of xwire's ports (the daemon's `frames_per_port`).
+    #[arg(long)]
+    frames_per_port: Option<usize>,
+}
+
+impl WorkerArgs {
+    fn settings(&self) -> WorkerSettings {
+        let daemon = WorkerSettings::default();
+        WorkerSettings {
+            busy_poll: self.busy_poll,
+            idle_spin: self
+                .idle_spin_us
+                .map_or(daemon.idle_spin, Duration::from_micros),
+            coalesce: self
+                .coalesce_us
+                .map_or(daemon.coalesce, Duration::from_micros),
+            frames_per_port: self.frames_per_port.unwrap_or(daemon.frames_per_port),
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Scenario {
     /// gen-ns -> device -> sink-ns on one node: direct veth, Linux bridge, DPDK testpmd,
@@ -87,7 +126,7 @@ enum Scenario {
         #[command(flatten)]
         run: RunArgs,
         /// Devices to measure (direct-veth, linux-bridge, testpmd-af_xdp-io,
-        /// ovs-netdev-afxdp, xwire; xwire-adaptive is measured idle only).
+        /// ovs-netdev-afxdp, xwire).
         #[arg(
             long,
             value_delimiter = ',',
@@ -97,10 +136,8 @@ enum Scenario {
         /// Skip the idle pass (idle CPU, first frame after a silence).
         #[arg(long)]
         no_idle: bool,
-        /// How long xwire-adaptive (the cost pass's and the idle pass's xwire) spins after
-        /// its last frame before it sleeps, in µs (default: the worker's, 200).
-        #[arg(long)]
-        idle_spin_us: Option<u64>,
+        #[command(flatten)]
+        worker: WorkerArgs,
     },
     /// pod A -> node A -> wire -> node B -> pod B: xwire over QUIC (each carrier) and
     /// kernel VXLAN between the same nodes over the same underlay, at full speed, paced
@@ -120,9 +157,8 @@ enum Scenario {
         /// do not fit xwire's datagrams and take the stream).
         #[arg(long, default_value_t = 9000)]
         underlay_mtu: u16,
-        /// xwire's workers sleep in epoll when idle instead of polling without pause.
-        #[arg(long)]
-        adaptive: bool,
+        #[command(flatten)]
+        worker: WorkerArgs,
         /// Skip the TCP pass.
         #[arg(long)]
         no_tcp: bool,
@@ -132,10 +168,6 @@ enum Scenario {
         /// Print xwire's counters after each measurement (stderr).
         #[arg(long)]
         verbose: bool,
-        /// UMEM frames of each of xwire's ports (default: the worker's, 2048; a daemon
-        /// has 256 unless its `frames_per_port` says otherwise).
-        #[arg(long)]
-        frames_per_port: Option<usize>,
     },
     /// A lab of `pods` pods with four links each, half of them across two nodes, brought
     /// up and torn down through the CNI plugin; p50/p99 ADD and DEL times next to the
@@ -412,21 +444,23 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
         run,
         devices,
         no_idle,
-        idle_spin_us,
+        worker,
     } = scenario
     else {
         unreachable!("called for local-fwd only")
     };
-    if let Some(us) = idle_spin_us {
-        local_fwd::set_adaptive_idle_spin(Duration::from_micros(us));
-    }
+    let settings = worker.settings();
     let devices = devices
         .iter()
-        .map(|name| Device::parse(name).with_context(|| format!("unknown device {name}")))
+        .map(|name| Device::parse(name, settings).with_context(|| format!("unknown device {name}")))
         .collect::<Result<Vec<_>>>()?;
+    if !run.json {
+        println!("{}", settings.describe());
+    }
     let seconds = run.seconds;
     let mut rows = Vec::new();
-    for &size in &run.sizes {
+    let peak_sizes = if run.no_peak { &[][..] } else { &run.sizes[..] };
+    for &size in peak_sizes {
         let fits = |d: &&Device| size <= d.max_frame();
         for &device in devices.iter().filter(fits) {
             rows.push(run.median(|| peak(device, size, seconds), |r| r.delivered_pps)?);
@@ -440,7 +474,7 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
         // Latency at half of xwire's peak rate, for every device.
         let Some(xwire) = rows
             .iter()
-            .find(|r| r.name == Device::Xwire.name() && r.frame_bytes == size)
+            .find(|r| r.name == "xwire" && r.frame_bytes == size)
         else {
             continue;
         };
@@ -462,32 +496,24 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
                 found.extend(rows);
             }
             if !run.json {
-                print_lossfree_ratios(&found, |name| name == Device::Xwire.name());
+                print_lossfree_ratios(&found, |name| name == "xwire");
             }
         }
         if !run.no_cost {
-            // Adaptive, so that a worker spinning with nothing to do is not counted.
-            let cost_devices = devices.iter().filter(fits).map(|&d| match d {
-                Device::Xwire => Device::XwireAdaptive,
-                other => other,
-            });
             let mut costs = Vec::new();
-            for device in cost_devices {
+            for &device in devices.iter().filter(fits) {
                 costs.push(run.median(
                     || paced(device, size, seconds, run.cost_rate, Wait::Sleep),
                     |r| r.cpu_ns_per_frame.unwrap_or(0.0),
                 )?);
             }
             if !run.json {
-                print_cost_ratios(&costs, Device::XwireAdaptive.name(), run.cost_rate);
+                print_cost_ratios(&costs, "xwire", run.cost_rate);
             }
         }
     }
     if !no_idle {
-        let mut idle_devices = devices.clone();
-        if devices.contains(&Device::Xwire) {
-            idle_devices.push(Device::XwireAdaptive);
-        }
+        let idle_devices = devices.clone();
         let silence = Duration::from_millis(100);
         let probes = 50;
         let floor = wake_floor(silence, probes);
@@ -521,11 +547,10 @@ fn remote_wire(scenario: Scenario) -> Result<()> {
         run,
         paths,
         underlay_mtu,
-        adaptive,
+        worker,
         no_tcp,
         no_frames,
         verbose,
-        frames_per_port,
     } = scenario
     else {
         unreachable!("called for remote-wire only")
@@ -536,20 +561,19 @@ fn remote_wire(scenario: Scenario) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let setup = Setup {
         underlay_mtu,
-        busy_poll: !adaptive,
-        frames_per_port: frames_per_port.unwrap_or(Setup::default().frames_per_port),
+        worker: worker.settings(),
         verbose,
     };
     if !run.json {
         println!(
-            "underlay MTU {underlay_mtu}; pod MTU 1500, TX checksum, TSO, GSO and GRO off on the pod veths; xwire workers {}, {} UMEM frames per port",
-            if adaptive { "adaptive" } else { "busy-polling" },
-            setup.frames_per_port
+            "underlay MTU {underlay_mtu}; pod MTU 1500, TX checksum, TSO, GSO and GRO off on the pod veths; {}",
+            setup.worker.describe()
         );
     }
     let seconds = run.seconds;
     let sizes = if no_frames { &[][..] } else { &run.sizes[..] };
-    for &size in sizes {
+    let peak_sizes = if run.no_peak { &[][..] } else { sizes };
+    for &size in peak_sizes {
         let peaks = paths
             .iter()
             .map(|&path| {
@@ -591,24 +615,10 @@ fn remote_wire(scenario: Scenario) -> Result<()> {
             }
         }
         if !run.no_cost {
-            // Adaptive, so that a worker spinning with nothing to do is not counted.
-            let adaptive = Setup {
-                busy_poll: false,
-                ..setup
-            };
             let mut costs = Vec::new();
             for &path in &paths {
                 costs.push(run.median(
-                    || {
-                        remote_wire::paced(
-                            path,
-                            size,
-                            seconds,
-                            run.cost_rate,
-                            adaptive,
-                            Wait::Sleep,
-                        )
-                    },
+                    || remote_wire::paced(path, size, seconds, run.cost_rate, setup, Wait::Sleep),
                     |r| r.cpu_ns_per_frame.unwrap_or(0.0),
                 )?);
             }
@@ -735,7 +745,7 @@ fn print_wire_ratios(rows: &[Row], key: impl Fn(&Row) -> f64, what: &str) {
 fn print_ratios(rows: &[Row], size: usize) {
     let Some(xwire) = rows
         .iter()
-        .find(|r| r.name == Device::Xwire.name() && r.frame_bytes == size)
+        .find(|r| r.name == "xwire" && r.frame_bytes == size)
     else {
         return;
     };

@@ -5,29 +5,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use xwire_fastpath::{PortChoice, Worker, WorkerConfig};
+use xwire_fastpath::Worker;
 
 use crate::testbed::{unique_ifname, ChildGuard, Netns};
-
-/// `Device::XwireAdaptive`'s idle spin, in microseconds (`u64::MAX`: the worker's
-/// default). Set once, from the command line, before any device starts.
-static ADAPTIVE_IDLE_SPIN_US: AtomicU64 = AtomicU64::new(u64::MAX);
-
-/// Sets how long `Device::XwireAdaptive` spins after its last frame before it sleeps.
-pub fn set_adaptive_idle_spin(spin: Duration) {
-    ADAPTIVE_IDLE_SPIN_US.store(spin.as_micros() as u64, Ordering::Relaxed);
-}
-
-fn adaptive_idle_spin() -> Duration {
-    match ADAPTIVE_IDLE_SPIN_US.load(Ordering::Relaxed) {
-        u64::MAX => xwire_fastpath::worker::DEFAULT_IDLE_SPIN,
-        us => Duration::from_micros(us),
-    }
-}
+use crate::worker_settings::WorkerSettings;
 
 /// The device under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,21 +21,21 @@ pub enum Device {
     Bridge,
     Testpmd,
     OvsAfxdp,
-    /// xwire's switch, polling without pause.
-    Xwire,
-    /// xwire's switch with adaptive polling (sleeps in epoll when idle).
-    XwireAdaptive,
+    /// xwire's switch, its worker set up as these settings say.
+    Xwire(WorkerSettings),
 }
 
 impl Device {
-    pub const ALL: [Device; 6] = [
-        Device::Direct,
-        Device::Bridge,
-        Device::Testpmd,
-        Device::OvsAfxdp,
-        Device::Xwire,
-        Device::XwireAdaptive,
-    ];
+    /// Every device, xwire with `xwire`'s settings.
+    pub fn all(xwire: WorkerSettings) -> [Device; 5] {
+        [
+            Device::Direct,
+            Device::Bridge,
+            Device::Testpmd,
+            Device::OvsAfxdp,
+            Device::Xwire(xwire),
+        ]
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -59,13 +43,17 @@ impl Device {
             Device::Bridge => "linux-bridge",
             Device::Testpmd => "testpmd-af_xdp-io",
             Device::OvsAfxdp => "ovs-netdev-afxdp",
-            Device::Xwire => "xwire",
-            Device::XwireAdaptive => "xwire-adaptive",
+            Device::Xwire(_) => "xwire",
         }
     }
 
-    pub fn parse(name: &str) -> Option<Device> {
-        Device::ALL.into_iter().find(|d| d.name() == name)
+    /// The device called `name`; xwire's with `xwire`'s settings.
+    pub fn parse(name: &str, xwire: WorkerSettings) -> Option<Device> {
+        Device::all(xwire).into_iter().find(|d| d.name() == name)
+    }
+
+    pub fn is_xwire(self) -> bool {
+        matches!(self, Device::Xwire(_))
     }
 
     /// The largest frame the device is set up for here (the peers' default buffers).
@@ -103,14 +91,8 @@ pub fn start(
             dut.steer_receive_to_cpu(in_if, cpu)?;
             Ok(Running::Kernel)
         }
-        Device::Xwire | Device::XwireAdaptive => {
-            let config = WorkerConfig {
-                core: Some(cpu),
-                busy_poll: device == Device::Xwire,
-                idle_spin: adaptive_idle_spin(),
-                ports: PortChoice::AfXdp,
-                ..Default::default()
-            };
+        Device::Xwire(settings) => {
+            let config = settings.config(cpu);
             let worker = dut.run(|| Worker::spawn(config))??;
             let a = worker.add_port(in_if, max_frame.max(1514))?;
             let b = worker.add_port(out_if, max_frame.max(1514))?;

@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use xwire_fastpath::peer::{Carrier, PeerConfig, PeerEvent};
-use xwire_fastpath::{Direction, LinkCounters, PortChoice, PortId, Worker, WorkerConfig};
+use xwire_fastpath::{Direction, LinkCounters, PortId, Worker};
 use xwire_pki::ClusterCa;
 
 use crate::testbed::Netns;
+use crate::worker_settings::WorkerSettings;
 
 /// The link UID of the benchmark's wire.
 const UID: xwire_fastpath::WireId = xwire_fastpath::WireId(7);
@@ -100,10 +101,6 @@ pub fn udp_counters(ns: &Netns) -> String {
 }
 
 impl Running {
-    pub fn is_xwire(&self) -> bool {
-        matches!(self, Running::Xwire { .. })
-    }
-
     /// xwire's counters on both nodes (peer transport, link, kernel drops), to say where
     /// frames went; empty for the kernel's path.
     pub fn counters(&self) -> String {
@@ -119,8 +116,9 @@ impl Running {
         for i in 0..2 {
             let peer = workers[i].peer_status().map(|(c, _)| c);
             let kernel = workers[i].kernel_drops(ports[i]);
+            let quic = workers[i].stats().map(|s| s.peers);
             out.push_str(&format!(
-                "  node {i}: peer {peer:?}\n    link out {:?}\n    link in {:?}\n    kernel drops {kernel:?}\n",
+                "  node {i}: peer {peer:?}\n    quic {quic:?}\n    link out {:?}\n    link in {:?}\n    kernel drops {kernel:?}\n",
                 links[i].snapshot(Direction::AToB),
                 links[i].snapshot(Direction::BToA),
             ));
@@ -135,8 +133,7 @@ pub fn start(
     nodes: [NodeSide<'_>; 2],
     underlay_mtu: u16,
     cpu: usize,
-    busy_poll: bool,
-    frames_per_port: usize,
+    settings: WorkerSettings,
 ) -> Result<Running> {
     match path {
         WirePath::Vxlan | WirePath::VxlanOnSenderCpu => {
@@ -179,13 +176,7 @@ pub fn start(
             let mut listening = Vec::new();
             let mut ports = Vec::new();
             for node in &nodes {
-                let config = WorkerConfig {
-                    core: Some(cpu),
-                    busy_poll,
-                    frames_per_port,
-                    ports: PortChoice::AfXdp,
-                    ..Default::default()
-                };
+                let config = settings.config(cpu);
                 let worker = node.ns.run(|| Worker::spawn(config))??;
                 ports.push(worker.add_port(node.pod_if, 1514)?);
                 let mut peers = PeerConfig::new(
