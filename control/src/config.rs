@@ -27,25 +27,37 @@ pub struct DaemonConfig {
     /// Cores for the data-plane worker; the first is used (one worker per node for now).
     /// Default: none, the scheduler places the worker.
     pub data_cores: Vec<usize>,
-    /// Keep the worker spinning when idle (benchmarks); otherwise it backs off and sleeps.
-    /// Default false.
+    /// Keep the worker passing over its ports without pause (benchmarks: a core per
+    /// worker); otherwise it paces its passes (`coalesce_us`, `idle_spin_us`). Default
+    /// false.
     pub busy_poll: bool,
-    /// Without busy_poll: microseconds the worker keeps spinning after the last frame
-    /// before it sleeps until the next. Default 200.
+    /// Without busy_poll: microseconds the worker keeps passing over its ports (every
+    /// `coalesce_us`) after its last frame before it sleeps until a frame wakes it.
+    /// Default 200.
     pub idle_spin_us: u64,
+    /// Without busy_poll, while traffic flows: microseconds the worker lets frames gather
+    /// between passes (interrupt coalescing): at most this much latency per node a frame
+    /// crosses, for a fraction of the CPU of a worker woken per frame; 0 passes again at
+    /// once. Default 50.
+    pub coalesce_us: u64,
     /// The underlay MTU between nodes. Default 1500.
     pub underlay_mtu: u16,
     /// The most fast-path ports (remote wire ends) this node holds. Default 4096. A port
     /// costs memory only while it is open.
     pub max_ports: usize,
-    /// UMEM frames per fast-path port, pinned while the port is open: 2 KiB each where
-    /// the wire's frames fit in one (MTUs up to 1774), 4 KiB otherwise. Half of them wait
-    /// in the fill ring: the burst a port takes while its worker is busy elsewhere.
-    /// Default 256 (512 KiB per port). The kernel zeroes and pins every frame as a port
-    /// opens, so a restart takes longer with more: 1000 remote wires forwarded again
-    /// 0.50 s after the daemon started with 128, 0.68-0.74 s with 256 and 1.14 s with
-    /// 512 (`xwire-perf restart --frames-per-port`, two nodes sharing 2 cores).
+    /// The most UMEM frames a fast-path port grows to, pinned while the port has them:
+    /// 2 KiB each where the wire's frames fit in one (MTUs up to 1774), 4 KiB otherwise.
+    /// A port opens with `min_frames_per_port` and is resized while it runs, without
+    /// losing a frame, to 20 ms of the traffic it receives (all but an eighth of its
+    /// frames wait in its fill ring for a burst). Default 4096 (8 MiB for a port that
+    /// carries 200 kpps or more).
     pub frames_per_port: usize,
+    /// The UMEM frames a port opens with, and shrinks back to after 30 s of little
+    /// traffic: what an idle wire end pins. Default 128 (256 KiB); above
+    /// `frames_per_port`, it is `frames_per_port` (ports are then never resized). The
+    /// kernel zeroes and pins every frame as a port opens, so a restart takes longer
+    /// with more.
+    pub min_frames_per_port: usize,
     /// Seconds between reconciliation passes when nothing else triggers one (a pass also
     /// runs at start and whenever the daemon is idle after requests or peer messages).
     /// Default 10; 0 turns the timer off.
@@ -263,19 +275,24 @@ pub mod carrier_name {
 }
 
 impl Default for DaemonConfig {
+    /// The fast path's settings are the worker's own defaults (`WorkerConfig`), so that
+    /// the perf scenarios, which run workers directly, measure what a daemon runs.
     fn default() -> Self {
+        let worker = xwire_fastpath::WorkerConfig::default();
         DaemonConfig {
             node_name: host_name(),
             node_address: SocketAddr::from(([0, 0, 0, 0], 7470)),
             state_dir: PathBuf::from("/var/lib/xwire"),
             api_socket: PathBuf::from(DEFAULT_API_SOCKET),
             data_cores: Vec::new(),
-            busy_poll: false,
-            idle_spin_us: 200,
+            busy_poll: worker.busy_poll,
+            idle_spin_us: worker.idle_spin.as_micros() as u64,
+            coalesce_us: worker.coalesce.as_micros() as u64,
             reconcile_interval_secs: 10,
             underlay_mtu: 1500,
             max_ports: 4096,
-            frames_per_port: 256,
+            frames_per_port: worker.frames_per_port,
+            min_frames_per_port: worker.min_frames_per_port,
             certs: None,
             topology: TopologySource::default(),
             peers: Vec::new(),
@@ -414,12 +431,18 @@ impl DaemonConfig {
                 format!("{} is not between 1 and 65535", config.max_ports),
             ));
         }
-        if !(2..=1 << 20).contains(&config.frames_per_port) {
-            return Err(invalid(
-                "frames_per_port",
-                format!("{} is not between 2 and 1048576", config.frames_per_port),
-            ));
+        for (key, frames) in [
+            ("frames_per_port", config.frames_per_port),
+            ("min_frames_per_port", config.min_frames_per_port),
+        ] {
+            if !(2..=1 << 20).contains(&frames) {
+                return Err(invalid(
+                    key,
+                    format!("{frames} is not between 2 and 1048576"),
+                ));
+            }
         }
+
         let kubernetes_identity =
             config.topology.source == "kubernetes" && !config.topology.ca_secret.is_empty();
         if !config.peers.is_empty() && config.certs.is_none() && !kubernetes_identity {
@@ -453,6 +476,14 @@ mod tests {
         assert_eq!(config.state_dir, Path::new("/var/lib/xwire"));
         assert_eq!(config.node_address.port(), 7470);
         assert!(!config.busy_poll && config.peers.is_empty() && config.certs.is_none());
+        // The fast path's settings are the worker's defaults, which the perf scenarios run.
+        let worker = xwire_fastpath::WorkerConfig::default();
+        assert_eq!(config.coalesce_us as u128, worker.coalesce.as_micros());
+        assert_eq!(config.idle_spin_us as u128, worker.idle_spin.as_micros());
+        assert_eq!(
+            (config.min_frames_per_port, config.frames_per_port),
+            (worker.min_frames_per_port, worker.frames_per_port)
+        );
     }
 
     #[test]
@@ -461,6 +492,7 @@ mod tests {
             ("max_ports = 0", "max_ports"),
             ("max_ports = 70000", "max_ports"),
             ("frames_per_port = 1", "frames_per_port"),
+            ("min_frames_per_port = 1", "min_frames_per_port"),
         ] {
             match parse(text) {
                 Err(ConfigError::Invalid { field: f, .. }) => assert_eq!(f, field, "{text}"),
@@ -479,6 +511,8 @@ state_dir = "/tmp/x"
 api_socket = "/tmp/x/api.sock"
 data_cores = [1]
 busy_poll = true
+coalesce_us = 20
+min_frames_per_port = 64
 underlay_mtu = 9000
 [certs]
 ca = "/c/ca.pem"
@@ -495,6 +529,7 @@ carrier = "stream"
         assert_eq!(config.data_cores, [1]);
         assert_eq!(config.peers[0].carrier, Carrier::Stream);
         assert_eq!(config.underlay_mtu, 9000);
+        assert_eq!((config.coalesce_us, config.min_frames_per_port), (20, 64));
     }
 
     #[test]

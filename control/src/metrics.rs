@@ -196,6 +196,7 @@ fn register_links(registry: &mut Registry, counters: &NodeCounters) {
     let bytes = Family::<EndLabels, Counter>::default();
     let drops = Family::<DropLabels, Counter>::default();
     let kernel_drops = Family::<DropLabels, Counter>::default();
+    let umem_frames = Family::<EndLabels, Gauge>::default();
     for end in &counters.links {
         let labels = |direction: &str| EndLabels {
             namespace: end.namespace.clone(),
@@ -228,6 +229,11 @@ fn register_links(registry: &mut Registry, counters: &NodeCounters) {
                 .get_or_create(&with_reason(&egress, reason))
                 .inc_by(*count);
         }
+        if let Some(frames) = end.umem_frames {
+            umem_frames
+                .get_or_create(&egress)
+                .set(i64::try_from(frames).unwrap_or(i64::MAX));
+        }
     }
     registry.register(
         "link_frames",
@@ -249,6 +255,11 @@ fn register_links(registry: &mut Registry, counters: &NodeCounters) {
         "port_kernel_drops",
         "Frames the kernel dropped at a wire end's port before the switch saw them",
         kernel_drops,
+    );
+    registry.register(
+        "port_umem_frames",
+        "UMEM frames a wire end's port has now (it grows and shrinks with its traffic)",
+        umem_frames,
     );
 }
 
@@ -350,6 +361,7 @@ mod tests {
         end.egress.bytes = 500;
         end.ingress.drops.insert("tx_full".into(), 2);
         end.kernel_drops.insert("rx_ring_full".into(), 3);
+        end.umem_frames = Some(1024);
         let counters = NodeCounters {
             node: "n1".into(),
             links: vec![end],
@@ -374,6 +386,7 @@ mod tests {
             format!(
                 r#"xwire_port_kernel_drops_total{{{labels},direction="egress",reason="rx_ring_full"}} 3"#
             ),
+            format!(r#"xwire_port_umem_frames{{{labels},direction="egress"}} 1024"#),
             r#"xwire_peer_up{peer="n2",worker="1"} 1"#.into(),
             r#"xwire_peer_udp_datagrams_total{peer="n2",worker="1",direction="egress"} 9"#.into(),
             "xwire_worker_busy_ratio 0.25".into(),

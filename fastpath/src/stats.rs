@@ -37,6 +37,9 @@ pub struct LinkStats {
     /// What the kernel dropped at each end's port before the worker saw it (`None`: a
     /// peer end, or the port's statistics could not be read).
     pub kernel_drops: [Option<KernelDrops>; 2],
+    /// The UMEM frames of each end's AF_XDP socket now (`None`: a peer end, an AF_PACKET
+    /// port, a steered pair, or a port in the middle of a resize).
+    pub umem_frames: [Option<usize>; 2],
 }
 
 /// One peer node's connection, from quinn's statistics (zeros while it is down).

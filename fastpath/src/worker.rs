@@ -59,6 +59,11 @@ pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(200);
 /// `WorkerConfig::coalesce` by default: see `switch::pace` for how it was chosen.
 pub const DEFAULT_COALESCE: Duration = Duration::from_micros(50);
 
+/// `WorkerConfig`'s port sizes by default (see `frames_per_port`).
+pub const DEFAULT_FRAMES_PER_PORT: usize = 4096;
+pub const DEFAULT_MIN_FRAMES_PER_PORT: usize = 128;
+pub const DEFAULT_SHRINK_AFTER: Duration = Duration::from_secs(30);
+
 /// How a worker is set up.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -84,11 +89,18 @@ pub struct WorkerConfig {
     pub batch: usize,
     /// The most ports this worker serves. Ports take memory only while open.
     pub max_ports: usize,
-    /// UMEM frames per port; half of them wait in the port's fill ring. The default,
-    /// 2048, lets a port ride out a stall of the worker of about 3 ms at 300 kpps (a
-    /// virtual CPU's host can take it away for a millisecond or more), and pins 8 MiB of
-    /// memory per port.
+    /// The most UMEM frames an AF_XDP port grows to. Ports open with
+    /// `min_frames_per_port` and are resized, while they run and without losing a frame,
+    /// to 20 ms of what they receive (`switch::sizing`); all but an eighth of a port's
+    /// frames wait in its fill ring for a burst. A frame pins 2 KiB (4 KiB for frames
+    /// above 1792 bytes), so the default, 4096, is 8 MiB for a port that carries 200 kpps
+    /// or more.
     pub frames_per_port: usize,
+    /// The UMEM frames a port opens with, and shrinks back to once its traffic has been
+    /// calm for `shrink_after`: what an idle wire end pins (256 KiB at the default, 128).
+    pub min_frames_per_port: usize,
+    /// How long a port needs less than a quarter of its frames before it shrinks.
+    pub shrink_after: Duration,
     /// Force an XDP mode instead of native-then-generic.
     pub xdp_mode: Option<XdpMode>,
     /// Which kind of port to open.
@@ -104,7 +116,9 @@ impl Default for WorkerConfig {
             coalesce: DEFAULT_COALESCE,
             batch: 64,
             max_ports: 8,
-            frames_per_port: 2048,
+            frames_per_port: DEFAULT_FRAMES_PER_PORT,
+            min_frames_per_port: DEFAULT_MIN_FRAMES_PER_PORT,
+            shrink_after: DEFAULT_SHRINK_AFTER,
             xdp_mode: None,
             ports: PortChoice::Auto,
         }

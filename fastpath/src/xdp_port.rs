@@ -109,6 +109,15 @@ pub struct KernelDrops {
     pub tx_invalid: u64,
 }
 
+impl std::ops::AddAssign for KernelDrops {
+    fn add_assign(&mut self, other: KernelDrops) {
+        self.rx_ring_full += other.rx_ring_full;
+        self.rx_fill_ring_empty += other.rx_fill_ring_empty;
+        self.rx_other += other.rx_other;
+        self.tx_invalid += other.tx_invalid;
+    }
+}
+
 impl KernelDrops {
     pub fn total(&self) -> u64 {
         self.rx_ring_full + self.rx_fill_ring_empty + self.rx_other + self.tx_invalid
@@ -170,6 +179,12 @@ pub(crate) struct XdpPort {
     serial: u32,
     /// How many frames the fill ring is kept topped up to.
     fill_target: usize,
+    /// The fewest frames the fill ring held since `take_low_water` (how close a burst
+    /// came to emptying it).
+    low_water: usize,
+    /// The UMEM's frames, and the interface the socket is on.
+    frames: usize,
+    ifname: String,
     /// Bytes of frame data one UMEM frame holds.
     frame_room: usize,
     umem: Umem,
@@ -269,6 +284,9 @@ impl XdpPort {
             redirect,
             ifindex,
             fill_target: free.len() - tx_reserve(free.len()),
+            low_water: free.len(),
+            frames: free.len(),
+            ifname: ifname.into(),
             frame_room: layout.frame_room(),
             scratch: Vec::with_capacity(free.len()),
             outgoing: Vec::with_capacity(free.len()),
@@ -363,6 +381,14 @@ impl XdpPort {
         Err(last_error.expect("at least one mode was tried"))
     }
 
+    /// Records that the worker's program, attached in `mode`, now sends the frames of
+    /// `ifindex` to this socket from `slot` (a socket bound with `Steering::SendOnly` and
+    /// put in the program's map afterwards).
+    pub(crate) fn steered_by(&mut self, ifindex: u32, slot: u32, mode: XdpMode) {
+        self.redirect = Some((ifindex, slot));
+        self.mode = mode;
+    }
+
     /// The interface and slot the worker's program sends this port's frames by, if any.
     pub(crate) fn redirect(&self) -> Option<(u32, u32)> {
         self.redirect
@@ -415,6 +441,7 @@ impl XdpPort {
         // descriptors of this port's UMEM, which pass from the kernel to the caller.
         let n = unsafe { self.rx.consume(&mut self.scratch[..max]) };
         self.in_fill -= n;
+        self.low_water = self.low_water.min(self.in_fill);
         let port = self.serial;
         into.extend(self.scratch[..n].iter().map(|&desc| Lent { desc, port }));
         n
@@ -554,6 +581,24 @@ impl XdpPort {
                 return total;
             }
         }
+    }
+
+    /// The fewest frames the fill ring held since the last call, and what it is kept
+    /// topped up to.
+    pub(crate) fn take_low_water(&mut self) -> (usize, usize) {
+        let lowest = self.low_water;
+        self.low_water = self.in_fill;
+        (lowest, self.fill_target)
+    }
+
+    /// The frames of the port's UMEM.
+    pub(crate) fn frames(&self) -> usize {
+        self.frames
+    }
+
+    /// The interface the port's socket is on.
+    pub(crate) fn ifname(&self) -> &str {
+        &self.ifname
     }
 
     /// Keeps `frames` in the fill ring from now on (all but `tx_reserve` by default).

@@ -9,5 +9,6 @@ pub mod local_fwd;
 pub mod measure;
 pub mod remote_wire;
 pub mod restart;
+pub mod tools;
 pub mod worker_settings;
 pub use xwire_testbed as testbed;

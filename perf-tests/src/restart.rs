@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::cni_scale::{Binaries, WithNamespace};
 use crate::testbed::checks::test_frame;
-use crate::testbed::cluster::{node_pair, Node, Pod, TempDir};
+use crate::testbed::cluster::{node_pair, Node, Pod, TempDir, TEST_FRAMES_PER_PORT};
 use crate::testbed::{Flow, PacketSocket};
 
 const LINKS_PER_POD: usize = 50;
@@ -38,7 +38,8 @@ pub struct Report {
     pub wires: usize,
     /// Data-plane workers per node (`data_cores` of 0..workers).
     pub workers: usize,
-    /// UMEM frames per fast-path port on both nodes: a restart pins and zeroes them all.
+    /// The UMEM frames fast-path ports open with on both nodes (`min_frames_per_port`):
+    /// a restart pins and zeroes them all as it reopens the ports.
     pub frames_per_port: usize,
     /// Cold start (baseline): from the first ADD on `nb` to every wire forwarding.
     pub cold_bring_up_s: f64,
@@ -128,6 +129,7 @@ pub fn run(
         let cores: Vec<String> = (0..workers).map(|i| (i % cpus).to_string()).collect();
         format!("data_cores = [{}]", cores.join(", "))
     };
+    let data_cores = format!("{data_cores}\nmin_frames_per_port = {frames_per_port}");
     let per_pair = wires.min(LINKS_PER_POD);
     let pairs = wires.div_ceil(per_pair);
     let certs = TempDir::new("restart-certs");
@@ -136,7 +138,7 @@ pub fn run(
         &certs,
         ["na", "nb"],
         "192.168.79",
-        (wires + 8, frames_per_port),
+        (wires + 8, frames_per_port.max(TEST_FRAMES_PER_PORT)),
         &data_cores,
     )?;
     for node in [&na, &nb] {

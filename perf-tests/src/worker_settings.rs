@@ -13,6 +13,7 @@ pub struct WorkerSettings {
     pub idle_spin: Duration,
     pub coalesce: Duration,
     pub frames_per_port: usize,
+    pub min_frames_per_port: usize,
 }
 
 impl Default for WorkerSettings {
@@ -23,6 +24,7 @@ impl Default for WorkerSettings {
             idle_spin: daemon.idle_spin,
             coalesce: daemon.coalesce,
             frames_per_port: daemon.frames_per_port,
+            min_frames_per_port: daemon.min_frames_per_port,
         }
     }
 }
@@ -37,6 +39,7 @@ impl WorkerSettings {
             idle_spin: self.idle_spin,
             coalesce: self.coalesce,
             frames_per_port: self.frames_per_port,
+            min_frames_per_port: self.min_frames_per_port,
             ports: PortChoice::AfXdp,
             ..WorkerConfig::default()
         }
@@ -59,7 +62,8 @@ impl WorkerSettings {
             "not the daemon's defaults"
         };
         format!(
-            "xwire workers {polling}, {} UMEM frames per port ({ours})",
+            "xwire workers {polling}, {} to {} UMEM frames per port by traffic ({ours})",
+            self.min_frames_per_port.min(self.frames_per_port),
             self.frames_per_port
         )
     }

@@ -213,6 +213,10 @@ pub struct LinkEndCounters {
     /// before the switch saw them.
     #[serde(default)]
     pub kernel_drops: BTreeMap<String, u64>,
+    /// The UMEM frames that port has now (it is resized by its traffic); none for a
+    /// port with no UMEM of its own to report (AF_PACKET, steered, being resized).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub umem_frames: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

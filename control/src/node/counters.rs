@@ -152,6 +152,7 @@ fn end_counters(
         kernel_drops: link.kernel_drops[side]
             .map(kernel_drops)
             .unwrap_or_default(),
+        umem_frames: link.umem_frames[side].map(|frames| frames as u64),
     }
 }
 
@@ -246,6 +247,7 @@ mod tests {
                         }),
                         None,
                     ],
+                    umem_frames: [Some(512), None],
                 },
                 // A link whose ports this node no longer names: left out.
                 LinkStats {
@@ -255,6 +257,7 @@ mod tests {
                     a_to_b: remote.snapshot(Direction::AToB),
                     b_to_a: remote.snapshot(Direction::BToA),
                     kernel_drops: [None, None],
+                    umem_frames: [None, None],
                 },
             ],
             transport: Some(xwire_fastpath::peer::PeerCounters {
@@ -273,6 +276,7 @@ mod tests {
                 a_to_b: remote.snapshot(Direction::AToB),
                 b_to_a: remote.snapshot(Direction::BToA),
                 kernel_drops: [None, None],
+                umem_frames: [Some(128), None],
             }],
             transport: Some(xwire_fastpath::peer::PeerCounters {
                 frames_sent: 2,

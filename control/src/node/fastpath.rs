@@ -69,8 +69,10 @@ impl Fastpath {
                 core,
                 busy_poll: config.busy_poll,
                 idle_spin: std::time::Duration::from_micros(config.idle_spin_us),
+                coalesce: std::time::Duration::from_micros(config.coalesce_us),
                 max_ports: config.max_ports,
                 frames_per_port: config.frames_per_port,
+                min_frames_per_port: config.min_frames_per_port,
                 ..WorkerConfig::default()
             })
             .map_err(|e| fail(&format!("start worker {index}"), &e))?;

@@ -61,7 +61,9 @@ pub struct PeerEndpoint {
     client: ClientConfig,
     server: Arc<ServerConfig>,
     peers: Vec<Peer>,
-    sessions: HashMap<ConnectionHandle, Session>,
+    /// Boxed: `drive` takes each session out and puts it back on every pass, and a
+    /// quinn connection is kilobytes to copy (a fifth of a worker's time at 50 kpps).
+    sessions: HashMap<ConnectionHandle, Box<Session>>,
     /// The sessions of the last `drive`, in the order `poll_transmit` serves them, and
     /// how far it has got.
     order: Vec<ConnectionHandle>,
@@ -249,7 +251,7 @@ impl PeerEndpoint {
 
     /// Streams whose state the sessions hold (read in part, or waiting for Hello).
     pub fn streams_held(&self) -> usize {
-        self.sessions.values().map(Session::streams_held).sum()
+        self.sessions.values().map(|s| s.streams_held()).sum()
     }
 
     /// The next event for the control plane.
@@ -291,7 +293,7 @@ impl PeerEndpoint {
         let held = self
             .sessions
             .values()
-            .filter_map(Session::held_since)
+            .filter_map(|s| s.held_since())
             .map(|since| since + MAX_HOLD)
             .min();
         let connections = self
@@ -335,7 +337,8 @@ impl PeerEndpoint {
                     .accept(incoming, now, &mut response, Some(self.server.clone()))
                 {
                     Ok((handle, conn)) => {
-                        self.sessions.insert(handle, Session::new(conn, None));
+                        self.sessions
+                            .insert(handle, Box::new(Session::new(conn, None)));
                     }
                     Err(e) => {
                         if let Some(transmit) = e.response {
@@ -451,7 +454,7 @@ impl PeerEndpoint {
                 .connect(now, self.client.clone(), peer.addr, &peer.name);
             let conn = match connected {
                 Ok((handle, conn)) => {
-                    let mut session = Session::new(conn, Some(index));
+                    let mut session = Box::new(Session::new(conn, Some(index)));
                     session.knock = due == Due::Knock;
                     self.sessions.insert(handle, session);
                     Some(handle)

@@ -9,7 +9,7 @@ use quinn_proto::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn_proto::{AckFrequencyConfig, ClientConfig, ServerConfig, TransportConfig, VarInt};
 use rustls::server::WebPkiClientVerifier;
 
-use super::congestion::{FlooredCubic, WINDOW_FLOOR};
+use super::congestion::Unthrottled;
 use super::PeerError;
 use xwire_pki::NodeIdentity;
 
@@ -17,8 +17,8 @@ use xwire_pki::NodeIdentity;
 const ALPN: &[u8] = b"xwire/1";
 
 /// Packets a peer may receive before it acknowledges them (QUIC's ACK frequency
-/// extension; quinn's default acknowledges every other packet). With the window's floor
-/// nothing waits for an acknowledgement to send, so frequent ones only cost both nodes a
+/// extension; quinn's default acknowledges every other packet). With no congestion
+/// window nothing waits for an acknowledgement to send, so frequent ones only cost both nodes a
 /// packet to build, encrypt, send and read: at 300 kpps of 64-byte frames they were a
 /// third of the datagrams on the wire.
 const ACK_EVERY: u32 = 16;
@@ -35,14 +35,14 @@ fn parts(identity: &NodeIdentity) -> Result<xwire_pki::tls::TlsParts, PeerError>
 
 /// Timers and windows for a wire: keep-alives so that a silent wire stays up, an idle
 /// timeout that notices a peer gone within seconds, room for DATAGRAM frames and for
-/// stream-carried frames in flight, a congestion window with a floor
-/// (`congestion.rs` says why), and acknowledgements every `ACK_EVERY` packets.
+/// stream-carried frames in flight, no congestion window or pacing (`congestion.rs`
+/// says why), and acknowledgements every `ACK_EVERY` packets.
 fn transport(initial_mtu: u16) -> Arc<TransportConfig> {
     let mut t = TransportConfig::default();
     let mut acks = AckFrequencyConfig::default();
     acks.ack_eliciting_threshold(VarInt::from_u32(ACK_EVERY))
         .max_ack_delay(Some(MAX_ACK_DELAY));
-    t.congestion_controller_factory(Arc::new(FlooredCubic::new(WINDOW_FLOOR)))
+    t.congestion_controller_factory(Arc::new(Unthrottled))
         .ack_frequency_config(Some(acks));
     // The underlay's MTU is configured, not guessed: packets start at it, and no probes
     // look for more. (Should the configured MTU be too large, QUIC's black-hole

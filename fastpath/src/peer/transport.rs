@@ -85,15 +85,17 @@ impl PeerTransport {
         let mut polled = Polled::default();
         for round in 0..RECV_ROUNDS {
             let endpoint = &mut self.endpoint;
-            let n = self.udp.recv(|meta, data| {
+            let (n, drained) = self.udp.recv(|meta, data| {
                 let ecn = meta.ecn.map(|e| e as u8);
                 endpoint.handle_datagram(now, meta.addr, meta.dst_ip, ecn, data);
             });
             polled.datagrams += n;
-            if n == 0 {
+            // A receive that did not fill its buffers emptied the socket: asking again
+            // would only cost a system call (half of a receiving worker's, at 50 kpps).
+            if drained {
                 break;
             }
-            // Every round took something: the socket may hold more.
+            // Every round filled its buffers: the socket may hold more.
             polled.more = round + 1 == RECV_ROUNDS;
         }
         self.endpoint.drive(now, flush);

@@ -20,7 +20,7 @@ const RECV_BUFFER: usize = 64 * 1024;
 /// a few batches' worth are in use at once.
 const MAX_RECV_BUFFERS: usize = 8 * RECV_BATCH;
 /// Each UDP socket buffer (receive and send).
-pub(crate) const SOCKET_BUFFER: usize = 8 << 20;
+const SOCKET_BUFFER: usize = 8 << 20;
 
 pub(crate) struct Udp {
     socket: UdpSocket,
@@ -83,8 +83,10 @@ impl Udp {
     }
 
     /// Receives one batch; `each` gets every UDP datagram (GRO batches split) with its
-    /// source and local address. Returns how many datagrams there were.
-    pub(crate) fn recv(&mut self, mut each: impl FnMut(&RecvMeta, BytesMut)) -> usize {
+    /// source and local address. Returns how many datagrams there were, and whether the
+    /// socket had no more than this batch (fewer messages came than there were buffers:
+    /// another receive now would find nothing).
+    pub(crate) fn recv(&mut self, mut each: impl FnMut(&RecvMeta, BytesMut)) -> (usize, bool) {
         self.choose_buffers();
         let count = {
             // On the stack: this runs on every pass of the worker.
@@ -102,10 +104,11 @@ impl Udp {
                 &mut slices[..filled],
                 &mut self.meta[..filled],
             ) {
-                Ok(n) => n,
-                Err(_) => return 0,
+                Ok(n) => (n, n < filled),
+                Err(_) => return (0, true),
             }
         };
+        let (count, drained) = count;
         let mut datagrams = 0;
         for (meta, &index) in self.meta.iter().zip(&self.chosen).take(count) {
             let mut filled = self.buffers[index].split_to(meta.len);
@@ -116,7 +119,7 @@ impl Udp {
                 datagrams += 1;
             }
         }
-        datagrams
+        (datagrams, drained)
     }
 
     /// Picks up to `RECV_BATCH` whole buffers for the next receive: reused ones whose

@@ -29,7 +29,7 @@ pub(super) const MAX_CHAIN: usize = xwire_proto::data::MAX_FRAME_LEN.div_ceil(MA
 
 /// Receive batches per port per pass, at most: enough to empty a fill ring of a few
 /// thousand frames, while bounding the time one port can hold a pass.
-const MAX_BATCHES_PER_PASS: usize = 32;
+pub(super) const MAX_BATCHES_PER_PASS: usize = 32;
 
 /// Kicks per AF_XDP port per pass: enough for a pass that queued a few hundred frames
 /// (a burst from a peer node) while bounding the time one port can take.
@@ -92,7 +92,7 @@ impl Switch {
         pass
     }
 
-    fn receive_from(&mut self, index: usize, batch: usize) -> usize {
+    pub(super) fn receive_from(&mut self, index: usize, batch: usize) -> usize {
         let Switch {
             slots,
             peers,
@@ -127,6 +127,9 @@ impl Switch {
             Port::Steered(port) => port.receiver(),
         };
         let n = port.receive(batch, received);
+        if let Some(sizing) = slot.sizing.as_mut() {
+            sizing.received += n as u64;
+        }
         for lent in received.drain(..) {
             let more = lent.has_more();
             slot.rx_chain.push(lent);
@@ -203,7 +206,7 @@ impl Switch {
 impl Slot {
     /// Sends what waits for this port: whole frames, as many as its TX ring has room
     /// for; the rest are dropped (counted as `TxFull`).
-    fn flush(&mut self, table: &LinkTable) {
+    pub(super) fn flush(&mut self, table: &LinkTable) {
         if let Port::Packet(port) = &mut self.port {
             return port.flush();
         }
@@ -244,7 +247,7 @@ impl Slot {
     /// completes at once: a burst for this port larger than its free frames (a peer's
     /// datagrams after a pause, a hundred frames each) goes out in pieces within one
     /// pass instead of being dropped for want of a buffer.
-    fn make_room(&mut self, table: &LinkTable) {
+    pub(super) fn make_room(&mut self, table: &LinkTable) {
         self.flush(table);
         if let Some(port) = sending_port(&mut self.port) {
             port.drain_tx(MAX_KICKS_PER_PASS);

@@ -21,13 +21,16 @@ use crate::packet_port::PacketPort;
 use crate::peer::PeerTransport;
 use crate::steered_port::SteeredPort;
 use crate::worker::{Command, Join, PortChoice, PortInfo, PortKind, WorkerConfig, WorkerError};
-use crate::xdp_port::{Lent, PortError, Steering, XdpPort};
+use crate::xdp_port::{KernelDrops, Lent, PortError, Steering, XdpMode, XdpPort};
 use crate::xdp_redirect::RedirectProgram;
 
 mod extras;
 mod forward;
+mod keeper;
 mod pace;
 mod remote;
+mod resize;
+mod sizing;
 mod sleep;
 mod stats;
 mod steer;
@@ -42,6 +45,9 @@ use sleep::Sleeper;
 const RELEASE_GRACE: Duration = Duration::from_secs(5);
 /// Pause between binds while a port waits out `RELEASE_GRACE`.
 const REBIND_PAUSE: Duration = Duration::from_millis(2);
+
+/// Slots of each ring of an AF_PACKET port (where AF_XDP cannot be had).
+const PACKET_SLOTS: usize = 512;
 
 /// How long a worker sleeps at most. How long it spins first is
 /// `WorkerConfig::idle_spin`: a time, not a count of passes, since a pass over a thousand
@@ -80,6 +86,15 @@ struct Slot {
     /// The descriptors still to come belong to a frame longer than `MAX_CHAIN`, which
     /// was dropped: they are dropped too, up to its last.
     rx_overflow: bool,
+    /// An AF_XDP port's traffic, for its size (`None`: a port that is not resized).
+    sizing: Option<resize::Sizing>,
+    /// A resize under way (the port is its bridge meanwhile, see `resize`).
+    resize: Option<Box<resize::Resize>>,
+    /// What the kernel dropped at the sockets this port had before its current one.
+    drops_before: KernelDrops,
+    /// The worker's program is still attached for this port, which a resize left an
+    /// AF_PACKET port: its interface, slot and mode, to release on removal.
+    stranded: Option<(u32, u32, XdpMode)>,
 }
 
 /// A port to open on an interface whose last port the kernel is still releasing; the
@@ -121,6 +136,16 @@ pub(crate) struct Switch {
     /// Time spent in passes that moved frames, and when the worker started (`stats`).
     busy: Duration,
     started: Instant,
+    /// The sizes AF_XDP ports may have, when the worker next looks at their traffic,
+    /// and how many resizes are under way.
+    limits: sizing::Limits,
+    next_look: Instant,
+    resizing: usize,
+    /// Opens and closes the sockets of resizes (`None`: it could not start, and ports
+    /// keep the size they open with).
+    keeper: Option<keeper::Keeper>,
+    /// The last resize's number.
+    tickets: u64,
 }
 
 impl Switch {
@@ -157,6 +182,17 @@ impl Switch {
             extras: extras::LinkExtras::default(),
             busy: Duration::ZERO,
             started: Instant::now(),
+            limits: sizing::Limits::new(
+                config.min_frames_per_port,
+                config.frames_per_port,
+                config.shrink_after,
+            ),
+            next_look: Instant::now(),
+            resizing: 0,
+            keeper: keeper::Keeper::spawn()
+                .map_err(|e| tracing::warn!(error = %e, "no keeper thread: ports keep their size"))
+                .ok(),
+            tickets: 0,
         })
     }
 
@@ -195,6 +231,14 @@ impl Switch {
             if !self.waiting.is_empty() {
                 self.retry_waiting(config);
             }
+            let now = Instant::now();
+            if now >= self.next_look {
+                self.look_at_sizes(now);
+                self.next_look = now + sizing::LOOK_EVERY;
+            }
+            if self.resizing > 0 {
+                self.advance_resizes(config, now);
+            }
             let pass = self.poll_once(config, config.busy_poll);
             if pass.moved > 0 {
                 idle_since = Instant::now();
@@ -230,6 +274,18 @@ impl Switch {
         };
         if let Some(timer) = self.peers.as_mut().and_then(PeerTransport::timeout) {
             limit = limit.min(timer);
+        }
+        if self.resizing > 0 {
+            let now = Instant::now();
+            let next = self
+                .slots
+                .iter()
+                .flatten()
+                .filter_map(|slot| slot.resize.as_ref().map(|r| r.due(now)))
+                .min();
+            if let Some(due) = next {
+                limit = limit.min(due.saturating_duration_since(Instant::now()));
+            }
         }
         if let Some(due) = self.extras.next_due() {
             // Wakes `HELD_SPIN` early (waking takes a moment); `run` passes the rest of
@@ -435,7 +491,7 @@ impl Switch {
         slot: usize,
     ) -> Result<(Port, PortKind), PortError> {
         let packet = || {
-            PacketPort::open(ifname, max_frame, config.frames_per_port)
+            PacketPort::open(ifname, max_frame, PACKET_SLOTS)
                 .map(|p| (Port::Packet(p), PortKind::AfPacket))
         };
         if choice == PortChoice::AfPacket {
@@ -445,7 +501,8 @@ impl Switch {
             Some(program) => Steering::Worker(program, slot as u32),
             None => Steering::Libxdp,
         };
-        let frames = config.frames_per_port;
+        // Small to begin with; traffic grows it (see `sizing`).
+        let frames = self.limits.floor();
         let opened = XdpPort::open(ifname, config.xdp_mode, max_frame, frames, steering)
             .map(|p| (PortKind::AfXdp(p.mode()), p))
             .map(|(kind, p)| (Port::Xdp(p), kind));
@@ -510,11 +567,18 @@ impl Switch {
         }
         let id = PortId(index as u16);
         let watched = self.sleeper.watch(port.as_fd());
+        // Resized only where the worker's program steers the frames (a bridge needs its
+        // socket map).
+        let resizable = matches!(&port, Port::Xdp(p) if p.redirect().is_some());
         self.slots[index] = Some(Slot {
             port,
             pending: Vec::with_capacity(config.batch),
             rx_chain: Vec::with_capacity(MAX_CHAIN),
             rx_overflow: false,
+            sizing: resizable.then(|| resize::Sizing::new(Instant::now())),
+            resize: None,
+            drops_before: KernelDrops::default(),
+            stranded: None,
         });
         self.table.set_max_frame(id, max_frame);
         // A port the worker could not wake for would be served only while it spins.
@@ -539,6 +603,25 @@ impl Switch {
         }
         self.table.remove_port(id);
         self.sleeper.unwatch(slot.port.as_fd());
+        // A port in the middle of a resize, or left an AF_PACKET port by one, still has
+        // the worker's program on its interface.
+        let attachment = match slot.resize {
+            Some(resize) => {
+                self.resizing -= 1;
+                let attachment = resize.attachment();
+                if let (Some(socket), Some(keeper)) = (resize.into_socket(), &self.keeper) {
+                    keeper.close(socket);
+                }
+                Some(attachment)
+            }
+            None => slot.stranded,
+        };
+        if let (Some((ifindex, index, mode)), Some(program)) = (attachment, &self.redirect) {
+            program.release(ifindex, index, mode);
+            self.recently_closed
+                .retain(|(_, at)| at.elapsed() < RELEASE_GRACE);
+            self.recently_closed.push((ifindex, Instant::now()));
+        }
         if let (Port::Steered(port), Some(program)) = (&slot.port, &self.redirect) {
             // Dropping the port detaches its program (if `remove_ports` has not already).
             program.unregister_socket(port.slot());

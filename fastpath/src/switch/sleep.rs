@@ -73,3 +73,36 @@ impl Sleeper {
         let _ = self.epoll.wait(&mut events, timeout);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    #[test]
+    fn a_sleep_shorter_than_a_millisecond_lasts_as_asked_and_a_readable_socket_ends_it() {
+        let sleeper = Sleeper::new().unwrap();
+        // epoll's own timeout, in whole milliseconds, made this a zero timeout: the
+        // worker returned at once and spun until its timer was due.
+        for _ in 0..5 {
+            let start = Instant::now();
+            sleeper.sleep(Duration::from_micros(300));
+            assert!(
+                start.elapsed() >= Duration::from_micros(300),
+                "{:?}",
+                start.elapsed()
+            );
+        }
+        let (a, b) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        sleeper.watch(b.as_fd()).unwrap();
+        a.send(&[1]).unwrap();
+        let start = Instant::now();
+        sleeper.sleep(Duration::from_secs(5));
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+}

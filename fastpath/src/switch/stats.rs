@@ -6,7 +6,7 @@ use crate::stats::{LinkStats, WorkerStats};
 use crate::worker::WorkerError;
 use crate::xdp_port::KernelDrops;
 
-use super::{Port, Switch};
+use super::Switch;
 
 impl Switch {
     pub(super) fn stats(&mut self) -> WorkerStats {
@@ -20,6 +20,7 @@ impl Switch {
                 a_to_b: counters.snapshot(Direction::AToB),
                 b_to_a: counters.snapshot(Direction::BToA),
                 kernel_drops: [None, None],
+                umem_frames: [None, None],
             })
             .collect();
         // Reading a port's statistics needs the switch mutably: after the table's borrow.
@@ -28,6 +29,13 @@ impl Switch {
                 self.kernel_drops(link.a).ok(),
                 link.b.and_then(|b| self.kernel_drops(b).ok()),
             ];
+            let frames = |id: PortId| {
+                self.slots
+                    .get(usize::from(id.0))
+                    .and_then(Option::as_ref)
+                    .and_then(|slot| slot.umem_frames())
+            };
+            link.umem_frames = [frames(link.a), link.b.and_then(frames)];
         }
         let (transport, peers) = match self.peers.as_mut() {
             Some(peers) => (Some(peers.counters()), peers.endpoint_mut().peer_stats()),
@@ -42,19 +50,13 @@ impl Switch {
         }
     }
 
-    /// What the kernel dropped at port `id` before the worker saw it.
+    /// What the kernel dropped at port `id` before the worker saw it, over the port's
+    /// whole life (a resize's sockets included).
     pub(super) fn kernel_drops(&mut self, id: PortId) -> Result<KernelDrops, WorkerError> {
-        let port = self
-            .slots
-            .get_mut(usize::from(id.0))
-            .and_then(Option::as_mut)
-            .map(|slot| &mut slot.port)
-            .ok_or(WorkerError::NoSuchPort(id))?;
-        match port {
-            Port::Xdp(port) => port.kernel_drops(),
-            Port::Packet(port) => port.kernel_drops(),
-            Port::Steered(port) => port.kernel_drops(),
+        if self.port(id).is_none() {
+            return Err(WorkerError::NoSuchPort(id));
         }
-        .map_err(WorkerError::Statistics)
+        self.lifetime_drops(usize::from(id.0))
+            .map_err(WorkerError::Statistics)
     }
 }

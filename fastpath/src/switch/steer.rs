@@ -16,6 +16,9 @@ use super::{Port, Switch, REBIND_PAUSE, RELEASE_GRACE};
 /// receiving rings when the programs went, and frames queued to send.
 const DRAIN_LIMIT: Duration = Duration::from_millis(50);
 
+/// The UMEM frames of each socket of a steered pair, at most.
+const STEERED_FRAMES: usize = 1024;
+
 impl Switch {
     /// Steers the veth pair whose two ends are `ends` through the switch as `wire`: opens
     /// a port for each pod (on the other pod's interface), links them, then attaches the
@@ -77,7 +80,10 @@ impl Switch {
             }
             .into());
         };
-        let frames = config.frames_per_port;
+        // Not resized (a bridge would let its frames bypass the switch, impairments and
+        // all): a steered pair is a same-node wire that asked for impairment or capture,
+        // and there are few of them.
+        let frames = config.frames_per_port.min(STEERED_FRAMES);
         // A pair steered a moment ago: the kernel may still hold the sockets' queues.
         let since = Instant::now();
         let port = loop {

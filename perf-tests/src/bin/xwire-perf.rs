@@ -17,8 +17,8 @@ use xwire_fastpath::{Direction, PortChoice, Worker, WorkerConfig};
 use xwire_perf::local_fwd::{self, idle, paced, peak, wake_floor, Device};
 use xwire_perf::measure::{median_by, LossfreeRow, Row};
 use xwire_perf::remote_wire::{self, Setup, WirePath};
-use xwire_perf::testbed::cluster::TEST_FRAMES_PER_PORT;
 use xwire_perf::worker_settings::WorkerSettings;
+use xwire_perf::tools::{self, Tool};
 
 #[derive(Parser)]
 #[command(
@@ -69,6 +69,10 @@ struct RunArgs {
     /// that every device carries all of it.
     #[arg(long, default_value_t = 50_000)]
     cost_rate: u64,
+    /// Name the Debian packages of missing tools (iperf3, dpdk-testpmd, Open vSwitch)
+    /// instead of installing them with apt-get before the first measurement.
+    #[arg(long)]
+    no_install: bool,
 }
 
 impl RunArgs {
@@ -97,9 +101,12 @@ struct WorkerArgs {
     /// traffic flows, in microseconds (the daemon's `coalesce_us`; 0: no pause).
     #[arg(long)]
     coalesce_us: Option<u64>,
-    /// UMEM frames of each of xwire's ports (the daemon's `frames_per_port`).
+    /// The most UMEM frames an xwire port grows to (the daemon's `frames_per_port`).
     #[arg(long)]
     frames_per_port: Option<usize>,
+    /// The UMEM frames an xwire port opens with (the daemon's `min_frames_per_port`).
+    #[arg(long)]
+    min_frames_per_port: Option<usize>,
 }
 
 impl WorkerArgs {
@@ -114,6 +121,9 @@ impl WorkerArgs {
                 .coalesce_us
                 .map_or(daemon.coalesce, Duration::from_micros),
             frames_per_port: self.frames_per_port.unwrap_or(daemon.frames_per_port),
+            min_frames_per_port: self
+                .min_frames_per_port
+                .unwrap_or(daemon.min_frames_per_port),
         }
     }
 }
@@ -238,10 +248,10 @@ enum Scenario {
         /// Wire counts to restart a node with, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "10,100,1000")]
         wires: Vec<usize>,
-        /// UMEM frames per fast-path port, each value a run for every --wires (the
-        /// kernel pins and zeroes a port's frames as it opens, so restart time grows
-        /// with frames times wires).
-        #[arg(long, value_delimiter = ',', default_values_t = [TEST_FRAMES_PER_PORT])]
+        /// UMEM frames fast-path ports open with (the daemons' `min_frames_per_port`),
+        /// each value a run for every --wires (the kernel pins and zeroes a port's
+        /// frames as it opens, so restart time grows with frames times wires).
+        #[arg(long, value_delimiter = ',', default_values_t = [WorkerConfig::default().min_frames_per_port])]
         frames_per_port: Vec<usize>,
         /// Data-plane workers per node, each value a run for every other setting (more
         /// than one: `data_cores` 0, 1, ..., so that the ports of a restart open on
@@ -454,6 +464,15 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
         .iter()
         .map(|name| Device::parse(name, settings).with_context(|| format!("unknown device {name}")))
         .collect::<Result<Vec<_>>>()?;
+    let tools: Vec<Tool> = devices
+        .iter()
+        .filter_map(|device| match device {
+            Device::Testpmd => Some(tools::TESTPMD),
+            Device::OvsAfxdp => Some(tools::OVS),
+            _ => None,
+        })
+        .collect();
+    tools::ensure(&tools, !run.no_install)?;
     if !run.json {
         println!("{}", settings.describe());
     }
@@ -559,6 +578,9 @@ fn remote_wire(scenario: Scenario) -> Result<()> {
         .iter()
         .map(|name| WirePath::parse(name).with_context(|| format!("unknown path {name}")))
         .collect::<Result<Vec<_>>>()?;
+    if !no_tcp {
+        tools::ensure(&[tools::IPERF3], !run.no_install)?;
+    }
     let setup = Setup {
         underlay_mtu,
         worker: worker.settings(),

@@ -115,7 +115,7 @@ pub fn start(
                 .stderr(Stdio::null());
             let guard = dut
                 .spawn(&mut cmd)
-                .context("start dpdk-testpmd (perf-tests/anchors/run-local-fwd.sh installs it)")?;
+                .context("start dpdk-testpmd (apt-get install dpdk librte-net-af-xdp23)")?;
             Ok(Running::Process { _guard: guard })
         }
         Device::OvsAfxdp => Ok(Running::Ovs {

@@ -1,0 +1,408 @@
+//! Resizing an AF_XDP port while it carries traffic, without losing a frame: the worker
+//! looks at its ports' traffic every `sizing::LOOK_EVERY` (`sizing.rs` decides), and a
+//! port that should have another number of UMEM frames gets a new socket of that size.
+//!
+//! A UMEM's size is fixed when it is registered, and an interface's queue takes a second
+//! socket only once the kernel has released the first, in deferred work (tens of
+//! milliseconds, hundreds while namespaces are being deleted). Meanwhile an AF_PACKET
+//! socket on the interface, the bridge, carries the port's frames both ways: with the
+//! old socket's entry gone from the worker's socket map, the XDP program passes the
+//! interface's frames to the kernel's stack, where the bridge sees them. The keeper
+//! thread opens and closes the sockets (`keeper.rs` says why). In steps:
+//! 1. `Bridging`: the keeper opens the bridge; the old socket carries on.
+//! 2. `Leaving`: the old socket is out of the map and no longer fed; the worker's passes
+//!    empty it for `HANDOVER` (frames the kernel was redirecting as the entry went land
+//!    within it), while the bridge gathers what comes.
+//! 3. `Rebinding`: the bridge is the port, and the old socket goes to the keeper to be
+//!    closed; the keeper binds the new socket once the kernel lets it.
+//! 4. `Settling`: the new socket is in the map and gathers frames for `HANDOVER` while
+//!    the passes empty the bridge; then it is the port and the bridge goes to the keeper.
+//!
+//! What reached a socket earlier is forwarded before anything a later one took, so the
+//! order of a wire's frames holds. A port whose new socket cannot be bound stays an
+//! AF_PACKET port.
+
+use std::time::{Duration, Instant};
+
+use crate::link_table::PortId;
+use crate::worker::WorkerConfig;
+use crate::xdp_port::{KernelDrops, XdpMode};
+
+use super::keeper::{Closing, Done, Job};
+use super::sizing::{self, Traffic};
+use super::{Port, Slot, Switch};
+
+/// How long a socket leaving the map, or joining it, overlaps with the bridge: far more
+/// than a NAPI poll, in which the kernel hands redirected frames to a socket.
+const HANDOVER: Duration = Duration::from_micros(250);
+/// How often the worker asks the keeper for what it opened, at least, while a resize
+/// waits on it.
+pub(super) const KEEPER_POLL: Duration = Duration::from_millis(1);
+
+/// What the worker keeps of a resizable port's traffic between two looks.
+pub(super) struct Sizing {
+    /// Descriptors received since the last look.
+    pub(super) received: u64,
+    last_look: Instant,
+    /// Since when the port has needed less than a quarter of its frames.
+    calm_since: Option<Instant>,
+    /// The kernel's count of frames it found no fill buffer for, at the last look.
+    fill_empty_seen: u64,
+}
+
+impl Sizing {
+    pub(super) fn new(now: Instant) -> Sizing {
+        Sizing {
+            received: 0,
+            last_look: now,
+            calm_since: None,
+            fill_empty_seen: 0,
+        }
+    }
+}
+
+/// A resize under way.
+pub(super) struct Resize {
+    /// Names what the keeper hands back for this resize.
+    ticket: u64,
+    ifname: String,
+    frames: usize,
+    max_frame: usize,
+    mode: XdpMode,
+    /// The interface and the port's slot in the worker's program.
+    ifindex: u32,
+    program_slot: u32,
+    stage: Stage,
+}
+
+enum Stage {
+    Bridging,
+    Leaving {
+        bridge: crate::packet_port::PacketPort,
+        until: Instant,
+    },
+    Rebinding,
+    Settling {
+        port: Box<crate::xdp_port::XdpPort>,
+        until: Instant,
+    },
+}
+
+impl Resize {
+    /// When this resize next has something to do: a time, or a moment after the keeper
+    /// may have answered.
+    pub(super) fn due(&self, now: Instant) -> Instant {
+        match &self.stage {
+            Stage::Leaving { until, .. } | Stage::Settling { until, .. } => *until,
+            Stage::Bridging | Stage::Rebinding => now + KEEPER_POLL,
+        }
+    }
+
+    /// The interface, slot and mode the worker's program must let go of when the port
+    /// is removed in the middle of this.
+    pub(super) fn attachment(&self) -> (u32, u32, XdpMode) {
+        (self.ifindex, self.program_slot, self.mode)
+    }
+
+    /// The socket this resize holds apart from the port's, to close.
+    pub(super) fn into_socket(self) -> Option<Closing> {
+        match self.stage {
+            Stage::Leaving { bridge, .. } => Some(Closing::Packet(bridge)),
+            Stage::Settling { port, .. } => Some(Closing::Xdp(port)),
+            Stage::Bridging | Stage::Rebinding => None,
+        }
+    }
+}
+
+impl Switch {
+    /// Looks at every resizable port's traffic, and starts the resizes it calls for.
+    pub(super) fn look_at_sizes(&mut self, now: Instant) {
+        for index in 0..self.slots.len() {
+            let Some(slot) = self.slots[index].as_mut() else {
+                continue;
+            };
+            let (Some(sizing), None, Port::Xdp(port)) =
+                (&mut slot.sizing, &slot.resize, &mut slot.port)
+            else {
+                continue;
+            };
+            let elapsed = now.saturating_duration_since(sizing.last_look);
+            let (lowest_fill, fill_target) = port.take_low_water();
+            // The kernel's count costs a system call: read only for a port with traffic.
+            let ran_empty = sizing.received > 0
+                && port.kernel_drops().is_ok_and(|d| {
+                    let seen = std::mem::replace(&mut sizing.fill_empty_seen, d.rx_fill_ring_empty);
+                    d.rx_fill_ring_empty > seen
+                });
+            let traffic = Traffic {
+                frames: port.frames(),
+                rate: sizing.received as f64 / elapsed.as_secs_f64().max(1e-3),
+                lowest_fill,
+                fill_target,
+                ran_empty,
+                calm_for: sizing
+                    .calm_since
+                    .map_or(Duration::ZERO, |since| now.saturating_duration_since(since)),
+            };
+            sizing.received = 0;
+            sizing.last_look = now;
+            let look = sizing::look(traffic, self.limits);
+            sizing.calm_since = match (look.calm, sizing.calm_since) {
+                (true, since) => since.or(Some(now)),
+                (false, _) => None,
+            };
+            if let Some(frames) = look.resize {
+                self.start_resize(index, frames);
+            }
+        }
+    }
+
+    /// Asks the keeper for a bridge for port `index`, to reopen it with `frames`.
+    fn start_resize(&mut self, index: usize, frames: usize) {
+        let (Some(keeper), Some(slot)) = (&self.keeper, self.slots[index].as_mut()) else {
+            return;
+        };
+        let Port::Xdp(port) = &slot.port else {
+            return;
+        };
+        let Some((ifindex, program_slot)) = port.redirect() else {
+            // Steered by libxdp's program, whose map the worker cannot empty.
+            return;
+        };
+        let max_frame = self.table.max_frame(PortId(index as u16));
+        tracing::debug!(
+            ifname = port.ifname(),
+            from = port.frames(),
+            to = frames,
+            "resizing a port"
+        );
+        self.tickets += 1;
+        let ticket = self.tickets;
+        keeper.ask(Job::Bridge {
+            ticket,
+            ifname: port.ifname().to_owned(),
+            max_frame,
+            slots: frames,
+        });
+        slot.resize = Some(Box::new(Resize {
+            ticket,
+            ifname: port.ifname().to_owned(),
+            frames,
+            max_frame,
+            mode: port.mode(),
+            ifindex,
+            program_slot,
+            stage: Stage::Bridging,
+        }));
+        self.resizing += 1;
+    }
+
+    /// Takes what the keeper opened, and moves every resize whose time has come a step
+    /// on.
+    pub(super) fn advance_resizes(&mut self, config: &WorkerConfig, now: Instant) {
+        while let Some(done) = self.keeper.as_ref().and_then(|k| k.done()) {
+            self.keeper_done(done, now);
+        }
+        for index in 0..self.slots.len() {
+            let due = self.slots[index].as_ref().and_then(|slot| {
+                let resize = slot.resize.as_ref()?;
+                match resize.stage {
+                    Stage::Leaving { until, .. } | Stage::Settling { until, .. } => {
+                        Some(until <= now)
+                    }
+                    Stage::Bridging | Stage::Rebinding => None,
+                }
+            });
+            if due == Some(true) {
+                self.hand_over(index, config, now);
+            }
+        }
+    }
+
+    /// A socket from the keeper: the next step of its resize, or closed again if that
+    /// resize is gone (its port was removed).
+    fn keeper_done(&mut self, done: Done, now: Instant) {
+        let ticket = match &done {
+            Done::Bridge { ticket, .. } | Done::Socket { ticket, .. } => *ticket,
+        };
+        let found = self.slots.iter().position(|slot| {
+            slot.as_ref()
+                .and_then(|s| s.resize.as_ref())
+                .is_some_and(|r| r.ticket == ticket)
+        });
+        let Some(index) = found else {
+            if let Some(keeper) = &self.keeper {
+                match done {
+                    Done::Bridge { result: Ok(b), .. } => keeper.close(Closing::Packet(b)),
+                    Done::Socket { result: Ok(p), .. } => keeper.close(Closing::Xdp(p)),
+                    _ => {}
+                }
+            }
+            return;
+        };
+        let program = self.redirect.as_ref().expect("a resize needs the program");
+        let slot = self.slots[index].as_mut().expect("found above");
+        let mut resize = slot.resize.take().expect("found above");
+        let stage = std::mem::replace(&mut resize.stage, Stage::Rebinding);
+        match (done, stage) {
+            (
+                Done::Bridge {
+                    result: Ok(bridge), ..
+                },
+                Stage::Bridging,
+            ) => {
+                program.unregister_socket(resize.program_slot);
+                resize.stage = Stage::Leaving {
+                    bridge,
+                    until: now + HANDOVER,
+                };
+                slot.resize = Some(resize);
+            }
+            (
+                Done::Socket {
+                    result: Ok(mut port),
+                    ..
+                },
+                Stage::Rebinding,
+            ) => {
+                port.refill();
+                let registered = program
+                    .register(resize.ifindex, resize.program_slot, port.raw_fd())
+                    .map(|()| port.steered_by(resize.ifindex, resize.program_slot, resize.mode));
+                match registered {
+                    Ok(()) => {
+                        resize.stage = Stage::Settling {
+                            port,
+                            until: now + HANDOVER,
+                        };
+                        slot.resize = Some(resize);
+                    }
+                    Err(e) => {
+                        tracing::warn!(ifname = %resize.ifname, error = %e, "cannot steer to the resized socket: the port stays an AF_PACKET port");
+                        if let Some(keeper) = &self.keeper {
+                            keeper.close(Closing::Xdp(port));
+                        }
+                        slot.strand(resize.attachment());
+                        self.resizing -= 1;
+                    }
+                }
+            }
+            (Done::Bridge { result: Err(e), .. }, Stage::Bridging) => {
+                tracing::warn!(ifname = %resize.ifname, error = %e, "cannot resize the port: no bridge");
+                slot.sizing = None;
+                self.resizing -= 1;
+            }
+            (Done::Socket { result: Err(e), .. }, Stage::Rebinding) => {
+                tracing::warn!(ifname = %resize.ifname, error = %e, "cannot reopen the port's AF_XDP socket: it stays an AF_PACKET port");
+                slot.strand(resize.attachment());
+                self.resizing -= 1;
+            }
+            (_, stage) => {
+                // An answer that does not fit its stage cannot happen: one job at a time.
+                resize.stage = stage;
+                slot.resize = Some(resize);
+            }
+        }
+    }
+
+    /// The end of a handover: the old socket, or the bridge, has been emptied and goes
+    /// to the keeper; the bridge, or the new socket, is the port from now on.
+    fn hand_over(&mut self, index: usize, config: &WorkerConfig, now: Instant) {
+        self.drain(index, config);
+        let Switch {
+            slots,
+            sleeper,
+            table,
+            keeper,
+            resizing,
+            ..
+        } = self;
+        let (Some(slot), Some(keeper)) = (slots[index].as_mut(), keeper.as_ref()) else {
+            return;
+        };
+        let Some(mut resize) = slot.resize.take() else {
+            return;
+        };
+        match std::mem::replace(&mut resize.stage, Stage::Rebinding) {
+            Stage::Leaving { bridge, .. } => {
+                slot.make_room(table);
+                sleeper.unwatch(slot.port.as_fd());
+                let _ = sleeper.watch(bridge.as_fd());
+                let old = std::mem::replace(&mut slot.port, Port::Packet(bridge));
+                if let Port::Xdp(old) = old {
+                    slot.drops_before += old.kernel_drops().unwrap_or_default();
+                    keeper.close(Closing::Xdp(Box::new(old)));
+                }
+                slot.pending.clear();
+                slot.rx_chain.clear();
+                slot.rx_overflow = false;
+                keeper.ask(Job::Socket {
+                    ticket: resize.ticket,
+                    ifname: resize.ifname.clone(),
+                    max_frame: resize.max_frame,
+                    frames: resize.frames,
+                });
+                slot.resize = Some(resize);
+            }
+            Stage::Settling { port, .. } => {
+                slot.flush(table);
+                sleeper.unwatch(slot.port.as_fd());
+                let _ = sleeper.watch(port.as_fd());
+                let bridge = std::mem::replace(&mut slot.port, Port::Xdp(*port));
+                if let Port::Packet(mut bridge) = bridge {
+                    slot.drops_before += bridge.kernel_drops().unwrap_or_default();
+                    keeper.close(Closing::Packet(bridge));
+                }
+                if let Some(sizing) = slot.sizing.as_mut() {
+                    *sizing = Sizing::new(now);
+                }
+                *resizing -= 1;
+            }
+            other => {
+                resize.stage = other;
+                slot.resize = Some(resize);
+            }
+        }
+    }
+
+    /// Takes everything the port at `index` has received now, as passes do.
+    fn drain(&mut self, index: usize, config: &WorkerConfig) {
+        for _ in 0..super::forward::MAX_BATCHES_PER_PASS {
+            if self.receive_from(index, config.batch) < config.batch {
+                break;
+            }
+        }
+    }
+
+    /// The kernel drops of port `index` over its whole life: its sockets before the
+    /// current one, and the current one.
+    pub(super) fn lifetime_drops(&mut self, index: usize) -> std::io::Result<KernelDrops> {
+        let Some(slot) = self.slots.get_mut(index).and_then(Option::as_mut) else {
+            return Ok(KernelDrops::default());
+        };
+        let mut drops = slot.drops_before;
+        drops += match &mut slot.port {
+            Port::Xdp(port) => port.kernel_drops()?,
+            Port::Packet(port) => port.kernel_drops()?,
+            Port::Steered(port) => port.kernel_drops()?,
+        };
+        Ok(drops)
+    }
+}
+
+impl Slot {
+    /// The UMEM frames of this port's socket (`None`: an AF_PACKET port, or a steered one).
+    pub(super) fn umem_frames(&self) -> Option<usize> {
+        match &self.port {
+            Port::Xdp(port) => Some(port.frames()),
+            _ => None,
+        }
+    }
+
+    /// The port stays the AF_PACKET port its resize left it: it is not resized again,
+    /// and its interface keeps the worker's program until it is removed.
+    fn strand(&mut self, attachment: (u32, u32, XdpMode)) {
+        self.sizing = None;
+        self.stranded = Some(attachment);
+    }
+}

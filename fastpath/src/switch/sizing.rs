@@ -1,0 +1,201 @@
+//! How many UMEM frames an AF_XDP port should have: a pure decision from the traffic the
+//! port received, which `resize.rs` carries out.
+//!
+//! A port's frames are pinned memory for as long as it is open, and most of them wait in
+//! its fill ring for what arrives while the worker is not looking; the kernel has nowhere
+//! else to put a frame, so a burst longer than the fill ring is lost. How long a burst
+//! can be is a matter of rate: the kernel's own path (a veth into a bridge, VXLAN)
+//! queues up to `netdev_max_backlog`, 1000 frames, which at 50 kpps is 20 ms. Measured
+//! with `xwire-perf remote-wire` at 50 kpps, a generator held off its CPU for a few
+//! milliseconds sent 600 to 800 frames at once on catching up, and a port of 256 frames
+//! lost a third of them. A lab, though, has thousands of wire ends, most of them idle.
+//! So a port opens small and is sized to what it received: `ABSORB` of its rate, between
+//! the floor and the ceiling; a fill ring that ran low, or empty, since the last look
+//! grows it four times; and a port whose need has stayed below a quarter of its size for
+//! `shrink_after` gives its memory back.
+
+use std::time::Duration;
+
+/// The stretch of a port's traffic its fill ring holds: what the kernel's backlog holds
+/// at 50 kpps (see above).
+pub(super) const ABSORB: Duration = Duration::from_millis(20);
+/// How often the worker looks at its ports' traffic.
+pub(super) const LOOK_EVERY: Duration = Duration::from_millis(100);
+/// A fill ring that fell below this share of its target between two looks grows.
+const LOW_WATER: usize = 4;
+/// How many times larger a port grows when its fill ring ran low.
+const GROWTH: usize = 4;
+
+/// The sizes a worker's ports may have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Limits {
+    floor: usize,
+    ceiling: usize,
+    shrink_after: Duration,
+}
+
+impl Limits {
+    /// A floor above the ceiling is the ceiling: a port never has more than asked.
+    pub(super) fn new(floor: usize, ceiling: usize, shrink_after: Duration) -> Limits {
+        Limits {
+            floor: floor.min(ceiling),
+            ceiling,
+            shrink_after,
+        }
+    }
+
+    /// The size a port opens with.
+    pub(super) fn floor(&self) -> usize {
+        self.floor
+    }
+}
+
+/// What a port showed since the last look.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Traffic {
+    /// Its UMEM frames now.
+    pub(super) frames: usize,
+    /// Descriptors it received per second.
+    pub(super) rate: f64,
+    /// The lowest its fill ring went, and what it is kept topped up to.
+    pub(super) lowest_fill: usize,
+    pub(super) fill_target: usize,
+    /// The kernel found the fill ring empty (and dropped a frame).
+    pub(super) ran_empty: bool,
+    /// How long it has needed less than a quarter of its frames.
+    pub(super) calm_for: Duration,
+}
+
+/// What the look decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Look {
+    /// The size to move to, if not the current one.
+    pub(super) resize: Option<usize>,
+    /// Whether the port needs less than a quarter of its frames (the calm clock runs).
+    pub(super) calm: bool,
+}
+
+/// The frames a port of this traffic needs, within `limits`.
+pub(super) fn needed(rate: f64, limits: Limits) -> usize {
+    let frames = (rate * ABSORB.as_secs_f64()).ceil() as usize;
+    clamp(frames.next_power_of_two(), limits)
+}
+
+fn clamp(frames: usize, limits: Limits) -> usize {
+    frames.clamp(limits.floor, limits.ceiling)
+}
+
+pub(super) fn look(traffic: Traffic, limits: Limits) -> Look {
+    let mut want = needed(traffic.rate, limits);
+    let ran_low = traffic.ran_empty || traffic.lowest_fill * LOW_WATER < traffic.fill_target;
+    if ran_low {
+        want = want.max(clamp(traffic.frames.saturating_mul(GROWTH), limits));
+    }
+    let calm = !ran_low && want * 4 <= traffic.frames;
+    let grow = want > traffic.frames;
+    let shrink = calm && traffic.calm_for >= limits.shrink_after;
+    let resize = (grow || shrink).then_some(want);
+    Look { resize, calm }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        floor: 128,
+        ceiling: 4096,
+        shrink_after: Duration::from_secs(30),
+    };
+
+    fn idle(frames: usize) -> Traffic {
+        Traffic {
+            frames,
+            rate: 0.0,
+            lowest_fill: 100,
+            fill_target: 100,
+            ran_empty: false,
+            calm_for: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn a_port_is_sized_to_twenty_milliseconds_of_its_rate_within_the_limits() {
+        assert_eq!(needed(0.0, LIMITS), 128);
+        assert_eq!(needed(5_000.0, LIMITS), 128);
+        assert_eq!(needed(50_000.0, LIMITS), 1024);
+        assert_eq!(needed(51_300.0, LIMITS), 2048);
+        assert_eq!(needed(3_000_000.0, LIMITS), 4096);
+    }
+
+    #[test]
+    fn traffic_grows_a_small_port_at_once() {
+        let look = look(
+            Traffic {
+                rate: 50_000.0,
+                ..idle(128)
+            },
+            LIMITS,
+        );
+        assert_eq!(look.resize, Some(1024));
+        assert!(!look.calm);
+    }
+
+    #[test]
+    fn a_fill_ring_that_ran_low_or_empty_grows_the_port_fourfold_up_to_the_ceiling() {
+        let low = Traffic {
+            lowest_fill: 20,
+            ..idle(256)
+        };
+        assert_eq!(look(low, LIMITS).resize, Some(1024));
+        let empty = Traffic {
+            ran_empty: true,
+            ..idle(2048)
+        };
+        assert_eq!(look(empty, LIMITS).resize, Some(4096));
+        let at_ceiling = Traffic {
+            ran_empty: true,
+            ..idle(4096)
+        };
+        assert_eq!(look(at_ceiling, LIMITS).resize, None);
+    }
+
+    #[test]
+    fn a_port_shrinks_only_after_it_has_been_calm_long_enough() {
+        let busy_once = idle(2048);
+        let look_now = look(busy_once, LIMITS);
+        assert_eq!(
+            look_now,
+            Look {
+                resize: None,
+                calm: true
+            }
+        );
+        let later = Traffic {
+            calm_for: Duration::from_secs(30),
+            ..busy_once
+        };
+        assert_eq!(look(later, LIMITS).resize, Some(128));
+        // Still a quarter busy: it stays.
+        let half = Traffic {
+            rate: 30_000.0,
+            calm_for: Duration::from_secs(60),
+            ..idle(2048)
+        };
+        assert_eq!(
+            look(half, LIMITS),
+            Look {
+                resize: None,
+                calm: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_floor_above_the_ceiling_is_the_ceiling() {
+        let odd = Limits::new(512, 256, Duration::from_secs(1));
+        assert_eq!(odd.floor(), 256);
+        assert_eq!(needed(0.0, odd), 256);
+        assert_eq!(needed(1e9, odd), 256);
+    }
+}
