@@ -43,6 +43,18 @@ fn lab_with_link_carrier<'a>(
     pod_mtu: u32,
     link_carrier: Option<Carrier>,
 ) -> Lab<'a> {
+    let configs = [WorkerConfig::default(), WorkerConfig::default()];
+    lab_with_configs(nodes, carrier, pod_mtu, link_carrier, configs)
+}
+
+/// As `lab_with_link_carrier`, each node's worker with its own configuration.
+fn lab_with_configs<'a>(
+    nodes: &'a [Node; 2],
+    carrier: Carrier,
+    pod_mtu: u32,
+    link_carrier: Option<Carrier>,
+    configs: [WorkerConfig; 2],
+) -> Lab<'a> {
     let underlay = Veth::named(&nodes[0].ns, "ul0", &nodes[1].ns, "ul0").unwrap();
     underlay.set_mtu(9000).unwrap();
     underlay.set_up().unwrap();
@@ -51,7 +63,7 @@ fn lab_with_link_carrier<'a>(
     let mut workers = Vec::new();
     let mut ports = Vec::new();
     let mut addrs = Vec::new();
-    for (i, node) in nodes.iter().enumerate() {
+    for ((i, node), config) in nodes.iter().enumerate().zip(configs) {
         let ul = format!("198.51.100.{}", i + 1);
         node.ns.add_address("ul0", &format!("{ul}/24")).unwrap();
         let pod_wire = Veth::named(&node.pod, "eth1", &node.ns, &unique_ifname()).unwrap();
@@ -61,11 +73,7 @@ fn lab_with_link_carrier<'a>(
         node.pod
             .add_address("eth1", &format!("192.0.2.{}/30", i + 1))
             .unwrap();
-        let worker = node
-            .ns
-            .run(|| Worker::spawn(WorkerConfig::default()))
-            .unwrap()
-            .unwrap();
+        let worker = node.ns.run(|| Worker::spawn(config)).unwrap().unwrap();
         let port = worker
             .add_port_as(
                 pod_wire.b_name(),
@@ -259,4 +267,50 @@ fn a_wire_takes_its_own_carrier_over_its_peers() {
             }
         }
     }
+}
+
+/// The peer's datagrams after a pause bring a burst several times larger than the
+/// receiving port's free frames (a QUIC packet carries a hundred small frames): the
+/// worker sends and reclaims in the middle of the burst instead of dropping the rest as
+/// `NoBuffer`, which it did for up to 0.4% of frames at 20 kpps with 256 frames per port.
+/// Node a's worker naps 5 ms between passes (with a port large enough to hold what comes
+/// meanwhile), so it forwards what its pod sent in bursts of hundreds; node b's port is
+/// held at 128 frames.
+#[test]
+fn a_burst_from_the_peer_larger_than_the_port_arrives_whole() {
+    let nodes = nodes("rwburst");
+    let sender = WorkerConfig {
+        coalesce: Duration::from_millis(5),
+        min_frames_per_port: 1024,
+        ..WorkerConfig::default()
+    };
+    let small = WorkerConfig {
+        frames_per_port: 128,
+        min_frames_per_port: 128,
+        ..WorkerConfig::default()
+    };
+    let lab = lab_with_configs(&nodes, Carrier::Datagram, 1500, None, [sender, small]);
+    let tx = RawSocket::open(&lab.nodes[0].pod, "eth1").unwrap();
+    let rx = RawSocket::open(&lab.nodes[1].pod, "eth1").unwrap();
+    let mut sent = 0u64;
+    let mut received = 0u64;
+    // Bursts of 200, with time between them for the receiving pod's socket to drain.
+    for _ in 0..10 {
+        for _ in 0..200 {
+            tx.send(&test_frame(60, 0xa, sent as u16)).unwrap();
+            sent += 1;
+        }
+        while let Some(frame) = rx.recv(Duration::from_millis(200)).unwrap() {
+            if frame.len() > 13 && frame[12..14] == TEST_ETHERTYPE {
+                received += 1;
+            }
+        }
+    }
+    let forwarded = lab.counters[0].snapshot(Direction::AToB);
+    assert_eq!(forwarded.frames, sent, "node a: {forwarded:?}");
+    let delivered = lab.counters[1].snapshot(Direction::BToA);
+    let (transport, _) = lab.workers[1].peer_status().unwrap();
+    assert_eq!(delivered.total_drops(), 0, "{delivered:?} {transport:?}");
+    assert_eq!(delivered.frames, sent, "{delivered:?} {transport:?}");
+    assert_eq!(received, sent);
 }

@@ -70,7 +70,10 @@ pub fn ensure(needed: &[Tool], install: bool) -> Result<()> {
     if absent.is_empty() {
         return Ok(());
     }
-    let packages: Vec<&str> = absent.iter().flat_map(|t| t.packages.iter().copied()).collect();
+    let packages: Vec<&str> = absent
+        .iter()
+        .flat_map(|t| t.packages.iter().copied())
+        .collect();
     let programs: Vec<&str> = absent.iter().map(|t| t.program).collect();
     let hint = format!(
         "{} not found; install with: apt-get install {}",
@@ -80,7 +83,11 @@ pub fn ensure(needed: &[Tool], install: bool) -> Result<()> {
     if !install || find("apt-get").is_none() {
         bail!("{hint} (or leave out the rows that need them)");
     }
-    eprintln!("installing {} for {}", packages.join(" "), programs.join(", "));
+    eprintln!(
+        "installing {} for {}",
+        packages.join(" "),
+        programs.join(", ")
+    );
     let status = Command::new("apt-get")
         .args(["-o", "DPkg::Lock::Timeout=300", "install", "-y", "-qq"])
         .arg("--no-install-recommends")
@@ -109,7 +116,10 @@ mod tests {
         assert_eq!(missing(&[made_up, made_up]), vec![made_up]);
         let err = ensure(&[made_up], false).unwrap_err().to_string();
         assert!(err.contains("xwire-no-such-tool not found"), "{err}");
-        assert!(err.contains("apt-get install xwire-no-such-package"), "{err}");
+        assert!(
+            err.contains("apt-get install xwire-no-such-package"),
+            "{err}"
+        );
         ensure(&[], false).unwrap();
     }
 }

@@ -2,14 +2,18 @@
 //! interfaces of its two ends, one wire at a time so the wires do not share the machine:
 //! first the loss-free rate of each direction, alone and both at once (with the rate and
 //! loss at full offered load beside it), then 64-byte frames at a fixed low rate
-//! (latency with no queue building up). Prints a table and writes a PNG chart.
+//! (latency with no queue building up). Each remote wire is read against a kernel VXLAN
+//! between the same two nodes, measured the same way in the same run (`baseline.rs`).
+//! Prints a table and writes a PNG chart.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use super::baseline::{self, VxlanBaseline};
 use super::file::{Lab, LabLink};
 use super::namespaces::netns_path;
 use super::paths::LabPaths;
@@ -29,6 +33,8 @@ pub struct BenchOptions {
     pub max_loss: f64,
     /// Frames per second of the latency run.
     pub latency_rate: u64,
+    /// Measure a kernel VXLAN between the nodes of each remote wire as its baseline.
+    pub baseline: bool,
     pub chart: PathBuf,
 }
 
@@ -62,6 +68,32 @@ pub struct WireBench {
     pub frame_bytes: usize,
     pub directions: Vec<DirectionBench>,
     pub latency: PktgenReport,
+    /// A remote wire's baseline: the kernel's VXLAN between the same two nodes, measured
+    /// in the same run with the same frames.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<BaselineBench>,
+    /// Why a remote wire has no baseline, when it was asked for and could not be made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline_missing: Option<String>,
+}
+
+/// A kernel VXLAN between two of the lab's nodes, measured as a wire.
+#[derive(Debug, Clone, Serialize)]
+pub struct BaselineBench {
+    pub path: &'static str,
+    pub nodes: [String; 2],
+    pub frame_bytes: usize,
+    pub directions: Vec<DirectionBench>,
+    pub latency: PktgenReport,
+}
+
+impl BaselineBench {
+    /// The baseline's loss-free rate in the direction and mode of `d`.
+    pub fn matching(&self, d: &DirectionBench) -> Option<&DirectionBench> {
+        self.directions
+            .iter()
+            .find(|b| b.direction == d.direction && b.at_once == d.at_once)
+    }
 }
 
 impl WireBench {
@@ -88,60 +120,147 @@ pub fn bench(lab: &Lab, options: &BenchOptions) -> Result<Vec<WireBench>> {
     }
     let paths = LabPaths::new(&lab.name)?;
     let mut results = Vec::new();
+    // Baselines by the nodes they join, their MTU and frame size: measured once for all
+    // the wires of that kind between the same two nodes.
+    type Key = (String, String, u32, usize);
+    let mut baselines: HashMap<Key, Result<BaselineBench, String>> = HashMap::new();
     for link in links {
         let [a, b] = &link.endpoints;
-        let local = lab.pods.get(&a.pod) == lab.pods.get(&b.pod);
+        let nodes = [&lab.pods[&a.pod], &lab.pods[&b.pod]];
+        let local = nodes[0] == nodes[1];
         // Frames no larger than the wire's MTU allows (plus the Ethernet header).
-        let largest = link.mtu.unwrap_or(1500) as usize + 14;
-        let size = options.size.min(largest);
-        // Native XDP on a veth refuses a peer whose MTU is above about 3.5 KB (and leaves
-        // the socket half-made when it does): such wires go straight to generic mode.
-        let generic = largest > xwire_fastpath::NATIVE_MAX_FRAME;
-        let pktgen_command = |mode: &str| {
-            let mut command = Command::new(&pktgen);
-            command.env(super::paths::LAB_ENV, &paths.name).arg(mode);
-            if generic {
-                command.arg("--generic");
-            }
-            command
+        let mtu = link.mtu.unwrap_or(1500);
+        let size = options.size.min(mtu as usize + 14);
+        let ends = [
+            (paths.pod_netns(&a.pod), a.ifname.as_str()),
+            (paths.pod_netns(&b.pod), b.ifname.as_str()),
+        ];
+        let (directions, latency) = measure(&pktgen, &paths, ends, mtu, size, options)
+            .with_context(|| format!("xwire-pktgen across wire {} ({a} -> {b})", link.uid))?;
+        let baseline = if local || !options.baseline {
+            None
+        } else {
+            let key = (nodes[0].clone(), nodes[1].clone(), mtu, size);
+            let found = match baselines.get(&key) {
+                Some(found) => found.clone(),
+                None => {
+                    let found = measure_baseline(
+                        &pktgen,
+                        lab,
+                        &paths,
+                        [nodes[0], nodes[1]],
+                        mtu,
+                        size,
+                        options,
+                    )
+                    .map_err(|e| format!("{e:#}"));
+                    baselines.insert(key, found.clone());
+                    found
+                }
+            };
+            Some(found)
         };
-        let context = || format!("xwire-pktgen across wire {} ({a} -> {b})", link.uid);
-        let mut search = pktgen_command("lossfree");
-        search
-            .arg("--a-netns")
-            .arg(netns_path(&paths.pod_netns(&a.pod)))
-            .args(["--a-iface", &a.ifname])
-            .arg("--b-netns")
-            .arg(netns_path(&paths.pod_netns(&b.pod)))
-            .args(["--b-iface", &b.ifname, "--json"])
-            .args(["--size", &size.to_string()])
-            .args(["--trial-seconds", &options.seconds.to_string()])
-            .args(["--max-loss", &options.max_loss.to_string()])
-            .args(["--flows", &options.flows.join(",")]);
-        let found: LossfreeReport = pktgen_json(&mut search).with_context(context)?;
-        let mut latency = pktgen_command("run");
-        latency
-            .arg("--tx-netns")
-            .arg(netns_path(&paths.pod_netns(&a.pod)))
-            .args(["--tx-iface", &a.ifname])
-            .arg("--rx-netns")
-            .arg(netns_path(&paths.pod_netns(&b.pod)))
-            .args(["--rx-iface", &b.ifname, "--json"])
-            .args(["--size", "64", "--one-thread"])
-            .args(["--rate", &options.latency_rate.to_string()])
-            .args(["--seconds", &options.seconds.to_string()]);
-        let latency: PktgenReport = pktgen_json(&mut latency).with_context(context)?;
+        let (baseline, baseline_missing) = match baseline {
+            Some(Ok(b)) => (Some(b), None),
+            Some(Err(why)) => (None, Some(why)),
+            None => (None, None),
+        };
         results.push(WireBench {
             uid: link.uid,
             endpoints: [a.to_string(), b.to_string()],
             kind: if local { "local" } else { "remote" },
             frame_bytes: size,
-            directions: found.directions,
+            directions,
             latency,
+            baseline,
+            baseline_missing,
         });
     }
     super::chart::write(&lab.name, &results, &options.chart)?;
     Ok(results)
+}
+
+/// The loss-free search and the latency run between two interfaces, each in its
+/// namespace: a wire's pod ends, or a baseline's.
+fn measure(
+    pktgen: &Path,
+    paths: &LabPaths,
+    ends: [(String, &str); 2],
+    mtu: u32,
+    size: usize,
+    options: &BenchOptions,
+) -> Result<(Vec<DirectionBench>, PktgenReport)> {
+    // Native XDP on a veth refuses a peer whose MTU is above about 3.5 KB (and leaves
+    // the socket half-made when it does): such interfaces go straight to generic mode.
+    let generic = mtu as usize + 14 > xwire_fastpath::NATIVE_MAX_FRAME;
+    let pktgen_command = |mode: &str| {
+        let mut command = Command::new(pktgen);
+        command.env(super::paths::LAB_ENV, &paths.name).arg(mode);
+        if generic {
+            command.arg("--generic");
+        }
+        command
+    };
+    let mut search = pktgen_command("lossfree");
+    name_ends(&mut search, ["a", "b"], &ends);
+    search
+        .arg("--json")
+        .args(["--size", &size.to_string()])
+        .args(["--trial-seconds", &options.seconds.to_string()])
+        .args(["--max-loss", &options.max_loss.to_string()])
+        .args(["--flows", &options.flows.join(",")]);
+    let found: LossfreeReport = pktgen_json(&mut search)?;
+    let mut latency = pktgen_command("run");
+    name_ends(&mut latency, ["tx", "rx"], &ends);
+    latency
+        .arg("--json")
+        .args(["--size", "64", "--one-thread"])
+        .args(["--rate", &options.latency_rate.to_string()])
+        .args(["--seconds", &options.seconds.to_string()]);
+    let latency: PktgenReport = pktgen_json(&mut latency)?;
+    Ok((found.directions, latency))
+}
+
+/// Gives pktgen the two ends as `--{role}-netns` and `--{role}-iface`.
+fn name_ends(command: &mut Command, roles: [&str; 2], ends: &[(String, &str); 2]) {
+    for (role, (netns, ifname)) in roles.iter().zip(ends) {
+        command
+            .arg(format!("--{role}-netns"))
+            .arg(netns_path(netns))
+            .arg(format!("--{role}-iface"))
+            .arg(ifname);
+    }
+}
+
+/// Builds the kernel VXLAN between `nodes`, measures it as a wire of `mtu` with frames
+/// of `size`, and removes it.
+fn measure_baseline(
+    pktgen: &Path,
+    lab: &Lab,
+    paths: &LabPaths,
+    nodes: [&String; 2],
+    mtu: u32,
+    size: usize,
+    options: &BenchOptions,
+) -> Result<BaselineBench> {
+    let nodes = nodes.map(String::as_str);
+    if let Some(why) = baseline::unavailable(lab, nodes) {
+        bail!("{why}");
+    }
+    let tunnel =
+        VxlanBaseline::build(lab, nodes, mtu).context("build the kernel VXLAN baseline")?;
+    let size = size.min(tunnel.mtu as usize + 14);
+    let [a, b] = tunnel.pod_netns().clone();
+    let ends = [(a, baseline::POD_END), (b, baseline::POD_END)];
+    let (directions, latency) = measure(pktgen, paths, ends, tunnel.mtu, size, options)
+        .with_context(|| format!("xwire-pktgen across the kernel VXLAN {}", tunnel.label()))?;
+    Ok(BaselineBench {
+        path: "kernel-vxlan",
+        nodes: nodes.map(str::to_owned),
+        frame_bytes: size,
+        directions,
+        latency,
+    })
 }
 
 /// Tries for a moment longer when an interface is still held: the kernel releases a
@@ -176,59 +295,76 @@ fn pktgen_json<T: serde::de::DeserializeOwned>(command: &mut Command) -> Result<
     serde_json::from_str(line).with_context(|| format!("read xwire-pktgen's report: {text}"))
 }
 
+/// The columns of one direction's figures, and their header.
+const DIRECTION_HEADER: [&str; 7] = [
+    "BYTES",
+    "DIRECTION",
+    "LOSSLESS",
+    "GBIT/S",
+    "P99 US",
+    "FULL-RATE",
+    "LOSS",
+];
+
+fn direction_header() -> String {
+    let [bytes, direction, lossless, gbps, p99, full, loss] = DIRECTION_HEADER;
+    format!("{bytes:>6} {direction:<13} {lossless:>10} {gbps:>8} {p99:>9}   {full:>10} {loss:>7}")
+}
+
+fn direction_cells(d: &DirectionBench) -> String {
+    format!(
+        "{:>6} {:<13} {:>10.0} {:>8.3} {:>9}   {:>10.0} {:>6.2}%",
+        d.frame_bytes,
+        format!(
+            "{} {}",
+            d.direction,
+            if d.at_once { "both" } else { "alone" }
+        ),
+        d.lossfree_pps,
+        d.lossfree_gbps,
+        d.p99_us.map_or("-".to_owned(), |us| format!("{us:.1}")),
+        d.peak_delivered_pps,
+        d.peak_loss_ratio * 100.0,
+    )
+}
+
+/// The first row of a group shows its label; the others leave it blank.
+fn first(i: usize, label: impl FnOnce() -> String) -> String {
+    if i == 0 {
+        label()
+    } else {
+        String::new()
+    }
+}
+
 pub fn render(results: &[WireBench], chart: &Path, max_loss: f64) -> String {
     let mut out = format!(
-        "{:>5}  {:<33} {:<7} {:>6} {:<13} {:>10} {:>8} {:>9}   {:>10} {:>7}\n",
+        "{:>5}  {:<33} {:<7} {}\n",
         "UID",
         "WIRE (A -> B)",
         "KIND",
-        "BYTES",
-        "DIRECTION",
-        "LOSSLESS",
-        "GBIT/S",
-        "P99 US",
-        "FULL-RATE",
-        "LOSS"
+        direction_header()
     );
     for r in results {
         for (i, d) in r.directions.iter().enumerate() {
-            let wire = if i == 0 {
-                format!("{} -> {}", r.endpoints[0], r.endpoints[1])
-            } else {
-                String::new()
-            };
-            let direction = format!(
-                "{} {}",
-                d.direction,
-                if d.at_once { "both" } else { "alone" }
-            );
             out.push_str(&format!(
-                "{:>5}  {:<33} {:<7} {:>6} {:<13} {:>10.0} {:>8.3} {:>9}   {:>10.0} {:>6.2}%\n",
-                if i == 0 {
-                    r.uid.to_string()
-                } else {
-                    String::new()
-                },
-                wire,
-                if i == 0 { r.kind } else { "" },
-                d.frame_bytes,
-                direction,
-                d.lossfree_pps,
-                d.lossfree_gbps,
-                d.p99_us.map_or("-".to_owned(), |us| format!("{us:.1}")),
-                d.peak_delivered_pps,
-                d.peak_loss_ratio * 100.0,
+                "{:>5}  {:<33} {:<7} {}\n",
+                first(i, || r.uid.to_string()),
+                first(i, || format!("{} -> {}", r.endpoints[0], r.endpoints[1])),
+                first(i, || r.kind.to_owned()),
+                direction_cells(d),
             ));
         }
     }
     out.push_str(&format!(
         "\nLOSSLESS: the highest offered rate (pps) carried with loss at or below {}%, found by a \
          search over offered rates, with the p99 latency at it; FULL-RATE: what arrived when \
-         offered all the generator sends, and its loss.\n\n",
+         offered all the generator sends, and its loss.\n",
         max_loss * 100.0
     ));
+    out.push_str(&render_baselines(results));
     out.push_str(&format!(
-        "{:>5}  {:<33} {:>9} {:>9}\n",
+        "\n{:>5}  {:<33} {:>9} {:>9}\n",
         "UID", "LATENCY, 64 B FRAMES AT A LOW RATE", "P50 US", "P99 US"
     ));
     for r in results {
@@ -239,7 +375,64 @@ pub fn render(results: &[WireBench], chart: &Path, max_loss: f64) -> String {
             r.latency.p50_us,
             r.latency.p99_us
         ));
+        if let Some(b) = &r.baseline {
+            out.push_str(&format!(
+                "{:>5}  {:<33} {:>9.1} {:>9.1}\n",
+                "",
+                format!("  kernel VXLAN {} -> {}", b.nodes[0], b.nodes[1]),
+                b.latency.p50_us,
+                b.latency.p99_us
+            ));
+        }
     }
     out.push_str(&format!("\nchart: {}\n", chart.display()));
+    out
+}
+
+/// Each remote wire's baseline rows, with the wire's loss-free rate over the baseline's
+/// in the same direction.
+fn render_baselines(results: &[WireBench]) -> String {
+    let mut out = String::new();
+    for r in results.iter().filter(|r| r.kind == "remote") {
+        if let Some(why) = &r.baseline_missing {
+            out.push_str(&format!("{:>5}  no baseline: {why}\n", r.uid));
+        }
+        let Some(b) = &r.baseline else {
+            continue;
+        };
+        if out.is_empty() {
+            out.push_str(&format!(
+                "\n{:>5}  {:<33} {}   {:>10}\n",
+                "UID",
+                "KERNEL VXLAN, SAME NODES (A -> B)",
+                direction_header(),
+                "WIRE/VXLAN"
+            ));
+        }
+        for (i, d) in b.directions.iter().enumerate() {
+            let ratio = r
+                .directions
+                .iter()
+                .find(|w| w.direction == d.direction && w.at_once == d.at_once)
+                .filter(|_| d.lossfree_pps > 0.0)
+                .map_or("-".to_owned(), |w| {
+                    format!("{:.2}x", w.lossfree_pps / d.lossfree_pps)
+                });
+            out.push_str(&format!(
+                "{:>5}  {:<33} {}   {:>10}\n",
+                first(i, || r.uid.to_string()),
+                first(i, || format!("{} -> {}", b.nodes[0], b.nodes[1])),
+                direction_cells(d),
+                ratio,
+            ));
+        }
+    }
+    if !out.is_empty() {
+        out.push_str(
+            "\nKERNEL VXLAN: a tunnel the bench builds between the remote wire's two nodes, over \
+             the same underlay, with pods of its own, measured the same way and then removed; \
+             WIRE/VXLAN: the wire's loss-free rate over the tunnel's, same direction.\n",
+        );
+    }
     out
 }

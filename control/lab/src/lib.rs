@@ -4,6 +4,7 @@
 //! namespace wired by the same CNI plugin binary a runtime would call. The lab file
 //! becomes the Topology objects a cluster would hold, so both take the same path.
 
+pub mod baseline;
 pub mod bench;
 pub mod capture;
 mod chart;

@@ -536,7 +536,36 @@ fn bench_measures_every_wire_or_one_and_draws_the_chart() {
         }
         assert!(r["latency"]["delivered"].as_u64().unwrap() > 0, "{r}");
         assert!(r["latency"]["p50_us"].as_f64().unwrap() > 0.0, "{r}");
+        // A remote wire is read against a kernel VXLAN between its two nodes, measured
+        // the same way; a local wire has no baseline.
+        if r["kind"] == "remote" {
+            let baseline = &r["baseline"];
+            assert_eq!(baseline["path"], "kernel-vxlan", "{r}");
+            assert_eq!(
+                baseline["nodes"],
+                serde_json::json!(["node-a", "node-b"]),
+                "{r}"
+            );
+            assert_eq!(baseline["frame_bytes"], r["frame_bytes"], "{r}");
+            let directions = baseline["directions"].as_array().unwrap();
+            assert_eq!(directions.len(), 4, "{r}");
+            for d in directions {
+                assert!(d["lossfree_pps"].as_f64().unwrap() > 0.0, "{d}");
+            }
+            assert!(
+                baseline["latency"]["delivered"].as_u64().unwrap() > 0,
+                "{r}"
+            );
+        } else {
+            assert!(r.get("baseline").is_none(), "{r}");
+        }
     }
+    // The baseline's devices and pods are gone once the bench ends.
+    let leftovers: Vec<String> = xwire_netns::named::names()
+        .into_iter()
+        .filter(|ns| ns.contains(&format!("{name}.vx.")))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
     // The jumbo wire is measured with the frame size asked for, within its MTU.
     assert_eq!(results[1]["frame_bytes"], 1514);
     assert_eq!(results[1]["directions"][0]["frame_bytes"], 1514);
@@ -565,6 +594,10 @@ fn bench_measures_every_wire_or_one_and_draws_the_chart() {
     );
     assert!(
         table.contains("b->a alone") && !table.contains("a->b"),
+        "{table}"
+    );
+    assert!(
+        table.contains("KERNEL VXLAN, SAME NODES") && table.contains("node-a -> node-b"),
         "{table}"
     );
     assert!(one.exists());

@@ -35,10 +35,11 @@ impl Bed {
     }
 
     pub fn worker(&self) -> Worker {
-        self.node
-            .run(|| Worker::spawn(WorkerConfig::default()))
-            .unwrap()
-            .unwrap()
+        self.worker_with(WorkerConfig::default())
+    }
+
+    pub fn worker_with(&self, config: WorkerConfig) -> Worker {
+        self.node.run(|| Worker::spawn(config)).unwrap().unwrap()
     }
 }
 
@@ -56,11 +57,15 @@ pub fn link(bed: &Bed) -> Linked<'_> {
 
 /// Links the pods through ports of the given kinds (pod A's first).
 pub fn link_with(bed: &Bed, mtu: u32, kinds: [PortChoice; 2]) -> Linked<'_> {
+    link_on(bed, bed.worker(), mtu, kinds)
+}
+
+/// As `link_with`, through `worker`.
+pub fn link_on(bed: &Bed, worker: Worker, mtu: u32, kinds: [PortChoice; 2]) -> Linked<'_> {
     let wires = [bed.wire(&bed.pod_a), bed.wire(&bed.pod_b)];
     for wire in &wires {
         wire.set_mtu(mtu).unwrap();
     }
-    let worker = bed.worker();
     let max_frame = mtu as usize + 14;
     let pa = worker
         .add_port_as(wires[0].b_name(), max_frame, Some(kinds[0]))

@@ -17,8 +17,8 @@ use xwire_fastpath::{Direction, PortChoice, Worker, WorkerConfig};
 use xwire_perf::local_fwd::{self, idle, paced, peak, wake_floor, Device};
 use xwire_perf::measure::{median_by, LossfreeRow, Row};
 use xwire_perf::remote_wire::{self, Setup, WirePath};
-use xwire_perf::worker_settings::WorkerSettings;
 use xwire_perf::tools::{self, Tool};
+use xwire_perf::worker_settings::WorkerSettings;
 
 #[derive(Parser)]
 #[command(

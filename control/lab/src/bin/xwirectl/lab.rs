@@ -244,6 +244,11 @@ pub enum LabCommand {
         /// Frames per second of the latency run.
         #[arg(long, default_value_t = 1000)]
         latency_rate: u64,
+        /// Skip the baseline: by default each pair of nodes that a remote wire joins
+        /// also gets a kernel VXLAN between them, measured the same way, so a wire's
+        /// figures read against what the kernel does on this machine.
+        #[arg(long)]
+        no_baseline: bool,
         /// Where the chart goes (default: LAB-bench.png here).
         #[arg(long)]
         chart: Option<PathBuf>,
@@ -407,6 +412,7 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             flows,
             max_loss,
             latency_rate,
+            no_baseline,
             chart,
             json,
         } => {
@@ -419,6 +425,7 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
                 flows,
                 max_loss,
                 latency_rate,
+                baseline: !no_baseline,
                 chart: chart.clone(),
             };
             let results = bench::bench(&lab, &options)?;
