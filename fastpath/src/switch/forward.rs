@@ -128,7 +128,7 @@ impl Switch {
         };
         let n = port.receive(batch, received);
         if let Some(sizing) = slot.sizing.as_mut() {
-            sizing.received += n as u64;
+            sizing.carried += n as u64;
         }
         for lent in received.drain(..) {
             let more = lent.has_more();
@@ -355,6 +355,9 @@ fn queue_out(
     frame: &[u8],
     (link, direction): (usize, Direction),
 ) -> Result<(), DropReason> {
+    if let Some(sizing) = slot.sizing.as_mut() {
+        sizing.carried += 1;
+    }
     let Some(port) = sending_port(&mut slot.port) else {
         let Port::Packet(port) = &mut slot.port else {
             unreachable!("only an AF_PACKET port sends without a UMEM")

@@ -41,8 +41,11 @@ pub(super) const KEEPER_POLL: Duration = Duration::from_millis(1);
 
 /// What the worker keeps of a resizable port's traffic between two looks.
 pub(super) struct Sizing {
-    /// Descriptors received since the last look.
-    pub(super) received: u64,
+    /// Descriptors received, and frames given to send, since the last look: the UMEM
+    /// holds both what waits in the fill ring and what waits to be sent. Sized by what
+    /// it received alone, the port that carries a TCP flow's data to its pod (and only
+    /// the ACKs back) stayed small, and dropped data as TxFull and NoBuffer.
+    pub(super) carried: u64,
     last_look: Instant,
     /// Since when the port has needed less than a quarter of its frames.
     calm_since: Option<Instant>,
@@ -53,7 +56,7 @@ pub(super) struct Sizing {
 impl Sizing {
     pub(super) fn new(now: Instant) -> Sizing {
         Sizing {
-            received: 0,
+            carried: 0,
             last_look: now,
             calm_since: None,
             fill_empty_seen: 0,
@@ -129,14 +132,14 @@ impl Switch {
             let elapsed = now.saturating_duration_since(sizing.last_look);
             let (lowest_fill, fill_target) = port.take_low_water();
             // The kernel's count costs a system call: read only for a port with traffic.
-            let ran_empty = sizing.received > 0
+            let ran_empty = sizing.carried > 0
                 && port.kernel_drops().is_ok_and(|d| {
                     let seen = std::mem::replace(&mut sizing.fill_empty_seen, d.rx_fill_ring_empty);
                     d.rx_fill_ring_empty > seen
                 });
             let traffic = Traffic {
                 frames: port.frames(),
-                rate: sizing.received as f64 / elapsed.as_secs_f64().max(1e-3),
+                rate: sizing.carried as f64 / elapsed.as_secs_f64().max(1e-3),
                 lowest_fill,
                 fill_target,
                 ran_empty,
@@ -144,7 +147,7 @@ impl Switch {
                     .calm_since
                     .map_or(Duration::ZERO, |since| now.saturating_duration_since(since)),
             };
-            sizing.received = 0;
+            sizing.carried = 0;
             sizing.last_look = now;
             let look = sizing::look(traffic, self.limits);
             sizing.calm_since = match (look.calm, sizing.calm_since) {

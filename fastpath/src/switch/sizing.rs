@@ -1,5 +1,5 @@
 //! How many UMEM frames an AF_XDP port should have: a pure decision from the traffic the
-//! port received, which `resize.rs` carries out.
+//! port carried (received, and was given to send), which `resize.rs` carries out.
 //!
 //! A port's frames are pinned memory for as long as it is open, and most of them wait in
 //! its fill ring for what arrives while the worker is not looking; the kernel has nowhere
@@ -9,7 +9,7 @@
 //! with `xwire-perf remote-wire` at 50 kpps, a generator held off its CPU for a few
 //! milliseconds sent 600 to 800 frames at once on catching up, and a port of 256 frames
 //! lost a third of them. A lab, though, has thousands of wire ends, most of them idle.
-//! So a port opens small and is sized to what it received: `ABSORB` of its rate, between
+//! So a port opens small and is sized to what it carried: `ABSORB` of its rate, between
 //! the floor and the ceiling; a fill ring that ran low, or empty, since the last look
 //! grows it four times; and a port whose need has stayed below a quarter of its size for
 //! `shrink_after` gives its memory back.
@@ -55,7 +55,7 @@ impl Limits {
 pub(super) struct Traffic {
     /// Its UMEM frames now.
     pub(super) frames: usize,
-    /// Descriptors it received per second.
+    /// Descriptors it received, and frames it was given to send, per second.
     pub(super) rate: f64,
     /// The lowest its fill ring went, and what it is kept topped up to.
     pub(super) lowest_fill: usize,
