@@ -48,7 +48,7 @@ pub struct DaemonConfig {
     /// The most UMEM frames a fast-path port grows to, pinned while the port has them:
     /// 2 KiB each where the wire's frames fit in one (MTUs up to 1774), 4 KiB otherwise.
     /// A port opens with `min_frames_per_port` and is resized while it runs, without
-    /// losing a frame, to 20 ms of the traffic it receives (all but an eighth of its
+    /// losing a frame, to 20 ms of the traffic it carries (all but an eighth of its
     /// frames wait in its fill ring for a burst). Default 4096 (8 MiB for a port that
     /// carries 200 kpps or more).
     pub frames_per_port: usize,
@@ -442,7 +442,6 @@ impl DaemonConfig {
                 ));
             }
         }
-
         let kubernetes_identity =
             config.topology.source == "kubernetes" && !config.topology.ca_secret.is_empty();
         if !config.peers.is_empty() && config.certs.is_none() && !kubernetes_identity {

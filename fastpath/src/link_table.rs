@@ -101,7 +101,6 @@ pub struct LinkTable {
 }
 
 impl LinkTable {
-    /// Records the largest frame `port` can send (its MTU plus the Ethernet header).
     /// The largest frame port `port` takes (0: none set).
     pub fn max_frame(&self, port: PortId) -> usize {
         self.max_frame
@@ -110,6 +109,7 @@ impl LinkTable {
             .unwrap_or(0)
     }
 
+    /// Records the largest frame `port` can send (its MTU plus the Ethernet header).
     pub fn set_max_frame(&mut self, port: PortId, max_frame: usize) {
         let i = usize::from(port.0);
         if self.max_frame.len() <= i {

@@ -91,7 +91,7 @@ pub struct WorkerConfig {
     pub max_ports: usize,
     /// The most UMEM frames an AF_XDP port grows to. Ports open with
     /// `min_frames_per_port` and are resized, while they run and without losing a frame,
-    /// to 20 ms of what they receive (`switch::sizing`); all but an eighth of a port's
+    /// to 20 ms of what they carry (`switch::sizing`); all but an eighth of a port's
     /// frames wait in its fill ring for a burst. A frame pins 2 KiB (4 KiB for frames
     /// above 1792 bytes), so the default, 4096, is 8 MiB for a port that carries 200 kpps
     /// or more.

@@ -129,7 +129,7 @@ pub fn run(
         let cores: Vec<String> = (0..workers).map(|i| (i % cpus).to_string()).collect();
         format!("data_cores = [{}]", cores.join(", "))
     };
-    let data_cores = format!("{data_cores}\nmin_frames_per_port = {frames_per_port}");
+    let extra_config = format!("{data_cores}\nmin_frames_per_port = {frames_per_port}");
     let per_pair = wires.min(LINKS_PER_POD);
     let pairs = wires.div_ceil(per_pair);
     let certs = TempDir::new("restart-certs");
@@ -139,7 +139,7 @@ pub fn run(
         ["na", "nb"],
         "192.168.79",
         (wires + 8, frames_per_port.max(TEST_FRAMES_PER_PORT)),
-        &data_cores,
+        &extra_config,
     )?;
     for node in [&na, &nb] {
         node.apply_objects(topology(pairs, per_pair, wires));

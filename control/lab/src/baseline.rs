@@ -10,12 +10,11 @@
 //! deleted first if a killed bench left them.
 
 use anyhow::{bail, Result};
-use futures::TryStreamExt;
 use xwire_control::interfaces::{create_veth, EndSettings};
 
 use super::file::Lab;
 use super::namespaces;
-use super::netdev::{attach, make_bridge};
+use super::netdev::{attach, link_named, make_bridge};
 use super::paths::LabPaths;
 use super::underlay::{node_address, node_underlay_mtu, pool_of};
 
@@ -88,12 +87,7 @@ impl VxlanBaseline {
         let remote: std::net::Ipv4Addr = node_address(lab, &self.nodes[1 - i]).parse()?;
         let tunnel_mtu = node_underlay_mtu(lab) - VXLAN_OVERHEAD;
         node_ns.netlink(&format!("add {TUNNEL}"), |h| async move {
-            let underlay = h
-                .link()
-                .get()
-                .match_name(UNDERLAY_IF.to_owned())
-                .execute()
-                .try_next()
+            let underlay = link_named(&h, UNDERLAY_IF)
                 .await?
                 .ok_or(rtnetlink::Error::RequestFailed)?;
             let tunnel = rtnetlink::LinkVxlan::new(TUNNEL, VNI)
@@ -135,14 +129,7 @@ impl VxlanBaseline {
             };
             for name in [NODE_END, TUNNEL, BRIDGE] {
                 let _ = ns.netlink(&format!("delete {name}"), |h| async move {
-                    let found = h
-                        .link()
-                        .get()
-                        .match_name(name.to_owned())
-                        .execute()
-                        .try_next()
-                        .await;
-                    if let Ok(Some(link)) = found {
+                    if let Ok(Some(link)) = link_named(&h, name).await {
                         h.link().del(link.header.index).execute().await?;
                     }
                     Ok(())

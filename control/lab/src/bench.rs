@@ -87,15 +87,6 @@ pub struct BaselineBench {
     pub latency: PktgenReport,
 }
 
-impl BaselineBench {
-    /// The baseline's loss-free rate in the direction and mode of `d`.
-    pub fn matching(&self, d: &DirectionBench) -> Option<&DirectionBench> {
-        self.directions
-            .iter()
-            .find(|b| b.direction == d.direction && b.at_once == d.at_once)
-    }
-}
-
 impl WireBench {
     /// The first endpoint's direction measured alone: the chart's figure.
     pub fn a_to_b(&self) -> Option<&DirectionBench> {
@@ -122,11 +113,11 @@ pub fn bench(lab: &Lab, options: &BenchOptions) -> Result<Vec<WireBench>> {
     let mut results = Vec::new();
     // Baselines by the nodes they join, their MTU and frame size: measured once for all
     // the wires of that kind between the same two nodes.
-    type Key = (String, String, u32, usize);
+    type Key<'a> = (&'a str, &'a str, u32, usize);
     let mut baselines: HashMap<Key, Result<BaselineBench, String>> = HashMap::new();
     for link in links {
         let [a, b] = &link.endpoints;
-        let nodes = [&lab.pods[&a.pod], &lab.pods[&b.pod]];
+        let nodes = [lab.pods[&a.pod].as_str(), lab.pods[&b.pod].as_str()];
         let local = nodes[0] == nodes[1];
         // Frames no larger than the wire's MTU allows (plus the Ethernet header).
         let mtu = link.mtu.unwrap_or(1500);
@@ -140,25 +131,12 @@ pub fn bench(lab: &Lab, options: &BenchOptions) -> Result<Vec<WireBench>> {
         let baseline = if local || !options.baseline {
             None
         } else {
-            let key = (nodes[0].clone(), nodes[1].clone(), mtu, size);
-            let found = match baselines.get(&key) {
-                Some(found) => found.clone(),
-                None => {
-                    let found = measure_baseline(
-                        &pktgen,
-                        lab,
-                        &paths,
-                        [nodes[0], nodes[1]],
-                        mtu,
-                        size,
-                        options,
-                    )
-                    .map_err(|e| format!("{e:#}"));
-                    baselines.insert(key, found.clone());
-                    found
-                }
-            };
-            Some(found)
+            let key = (nodes[0], nodes[1], mtu, size);
+            let found = baselines.entry(key).or_insert_with(|| {
+                measure_baseline(&pktgen, lab, &paths, nodes, mtu, size, options)
+                    .map_err(|e| format!("{e:#}"))
+            });
+            Some(found.clone())
         };
         let (baseline, baseline_missing) = match baseline {
             Some(Ok(b)) => (Some(b), None),
@@ -238,15 +216,11 @@ fn measure_baseline(
     pktgen: &Path,
     lab: &Lab,
     paths: &LabPaths,
-    nodes: [&String; 2],
+    nodes: [&str; 2],
     mtu: u32,
     size: usize,
     options: &BenchOptions,
 ) -> Result<BaselineBench> {
-    let nodes = nodes.map(String::as_str);
-    if let Some(why) = baseline::unavailable(lab, nodes) {
-        bail!("{why}");
-    }
     let tunnel =
         VxlanBaseline::build(lab, nodes, mtu).context("build the kernel VXLAN baseline")?;
     let size = size.min(tunnel.mtu as usize + 14);

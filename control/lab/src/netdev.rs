@@ -6,8 +6,21 @@ use std::net::IpAddr;
 use anyhow::Result;
 use futures::TryStreamExt;
 use netlink_packet_route::address::{AddressAttribute, AddressFlags};
-use netlink_packet_route::link::{InfoBridge, InfoData, LinkAttribute};
+use netlink_packet_route::link::{InfoBridge, InfoData, LinkAttribute, LinkMessage};
 use xwire_control::netns::NetnsFd;
+
+/// The link named `name`, if there is one.
+pub async fn link_named(
+    h: &rtnetlink::Handle,
+    name: &str,
+) -> Result<Option<LinkMessage>, rtnetlink::Error> {
+    h.link()
+        .get()
+        .match_name(name.to_owned())
+        .execute()
+        .try_next()
+        .await
+}
 
 pub fn make_bridge(ns: &NetnsFd, name: &str, mtu: Option<u32>, alias: Option<&str>) -> Result<()> {
     make_bridge_with(ns, name, mtu, alias, Vec::new())
@@ -34,12 +47,7 @@ pub fn make_bridge_with(
         h.link().add(bridge.build()).execute().await?;
         // The kernel takes an alias only on a link that exists.
         if let Some(alias) = alias {
-            let link = h
-                .link()
-                .get()
-                .match_name(name)
-                .execute()
-                .try_next()
+            let link = link_named(&h, &name)
                 .await?
                 .ok_or(rtnetlink::Error::RequestFailed)?;
             let mut message = rtnetlink::LinkUnspec::new_with_index(link.header.index).build();
@@ -54,9 +62,8 @@ pub fn make_bridge_with(
 pub fn attach(ns: &NetnsFd, port: &str, bridge: &str) -> Result<()> {
     let (port, bridge) = (port.to_owned(), bridge.to_owned());
     ns.netlink(&format!("attach {port} to {bridge}"), |h| async move {
-        let find = |name: String| h.link().get().match_name(name).execute();
-        let bridge = find(bridge).try_next().await?.map(|l| l.header.index);
-        let port = find(port).try_next().await?.map(|l| l.header.index);
+        let bridge = link_named(&h, &bridge).await?.map(|l| l.header.index);
+        let port = link_named(&h, &port).await?.map(|l| l.header.index);
         if let (Some(bridge), Some(port)) = (bridge, port) {
             let attach = rtnetlink::LinkUnspec::new_with_index(port)
                 .controller(bridge)
@@ -75,12 +82,7 @@ pub fn add_addresses(ns: &NetnsFd, ifname: &str, addresses: &[(IpAddr, u8)]) -> 
     let ifname = ifname.to_owned();
     let addresses = addresses.to_vec();
     ns.netlink(&format!("address {ifname}"), |h| async move {
-        let link = h
-            .link()
-            .get()
-            .match_name(ifname)
-            .execute()
-            .try_next()
+        let link = link_named(&h, &ifname)
             .await?
             .ok_or(rtnetlink::Error::RequestFailed)?;
         for (address, prefix) in addresses {

@@ -18,9 +18,9 @@ const ALPN: &[u8] = b"xwire/1";
 
 /// Packets a peer may receive before it acknowledges them (QUIC's ACK frequency
 /// extension; quinn's default acknowledges every other packet). With no congestion
-/// window nothing waits for an acknowledgement to send, so frequent ones only cost both nodes a
-/// packet to build, encrypt, send and read: at 300 kpps of 64-byte frames they were a
-/// third of the datagrams on the wire.
+/// window nothing waits for an acknowledgement to send, so frequent ones only cost both
+/// nodes a packet to build, encrypt, send and read: at 300 kpps of 64-byte frames they
+/// were a third of the datagrams on the wire.
 const ACK_EVERY: u32 = 16;
 /// How long a peer may hold an acknowledgement when fewer than `ACK_EVERY` packets came.
 const MAX_ACK_DELAY: Duration = Duration::from_millis(2);

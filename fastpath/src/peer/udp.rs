@@ -88,7 +88,7 @@ impl Udp {
     /// another receive now would find nothing).
     pub(crate) fn recv(&mut self, mut each: impl FnMut(&RecvMeta, BytesMut)) -> (usize, bool) {
         self.choose_buffers();
-        let count = {
+        let (count, drained) = {
             // On the stack: this runs on every pass of the worker.
             let mut slices: [IoSliceMut<'_>; RECV_BATCH] =
                 std::array::from_fn(|_| IoSliceMut::new(&mut []));
@@ -108,7 +108,6 @@ impl Udp {
                 Err(_) => return (0, true),
             }
         };
-        let (count, drained) = count;
         let mut datagrams = 0;
         for (meta, &index) in self.meta.iter().zip(&self.chosen).take(count) {
             let mut filled = self.buffers[index].split_to(meta.len);

@@ -29,7 +29,7 @@ pub(super) const MAX_CHAIN: usize = xwire_proto::data::MAX_FRAME_LEN.div_ceil(MA
 
 /// Receive batches per port per pass, at most: enough to empty a fill ring of a few
 /// thousand frames, while bounding the time one port can hold a pass.
-pub(super) const MAX_BATCHES_PER_PASS: usize = 32;
+const MAX_BATCHES_PER_PASS: usize = 32;
 
 /// Kicks per AF_XDP port per pass: enough for a pass that queued a few hundred frames
 /// (a burst from a peer node) while bounding the time one port can take.
@@ -53,19 +53,8 @@ impl Switch {
         let mut pass = Pass::default();
         self.now = Instant::now();
         for index in 0..self.slots.len() {
-            // Batch after batch until the port's ring is empty: one batch per pass let a
-            // port starve while the same pass took a thousand frames from a peer's
-            // socket, and its fill ring ran empty (503k frames lost by node B of
-            // `remote-wire`'s stream carrier, both ways at once at 1514 B).
-            let mut more = false;
-            for _ in 0..MAX_BATCHES_PER_PASS {
-                let taken = self.receive_from(index, config.batch);
-                pass.moved += taken;
-                more = taken >= config.batch;
-                if !more {
-                    break;
-                }
-            }
+            let (taken, more) = self.receive_all(index, config.batch);
+            pass.moved += taken;
             pass.backlog |= more;
         }
         let hold = pass.backlog || (hold_when_busy && pass.moved > 0);
@@ -92,7 +81,24 @@ impl Switch {
         pass
     }
 
-    pub(super) fn receive_from(&mut self, index: usize, batch: usize) -> usize {
+    /// Takes from the port at `index` batch after batch until its ring is empty, or
+    /// `MAX_BATCHES_PER_PASS` of them: one batch per pass let a port starve while the
+    /// same pass took a thousand frames from a peer's socket, and its fill ring ran empty
+    /// (503k frames lost by node B of `remote-wire`'s stream carrier, both ways at once
+    /// at 1514 B). Returns how many it took, and whether more may wait.
+    pub(super) fn receive_all(&mut self, index: usize, batch: usize) -> (usize, bool) {
+        let mut total = 0;
+        for _ in 0..MAX_BATCHES_PER_PASS {
+            let taken = self.receive_from(index, batch);
+            total += taken;
+            if taken < batch {
+                return (total, false);
+            }
+        }
+        (total, true)
+    }
+
+    fn receive_from(&mut self, index: usize, batch: usize) -> usize {
         let Switch {
             slots,
             peers,

@@ -101,6 +101,14 @@ impl Resize {
         }
     }
 
+    /// Whether a handover (the `Leaving` or `Settling` stage) has run its time.
+    fn handover_ends(&self, now: Instant) -> bool {
+        match self.stage {
+            Stage::Leaving { until, .. } | Stage::Settling { until, .. } => until <= now,
+            Stage::Bridging | Stage::Rebinding => false,
+        }
+    }
+
     /// The interface, slot and mode the worker's program must let go of when the port
     /// is removed in the middle of this.
     pub(super) fn attachment(&self) -> (u32, u32, XdpMode) {
@@ -207,16 +215,11 @@ impl Switch {
             self.keeper_done(done, now);
         }
         for index in 0..self.slots.len() {
-            let due = self.slots[index].as_ref().and_then(|slot| {
-                let resize = slot.resize.as_ref()?;
-                match resize.stage {
-                    Stage::Leaving { until, .. } | Stage::Settling { until, .. } => {
-                        Some(until <= now)
-                    }
-                    Stage::Bridging | Stage::Rebinding => None,
-                }
-            });
-            if due == Some(true) {
+            let due = self.slots[index]
+                .as_ref()
+                .and_then(|slot| slot.resize.as_ref())
+                .is_some_and(|resize| resize.handover_ends(now));
+            if due {
                 self.hand_over(index, config, now);
             }
         }
@@ -311,7 +314,8 @@ impl Switch {
     /// The end of a handover: the old socket, or the bridge, has been emptied and goes
     /// to the keeper; the bridge, or the new socket, is the port from now on.
     fn hand_over(&mut self, index: usize, config: &WorkerConfig, now: Instant) {
-        self.drain(index, config);
+        // Everything the port has received now, as a pass takes it.
+        self.receive_all(index, config.batch);
         let Switch {
             slots,
             sleeper,
@@ -364,15 +368,6 @@ impl Switch {
             other => {
                 resize.stage = other;
                 slot.resize = Some(resize);
-            }
-        }
-    }
-
-    /// Takes everything the port at `index` has received now, as passes do.
-    fn drain(&mut self, index: usize, config: &WorkerConfig) {
-        for _ in 0..super::forward::MAX_BATCHES_PER_PASS {
-            if self.receive_from(index, config.batch) < config.batch {
-                break;
             }
         }
     }
