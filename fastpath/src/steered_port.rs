@@ -85,7 +85,10 @@ impl SteeredPort {
             mode,
             max_frame,
             frames,
-            Steering::SendOnly { queue: 1 },
+            Steering::SendOnly {
+                queue: 1,
+                while_busy: None,
+            },
         )?;
         sender.set_fill_target(0);
         let netns = far

@@ -199,8 +199,14 @@ pub(crate) enum Steering<'a> {
     /// Through a program the caller attaches later (`RedirectProgram::steer`) that names
     /// `slot` itself; the socket is bound to the interface's first queue.
     Later(&'a RedirectProgram, u32),
-    /// None: the socket only sends, from the interface's queue `queue`.
-    SendOnly { queue: u32 },
+    /// None: the socket only sends, from the interface's queue `queue`. While the
+    /// kernel still holds the queue for a socket that closed (`Busy`), the bind is tried
+    /// again on the same UMEM for as long as `while_busy` says (it waits, then answers
+    /// whether to try again); without it, `Busy` is returned at once.
+    SendOnly {
+        queue: u32,
+        while_busy: Option<&'a mut dyn FnMut() -> bool>,
+    },
 }
 
 impl XdpPort {
@@ -258,11 +264,22 @@ impl XdpPort {
                     })?;
                 (XdpMode::Native, rings, None)
             }
-            Steering::SendOnly { queue } => (
-                XdpMode::Native,
-                XdpPort::bind(&umem, config, at, queue)?,
-                None,
-            ),
+            Steering::SendOnly {
+                queue,
+                mut while_busy,
+            } => {
+                // One UMEM for every try: a new one per try pinned and zeroed megabytes
+                // each time, and each failed try's release queued one more work item
+                // in the kernel ahead of the very release the bind waits for. Under
+                // load that kept a queue held for over 5 s (`remote-wire`'s TCP pass).
+                let rings = loop {
+                    match XdpPort::bind(&umem, config, at, queue) {
+                        Err(PortError::Busy(_)) if while_busy.as_mut().is_some_and(|w| w()) => {}
+                        bound => break bound?,
+                    }
+                };
+                (XdpMode::Native, rings, None)
+            }
         };
         let frame_size = layout.frame_size;
         tracing::info!(

@@ -290,7 +290,12 @@ pub fn tcp(path: WirePath, seconds: f64, setup: Setup) -> Result<Row> {
                     .args(["--time", &seconds.to_string()]),
             )?;
             match goodput(&out.stdout) {
-                Ok(bits) => return Ok(bits),
+                Ok(bits) => {
+                    if setup.verbose {
+                        eprintln!("  iperf3: {}", transfer_shape(&out.stdout));
+                    }
+                    return Ok(bits);
+                }
                 Err(e) => last = e,
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -317,6 +322,25 @@ pub fn tcp(path: WirePath, seconds: f64, setup: Setup) -> Result<Row> {
         cpu_ns_per_frame: None,
         tcp_gbps: Some(bits / 1e9),
     })
+}
+
+/// What `--verbose` shows of an iperf3 `--json` report: the sender's retransmits, and
+/// the goodput of each interval (a transfer that lost frames early and never caught up
+/// looks different from one slow throughout).
+fn transfer_shape(report: &[u8]) -> String {
+    let report: serde_json::Value = serde_json::from_slice(report).unwrap_or_default();
+    let retransmits = &report["end"]["sum_sent"]["retransmits"];
+    let intervals: Vec<String> = report["intervals"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["sum"]["bits_per_second"].as_f64())
+        .map(|bits| format!("{:.2}", bits / 1e9))
+        .collect();
+    format!(
+        "retransmits {retransmits}, Gbps per second [{}]",
+        intervals.join(" ")
+    )
 }
 
 /// The received bits per second of an iperf3 `--json` report, or what went wrong.

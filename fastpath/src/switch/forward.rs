@@ -94,6 +94,11 @@ impl Switch {
             if taken < batch {
                 return (total, false);
             }
+            // More waits: the frames this batch gave back go to the fill ring now, not
+            // at the end of the pass, so the kernel has room while the rest is taken.
+            if let Some(slot) = self.slots[index].as_mut() {
+                slot.refill();
+            }
         }
         (total, true)
     }
@@ -248,6 +253,16 @@ impl Slot {
         }
     }
 
+    /// Gives this port's free frames to its fill ring (an AF_XDP port; an AF_PACKET
+    /// port's ring needs nothing).
+    pub(super) fn refill(&mut self) {
+        match &mut self.port {
+            Port::Xdp(port) => port.refill(),
+            Port::Steered(port) => port.receiver().refill(),
+            Port::Packet(_) => {}
+        }
+    }
+
     /// Sends what waits for this AF_XDP port now and takes back the frames the kernel
     /// has sent. A veth's AF_XDP socket sends in copy mode, where a kick sends and
     /// completes at once: a burst for this port larger than its free frames (a peer's
@@ -368,8 +383,16 @@ fn queue_out(
         let Port::Packet(port) = &mut slot.port else {
             unreachable!("only an AF_PACKET port sends without a UMEM")
         };
+        // A full TX ring is sent at once and the frame queued again: a peer's burst
+        // (a hundred frames in one datagram) came to a port being resized, whose
+        // AF_PACKET bridge sends only at the end of a pass, and filled its ring
+        // (thousands of `TxFull` in a TCP transfer through `remote-wire`). A veth takes
+        // what send(2) gives it before the call returns, which frees the ring's slots.
         if !port.queue(std::iter::once(frame)) {
-            return Err(DropReason::TxFull);
+            port.flush();
+            if !port.queue(std::iter::once(frame)) {
+                return Err(DropReason::TxFull);
+            }
         }
         if let Some(counters) = table.counters(link) {
             counters.forwarded(direction, 1, frame.len() as u64);

@@ -9,6 +9,7 @@
 //! sockets in and hands the old ones over to be closed. It is started from the worker's
 //! thread, so it is in the worker's network namespace.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -19,14 +20,14 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use crate::packet_port::PacketPort;
 use crate::xdp_port::{PortError, Steering, XdpPort};
 
-use super::RELEASE_GRACE;
-
 /// How long the kernel usually takes to let go of a queue after its socket closed (16 ms
-/// measured idle): the first bind waits this long, so that few binds (each pins and
-/// zeroes a new UMEM) are refused.
+/// measured idle): the first bind waits this long, so that few binds are refused.
 const FIRST_BIND: Duration = Duration::from_millis(15);
-/// Between binds the kernel refused (the queue still held).
+/// Between binds the kernel refused (the queue still held): short at first, as an idle
+/// interface's queue comes free within tens of milliseconds; longer after `SLOW_AFTER`.
 const BIND_PAUSE: Duration = Duration::from_millis(5);
+const SLOW_BIND_PAUSE: Duration = Duration::from_millis(50);
+const SLOW_AFTER: Duration = Duration::from_millis(500);
 
 /// A socket to open for a resize, named by the resize's ticket.
 pub(super) enum Job {
@@ -48,6 +49,9 @@ pub(super) enum Job {
     },
     /// A socket to close.
     Close(Closing),
+    /// The resize of this ticket is over (its port was removed): a bind still waiting for
+    /// it stops.
+    Cancel(u64),
 }
 
 /// Held only to be dropped, which closes it.
@@ -85,13 +89,14 @@ impl Keeper {
         let thread = std::thread::Builder::new()
             .name("xwire-keeper".into())
             .spawn(move || {
-                for job in inbox {
-                    if let Some(done) = work(job, &stopping) {
-                        if outbox.send(done).is_err() {
-                            return;
-                        }
-                    }
-                }
+                leave_the_workers_core();
+                let mut keeper = KeeperThread {
+                    inbox,
+                    outbox,
+                    stop: stopping,
+                    later: VecDeque::new(),
+                };
+                keeper.run();
             })?;
         Ok(Keeper {
             jobs: Some(jobs),
@@ -128,58 +133,161 @@ impl Drop for Keeper {
     }
 }
 
-fn work(job: Job, stop: &AtomicBool) -> Option<Done> {
-    match job {
-        Job::Bridge {
-            ticket,
-            ifname,
-            max_frame,
-            slots,
-        } => Some(Done::Bridge {
-            ticket,
-            result: PacketPort::open(&ifname, max_frame, slots),
-        }),
-        Job::Socket {
-            ticket,
-            ifname,
-            max_frame,
-            frames,
-        } => Some(Done::Socket {
-            ticket,
-            result: bind_when_released(&ifname, max_frame, frames, stop).map(Box::new),
-        }),
-        Job::Close(socket) => {
-            drop(socket);
-            None
-        }
-    }
+/// The keeper's side of the channels.
+struct KeeperThread {
+    inbox: Receiver<Job>,
+    outbox: Sender<Done>,
+    stop: Arc<AtomicBool>,
+    /// Socket jobs that came while another waited for its queue: they take their turn
+    /// after it.
+    later: VecDeque<Job>,
 }
 
-/// Binds a new socket on `ifname`'s first queue, trying again while the kernel still
-/// holds it for a socket that closed (`RELEASE_GRACE` at most).
-fn bind_when_released(
-    ifname: &str,
-    max_frame: usize,
-    frames: usize,
-    stop: &AtomicBool,
-) -> Result<XdpPort, PortError> {
-    let since = Instant::now();
-    std::thread::sleep(FIRST_BIND);
-    loop {
+impl KeeperThread {
+    fn run(&mut self) {
+        loop {
+            let job = match self.later.pop_front() {
+                Some(job) => job,
+                None => match self.inbox.recv() {
+                    Ok(job) => job,
+                    Err(_) => return,
+                },
+            };
+            let done = match job {
+                Job::Socket {
+                    ticket,
+                    ifname,
+                    max_frame,
+                    frames,
+                } => self.bind_when_released(ticket, &ifname, max_frame, frames),
+                other => self.work(other),
+            };
+            if let Some(done) = done {
+                if self.outbox.send(done).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Every job but a socket's: done at once.
+    fn work(&mut self, job: Job) -> Option<Done> {
+        match job {
+            Job::Bridge {
+                ticket,
+                ifname,
+                max_frame,
+                slots,
+            } => Some(Done::Bridge {
+                ticket,
+                result: PacketPort::open(&ifname, max_frame, slots),
+            }),
+            Job::Socket { .. } => {
+                self.later.push_back(job);
+                None
+            }
+            Job::Close(socket) => {
+                drop(socket);
+                None
+            }
+            Job::Cancel(ticket) => {
+                self.later
+                    .retain(|job| !matches!(job, Job::Socket { ticket: t, .. } if *t == ticket));
+                None
+            }
+        }
+    }
+
+    /// Binds a new socket on `ifname`'s first queue once the kernel has let go of it for
+    /// the socket that closed, for as long as that takes, doing every other job that
+    /// comes meanwhile. The kernel holds the queue until no frame comes to the
+    /// interface: measured with `remote-wire`'s TCP pass, the bind was refused for as
+    /// long as the transfer ran (3 s of a 3 s run, 5 s of a 5 s one), and succeeded at
+    /// once after. Meanwhile the bridge carries the port. `None`: the resize was
+    /// cancelled, or the worker is stopping.
+    fn bind_when_released(
+        &mut self,
+        ticket: u64,
+        ifname: &str,
+        max_frame: usize,
+        frames: usize,
+    ) -> Option<Done> {
+        let since = Instant::now();
+        std::thread::sleep(FIRST_BIND);
+        let mut refused = 0u32;
+        let mut cancelled = false;
+        let mut wait = || {
+            refused += 1;
+            let pause = if since.elapsed() < SLOW_AFTER {
+                BIND_PAUSE
+            } else {
+                SLOW_BIND_PAUSE
+            };
+            std::thread::sleep(pause);
+            while let Ok(job) = self.inbox.try_recv() {
+                match job {
+                    Job::Cancel(t) if t == ticket => cancelled = true,
+                    other => {
+                        if let Some(done) = self.work(other) {
+                            let _ = self.outbox.send(done);
+                        }
+                    }
+                }
+            }
+            !cancelled && !self.stop.load(Ordering::Relaxed)
+        };
         let opened = XdpPort::open(
             ifname,
             None,
             max_frame,
             frames,
-            Steering::SendOnly { queue: 0 },
+            Steering::SendOnly {
+                queue: 0,
+                while_busy: Some(&mut wait),
+            },
         );
-        match opened {
-            Err(PortError::Busy(_))
-                if since.elapsed() < RELEASE_GRACE && !stop.load(Ordering::Relaxed) =>
-            {
-                std::thread::sleep(BIND_PAUSE);
-            }
-            result => return result,
+        tracing::debug!(ifname, frames, refused, waited = ?since.elapsed(), ok = opened.is_ok(), "rebound a resized port");
+        if cancelled {
+            return None;
         }
+        Some(Done::Socket {
+            ticket,
+            result: opened.map(Box::new),
+        })
     }
+}
+
+/// Moves the calling thread (the keeper, which started on its worker's thread and so on
+/// its core) to every other core of the machine. The sockets it closes are released by
+/// the kernel in work that runs where they were closed: on the worker's own core, that
+/// work waited behind the worker and the traffic it carried, and a port's new socket
+/// could not be bound for as long as the traffic flowed (5 s, in `remote-wire`'s TCP
+/// pass). A worker that is not pinned, or a machine of one core, keeps it where it is.
+fn leave_the_workers_core() {
+    use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
+    let Ok(now) = sched_getaffinity(Pid::from_raw(0)) else {
+        return;
+    };
+    let cores = CpuSet::count();
+    let pinned: Vec<usize> = (0..cores)
+        .filter(|&c| now.is_set(c).unwrap_or(false))
+        .collect();
+    let online = usize::try_from(online_cores()).unwrap_or(0).min(cores);
+    let [worker_core] = pinned[..] else {
+        return;
+    };
+    let mut elsewhere = CpuSet::new();
+    for core in (0..online).filter(|&c| c != worker_core) {
+        let _ = elsewhere.set(core);
+    }
+    if online > 1 {
+        let _ = sched_setaffinity(Pid::from_raw(0), &elsewhere);
+    }
+}
+
+/// The cores online now.
+fn online_cores() -> i64 {
+    // SAFETY: sysconf reads a system value; it has no memory effects.
+    unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }
 }

@@ -609,8 +609,11 @@ impl Switch {
             Some(resize) => {
                 self.resizing -= 1;
                 let attachment = resize.attachment();
-                if let (Some(socket), Some(keeper)) = (resize.into_socket(), &self.keeper) {
-                    keeper.close(socket);
+                if let Some(keeper) = &self.keeper {
+                    keeper.ask(keeper::Job::Cancel(resize.ticket()));
+                    if let Some(socket) = resize.into_socket() {
+                        keeper.close(socket);
+                    }
                 }
                 Some(attachment)
             }

@@ -35,6 +35,12 @@ use super::{Port, Slot, Switch};
 /// How long a socket leaving the map, or joining it, overlaps with the bridge: far more
 /// than a NAPI poll, in which the kernel hands redirected frames to a socket.
 const HANDOVER: Duration = Duration::from_micros(250);
+/// The least a bridge's rings hold. A busy interface keeps its queue from the new
+/// socket for as long as its traffic flows (see `keeper.rs`), so the bridge may carry the
+/// port for seconds, at whatever rate the traffic climbs to: the first look saw only the
+/// start of it (a TCP transfer's first 20 ms asked for 256 frames, and its bridge of
+/// 256 then dropped 1379 frames in 3 s).
+const BRIDGE_SLOTS: usize = 1024;
 /// How often the worker asks the keeper for what it opened, at least, while a resize
 /// waits on it.
 pub(super) const KEEPER_POLL: Duration = Duration::from_millis(1);
@@ -107,6 +113,11 @@ impl Resize {
             Stage::Leaving { until, .. } | Stage::Settling { until, .. } => until <= now,
             Stage::Bridging | Stage::Rebinding => false,
         }
+    }
+
+    /// What names this resize to the keeper.
+    pub(super) fn ticket(&self) -> u64 {
+        self.ticket
     }
 
     /// The interface, slot and mode the worker's program must let go of when the port
@@ -193,7 +204,7 @@ impl Switch {
             ticket,
             ifname: port.ifname().to_owned(),
             max_frame,
-            slots: frames,
+            slots: frames.max(BRIDGE_SLOTS),
         });
         slot.resize = Some(Box::new(Resize {
             ticket,

@@ -116,9 +116,15 @@ impl Running {
         for i in 0..2 {
             let peer = workers[i].peer_status().map(|(c, _)| c);
             let kernel = workers[i].kernel_drops(ports[i]);
-            let quic = workers[i].stats().map(|s| s.peers);
+            let stats = workers[i].stats();
+            let quic = stats.as_ref().map(|s| &s.peers);
+            // The pod port's UMEM frames now (sized by its traffic; `None` mid-resize).
+            let frames = stats
+                .as_ref()
+                .ok()
+                .and_then(|s| s.links.first()?.umem_frames[0]);
             out.push_str(&format!(
-                "  node {i}: peer {peer:?}\n    quic {quic:?}\n    link out {:?}\n    link in {:?}\n    kernel drops {kernel:?}\n",
+                "  node {i}: peer {peer:?}\n    quic {quic:?}\n    link out {:?}\n    link in {:?}\n    kernel drops {kernel:?}, port frames {frames:?}\n",
                 links[i].snapshot(Direction::AToB),
                 links[i].snapshot(Direction::BToA),
             ));
