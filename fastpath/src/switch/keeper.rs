@@ -81,7 +81,7 @@ pub(super) struct Keeper {
 
 impl Keeper {
     /// Starts the keeper: call it from the worker's thread.
-    pub(super) fn spawn() -> std::io::Result<Keeper> {
+    pub(super) fn spawn(worker_core: Option<usize>) -> std::io::Result<Keeper> {
         let (jobs, inbox) = unbounded();
         let (outbox, done) = unbounded();
         let stop = Arc::new(AtomicBool::new(false));
@@ -89,7 +89,9 @@ impl Keeper {
         let thread = std::thread::Builder::new()
             .name("xwire-keeper".into())
             .spawn(move || {
-                leave_the_workers_core();
+                if let Some(core) = worker_core {
+                    leave_the_workers_core(core);
+                }
                 let mut keeper = KeeperThread {
                     inbox,
                     outbox,
@@ -263,27 +265,20 @@ impl KeeperThread {
 /// work waited behind the worker and the traffic it carried, and a port's new socket
 /// could not be bound for as long as the traffic flowed (5 s, in `remote-wire`'s TCP
 /// pass). A worker that is not pinned, or a machine of one core, keeps it where it is.
-fn leave_the_workers_core() {
-    use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+fn leave_the_workers_core(worker_core: usize) {
+    use nix::sched::{sched_setaffinity, CpuSet};
     use nix::unistd::Pid;
-    let Ok(now) = sched_getaffinity(Pid::from_raw(0)) else {
+    let online = usize::try_from(online_cores())
+        .unwrap_or(0)
+        .min(CpuSet::count());
+    if online < 2 {
         return;
-    };
-    let cores = CpuSet::count();
-    let pinned: Vec<usize> = (0..cores)
-        .filter(|&c| now.is_set(c).unwrap_or(false))
-        .collect();
-    let online = usize::try_from(online_cores()).unwrap_or(0).min(cores);
-    let [worker_core] = pinned[..] else {
-        return;
-    };
+    }
     let mut elsewhere = CpuSet::new();
     for core in (0..online).filter(|&c| c != worker_core) {
         let _ = elsewhere.set(core);
     }
-    if online > 1 {
-        let _ = sched_setaffinity(Pid::from_raw(0), &elsewhere);
-    }
+    let _ = sched_setaffinity(Pid::from_raw(0), &elsewhere);
 }
 
 /// The cores online now.

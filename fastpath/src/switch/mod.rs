@@ -189,7 +189,7 @@ impl Switch {
             ),
             next_look: Instant::now(),
             resizing: 0,
-            keeper: keeper::Keeper::spawn()
+            keeper: keeper::Keeper::spawn(config.core)
                 .map_err(|e| tracing::warn!(error = %e, "no keeper thread: ports keep their size"))
                 .ok(),
             tickets: 0,
