@@ -87,14 +87,14 @@ impl PacketPort {
             mode: "af_packet",
             source: io::Error::new(e.kind(), format!("{what}: {e}")),
         };
+        // Protocol 0: a socket opened for ETH_P_ALL takes every interface's frames until
+        // `bind` narrows it to one, and keeps them in its ring. A resize's bridge opened
+        // while another pod sent forwarded that pod's frames over its own link (extra
+        // frames on a wire in `switch.rs`'s tests when ports were resized every 20 ms),
+        // and a port opened in a daemon's namespace took the host's. `bind` below names
+        // the protocol and the interface together.
         // SAFETY: plain socket(2) call; the fd is owned at once.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW,
-                i32::from(ETH_P_ALL.to_be()),
-            )
-        };
+        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
         if raw < 0 {
             return Err(fail("socket", io::Error::last_os_error()));
         }
@@ -316,5 +316,60 @@ impl Drop for PacketPort {
         unsafe {
             libc::munmap(self.map.as_ptr().cast(), self.map_len);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    use xwire_testbed::checks::test_frame;
+    use xwire_testbed::{unique_ifname, Netns, RawSocket, Veth};
+
+    use super::PacketPort;
+
+    #[test]
+    fn a_port_opened_while_another_interface_is_busy_takes_none_of_its_frames() {
+        // A resize's bridge opened while another pod sent through the node forwarded
+        // that pod's frames over its own link: the socket took every interface's frames
+        // from its opening until its bind.
+        const OPENS: usize = 50;
+        let pod = Netns::new("xpp-open-pod").unwrap();
+        let node = Netns::new("xpp-open-node").unwrap();
+        let quiet = Veth::named(&pod, "eth1", &node, &unique_ifname()).unwrap();
+        let busy = Veth::named(&pod, "eth2", &node, &unique_ifname()).unwrap();
+        quiet.set_up().unwrap();
+        busy.set_up().unwrap();
+        let flood = RawSocket::open(&pod, "eth2").unwrap();
+        let stop = AtomicBool::new(false);
+        let foreign = std::thread::scope(|s| {
+            s.spawn(|| {
+                // Bounded in time; the frames go only to the node's end of `busy`.
+                let deadline = Instant::now() + Duration::from_secs(30);
+                let mut seq = 0u16;
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    let _ = flood.send(&test_frame(100, 0xf, seq));
+                    seq = seq.wrapping_add(1);
+                }
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            let foreign = node.run(|| {
+                let mut foreign = 0;
+                for _ in 0..OPENS {
+                    let mut port = PacketPort::open(quiet.b_name(), 1514, 64).unwrap();
+                    port.receive(64, |frame, _| {
+                        foreign += usize::from(frame.get(11) == Some(&0xf));
+                    });
+                }
+                foreign
+            });
+            stop.store(true, Ordering::Relaxed);
+            foreign.unwrap()
+        });
+        assert_eq!(
+            foreign, 0,
+            "frames of the busy interface taken by {OPENS} ports opened on the quiet one"
+        );
     }
 }

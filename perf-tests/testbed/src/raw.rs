@@ -23,19 +23,15 @@ impl RawSocket {
     pub fn open(ns: &Netns, ifname: &str) -> Result<RawSocket, Error> {
         let index = ns.ifindex(ifname)?;
         let op = format!("open a packet socket on {ifname} in {}", ns.name());
+        // No protocol until `bind` names it with the interface: a socket opened for
+        // ETH_P_ALL takes every interface's frames until then, and keeps them.
         let socket = ns
-            .run(|| {
-                Socket::new(
-                    Domain::PACKET,
-                    Type::RAW,
-                    Some(Protocol::from(i32::from(ETH_P_ALL.to_be()))),
-                )
-            })?
+            .run(|| Socket::new(Domain::PACKET, Type::RAW, None))?
             .map_err(|e| Error::io(&op, e))?;
+        ignore_outgoing(&socket).map_err(|e| Error::io(&op, e))?;
         socket
             .bind(&link_address(index))
             .map_err(|e| Error::io(&op, e))?;
-        ignore_outgoing(&socket).map_err(|e| Error::io(&op, e))?;
         // Room for a few thousand frames, so that a test's reader that falls behind for a
         // moment loses nothing.
         socket
