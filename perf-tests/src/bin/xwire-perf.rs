@@ -136,7 +136,7 @@ enum Scenario {
         #[command(flatten)]
         run: RunArgs,
         /// Devices to measure (direct-veth, linux-bridge, testpmd-af_xdp-io,
-        /// ovs-netdev-afxdp, xwire).
+        /// ovs-netdev-afxdp, xwire; also xwire-af_packet: xwire with AF_PACKET ports).
         #[arg(
             long,
             value_delimiter = ',',

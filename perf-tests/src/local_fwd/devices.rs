@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use xwire_fastpath::Worker;
+use xwire_fastpath::{PortChoice, Worker};
 
 use crate::testbed::{unique_ifname, ChildGuard, Netns};
 use crate::worker_settings::WorkerSettings;
@@ -23,6 +23,10 @@ pub enum Device {
     OvsAfxdp,
     /// xwire's switch, its worker set up as these settings say.
     Xwire(WorkerSettings),
+    /// The same with AF_PACKET ports: on a veth, AF_XDP runs in copy mode, where the
+    /// kernel copies a frame twice on the way in and builds an skb on the way out; this
+    /// measures what the fallback costs beside it. Not in the default list.
+    XwirePacket(WorkerSettings),
 }
 
 impl Device {
@@ -44,16 +48,20 @@ impl Device {
             Device::Testpmd => "testpmd-af_xdp-io",
             Device::OvsAfxdp => "ovs-netdev-afxdp",
             Device::Xwire(_) => "xwire",
+            Device::XwirePacket(_) => "xwire-af_packet",
         }
     }
 
     /// The device called `name`; xwire's with `xwire`'s settings.
     pub fn parse(name: &str, xwire: WorkerSettings) -> Option<Device> {
-        Device::all(xwire).into_iter().find(|d| d.name() == name)
+        Device::all(xwire)
+            .into_iter()
+            .chain([Device::XwirePacket(xwire)])
+            .find(|d| d.name() == name)
     }
 
     pub fn is_xwire(self) -> bool {
-        matches!(self, Device::Xwire(_))
+        matches!(self, Device::Xwire(_) | Device::XwirePacket(_))
     }
 
     /// The largest frame the device is set up for here (the peers' default buffers).
@@ -91,11 +99,15 @@ pub fn start(
             dut.steer_receive_to_cpu(in_if, cpu)?;
             Ok(Running::Kernel)
         }
-        Device::Xwire(settings) => {
+        Device::Xwire(settings) | Device::XwirePacket(settings) => {
+            let choice = match device {
+                Device::XwirePacket(_) => Some(PortChoice::AfPacket),
+                _ => None,
+            };
             let config = settings.config(cpu);
             let worker = dut.run(|| Worker::spawn(config))??;
-            let a = worker.add_port(in_if, max_frame.max(1514))?;
-            let b = worker.add_port(out_if, max_frame.max(1514))?;
+            let a = worker.add_port_as(in_if, max_frame.max(1514), choice)?;
+            let b = worker.add_port_as(out_if, max_frame.max(1514), choice)?;
             worker.add_link(xwire_fastpath::WireId(1), a.id, b.id)?;
             Ok(Running::Xwire { _worker: worker })
         }
