@@ -526,3 +526,54 @@ fn a_burst_right_after_a_slow_handshake_leaves_at_once_and_whole() {
         .collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "out of order");
 }
+
+#[test]
+fn receive_overflows_under_load_do_not_shrink_a_jumbo_underlays_datagrams() {
+    // A receiver that falls behind (its UDP buffer full) loses runs of the largest
+    // packets while smaller ones, sent after, arrive. QUIC's black-hole detection took
+    // that for an MTU black hole and cut the packets to 1200 bytes for the rest of the
+    // connection: every frame over about 1150 bytes then rode the stream (3 of 4 of a
+    // 1514-byte datagram wire's frames in `xwire-perf remote-wire`). The underlay's MTU
+    // is configured, so a wire keeps it.
+    let (id_a, id_b) = identities();
+    let jumbo = |id, addr: &str| {
+        let mut config = PeerConfig::new(id, addr.parse().unwrap());
+        config.underlay_mtu = 9000;
+        PeerEndpoint::new(&config).unwrap()
+    };
+    let mut net = Net::with(jumbo(id_a, A), jumbo(id_b, B), Carrier::Datagram);
+    assert!(net.run_until(Duration::from_secs(2), Net::both_up));
+    let other = net.a.other;
+    let mut seq = 0u16;
+    // Sends `count` frames of `len` bytes from node-a, a step after each when `stepping`.
+    let mut send = |net: &mut Net, count: usize, len: usize, stepping: bool| {
+        for _ in 0..count {
+            net.a
+                .endpoint
+                .send_frame(net.now, other, WireId(5), &frame(len, seq), None);
+            seq = seq.wrapping_add(1);
+            if stepping {
+                net.step();
+            }
+        }
+    };
+    for _overflow in 0..8 {
+        // Full batches of 1514-byte frames, all lost...
+        net.loss_per_mille = 1000;
+        send(&mut net, 60, 1514, false);
+        net.step();
+        // ...then small frames, one packet each, that arrive and are acknowledged.
+        net.loss_per_mille = 0;
+        send(&mut net, 20, 64, true);
+        net.run_until(Duration::from_millis(50), |_| false);
+    }
+    let before = net.a.endpoint.counters();
+    assert!(net.lost > 0, "the loss is real");
+    send(&mut net, 20, 1514, true);
+    let after = net.a.endpoint.counters();
+    assert_eq!(
+        after.stream_frames_sent, before.stream_frames_sent,
+        "1514-byte frames went on the stream after the overflows: {after:?}"
+    );
+    assert_eq!(after.stream_frames_sent, 0, "{after:?}");
+}

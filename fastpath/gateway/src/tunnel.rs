@@ -136,13 +136,27 @@ pub(crate) fn start(
                         return;
                     }
                 };
-                let mut endpoint = match Endpoint::server(server, wan) {
-                    Ok(endpoint) => endpoint,
-                    Err(source) => {
-                        let _ = ready_tx.send(Err(GatewayError::Io {
+                let endpoint = tls::endpoint_config(config.wan_mtu).and_then(|endpoint_config| {
+                    let socket =
+                        std::net::UdpSocket::bind(wan).map_err(|source| GatewayError::Io {
                             what: format!("listen on {wan}"),
                             source,
-                        }));
+                        })?;
+                    Endpoint::new(
+                        endpoint_config,
+                        Some(server),
+                        socket,
+                        Arc::new(quinn::TokioRuntime),
+                    )
+                    .map_err(|source| GatewayError::Io {
+                        what: format!("listen on {wan}"),
+                        source,
+                    })
+                });
+                let mut endpoint = match endpoint {
+                    Ok(endpoint) => endpoint,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
                         return;
                     }
                 };

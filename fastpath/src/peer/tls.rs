@@ -44,12 +44,19 @@ fn transport(initial_mtu: u16) -> Arc<TransportConfig> {
         .max_ack_delay(Some(MAX_ACK_DELAY));
     t.congestion_controller_factory(Arc::new(Unthrottled))
         .ack_frequency_config(Some(acks));
-    // The underlay's MTU is configured, not guessed: packets start at it, and no probes
-    // look for more. (Should the configured MTU be too large, QUIC's black-hole
-    // detection still falls back to 1200 bytes.)
+    // The underlay's MTU is configured, not guessed: packets start at it, no probes look
+    // for more, and none are made smaller after loss. QUIC's black-hole detection took
+    // the runs of large packets that a receiver lost while behind (its UDP buffer full)
+    // for an MTU black hole and cut packets to 1200 bytes for the rest of the connection
+    // (discovery being off, nothing raised them again): every frame over about 1150 bytes
+    // then rode the stream, three of four 1514-byte frames of a datagram wire under load.
+    // A configured MTU that is too large loses the large frames, as a kernel tunnel's
+    // would.
+    let mtu = initial_mtu.max(1200);
     t.keep_alive_interval(Some(Duration::from_millis(500)))
         .max_idle_timeout(Some(VarInt::from_u32(3_000).into()))
-        .initial_mtu(initial_mtu.max(1200))
+        .initial_mtu(mtu)
+        .min_mtu(mtu)
         .mtu_discovery_config(None)
         .datagram_receive_buffer_size(Some(8 << 20))
         .datagram_send_buffer_size(1 << 20)
