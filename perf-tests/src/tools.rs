@@ -22,8 +22,9 @@ pub const IPERF3: Tool = Tool {
 
 pub const TESTPMD: Tool = Tool {
     program: "dpdk-testpmd",
+    // Debian ships the program in dpdk-dev ("basic tools"), not in dpdk.
     packages: &[
-        "dpdk",
+        "dpdk-dev",
         "librte-net-af-xdp23",
         "librte-mempool-ring23",
         "librte-mempool23",
