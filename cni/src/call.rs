@@ -232,6 +232,12 @@ fn cni_call(
     if ifname.is_empty() {
         return Err(error(codes::INVALID_ENVIRONMENT, "CNI_IFNAME is not set"));
     }
+    if let Err(why) = check_interface_name(&ifname) {
+        return Err(error(
+            codes::INVALID_ENVIRONMENT,
+            format!("CNI_IFNAME {ifname:?} is not an interface name: {why}"),
+        ));
+    }
     let netns = var("CNI_NETNS");
     if netns.is_empty() && command != "DEL" {
         return Err(error(codes::INVALID_ENVIRONMENT, "CNI_NETNS is not set"));
@@ -264,6 +270,27 @@ fn cni_call(
         args,
         config: config.clone(),
     })
+}
+
+/// The kernel's rules for an interface name, which libcni checks too: a name that breaks
+/// them fails later, half done, and one such as `../x` would name a path outside the
+/// interface's own directory under /proc/sys.
+fn check_interface_name(name: &str) -> Result<(), &'static str> {
+    /// IFNAMSIZ less the terminating NUL.
+    const MAX_LEN: usize = 15;
+    if name.len() > MAX_LEN {
+        return Err("longer than 15 bytes");
+    }
+    if name == "." || name == ".." {
+        return Err("a name of a directory entry");
+    }
+    if name
+        .chars()
+        .any(|c| c == '/' || c == ':' || c.is_whitespace())
+    {
+        return Err("it holds '/', ':' or white space");
+    }
+    Ok(())
 }
 
 fn string_at(config: &Value, pointer: &str) -> Option<String> {
@@ -378,6 +405,34 @@ mod tests {
         assert_eq!(e.code, codes::INCOMPATIBLE_VERSION);
         let (_, e) = Invocation::parse(&env("STATUS", ""), &config("1.0.0")).unwrap_err();
         assert_eq!(e.code, codes::INCOMPATIBLE_VERSION);
+    }
+
+    #[test]
+    fn an_interface_name_the_kernel_would_refuse_is_refused_first() {
+        for bad in [
+            "../x",
+            "..",
+            ".",
+            "eth 1",
+            "eth:1",
+            "a/b",
+            "sixteen-bytes-xx",
+        ] {
+            let mut e = env("ADD", "K8S_POD_NAME=r1");
+            e.retain(|(k, _)| k != "CNI_IFNAME");
+            e.push(("CNI_IFNAME".into(), bad.into()));
+            let (_, err) = Invocation::parse(&e, &config("1.1.0")).unwrap_err();
+            assert_eq!(err.code, codes::INVALID_ENVIRONMENT, "{bad}");
+            assert!(
+                err.msg.contains("not an interface name"),
+                "{bad}: {}",
+                err.msg
+            );
+        }
+        let mut e = env("ADD", "K8S_POD_NAME=r1");
+        e.retain(|(k, _)| k != "CNI_IFNAME");
+        e.push(("CNI_IFNAME".into(), "fifteen-bytes-x".into()));
+        assert!(Invocation::parse(&e, &config("1.1.0")).is_ok());
     }
 
     #[test]

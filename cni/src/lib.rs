@@ -52,16 +52,29 @@ pub fn run(
     }
     let mut config = Vec::new();
     if command != "VERSION" {
-        if let Err(e) = stdin.read_to_end(&mut config) {
-            return print_error(
-                out,
-                call::newest_version(),
-                &CniError {
-                    code: codes::IO_FAILURE,
-                    msg: "cannot read the network configuration on stdin".into(),
-                    details: e.to_string(),
-                },
-            );
+        // One byte over the limit is enough to know: a runtime (or anyone who can run
+        // the plugin) cannot make it hold more than that in memory.
+        let read = stdin
+            .take(xwire_proto::local::MAX_LOCAL_BODY as u64 + 1)
+            .read_to_end(&mut config);
+        let refusal = match read {
+            Err(e) => Some(CniError {
+                code: codes::IO_FAILURE,
+                msg: "cannot read the network configuration on stdin".into(),
+                details: e.to_string(),
+            }),
+            Ok(n) if n > xwire_proto::local::MAX_LOCAL_BODY => Some(CniError {
+                code: codes::INVALID_CONFIG,
+                msg: "the network configuration on stdin is too large".into(),
+                details: format!(
+                    "over {} bytes, the most the daemon takes in one call",
+                    xwire_proto::local::MAX_LOCAL_BODY
+                ),
+            }),
+            Ok(_) => None,
+        };
+        if let Some(refusal) = refusal {
+            return print_error(out, call::newest_version(), &refusal);
         }
     }
     let started = std::time::Instant::now();

@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 use xwire_proto::local::{self, codes, CniError, Response};
 use xwire_proto::DecodeError;
 
+use crate::accept_failures::AcceptFailures;
 use crate::metrics::NodeMetrics;
 use crate::node::{CaptureStream, Node};
 use crate::step_times;
@@ -210,13 +211,14 @@ pub async fn serve(
     stop: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(stop);
+    let mut failures = AcceptFailures::new("local API socket");
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     tokio::spawn(connection(stream, jobs.clone(), Arc::clone(&metrics)));
                 }
-                Err(e) => tracing::warn!("accept on the local API socket: {e}"),
+                Err(e) => tokio::time::sleep(failures.failed(&e)).await,
             },
             () = &mut stop => break,
         }

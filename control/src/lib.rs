@@ -1,6 +1,7 @@
 //! The xwire control plane: the node daemon's configuration, topology sources, the wire
 //! store, the interfaces it makes, and the logic that answers CNI calls (see DESIGN.md).
 
+mod accept_failures;
 pub mod api_server;
 pub mod capture_stream;
 pub mod chain;

@@ -220,6 +220,15 @@ fn malformed_calls_get_the_right_error_and_change_nothing() {
     let anonymous = [env[0], env[1], env[2], ("CNI_ARGS", "IgnoreUnknown=1")];
     assert_eq!(code(plugin("ADD", &anonymous, &config)), Some(4));
     assert_eq!(code(plugin("FROB", &env, &config)), Some(4));
+    // 4: an interface name with a path in it, or longer than the kernel takes.
+    for ifname in ["../x", "sixteen-bytes-xx"] {
+        let odd = [env[0], env[1], ("CNI_IFNAME", ifname), env[3]];
+        assert_eq!(code(plugin("ADD", &odd, &config)), Some(4), "{ifname}");
+    }
+    // 7: a configuration larger than the daemon takes in one call, refused unread.
+    let mut huge = config.clone();
+    huge["padding"] = json!("x".repeat(xwire_proto::local::MAX_LOCAL_BODY));
+    assert_eq!(code(plugin("ADD", &env, &huge)), Some(7));
     // 11: ADD with the daemon unreachable; 50: STATUS likewise.
     let mut away = config.clone();
     away["socket"] = json!("/run/xwire-test-no-daemon.sock");

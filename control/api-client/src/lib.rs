@@ -22,11 +22,24 @@ pub fn open(
     request: &Request,
     timeout: Duration,
 ) -> std::io::Result<(Response, UnixStream, Vec<u8>)> {
+    let mut out = Vec::new();
+    local::encode(1, request, &mut out);
+    // The daemon would read the length, answer that it is too long and close, and the
+    // caller, still writing, would see only a broken pipe.
+    if local::next_record(&out).is_err() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "the {} request is {} bytes, over the {} bytes the daemon takes in one call",
+                request.name(),
+                out.len(),
+                local::MAX_LOCAL_BODY
+            ),
+        ));
+    }
     let mut stream = UnixStream::connect(socket)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
-    let mut out = Vec::new();
-    local::encode(1, request, &mut out);
     stream.write_all(&out)?;
     let invalid = |e: xwire_proto::DecodeError| {
         std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
@@ -46,5 +59,28 @@ pub fn open(
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
         buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xwire_proto::local::TopologyApply;
+
+    #[test]
+    fn a_request_over_the_limit_is_refused_before_it_is_sent() {
+        let padding = "x".repeat(local::MAX_LOCAL_BODY);
+        let request = Request::TopologyApply(TopologyApply {
+            objects: vec![padding.into()],
+        });
+        // No daemon at this path: the size is checked first.
+        let e = call(
+            Path::new("/nonexistent/xwire.sock"),
+            &request,
+            Duration::from_secs(1),
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+        assert!(e.to_string().contains("topology_apply request is"), "{e}");
     }
 }

@@ -61,6 +61,18 @@ impl NetnsError {
         }
     }
 
+    /// Whether the namespace could not be opened for want of file descriptors or memory:
+    /// nothing is wrong with the caller's path, and a later try may succeed.
+    pub fn is_shortage(&self) -> bool {
+        matches!(
+            self,
+            NetnsError::Open { source, .. } if matches!(
+                source.raw_os_error(),
+                Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOMEM)
+            )
+        )
+    }
+
     /// The errno the kernel answered with, if it refused a request.
     pub fn errno(&self) -> Option<i32> {
         match self {
@@ -84,32 +96,36 @@ nix::ioctl_none!(ns_get_nstype, 0xb7, 3);
 
 impl NetnsFd {
     /// Opens the namespace at `path` (e.g. `/run/netns/x` or `/proc/<pid>/ns/net`).
-    /// Whatever the path holds, this returns at once: a FIFO or a device is opened
-    /// without blocking (and close-on-exec, as std always does), then refused, as is a
-    /// namespace of another kind.
+    /// Whatever the path holds, nothing but a namespace file is ever opened for reading:
+    /// the path is opened with `O_PATH` first, which opens no FIFO or device (opening a
+    /// device can act: a watchdog arms, a tape rewinds), and only an nsfs file is then
+    /// opened for real, through that same descriptor (not the path again, which may
+    /// have changed meanwhile). A namespace of another kind is refused too.
     pub fn open(path: &Path) -> Result<NetnsFd, NetnsError> {
         let label = path.display().to_string();
+        let open_error = |source: std::io::Error| NetnsError::Open {
+            path: label.clone(),
+            source,
+        };
+        let handle = File::options()
+            .read(true)
+            .custom_flags(libc::O_PATH)
+            .open(path)
+            .map_err(open_error)?;
+        let fs = nix::sys::statfs::fstatfs(&handle).map_err(|e| open_error(e.into()))?;
+        if fs.filesystem_type().0 as i64 != NSFS_MAGIC {
+            return Err(NetnsError::NotNetns {
+                path: label.clone(),
+            });
+        }
         let file = File::options()
             .read(true)
             .custom_flags(libc::O_NONBLOCK)
-            .open(path)
-            .map_err(|source| NetnsError::Open {
-                path: label.clone(),
-                source,
-            })?;
-        let fs = nix::sys::statfs::fstatfs(&file).map_err(|e| NetnsError::Open {
-            path: label.clone(),
-            source: e.into(),
-        })?;
-        if fs.filesystem_type().0 as i64 != NSFS_MAGIC {
-            return Err(NetnsError::NotNetns { path: label });
-        }
+            .open(format!("/proc/thread-self/fd/{}", handle.as_raw_fd()))
+            .map_err(open_error)?;
         // SAFETY: NS_GET_NSTYPE takes no argument and only reads which kind of namespace
         // the open nsfs file (checked just above) refers to.
-        let kind = unsafe { ns_get_nstype(file.as_raw_fd()) }.map_err(|e| NetnsError::Open {
-            path: label.clone(),
-            source: e.into(),
-        })?;
+        let kind = unsafe { ns_get_nstype(file.as_raw_fd()) }.map_err(|e| open_error(e.into()))?;
         if kind != libc::CLONE_NEWNET {
             return Err(NetnsError::NotNetns { path: label });
         }
@@ -290,25 +306,44 @@ mod tests {
     }
 
     #[test]
-    fn a_fifo_or_another_kind_of_namespace_is_refused_at_once() {
-        let dir = std::env::temp_dir().join(format!("xwire-netns-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let fifo = dir.join("fifo");
-        let _ = std::fs::remove_file(&fifo);
-        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-        let refused = open_within_limit(&fifo);
-        let _ = std::fs::remove_dir_all(&dir);
-        assert!(
-            matches!(refused, Err(NetnsError::NotNetns { .. })),
-            "{refused:?}"
-        );
-
+    fn another_kind_of_namespace_is_refused() {
         let mount_ns = open_within_limit(Path::new("/proc/self/ns/mnt"));
         assert!(
             matches!(mount_ns, Err(NetnsError::NotNetns { .. })),
             "{mount_ns:?}"
         );
         assert!(open_within_limit(Path::new("/proc/self/ns/net")).is_ok());
+    }
+
+    /// Refused at once, and without being opened for reading.
+    #[test]
+    fn a_fifo_is_never_opened_for_reading() {
+        let dir = std::env::temp_dir().join(format!("xwire-netns-w-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let _ = std::fs::remove_file(&fifo);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        // A writer's open waits until the FIFO has a reader: it tells whether one came.
+        let (opened, writer_in) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        let writer = std::thread::spawn(move || {
+            let _file = File::options().write(true).open(&path);
+            let _ = opened.send(());
+        });
+        let refused = open_within_limit(&fifo);
+        let reader_came = writer_in.recv_timeout(std::time::Duration::from_millis(300));
+        // Lets the writer go, whatever happened.
+        let _release = File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo);
+        writer.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            matches!(refused, Err(NetnsError::NotNetns { .. })),
+            "{refused:?}"
+        );
+        assert!(reader_came.is_err(), "the FIFO was opened for reading");
     }
 
     #[test]
@@ -323,6 +358,11 @@ mod tests {
                 source: std::io::Error::from_raw_os_error(errno),
             };
             assert!(!e.is_gone(), "{errno}");
+            assert_eq!(
+                e.is_shortage(),
+                errno == libc::EMFILE || errno == libc::ENFILE,
+                "{errno}"
+            );
         }
     }
 

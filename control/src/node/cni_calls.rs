@@ -289,6 +289,14 @@ fn open_pod_netns(path: &str) -> Result<NetnsFd, NodeError> {
         ));
     }
     NetnsFd::open(Path::new(path)).map_err(|e| {
+        if e.is_shortage() {
+            // The runtime retries code 11; code 4 would tell it the pod is at fault.
+            return NodeError::new(
+                ErrorKind::TryAgainLater,
+                format!("CNI_NETNS {path} cannot be opened now"),
+                e.to_string(),
+            );
+        }
         NodeError::new(
             ErrorKind::InvalidEnvironment,
             format!("CNI_NETNS {path} is not a network namespace"),
