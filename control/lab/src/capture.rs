@@ -56,9 +56,7 @@ pub fn capture(
     eprintln!("capturing {} (Ctrl-C ends it)", interfaces.join(" and "));
     let mut out: Box<dyn Write> = match output {
         Output::Stdout => Box::new(std::io::stdout().lock()),
-        Output::File(path) => Box::new(
-            std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?,
-        ),
+        Output::File(path) => Box::new(create_output(path)?),
     };
     out.write_all(&first)?;
     let mut written = first.len() as u64;
@@ -99,4 +97,51 @@ pub fn capture(
     }
     out.flush()?;
     Ok(written)
+}
+
+/// Creates (or truncates) the capture file, but never through a symbolic link: the
+/// command runs as root, and a link that someone else left at the path would have it
+/// overwrite whatever file the link names.
+fn create_output(path: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(nix::libc::ELOOP) {
+                anyhow::anyhow!(
+                    "{} is a symbolic link: not followed for a capture file",
+                    path.display()
+                )
+            } else {
+                anyhow::Error::new(e).context(format!("create {}", path.display()))
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capture_file_is_never_written_through_a_link() {
+        let dir = std::env::temp_dir().join(format!("xwire-capture-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("precious");
+        std::fs::write(&target, "keep me").unwrap();
+        let link = dir.join("capture.pcapng");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let refused = create_output(&link);
+        let kept = std::fs::read_to_string(&target).unwrap();
+        let plain = create_output(&dir.join("plain.pcapng")).map(|_| ());
+        let _ = std::fs::remove_dir_all(&dir);
+        let e = refused.expect_err("a link is refused");
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(kept, "keep me");
+        plain.unwrap();
+    }
 }

@@ -62,10 +62,34 @@ struct Link {
 /// Kinds that are not a pod of their own (containerlab wires these to the host).
 const NOT_PODS: [&str; 4] = ["bridge", "ovs-bridge", "host", "ext-container"];
 
+/// Host directories that a container should not get by surprise: the host's root, or its
+/// system state and configuration. containerlab passes any bind through, and so does the
+/// import, but it says so.
+const HOST_SYSTEM_DIRS: [&str; 8] = [
+    "/etc", "/proc", "/sys", "/dev", "/boot", "/root", "/run", "/var/run",
+];
+
+/// An imported lab file, and what the person importing it should know before `lab up`.
+#[derive(Debug)]
+pub struct Imported {
+    pub lab: String,
+    /// Binds that give a container the host's own system directories, one line each.
+    pub warnings: Vec<String>,
+}
+
+/// Whether `bind` (`HOST:CONTAINER[:OPTIONS]`) gives the container the host's root or one
+/// of its system directories.
+fn binds_host_system(bind: &str) -> bool {
+    let host = bind.split(':').next().unwrap_or_default();
+    let host = Path::new(host);
+    let normal: std::path::PathBuf = host.components().collect();
+    normal == Path::new("/") || HOST_SYSTEM_DIRS.iter().any(|dir| normal.starts_with(dir))
+}
+
 /// The lab file for the containerlab topology `text` (read from `file`, whose directory
 /// relative bind paths are taken from), with its pods on `nodes` nodes. The result is
 /// checked as `lab up` would check it.
-pub fn import(text: &str, file: &Path, nodes: usize) -> Result<String> {
+pub fn import(text: &str, file: &Path, nodes: usize) -> Result<Imported> {
     let clab: Clab = serde_yaml_ng::from_str(text).context("not a containerlab topology")?;
     if nodes == 0 {
         bail!("--nodes must be at least 1");
@@ -76,6 +100,7 @@ pub fn import(text: &str, file: &Path, nodes: usize) -> Result<String> {
             .unwrap_or(Path::new(".")),
     )
     .unwrap_or_else(|_| Path::new(".").to_path_buf());
+    let mut warnings = Vec::new();
     let mut ignored: Vec<String> = clab.other.keys().cloned().collect();
     ignored.extend(clab.topology.other.keys().map(|k| format!("topology.{k}")));
     let name = lab_name(&clab.name)?;
@@ -143,6 +168,9 @@ pub fn import(text: &str, file: &Path, nodes: usize) -> Result<String> {
                     writeln!(out, "      {}: {}", quoted(key), quoted(value))?;
                 }
             }
+            warnings.extend(binds.iter().filter(|b| binds_host_system(b)).map(|b| {
+                format!("pod {pod} binds the host's {b:?}: the container sees the host's own files, and may change them unless the bind is :ro")
+            }));
             for (field, list) in [("binds", &binds), ("exec", &exec)] {
                 if !list.is_empty() {
                     writeln!(out, "    {field}:")?;
@@ -185,9 +213,15 @@ pub fn import(text: &str, file: &Path, nodes: usize) -> Result<String> {
             writeln!(out, "#   {what}")?;
         }
     }
+    if !warnings.is_empty() {
+        out.push_str("# Warning:\n");
+        for warning in &warnings {
+            writeln!(out, "#   {warning}")?;
+        }
+    }
     super::file::parse(&out, None)
         .map_err(|e| anyhow::anyhow!("the imported lab is not valid: {e}\n{out}"))?;
-    Ok(out)
+    Ok(Imported { lab: out, warnings })
 }
 
 /// A containerlab name as a lab or pod name: lower case, with '-' for '_' and '.'.
@@ -243,7 +277,9 @@ topology:
 
     #[test]
     fn nodes_links_kinds_and_defaults_map_and_the_rest_is_named() {
-        let text = import(CLAB, Path::new("/labs/clab.yml"), 2).unwrap();
+        let imported = import(CLAB, Path::new("/labs/clab.yml"), 2).unwrap();
+        assert!(imported.warnings.is_empty(), "{:?}", imported.warnings);
+        let text = imported.lab;
         let lab = super::super::file::parse(&text, None).unwrap();
         assert_eq!(lab.name, "srl-frr");
         assert_eq!(lab.nodes, ["node-1", "node-2"]);
@@ -275,5 +311,23 @@ topology:
         let bridge = CLAB.replace("client_1: {kind: linux,", "client_1: {kind: bridge,");
         let e = import(&bridge, Path::new("x.yml"), 1).unwrap_err();
         assert!(e.to_string().contains("kind bridge"), "{e}");
+    }
+
+    #[test]
+    fn a_bind_of_the_hosts_system_directories_is_passed_through_with_a_warning() {
+        let clab = CLAB.replace(
+            "binds: [conf/r1:/etc/frr]",
+            "binds: [\"/:/host\", \"/etc/../proc:/p:ro\", \"/etcetera:/x\"]",
+        );
+        let imported = import(&clab, Path::new("x.yml"), 1).unwrap();
+        assert_eq!(imported.warnings.len(), 2, "{:?}", imported.warnings);
+        assert!(
+            imported.warnings[0].contains("\"/:/host\""),
+            "{:?}",
+            imported.warnings
+        );
+        assert!(imported.lab.contains("# Warning:"), "{}", imported.lab);
+        let lab = super::super::file::parse(&imported.lab, None).unwrap();
+        assert_eq!(lab.containers["r1"].binds[0], "/:/host");
     }
 }

@@ -9,7 +9,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(lab) = import::import(text, std::path::Path::new("/fuzz/lab.clab.yml"), 2) {
-        file::parse(&lab, None).expect("an imported lab parses");
+    if let Ok(imported) = import::import(text, std::path::Path::new("/fuzz/lab.clab.yml"), 2) {
+        file::parse(&imported.lab, None).expect("an imported lab parses");
     }
 });

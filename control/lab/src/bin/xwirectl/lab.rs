@@ -347,12 +347,15 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
         } => {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("reading {}", file.display()))?;
-            let lab = import::import(&text, &file, nodes)
+            let imported = import::import(&text, &file, nodes)
                 .with_context(|| format!("importing {}", file.display()))?;
+            for warning in &imported.warnings {
+                eprintln!("xwirectl: warning: {warning}");
+            }
             match output {
-                Some(path) => std::fs::write(&path, lab)
+                Some(path) => std::fs::write(&path, imported.lab)
                     .with_context(|| format!("writing {}", path.display()))?,
-                None => print!("{lab}"),
+                None => print!("{}", imported.lab),
             }
         }
         LabCommand::List => {
