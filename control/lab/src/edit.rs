@@ -96,7 +96,7 @@ fn only_in<T>(these: impl IntoIterator<Item = T>, elsewhere: impl Fn(&T) -> bool
 }
 
 pub fn edit(file: &Path, binaries: &Binaries) -> Result<(Lab, Changes)> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?;
+    let text = crate::file::read(file).with_context(|| format!("read {}", file.display()))?;
     // The name first, to find the running lab whose uids the new file keeps.
     let name = file::parse(&text, None)
         .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?

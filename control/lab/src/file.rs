@@ -19,6 +19,31 @@ pub const MAX_LAB_NAME: usize = 24;
 /// The most nodes a lab has: each takes an address on the lab's /24 underlay.
 pub const MAX_NODES: usize = 250;
 
+/// The most pods a lab has. Each is a network namespace, a CNI ADD on its node and a
+/// management address; a file that asks for many more is a mistake, and reading it whole
+/// would only make `lab up` run for hours before it failed.
+pub const MAX_PODS: usize = 20_000;
+
+/// The largest lab file read (a lab of `MAX_PODS` pods with their links takes a few MiB).
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// Reads a lab file, or a containerlab file to import: at most `MAX_FILE_BYTES`, so that a
+/// huge file (or a path such as /dev/zero) is refused before it fills memory.
+pub fn read(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "larger than {} MiB, the most a lab file may be",
+            MAX_FILE_BYTES >> 20
+        )));
+    }
+    Ok(text)
+}
+
 /// A checked lab.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Lab {
@@ -264,6 +289,10 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
     if nodes.len() > MAX_NODES {
         let message = format!("{} nodes; a lab has at most {MAX_NODES}", nodes.len());
         return Err(at(raw.nodes[MAX_NODES].span(), message));
+    }
+    if let Some((name, _)) = raw.pods.iter().nth(MAX_PODS) {
+        let message = format!("{} pods; a lab has at most {MAX_PODS}", raw.pods.len());
+        return Err(at(name.span(), message));
     }
     let mut pods = BTreeMap::new();
     let mut containers = BTreeMap::new();

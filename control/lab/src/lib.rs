@@ -96,7 +96,7 @@ pub fn name_or_file(arg: &str) -> Result<String> {
     if !std::path::Path::new(arg).is_file() {
         return Ok(arg.to_owned());
     }
-    let text = std::fs::read_to_string(arg)
+    let text = file::read(std::path::Path::new(arg))
         .map_err(|e| anyhow::anyhow!("cannot read the lab file {arg}: {e}"))?;
     let lab = file::parse(&text, None).map_err(|e| anyhow::anyhow!("{arg}: {e}"))?;
     Ok(lab.name)

@@ -118,7 +118,7 @@ impl Phases {
 /// Brings the lab in `file` up; returns it once every wire is up, with the time each
 /// phase took.
 pub fn up(file: &Path, binaries: &Binaries) -> Result<(Lab, Phases)> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?;
+    let text = crate::file::read(file).with_context(|| format!("read {}", file.display()))?;
     let mut lab =
         file::parse(&text, None).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     containers::resolve_binds(&mut lab, file);

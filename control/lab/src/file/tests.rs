@@ -163,6 +163,18 @@ fn other_mistakes_are_refused_with_their_place() {
     assert!(e.message.contains("at most 250"), "{e}");
     let e = parse("nodes: [a]\n", None).unwrap_err();
     assert!(e.message.contains("name"), "{e}");
+    let pods: String = (0..=MAX_PODS)
+        .map(|i| format!("  p{i}: {{node: a}}\n"))
+        .collect();
+    let e = parse(&format!("name: x\nnodes: [a]\npods:\n{pods}"), None).unwrap_err();
+    assert!(e.message.contains("at most 20000"), "{e}");
+}
+
+#[test]
+fn a_file_larger_than_a_lab_file_may_be_is_refused_unread() {
+    // /dev/zero never ends: reading it whole would fill memory.
+    let e = read(std::path::Path::new("/dev/zero")).unwrap_err();
+    assert!(e.to_string().contains("the most a lab file may be"), "{e}");
 }
 
 #[test]

@@ -345,7 +345,7 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             nodes,
             output,
         } => {
-            let text = std::fs::read_to_string(&file)
+            let text = xwire_lab::file::read(&file)
                 .with_context(|| format!("reading {}", file.display()))?;
             let imported = import::import(&text, &file, nodes)
                 .with_context(|| format!("importing {}", file.display()))?;
