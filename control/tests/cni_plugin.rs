@@ -478,3 +478,32 @@ fn topology_json(yaml: &str) -> Vec<serde_json::Value> {
         .map(|t| serde_json::to_value(t).unwrap())
         .collect()
 }
+
+#[test]
+fn a_pod_whose_names_leave_no_room_for_its_interface_alias_is_refused_and_nothing_made() {
+    // Kubernetes allows 253-character pod names; xwire labels each of a pod's interfaces
+    // with its namespace, name and link uid, and the kernel keeps 255 bytes of a label.
+    let node = start_node("n1", "");
+    let long = format!("r{}", "x".repeat(252));
+    node.apply(&pair_topology(&long, "r2", R1_R2));
+    // r2 first, so that the long-named pod's ADD makes the wires' interfaces.
+    let r2 = Pod::new("r2");
+    let config = node.net_config("1.0.0");
+    assert_eq!(call(&r2, "ADD", &config).code, 0);
+    let holder = Pod::new("rlong");
+    let netns = holder.netns();
+    let args = format!("K8S_POD_NAME={long}");
+    let env = [
+        ("CNI_CONTAINERID", "c1"),
+        ("CNI_NETNS", netns.as_str()),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_ARGS", args.as_str()),
+    ];
+    let out = plugin("ADD", &env, &config);
+    assert_eq!(out.error_code(), Some(4), "{}", out.output);
+    let msg = out.output["msg"].as_str().unwrap_or_default();
+    assert!(msg.contains("255 bytes"), "{}", out.output);
+    let state = node.state();
+    assert_eq!(state.attachments.len(), 1, "only r2: {state:?}");
+    assert_eq!(holder.ns.links().unwrap(), ["lo"]);
+}
