@@ -145,10 +145,26 @@ pub fn create_veth(
     })
 }
 
+/// The longest interface alias the kernel keeps (IFALIASZ less its terminating NUL).
+pub const MAX_ALIAS: usize = 255;
+
 /// Applies `end`'s settings to the existing interface `end.name` and brings it up.
 pub fn configure(ns: &NetnsFd, end: &EndSettings) -> Result<(), NetnsError> {
     step_times::time(step_times::NETLINK, || {
         let op = format!("configure {}", end.name);
+        // Kubernetes allows names that together make a longer label than the kernel
+        // keeps; it would answer only "Numerical result out of range".
+        if let Some(alias) = end.alias.as_ref().filter(|a| a.len() > MAX_ALIAS) {
+            return Err(NetnsError::Io {
+                op,
+                ns: ns.label().into(),
+                source: std::io::Error::other(format!(
+                    "xwire's label for it, {alias:?}, is {} bytes and the kernel keeps at most \
+                     {MAX_ALIAS}: the pod's namespace and name are too long together",
+                    alias.len()
+                )),
+            });
+        }
         if end.checksum_off {
             let name = end.name.clone();
             ns.run(&op, || set_offload(&name, Offload::TxChecksum, false))?

@@ -480,7 +480,7 @@ fn topology_json(yaml: &str) -> Vec<serde_json::Value> {
 }
 
 #[test]
-fn a_pod_whose_names_leave_no_room_for_its_interface_alias_is_refused_and_nothing_made() {
+fn a_pod_whose_names_leave_no_room_for_its_interface_alias_fails_clearly_and_leaves_nothing() {
     // Kubernetes allows 253-character pod names; xwire labels each of a pod's interfaces
     // with its namespace, name and link uid, and the kernel keeps 255 bytes of a label.
     let node = start_node("n1", "");
@@ -500,9 +500,18 @@ fn a_pod_whose_names_leave_no_room_for_its_interface_alias_is_refused_and_nothin
         ("CNI_ARGS", args.as_str()),
     ];
     let out = plugin("ADD", &env, &config);
-    assert_eq!(out.error_code(), Some(4), "{}", out.output);
-    let msg = out.output["msg"].as_str().unwrap_or_default();
-    assert!(msg.contains("255 bytes"), "{}", out.output);
+    assert_eq!(
+        out.error_code(),
+        Some(u64::from(codes::INTERFACE_FAILED)),
+        "{}",
+        out.output
+    );
+    let details = out.output["details"].as_str().unwrap_or_default();
+    assert!(
+        details.contains("kernel keeps at most 255"),
+        "{}",
+        out.output
+    );
     let state = node.state();
     assert_eq!(state.attachments.len(), 1, "only r2: {state:?}");
     assert_eq!(holder.ns.links().unwrap(), ["lo"]);

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use xwire_proto::local::{AddResult, CniCall, CniInterface, CniIp, GcCall, PodRef, Response};
+use xwire_proto::local::{AddResult, CniCall, CniInterface, CniIp, GcCall, Response};
 
 use super::plan::{plan, Action};
 use super::reconcile::{remove_pods_interfaces_at_once, Scope};
@@ -24,10 +24,8 @@ impl Node {
         {
             return Ok(Response::NotManaged);
         }
-        // The namespace must be one, and the pod's names fit its interfaces' labels,
-        // before anything is recorded.
+        // The namespace must be one before anything is recorded.
         open_pod_netns(&call.netns)?;
-        check_alias_room(&self.config.node_name, pod)?;
         let attachment = AttachmentRecord {
             container_id: call.container_id.clone(),
             ifname: call.ifname.clone(),
@@ -280,35 +278,6 @@ fn network_name(config: &serde_json::Value) -> String {
         .and_then(serde_json::Value::as_str)
         .unwrap_or_default()
         .to_owned()
-}
-
-/// The longest interface alias the kernel keeps (IFALIASZ less its terminating NUL).
-const MAX_ALIAS: usize = 255;
-
-/// xwire labels each end of a wire with the pod's namespace, name and link uid (and a
-/// remote wire's node end with the node's name too); a pod whose names leave no room
-/// would fail half-way, with the kernel's "Numerical result out of range".
-fn check_alias_room(node: &str, pod: &PodRef) -> Result<(), NodeError> {
-    let longest = interfaces::node_alias(node, &pod.namespace, &pod.name, u64::MAX)
-        .len()
-        .max(interfaces::pod_alias(&pod.namespace, &pod.name, u64::MAX).len());
-    if longest <= MAX_ALIAS {
-        return Ok(());
-    }
-    Err(NodeError::new(
-        ErrorKind::InvalidEnvironment,
-        format!(
-            "pod {}/{}: its namespace and name are too long for xwire's interface labels, \
-             of which the kernel keeps {MAX_ALIAS} bytes",
-            pod.namespace, pod.name
-        ),
-        format!(
-            "a label holds the node, namespace, pod name and link uid, up to {longest} bytes here, \
-             and the kernel keeps at most {MAX_ALIAS} bytes: at most {} bytes of namespace and \
-             pod name together on node {node}",
-            (pod.namespace.len() + pod.name.len()).saturating_sub(longest - MAX_ALIAS)
-        ),
-    ))
 }
 
 fn open_pod_netns(path: &str) -> Result<NetnsFd, NodeError> {
