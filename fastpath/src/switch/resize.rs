@@ -33,8 +33,13 @@ use super::sizing::{self, Traffic};
 use super::{Port, Slot, Switch};
 
 /// How long a socket leaving the map, or joining it, overlaps with the bridge: far more
-/// than a NAPI poll, in which the kernel hands redirected frames to a socket.
-const HANDOVER: Duration = Duration::from_micros(250);
+/// than a NAPI poll, in which the kernel hands redirected frames to a socket. With busy
+/// CPUs that poll may run late (in ksoftirqd, behind other threads): at 250 us the
+/// sizing test lost 4-19 frames, uncounted, in 1 run of 5 with both cores spinning, and
+/// none in 20 at 5 ms. A new socket is sized for 20 ms of its traffic, so it holds what
+/// gathers meanwhile. (An RCU grace period after the entry goes, `membarrier`'s global
+/// command, would make the old socket's last frames certain rather than likely.)
+const HANDOVER: Duration = Duration::from_millis(5);
 /// The least a bridge's rings hold. A busy interface keeps its queue from the new
 /// socket for as long as its traffic flows (see `keeper.rs`), so the bridge may carry the
 /// port for seconds, at whatever rate the traffic climbs to: the first look saw only the
