@@ -146,7 +146,7 @@ pub fn create_veth(
 }
 
 /// The longest interface alias the kernel keeps (IFALIASZ less its terminating NUL).
-pub const MAX_ALIAS: usize = 255;
+const MAX_ALIAS: usize = 255;
 
 /// Applies `end`'s settings to the existing interface `end.name` and brings it up.
 pub fn configure(ns: &NetnsFd, end: &EndSettings) -> Result<(), NetnsError> {

@@ -137,21 +137,15 @@ pub(crate) fn start(
                     }
                 };
                 let endpoint = tls::endpoint_config(config.wan_mtu).and_then(|endpoint_config| {
-                    let socket =
-                        std::net::UdpSocket::bind(wan).map_err(|source| GatewayError::Io {
+                    std::net::UdpSocket::bind(wan)
+                        .and_then(|socket| {
+                            let runtime = Arc::new(quinn::TokioRuntime);
+                            Endpoint::new(endpoint_config, Some(server), socket, runtime)
+                        })
+                        .map_err(|source| GatewayError::Io {
                             what: format!("listen on {wan}"),
                             source,
-                        })?;
-                    Endpoint::new(
-                        endpoint_config,
-                        Some(server),
-                        socket,
-                        Arc::new(quinn::TokioRuntime),
-                    )
-                    .map_err(|source| GatewayError::Io {
-                        what: format!("listen on {wan}"),
-                        source,
-                    })
+                        })
                 });
                 let mut endpoint = match endpoint {
                     Ok(endpoint) => endpoint,
