@@ -80,9 +80,19 @@ pub struct Imported {
 /// Whether `bind` (`HOST:CONTAINER[:OPTIONS]`) gives the container the host's root or one
 /// of its system directories.
 fn binds_host_system(bind: &str) -> bool {
+    use std::path::Component;
     let host = bind.split(':').next().unwrap_or_default();
-    let host = Path::new(host);
-    let normal: std::path::PathBuf = host.components().collect();
+    // Lexically, as the path reads: `/tmp/../etc` is `/etc`.
+    let mut normal = std::path::PathBuf::new();
+    for part in Path::new(host).components() {
+        match part {
+            Component::ParentDir => {
+                normal.pop();
+            }
+            Component::CurDir => {}
+            other => normal.push(other),
+        }
+    }
     normal == Path::new("/") || HOST_SYSTEM_DIRS.iter().any(|dir| normal.starts_with(dir))
 }
 
@@ -329,5 +339,14 @@ topology:
         assert!(imported.lab.contains("# Warning:"), "{}", imported.lab);
         let lab = super::super::file::parse(&imported.lab, None).unwrap();
         assert_eq!(lab.containers["r1"].binds[0], "/:/host");
+    }
+
+    #[test]
+    fn a_host_system_directory_is_recognised_through_dots() {
+        assert!(binds_host_system("/tmp/../etc:/x"));
+        assert!(binds_host_system("/./proc/1:/p:ro"));
+        assert!(binds_host_system("/..:/host"));
+        assert!(!binds_host_system("/etc/../tmp:/t"));
+        assert!(!binds_host_system("conf/r1:/etc/frr"));
     }
 }
