@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::{call, eventually, Node, Pod, TempDir};
+use xwire_control::store::{wire_key, EmbeddedStore, WireState, WireStore};
 use xwire_proto::local::{Request, Response};
+use xwire_proto::WireId;
 use xwire_testbed::Flow;
 
 /// (uid, pod, interface, pod, interface)
@@ -397,6 +399,38 @@ fn a_pod_added_on_the_peer_while_a_daemon_is_down_is_joined_when_it_returns() {
     lab.add("r5");
     lab.node_mut("n1").restart();
     lab.converged_with_new_link(&links, &flows);
+}
+
+#[test]
+fn a_remote_end_made_but_not_recorded_when_its_daemon_died_keeps_its_pod_interface() {
+    let mut lab = Lab::up(LINKS, &[]);
+    let across = lab.flow(LINKS[3]);
+    assert!(across.forwards(20, TIMEOUT), "{}", lab.logs());
+    let before = lab.interface_indexes();
+    lab.node_mut("n1").stop();
+    // As a kill between making r2's end of uid 4 (both interfaces) and writing its record
+    // would leave it: the record still pending.
+    let store = EmbeddedStore::open(&lab.node("n1").dir.0.join("state")).unwrap();
+    let key = wire_key("lab", "r2", 4);
+    let mut record = store.wire(&key).unwrap().expect("r2's end of uid 4");
+    assert_eq!(record.state, WireState::Remote);
+    record.state = WireState::Pending;
+    record.wire_ifname.clear();
+    record.peer_node = None;
+    record.peer_node_ip = None;
+    record.peer_intf_id = WireId(0);
+    store.put_wire(&record).unwrap();
+    drop(store);
+    lab.node_mut("n1").restart();
+    assert!(across.forwards(20, TIMEOUT), "{}", lab.logs());
+    assert_eq!(lab.interface_indexes(), before, "{}", lab.logs());
+    assert_eq!(
+        wire_record(lab.node("n1"), "r2", 4).unwrap()["state"],
+        "remote"
+    );
+    for node in ["n1", "n2"] {
+        lab.assert_store_matches(node);
+    }
 }
 
 #[test]

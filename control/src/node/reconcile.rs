@@ -11,7 +11,7 @@ use xwire_proto::control::WireKey;
 use xwire_proto::WireId;
 
 use super::plan::{plan, Action, Desired, DesiredPod, Interfaces, Observed, PodNetns};
-use super::wiring::{log_removal, own_end};
+use super::wiring::{log_removal, node_ifname, own_end, Made};
 use super::{ErrorKind, Journal, Node, NodeError, Step};
 use crate::interfaces::{self, EndSettings};
 use crate::netns::{NetnsError, NetnsFd};
@@ -116,7 +116,10 @@ impl Node {
         for action in plan(&observation.desired, &observation.observed) {
             match action {
                 Action::Join {
-                    attachment, uid, ..
+                    attachment,
+                    uid,
+                    half_made,
+                    ..
                 } => {
                     let end = self.end(
                         &observation.desired,
@@ -126,7 +129,7 @@ impl Node {
                         uid,
                     )?;
                     if !self.is_joined(end.pod, uid)? {
-                        self.connect_end(end.pod, end.ns, end.link, journal)?;
+                        self.connect_end(end.pod, end.ns, end.link, half_made, journal)?;
                     }
                 }
                 other => {
@@ -268,7 +271,9 @@ impl Node {
             Scope::Node => interfaces::observe(&self.node_ns),
             // Only the node ends of the pods looked at: one read each, rather than a dump
             // of a node namespace that may hold thousands.
-            Scope::Pods(_) | Scope::Detached(_) => self.node_ends_of(&observed, &looked_at_pods),
+            Scope::Pods(_) | Scope::Detached(_) => {
+                self.node_ends_of(&desired, &observed, &looked_at_pods)
+            }
         };
         match node_interfaces {
             Ok(interfaces) => observed.node_interfaces = interfaces,
@@ -309,9 +314,12 @@ impl Node {
         })
     }
 
-    /// The node-side interfaces that the remote records of `pods` name.
+    /// The node-side interfaces that the remote records of `pods` name, and those of
+    /// their unjoined ends whose pod interface xwire made (a half-made remote end's,
+    /// see `Action::Join`).
     fn node_ends_of(
         &self,
+        desired: &Desired,
         observed: &Observed,
         pods: &HashSet<(String, String)>,
     ) -> Result<Interfaces, crate::netns::NetnsError> {
@@ -322,6 +330,28 @@ impl Node {
         }) {
             if let Some(state) = interfaces::inspect(&self.node_ns, &record.wire_ifname)? {
                 found.insert(record.wire_ifname.clone(), state);
+            }
+        }
+        for pod in &desired.pods {
+            let Some(PodNetns::Open(in_pod)) = observed.pods.get(&pod.attachment.key()) else {
+                continue;
+            };
+            let (namespace, name) = (&pod.attachment.pod.namespace, &pod.attachment.pod.name);
+            for link in pod.links.iter() {
+                let unjoined = observed
+                    .records
+                    .get(&wire_key(namespace, name, link.uid))
+                    .is_none_or(|r| r.state == WireState::Pending);
+                let ours = interfaces::pod_alias(namespace, name, link.uid);
+                let made_here = in_pod
+                    .get(&link.local_intf)
+                    .is_some_and(|i| i.alias.as_deref() == Some(ours.as_str()));
+                if unjoined && made_here {
+                    let node_end = node_ifname(namespace, name, link.uid);
+                    if let Some(state) = interfaces::inspect(&self.node_ns, &node_end)? {
+                        found.insert(node_end, state);
+                    }
+                }
             }
         }
         Ok(found)
@@ -429,13 +459,19 @@ impl Node {
                 attachment,
                 uid,
                 why,
+                half_made,
             } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
                 let key = end.key.clone();
                 if self.is_joined(end.pod, uid)? {
                     return Ok(None);
                 }
-                let change = self.join(end.pod, end.ns, end.link, end.interfaces, why)?;
+                let end_as_found = if half_made {
+                    EndAsFound::HalfMade
+                } else {
+                    EndAsFound::Interfaces(end.interfaces)
+                };
+                let change = self.join(end.pod, end.ns, end.link, end_as_found, why)?;
                 pass.announce.insert(pod_name(end.pod));
                 Ok(change.map(|c| (key, c.into())))
             }
@@ -447,7 +483,7 @@ impl Node {
                     end.pod,
                     end.ns,
                     end.link,
-                    end.interfaces,
+                    EndAsFound::Interfaces(end.interfaces),
                     "veth gone: made again",
                 )?;
                 pass.announce.insert(pod_name(end.pod));
@@ -469,7 +505,7 @@ impl Node {
                     end.pod,
                     end.ns,
                     end.link,
-                    end.interfaces,
+                    EndAsFound::Interfaces(end.interfaces),
                     "made anew for its changed link",
                 )?;
                 pass.announce.insert(pod_name(end.pod));
@@ -618,29 +654,33 @@ impl Node {
         }
     }
 
-    /// Joins one end as far as is possible now. An interface of the end's name that
-    /// xwire made for this very end (a start interrupted before its record was written)
-    /// is removed first; anyone else's is left, and the join fails.
+    /// Joins one end as far as is possible now. A half-made remote end is taken as it
+    /// is; otherwise an interface of the end's name that xwire made for this very end (a
+    /// start interrupted before its record was written) is removed first, and anyone
+    /// else's is left, and the join fails.
     fn join(
         &mut self,
         attachment: &AttachmentRecord,
         pod_ns: &NetnsFd,
         link: &LinkSpec,
-        pod_interfaces: &Interfaces,
+        found: EndAsFound<'_>,
         what: &'static str,
     ) -> Result<Option<&'static str>, NodeError> {
         let ours = interfaces::pod_alias(&attachment.pod.namespace, &attachment.pod.name, link.uid);
-        if pod_interfaces
-            .get(&link.local_intf)
-            .is_some_and(|i| i.alias.as_deref() == Some(&ours))
-        {
-            log_removal(
-                interfaces::delete(pod_ns, &link.local_intf, &ours),
-                &link.local_intf,
-            );
+        if let EndAsFound::Interfaces(pod_interfaces) = found {
+            if pod_interfaces
+                .get(&link.local_intf)
+                .is_some_and(|i| i.alias.as_deref() == Some(&ours))
+            {
+                log_removal(
+                    interfaces::delete(pod_ns, &link.local_intf, &ours),
+                    &link.local_intf,
+                );
+            }
         }
+        let half_made = matches!(found, EndAsFound::HalfMade);
         let mut journal = Journal::default();
-        match self.connect_end(attachment, pod_ns, link, &mut journal) {
+        match self.connect_end(attachment, pod_ns, link, half_made, &mut journal) {
             Ok(()) => {
                 let key = wire_key(&attachment.pod.namespace, &attachment.pod.name, link.uid);
                 let pending = self
@@ -687,7 +727,7 @@ impl Node {
         let node = record.peer_node.clone().unwrap_or_default();
         let mut rebuilt = record.clone();
         let result = self
-            .connect_remote(pod_ns, link, &node, &mut rebuilt, &mut journal)
+            .connect_remote(pod_ns, link, &node, Made::Not, &mut rebuilt, &mut journal)
             .and_then(|()| self.write_wire(&rebuilt).map(drop));
         match result {
             Ok(()) => Ok("an interface was gone: made again"),
@@ -719,6 +759,15 @@ fn pod_of<'a>(desired: &'a Desired, attachment: &str) -> Result<&'a DesiredPod, 
         .iter()
         .find(|p| p.attachment.has_key(attachment))
         .ok_or_else(|| NodeError::new(ErrorKind::Store, format!("no attachment {attachment}"), ""))
+}
+
+/// What a join starts from.
+enum EndAsFound<'a> {
+    /// The pod's interfaces as observed.
+    Interfaces(&'a Interfaces),
+    /// Both interfaces of a remote end made by this node, with no record (the plan's
+    /// `half_made`).
+    HalfMade,
 }
 
 /// An end an action works on, as observed.

@@ -33,6 +33,14 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     })
 }
 
+/// Whether a remote end's interfaces are already there (made by an earlier run that
+/// stopped before it wrote the end's record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Made {
+    Not,
+    Already,
+}
+
 /// The settings of a pod's own end of `link`.
 pub(super) fn own_end(namespace: &str, pod: &str, link: &LinkSpec) -> EndSettings {
     EndSettings {
@@ -88,20 +96,27 @@ impl Node {
         }
     }
 
-    /// Joins one end of an attached pod as far as is possible now, and records it.
+    /// Joins one end of an attached pod as far as is possible now, and records it. A
+    /// `half_made` remote end (both its interfaces made by this node for it, and no
+    /// record) is joined with the interfaces it has.
     pub(super) fn connect_end(
         &mut self,
         attachment: &AttachmentRecord,
         pod_ns: &NetnsFd,
         link: &LinkSpec,
+        half_made: bool,
         journal: &mut Journal,
     ) -> Result<(), NodeError> {
         let namespace = &attachment.pod.namespace;
         let mut record = self.pending_record(attachment, link);
         let taken = interfaces::inspect(pod_ns, &link.local_intf)
-            .map_err(|e| interface_error(format!("read {}", link.local_intf), e))?
-            .is_some();
-        if taken {
+            .map_err(|e| interface_error(format!("read {}", link.local_intf), e))?;
+        let ours = interfaces::pod_alias(namespace, &attachment.pod.name, link.uid);
+        let half_made = half_made
+            && taken
+                .as_ref()
+                .is_some_and(|i| i.alias.as_deref() == Some(&ours));
+        if taken.is_some() && !half_made {
             return Err(NodeError::new(
                 ErrorKind::InterfaceExists,
                 format!(
@@ -117,9 +132,16 @@ impl Node {
             link_uid: link.uid,
         });
         if let Some(peer) = peer.filter(|p| p.key() != attachment.key()) {
+            if half_made {
+                log_removal(
+                    interfaces::delete(pod_ns, &link.local_intf, &ours),
+                    &link.local_intf,
+                );
+            }
             self.connect_local(attachment, pod_ns, link, &peer, &mut record, journal)?;
         } else if let Some(remote) = remote.filter(|r| r.pod == link.peer_pod).cloned() {
-            self.connect_remote(pod_ns, link, &remote.node, &mut record, journal)?;
+            let made = if half_made { Made::Already } else { Made::Not };
+            self.connect_remote(pod_ns, link, &remote.node, made, &mut record, journal)?;
         }
         let previous = self.write_wire(&record)?;
         journal.record(Step::Wire {
@@ -237,6 +259,7 @@ impl Node {
         pod_ns: &NetnsFd,
         link: &LinkSpec,
         node: &str,
+        made: Made,
         record: &mut WireRecord,
         journal: &mut Journal,
     ) -> Result<(), NodeError> {
@@ -273,15 +296,45 @@ impl Node {
             )),
             ..EndSettings::named(&node_ifname(&namespace, &record.local_pod_name, link.uid))
         };
-        interfaces::create_veth(pod_ns, &own, &self.node_ns, &node_end).map_err(|e| {
-            interface_error(
-                format!(
-                    "make the veth {}:{} -- node:{}",
-                    record.local_pod_name, own.name, node_end.name
-                ),
-                e,
-            )
-        })?;
+        let node_end_found = match made {
+            Made::Not => false,
+            Made::Already => interfaces::inspect(&self.node_ns, &node_end.name)
+                .map_err(|e| interface_error(format!("read node:{}", node_end.name), e))?
+                .is_some_and(|i| i.alias == node_end.alias),
+        };
+        if node_end_found {
+            // The pod's end keeps what it has; what it lacks is added.
+            let present = interfaces::inspect(pod_ns, &own.name)
+                .map_err(|e| interface_error(format!("read {}", own.name), e))?
+                .map(|i| i.addresses)
+                .unwrap_or_default();
+            own.address = own.address.filter(|a| !present.contains(a));
+            interfaces::configure(pod_ns, &own)
+                .and_then(|()| interfaces::configure(&self.node_ns, &node_end))
+                .map_err(|e| {
+                    interface_error(
+                        format!(
+                            "take up the veth {}:{} -- node:{} as it was left",
+                            record.local_pod_name, own.name, node_end.name
+                        ),
+                        e,
+                    )
+                })?;
+        } else {
+            if made == Made::Already {
+                let alias = own.alias.clone().unwrap_or_default();
+                log_removal(interfaces::delete(pod_ns, &own.name, &alias), &own.name);
+            }
+            interfaces::create_veth(pod_ns, &own, &self.node_ns, &node_end).map_err(|e| {
+                interface_error(
+                    format!(
+                        "make the veth {}:{} -- node:{}",
+                        record.local_pod_name, own.name, node_end.name
+                    ),
+                    e,
+                )
+            })?;
+        }
         journal.record(Step::Interface {
             netns: String::new(),
             name: node_end.name.clone(),

@@ -89,6 +89,10 @@ pub(crate) enum Action {
         attachment: String,
         uid: u64,
         why: &'static str,
+        /// Both interfaces of a remote end are there, made by this node for this very
+        /// end, with no record saying so (a run stopped between making them and writing
+        /// it): they are taken as they are, so the pod keeps its interface.
+        half_made: bool,
     },
     /// A same-node veth lost its pod end: it goes back to pending and is joined again.
     RemakeVeth { attachment: String, uid: u64 },
@@ -207,6 +211,8 @@ pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
     let mut covered: HashSet<String> = HashSet::new();
     // Records that this plan removes, whose interfaces and ports go with them.
     let mut removed: HashSet<&str> = HashSet::new();
+    // Node ends of half-made remote ends (see `Action::Join`), which no record names.
+    let mut kept_node_ends: HashSet<String> = HashSet::new();
     // Pods attached here whose namespace is not gone: a link's far end in one of them
     // is joined with a same-node veth.
     let attached: HashMap<(&str, &str), &AttachmentRecord> = desired
@@ -266,6 +272,7 @@ pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
                 attachment,
                 link,
                 interfaces,
+                half_made: false,
             };
             let local_peer = attached
                 .get(&(namespace.as_str(), link.peer_pod.as_str()))
@@ -273,6 +280,20 @@ pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
             let wire = WireKey {
                 namespace: namespace.clone(),
                 link_uid: link.uid,
+            };
+            let unjoined = observed
+                .records
+                .get(&key)
+                .is_none_or(|r| r.state == WireState::Pending);
+            let half_made = (local_peer.is_none() && unjoined)
+                .then(|| end.half_made_remote(observed))
+                .flatten();
+            if let Some(node_end) = &half_made {
+                kept_node_ends.insert(node_end.clone());
+            }
+            let end = End {
+                half_made: half_made.is_some(),
+                ..end
             };
             let action = match observed.records.get(&key) {
                 None => Some(end.join("joined")),
@@ -385,7 +406,10 @@ pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
         let Some(alias) = interface.alias.as_deref() else {
             continue;
         };
-        if alias.starts_with(&mine) && !named.contains(name.as_str()) {
+        if alias.starts_with(&mine)
+            && !named.contains(name.as_str())
+            && !kept_node_ends.contains(name)
+        {
             actions.push(Action::RemoveNodeInterface {
                 name: name.clone(),
                 alias: alias.to_owned(),
@@ -425,6 +449,7 @@ struct End<'a> {
     attachment: &'a AttachmentRecord,
     link: &'a LinkSpec,
     interfaces: &'a Interfaces,
+    half_made: bool,
 }
 
 impl End<'_> {
@@ -433,7 +458,27 @@ impl End<'_> {
             attachment: self.attachment.key(),
             uid: self.link.uid,
             why,
+            half_made: self.half_made,
         }
+    }
+
+    /// The name of the node end, when both interfaces of a remote end are in place with
+    /// this node's marks for this end (see `Action::Join`).
+    fn half_made_remote(&self, observed: &Observed) -> Option<String> {
+        let pod = &self.attachment.pod;
+        let uid = self.link.uid;
+        let pod_alias = interfaces::pod_alias(&pod.namespace, &pod.name, uid);
+        let in_pod = self.interfaces.get(&self.link.local_intf)?;
+        if in_pod.alias.as_deref() != Some(pod_alias.as_str()) {
+            return None;
+        }
+        let node_alias =
+            interfaces::node_alias(&observed.node_name, &pod.namespace, &pod.name, uid);
+        observed
+            .node_interfaces
+            .iter()
+            .find(|(_, i)| i.alias.as_deref() == Some(node_alias.as_str()))
+            .map(|(name, _)| name.clone())
     }
 
     /// A remote end: in place and open, or its port to open again, or to be made again

@@ -164,6 +164,7 @@ fn join(pod: &str, uid: u64) -> Action {
         attachment: attachment(pod).key(),
         uid,
         why: "joined",
+        half_made: false,
     }
 }
 
@@ -596,6 +597,46 @@ fn an_end_whose_far_end_its_node_let_go_of_goes_back_to_pending() {
         fixture.plan(),
         vec![Action::Unjoin {
             key: "lab/r1/2".into()
+        }]
+    );
+}
+
+#[test]
+fn a_remote_end_made_but_not_recorded_is_kept_and_joined_with_the_interfaces_it_has() {
+    // A run stopped between making both interfaces and writing the end's record: the
+    // record still says pending. Until the far end is known, the node end is not swept
+    // (its pod end would go with it); once it is, the join takes both as they are.
+    let to_r3 = link(2, "r3", "eth2");
+    let fixture = || {
+        Fixture::new()
+            .pod("r1", &[to_r3.clone()], &[("eth2", ours("r1", 2))])
+            .records(&[record("r1", &to_r3, WireState::Pending)])
+            .node_interfaces(&[("xw-r1-2", node_end("r1", 2))])
+    };
+    assert_eq!(fixture().plan(), vec![]);
+    assert_eq!(
+        fixture().remote_end(2, "r3").plan(),
+        vec![Action::Join {
+            attachment: attachment("r1").key(),
+            uid: 2,
+            why: "joined",
+            half_made: true,
+        }]
+    );
+    // The pod's interface is someone else's: the node end is not this end's half.
+    let foreign = InterfaceState {
+        alias: Some("someone else's".into()),
+        ..ours("r1", 2)
+    };
+    let with_foreign = Fixture::new()
+        .pod("r1", &[to_r3.clone()], &[("eth2", foreign)])
+        .records(&[record("r1", &to_r3, WireState::Pending)])
+        .node_interfaces(&[("xw-r1-2", node_end("r1", 2))]);
+    assert_eq!(
+        with_foreign.plan(),
+        vec![Action::RemoveNodeInterface {
+            name: "xw-r1-2".into(),
+            alias: interfaces::node_alias(NODE, "lab", "r1", 2),
         }]
     );
 }
