@@ -51,9 +51,15 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
     // A job taken from the queue while gathering DELs, to answer next.
     let mut held: Option<Job> = None;
     loop {
+        // Peer events left from the last turn are gone on with at once, after any job.
+        let wait = if node.has_peer_backlog() {
+            Duration::ZERO
+        } else {
+            PEER_POLL
+        };
         let next = match held.take() {
             Some(job) => Ok(job),
-            None => jobs.recv_timeout(PEER_POLL),
+            None => jobs.recv_timeout(wait),
         };
         match next {
             Ok(job) => {

@@ -21,6 +21,12 @@ pub struct NodeMetrics {
     cni_calls: Family<CommandLabels, Histogram, fn() -> Histogram>,
     cni_call_steps: Family<StepLabels, Histogram, fn() -> Histogram>,
     reconcile_passes: Histogram,
+    refused_claims: Family<PeerNameLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerNameLabels {
+    peer: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -82,6 +88,7 @@ impl Default for NodeMetrics {
             cni_calls: Family::new_with_constructor(duration_histogram),
             cni_call_steps: Family::new_with_constructor(duration_histogram),
             reconcile_passes: duration_histogram(),
+            refused_claims: Family::default(),
         }
     }
 }
@@ -143,6 +150,14 @@ impl NodeMetrics {
         self.reconcile_passes.observe(seconds);
     }
 
+    /// A claim from configured peer `peer` to a wire's far end was refused.
+    pub fn refused_claim(&self, peer: &str) {
+        let labels = PeerNameLabels {
+            peer: peer.to_owned(),
+        };
+        self.refused_claims.get_or_create(&labels).inc();
+    }
+
     /// The text exposition of everything: `counters` (just read from the node) and the
     /// histograms.
     pub fn encode(&self, counters: &NodeCounters) -> String {
@@ -183,6 +198,11 @@ impl NodeMetrics {
             "Time of one reconciliation pass",
             Unit::Seconds,
             self.reconcile_passes.clone(),
+        );
+        registry.register(
+            "refused_claims",
+            "Claims by a peer node to hold a wire's far end that this node refused, by peer",
+            self.refused_claims.clone(),
         );
         let mut out = String::new();
         // Writing to a String cannot fail.

@@ -41,6 +41,8 @@ struct Node {
     other: PeerId,
     frames: Vec<(u64, Vec<u8>)>,
     events: Vec<PeerEvent>,
+    /// Its control plane is busy: events are left in the endpoint.
+    holds_events: bool,
 }
 
 struct Net {
@@ -83,6 +85,7 @@ impl Net {
                 other: PeerId(0),
                 frames: Vec::new(),
                 events: Vec::new(),
+                holds_events: false,
             },
             b: None,
             in_flight: Vec::new(),
@@ -111,6 +114,7 @@ impl Net {
             other,
             frames: Vec::new(),
             events: Vec::new(),
+            holds_events: false,
         });
     }
 
@@ -143,7 +147,9 @@ impl Net {
             while let Some(f) = node.endpoint.poll_frame() {
                 node.frames.push((f.wire.0, f.frame.to_vec()));
             }
-            node.events.extend(node.endpoint.take_events());
+            if !node.holds_events {
+                node.events.extend(node.endpoint.take_events());
+            }
         }
         for (from, to, bytes) in sent {
             if self.lose() {
@@ -208,6 +214,17 @@ impl Net {
     fn elapsed(&self) -> Duration {
         self.now - self.start
     }
+}
+
+/// The request ids of the control messages among `events`, in order.
+fn control_request_ids(events: &[PeerEvent]) -> Vec<u64> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            PeerEvent::Control { message, .. } => Some(message.request_id),
+            _ => None,
+        })
+        .collect()
 }
 
 fn identities() -> (NodeIdentity, NodeIdentity) {
@@ -399,6 +416,56 @@ fn stream_frames_all_arrive_unchanged_and_in_order_despite_loss() {
 }
 
 #[test]
+fn a_busy_control_plane_holds_a_peers_control_messages_back_in_bounded_memory() {
+    // node-b sends 12 MiB of control messages while node-a's control plane takes none:
+    // node-a decodes at most a few of them (2 MiB and the record under way) and leaves
+    // the rest unread, in QUIC's flow control; once it takes them again, all arrive, in
+    // order, and the connection stayed up.
+    const MESSAGES: u64 = 12;
+    let (id_a, id_b) = identities();
+    let mut net = Net::new(id_a, id_b, Carrier::Datagram);
+    assert!(net.run_until(Duration::from_secs(2), Net::both_up));
+    net.a.events.clear();
+    net.a.holds_events = true;
+    let (other, now) = (net.b().other, net.now);
+    for request_id in 1..=MESSAGES {
+        let message = ControlMessage {
+            request_id,
+            body: ControlBody::Error(ErrorBody {
+                code: ErrorCode::MALFORMED,
+                message: "x".repeat(1 << 20),
+            }),
+        };
+        assert!(net.b().endpoint.send_control(now, other, &message));
+    }
+    net.run_until(Duration::from_secs(3), |_| false);
+    let mut held = 0;
+    while let Some(event) = net.a.endpoint.poll_event() {
+        if let PeerEvent::Control { message, .. } = &event {
+            held += 1;
+            net.a.events.push(event.clone());
+            assert_eq!(message.request_id, held);
+        }
+    }
+    assert!(
+        (1..=4).contains(&held),
+        "node-a decoded {held} of {MESSAGES} 1 MiB messages while its control plane was busy"
+    );
+    net.a.holds_events = false;
+    let all = |n: &mut Net| {
+        n.a.events
+            .iter()
+            .filter(|e| matches!(e, PeerEvent::Control { .. }))
+            .count()
+            == MESSAGES as usize
+    };
+    assert!(net.run_until(Duration::from_secs(5), all), "held {held}");
+    let ids = control_request_ids(&net.a.events);
+    assert_eq!(ids, (1..=MESSAGES).collect::<Vec<_>>());
+    assert!(net.both_up());
+}
+
+#[test]
 fn control_messages_cross_in_order_despite_loss() {
     let (id_a, id_b) = identities();
     let mut net = Net::new(id_a, id_b, Carrier::Datagram);
@@ -424,15 +491,7 @@ fn control_messages_cross_in_order_despite_loss() {
             == 50
     };
     assert!(net.run_until(Duration::from_secs(5), all));
-    let ids: Vec<u64> = net
-        .a
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            PeerEvent::Control { message, .. } => Some(message.request_id),
-            _ => None,
-        })
-        .collect();
+    let ids = control_request_ids(&net.a.events);
     assert_eq!(ids, (1..=50).collect::<Vec<_>>());
     assert!(net.lost > 0);
 }

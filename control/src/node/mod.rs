@@ -14,13 +14,14 @@ mod plan;
 mod pod_routing;
 mod pools;
 mod reconcile;
+mod refusals;
 mod steered;
 mod switched;
 mod topology_calls;
 mod wiring;
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use xwire_fastpath::link_table::PortId;
@@ -65,6 +66,10 @@ pub struct Node {
     sync_in_progress: HashMap<String, HashSet<WireKey>>,
     /// Claims to a wire's far end refused since the start (see `peers::claim_refusal`).
     refused_claims: u64,
+    /// The refusals not yet logged, by peer.
+    refusals: refusals::Refusals,
+    /// Peer events taken from the fast path and not yet handled (see `pump_peer_events`).
+    peer_backlog: VecDeque<(usize, xwire_fastpath::peer::PeerEvent)>,
     /// Pods with an end whose far end a peer has just announced: joined by the pass
     /// that follows the batch of peer events.
     to_join: BTreeSet<(String, String)>,
@@ -98,6 +103,13 @@ pub struct Node {
 
 /// The topologies of one pod namespace's pods, by pod name; `None`: the pod has none.
 type PodTopologies = HashMap<String, Option<Arc<LoadedTopology>>>;
+
+/// What the topology cache keeps of a read: every answer, or only topologies found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Remember {
+    Absence,
+    Presence,
+}
 
 /// A topology as read from the store, with its links parsed (once, here).
 struct LoadedTopology {
@@ -183,6 +195,8 @@ impl Node {
             peer_versions: HashMap::new(),
             sync_in_progress: HashMap::new(),
             refused_claims: 0,
+            refusals: refusals::Refusals::default(),
+            peer_backlog: VecDeque::new(),
             to_join: BTreeSet::new(),
             withdrawn: HashMap::new(),
             topologies: RefCell::new(HashMap::new()),
@@ -315,6 +329,17 @@ impl Node {
         namespace: &str,
         pod: &str,
     ) -> Result<Option<Arc<LoadedTopology>>, NodeError> {
+        self.cached_topology(namespace, pod, Remember::Absence)
+    }
+
+    /// The topology of `pod`, from the cache or read into it; a pod with none is
+    /// remembered as such only if `remember` says so.
+    fn cached_topology(
+        &self,
+        namespace: &str,
+        pod: &str,
+        remember: Remember,
+    ) -> Result<Option<Arc<LoadedTopology>>, NodeError> {
         let topologies = self.topologies.borrow();
         if let Some(cached) = topologies.get(namespace).and_then(|pods| pods.get(pod)) {
             return Ok(cached.clone());
@@ -326,11 +351,13 @@ impl Node {
                 topology,
             })
         });
-        self.topologies
-            .borrow_mut()
-            .entry(namespace.to_owned())
-            .or_default()
-            .insert(pod.to_owned(), read.clone());
+        if read.is_some() || remember == Remember::Absence {
+            self.topologies
+                .borrow_mut()
+                .entry(namespace.to_owned())
+                .or_default()
+                .insert(pod.to_owned(), read.clone());
+        }
         Ok(read)
     }
 
@@ -348,6 +375,16 @@ impl Node {
         Ok(self
             .topology(namespace, pod)?
             .and_then(|t| t.links.iter().find(|l| l.uid == uid).cloned()))
+    }
+
+    /// As `topology_link`, for a wire a peer names: a pod with no topology is not
+    /// remembered as such (made-up names would fill the cache), and a store that cannot
+    /// be read says no.
+    fn claimed_link(&self, namespace: &str, pod: &str, uid: u64) -> Option<LinkSpec> {
+        let loaded = self
+            .cached_topology(namespace, pod, Remember::Presence)
+            .ok()??;
+        loaded.links.iter().find(|l| l.uid == uid).cloned()
     }
 }
 

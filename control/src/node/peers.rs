@@ -8,93 +8,123 @@
 //! if it runs the far end's pod: where the pod's Topology says which node that is (its
 //! status's `src_ip`, meshnet's field for the node's address), only that node; where
 //! nothing says, the first node to claim it, until that node lets it go (DelWire, or a
-//! Sync that no longer lists it). Any other claim is refused, logged and counted, and
-//! answered with DelWire: whatever the claimant joined to this node for that wire, this
-//! node does not hold its far end.
+//! Sync that no longer lists it). Any other claim is refused and counted (and logged in
+//! a line per peer per interval, `refusals.rs`); a claim to a wire of this node's
+//! topologies is answered with DelWire: whatever the claimant joined to this node for
+//! that wire, this node does not hold its far end. A claim to a wire no topology here
+//! has costs a lookup and a count, and no answer (a peer's flood of them is not echoed).
+//!
+//! A peer's messages are worked through a turn at a time (`TURN`), big Syncs in parts, so
+//! that the node's thread answers the local API between turns whatever peers send.
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
 
-use xwire_fastpath::peer::{PeerEvent, PeerId};
+use xwire_fastpath::peer::{ControlMessage, PeerEvent, PeerId};
 use xwire_proto::control::{Carrier, ControlBody, SyncBody, WireKey, WireSpec, SYNC_PARTS_VERSION};
 
 use super::reconcile::Scope;
+use super::refusals::Summary;
 use super::{Node, RemoteEnd};
 use crate::store::{wire_key, WireRecord, WireState};
 
 impl Node {
-    /// Takes the fast path's peer events and acts on them; says whether there were any.
+    /// Takes the fast path's peer events and acts on them for at most `TURN`; what is
+    /// left waits for the next call (`has_peer_backlog`). Says whether there were any.
     pub fn pump_peer_events(&mut self) -> bool {
         let Some(fastpath) = &self.fastpath else {
             return false;
         };
-        let events = match fastpath.peer_events() {
-            Ok(events) => events,
-            Err(e) => {
-                tracing::error!("reading peer events: {e}");
-                return false;
-            }
-        };
-        let any = !events.is_empty();
-        for (worker, event) in events {
-            // Worker 0's connection to a peer carries the control protocol; the other
-            // workers' carry frames only, and their comings and goings change nothing here.
-            if worker > 0 {
-                match event {
-                    PeerEvent::Up { name, .. } => {
-                        tracing::info!(peer = %name, worker, "peer up (frames only)")
-                    }
-                    PeerEvent::Down { peer, reason } => tracing::info!(
-                        peer = ?self.peer_name(worker, peer),
-                        worker,
-                        %reason,
-                        "peer down (frames only)"
-                    ),
-                    PeerEvent::Refused { remote, reason } => {
-                        tracing::warn!(%remote, worker, %reason, "peer refused")
-                    }
-                    PeerEvent::Control { peer, .. } => tracing::warn!(
-                        peer = ?self.peer_name(worker, peer),
-                        worker,
-                        "control message on a connection that carries frames only: ignored"
-                    ),
-                }
-                continue;
-            }
-            match event {
-                PeerEvent::Up { name, version, .. } => {
-                    tracing::info!(peer = %name, version, "peer up");
-                    self.peer_versions.insert(name.clone(), version);
-                    // A Sync cut short by the last connection's end is void.
-                    self.sync_in_progress.remove(&name);
-                    self.send_sync(&name);
-                }
-                PeerEvent::Down { peer, reason } => {
-                    tracing::info!(peer = ?self.peer_name(0, peer), %reason, "peer down");
-                }
-                PeerEvent::Refused { remote, reason } => {
-                    tracing::warn!(%remote, %reason, "peer refused");
-                }
-                PeerEvent::Control { peer, message } => {
-                    let Some(from) = self.peer_name(0, peer) else {
-                        continue;
-                    };
-                    match message.body {
-                        ControlBody::AddWire(spec) => {
-                            self.on_add_wire(&from, spec);
-                        }
-                        ControlBody::DelWire(key) => self.on_del_wire(&from, &key),
-                        ControlBody::Sync(sync) => self.on_sync(&from, sync),
-                        ControlBody::Error(e) => {
-                            tracing::warn!(peer = %from, code = e.code.0, "peer error: {}", e.message)
-                        }
-                        ControlBody::Hello(_) | ControlBody::Ack => {}
+        // New events are taken only once the last ones are handled: until then they wait
+        // in the fast path, which bounds what a peer can make it hold.
+        if self.peer_backlog.is_empty() {
+            match fastpath.peer_events() {
+                Ok(events) => {
+                    for (worker, event) in events {
+                        self.peer_backlog
+                            .extend(sync_in_turns(event).map(|e| (worker, e)));
                     }
                 }
+                Err(e) => tracing::error!("reading peer events: {e}"),
             }
+        }
+        let any = !self.peer_backlog.is_empty();
+        let started = Instant::now();
+        while started.elapsed() < TURN {
+            let Some((worker, event)) = self.peer_backlog.pop_front() else {
+                break;
+            };
+            self.on_peer_event(worker, event);
+        }
+        for line in self.refusals.due(Instant::now()) {
+            log_refusals(&line);
         }
         self.join_announced();
         any
+    }
+
+    /// Whether peer events wait for the next `pump_peer_events`.
+    pub fn has_peer_backlog(&self) -> bool {
+        !self.peer_backlog.is_empty()
+    }
+
+    fn on_peer_event(&mut self, worker: usize, event: PeerEvent) {
+        // Worker 0's connection to a peer carries the control protocol; the other
+        // workers' carry frames only, and their comings and goings change nothing here.
+        if worker > 0 {
+            match event {
+                PeerEvent::Up { name, .. } => {
+                    tracing::info!(peer = %name, worker, "peer up (frames only)")
+                }
+                PeerEvent::Down { peer, reason } => tracing::info!(
+                    peer = ?self.peer_name(worker, peer),
+                    worker,
+                    %reason,
+                    "peer down (frames only)"
+                ),
+                PeerEvent::Refused { remote, reason } => {
+                    tracing::warn!(%remote, worker, %reason, "peer refused")
+                }
+                PeerEvent::Control { peer, .. } => tracing::warn!(
+                    peer = ?self.peer_name(worker, peer),
+                    worker,
+                    "control message on a connection that carries frames only: ignored"
+                ),
+            }
+            return;
+        }
+        match event {
+            PeerEvent::Up { name, version, .. } => {
+                tracing::info!(peer = %name, version, "peer up");
+                self.peer_versions.insert(name.clone(), version);
+                // A Sync cut short by the last connection's end is void.
+                self.sync_in_progress.remove(&name);
+                self.send_sync(&name);
+            }
+            PeerEvent::Down { peer, reason } => {
+                tracing::info!(peer = ?self.peer_name(0, peer), %reason, "peer down");
+            }
+            PeerEvent::Refused { remote, reason } => {
+                tracing::warn!(%remote, %reason, "peer refused");
+            }
+            PeerEvent::Control { peer, message } => {
+                let Some(from) = self.peer_name(0, peer) else {
+                    return;
+                };
+                match message.body {
+                    ControlBody::AddWire(spec) => {
+                        self.on_add_wire(&from, spec);
+                    }
+                    ControlBody::DelWire(key) => self.on_del_wire(&from, &key),
+                    ControlBody::Sync(sync) => self.on_sync(&from, sync),
+                    ControlBody::Error(e) => {
+                        tracing::warn!(peer = %from, code = e.code.0, "peer error: {}", e.message)
+                    }
+                    ControlBody::Hello(_) | ControlBody::Ack => {}
+                }
+            }
+        }
     }
 
     /// The peer node behind `peer` of worker `worker`.
@@ -184,45 +214,53 @@ impl Node {
     }
 
     /// Why `from` may not hold the far end that `spec` describes, if it may not (see the
-    /// module's notes). `record` is this node's end of the wire, if it has one.
-    fn claim_refusal(
-        &self,
-        from: &str,
-        spec: &WireSpec,
-        record: Option<&WireRecord>,
-    ) -> Option<String> {
+    /// module's notes), and otherwise this node's end of the wire, if it has one.
+    fn claim_refusal(&self, from: &str, spec: &WireSpec) -> Result<Option<WireRecord>, Refusal> {
         let namespace = &spec.key.namespace;
-        let link = match self.topology_link(namespace, &spec.receiver_pod, spec.key.link_uid) {
-            Ok(Some(link)) => link,
-            _ => {
-                return Some(format!(
+        // A lookup that leaves nothing behind for a pod no topology has: claims naming
+        // made-up pods must not grow the node's memory.
+        let Some(link) = self.claimed_link(namespace, &spec.receiver_pod, spec.key.link_uid) else {
+            return Err(Refusal {
+                why: format!(
                     "no topology here has wire {} for pod {namespace}/{}",
                     spec.key.link_uid, spec.receiver_pod
-                ))
-            }
+                ),
+                known_wire: false,
+            });
+        };
+        let refused = |why: String| Refusal {
+            why,
+            known_wire: true,
         };
         if link.peer_pod != spec.sender_pod {
-            return Some(format!(
+            return Err(refused(format!(
                 "the topology has {} as the far end, not {}",
                 link.peer_pod, spec.sender_pod
-            ));
+            )));
         }
         if let Some(runs_it) = self.placement(namespace, &spec.sender_pod) {
-            return (self.peer_ip(from) != Some(runs_it))
-                .then(|| format!("pod {} runs on the node at {runs_it}", spec.sender_pod));
+            if self.peer_ip(from) != Some(runs_it) {
+                let why = format!("pod {} runs on the node at {runs_it}", spec.sender_pod);
+                return Err(refused(why));
+            }
         }
         if let Some(end) = self.remote_ends.get(&spec.key) {
             if end.node != from {
-                return Some(format!("node {} holds it", end.node));
+                return Err(refused(format!("node {} holds it", end.node)));
             }
         }
-        match record {
+        let key = wire_key(namespace, &spec.receiver_pod, spec.key.link_uid);
+        let record = self.store.wire(&key).ok().flatten();
+        match &record {
             Some(record) if record.state == WireState::Remote => {
                 let holder = record.peer_node.as_deref().unwrap_or_default();
-                (holder != from).then(|| format!("node {holder} holds it"))
+                if holder != from {
+                    return Err(refused(format!("node {holder} holds it")));
+                }
             }
-            _ => None,
+            _ => {}
         }
+        Ok(record)
     }
 
     /// The address of the node that runs `pod`, if its Topology says.
@@ -249,22 +287,31 @@ impl Node {
     /// whether it did.
     fn on_add_wire(&mut self, from: &str, spec: WireSpec) -> bool {
         let key = wire_key(&spec.key.namespace, &spec.receiver_pod, spec.key.link_uid);
-        let record = self.store.wire(&key).ok().flatten();
-        if let Some(why) = self.claim_refusal(from, &spec, record.as_ref()) {
-            self.refused_claims += 1;
-            tracing::warn!(
-                peer = %from,
-                wire = %format!("{}/{}", spec.key.namespace, spec.key.link_uid),
-                far_end = %spec.sender_pod,
-                "claim refused: {why}"
-            );
-            // The claimant is told, so that an end it joined to this node on older news
-            // (this node's end removed and recorded again while the claim was under way)
-            // waits for a far end again instead of waiting on this node for ever: the
-            // next announcement of either end then joins the two.
-            self.send_to(from, ControlBody::DelWire(spec.key));
-            return false;
-        }
+        let record = match self.claim_refusal(from, &spec) {
+            Ok(record) => record,
+            Err(refusal) => {
+                self.refused_claims += 1;
+                self.metrics.refused_claim(from);
+                let wire = &spec.key;
+                let line = self.refusals.refused(from, Instant::now(), || {
+                    format!(
+                        "wire {}/{} with far end {}: {}",
+                        wire.namespace, wire.link_uid, spec.sender_pod, refusal.why
+                    )
+                });
+                if let Some(line) = line {
+                    log_refusals(&line);
+                }
+                // The claimant is told, so that an end it joined to this node on older
+                // news (this node's end removed and recorded again while the claim was
+                // under way) waits for a far end again instead of waiting on this node
+                // for ever: the next announcement of either end then joins the two.
+                if refusal.known_wire {
+                    self.send_to(from, ControlBody::DelWire(spec.key));
+                }
+                return false;
+            }
+        };
         self.remote_ends.insert(
             spec.key.clone(),
             RemoteEnd {
@@ -463,5 +510,68 @@ impl Node {
             self.far_ends_gone(&name, &gone);
         }
         true
+    }
+}
+
+/// How long the node's thread works through peer events before it answers the local API
+/// again.
+const TURN: Duration = Duration::from_millis(20);
+/// The most wire specs of a Sync handled as one event: a Sync of tens of thousands is
+/// worked through over several turns.
+const SPECS_PER_EVENT: usize = 2048;
+
+/// Why a claim was refused, and whether the wire is one of this node's topologies (then
+/// the claimant is told).
+struct Refusal {
+    why: String,
+    known_wire: bool,
+}
+
+/// `event`, with a Sync of more than `SPECS_PER_EVENT` specs cut into Syncs of that many
+/// (all but the last marked `more`, as the parts of a Sync in parts are).
+fn sync_in_turns(event: PeerEvent) -> impl Iterator<Item = PeerEvent> {
+    let mut parts = Vec::new();
+    match event {
+        PeerEvent::Control {
+            peer,
+            message:
+                ControlMessage {
+                    request_id,
+                    body: ControlBody::Sync(sync),
+                },
+        } if sync.wires.len() > SPECS_PER_EVENT => {
+            let more = sync.more;
+            let mut wires = sync.wires.into_iter().peekable();
+            while wires.peek().is_some() {
+                let part: Vec<WireSpec> = wires.by_ref().take(SPECS_PER_EVENT).collect();
+                let last = wires.peek().is_none();
+                parts.push(PeerEvent::Control {
+                    peer,
+                    message: ControlMessage {
+                        request_id,
+                        body: ControlBody::Sync(SyncBody {
+                            wires: part,
+                            more: more || !last,
+                        }),
+                    },
+                });
+            }
+        }
+        other => parts.push(other),
+    }
+    parts.into_iter()
+}
+
+fn log_refusals(line: &Summary) {
+    if line.count == 1 {
+        tracing::warn!(peer = %line.peer, "claim refused: {}", line.last_reason);
+    } else {
+        tracing::warn!(
+            peer = %line.peer,
+            count = line.count,
+            "claims refused since the last line: {} (the last: {})",
+            line.count,
+            line.last_reason
+        );
     }
 }

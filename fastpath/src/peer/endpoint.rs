@@ -44,6 +44,11 @@ const KNOCK_REASON: &str = "the peer restarted (it knocked)";
 /// Events the control plane has not taken yet: past this, control messages are dropped
 /// (and their connection closed), so that a peer cannot grow this node's memory.
 const MAX_EVENTS: usize = 1 << 16;
+/// Bytes of control records (as they came) whose messages the control plane has not
+/// taken yet: past this, the control streams are not read (QUIC's flow control then
+/// holds the peer), so a peer cannot make this node decode and hold more than this and
+/// the one record under way. A Sync comes in parts of at most `MAX_SYNC_PART`.
+pub(crate) const MAX_HELD_CONTROL: usize = 2 << 20;
 /// Connections in their handshake at once. A peer has at most a dial and a knock in
 /// flight; anything beyond this is someone else's doing.
 const MAX_HANDSHAKES: usize = 64;
@@ -71,7 +76,10 @@ pub struct PeerEndpoint {
     /// Answers of the endpoint itself (stateless resets, refusals) not yet polled.
     responses: VecDeque<(Transmit, Vec<u8>)>,
     counters: PeerCounters,
-    events: VecDeque<PeerEvent>,
+    /// With the bytes of the record a control message came in (0 for other events).
+    events: VecDeque<(PeerEvent, usize)>,
+    /// The sum of `events`' record bytes.
+    held_control: usize,
     inbox: Inbox,
     /// Handshakes refused since the last log line about them, and when that was.
     refusals: (u64, Option<Instant>),
@@ -117,6 +125,7 @@ impl PeerEndpoint {
             responses: VecDeque::new(),
             counters: PeerCounters::default(),
             events: VecDeque::new(),
+            held_control: 0,
             inbox: Inbox::default(),
             refusals: (0, None),
         })
@@ -256,12 +265,15 @@ impl PeerEndpoint {
 
     /// The next event for the control plane.
     pub fn poll_event(&mut self) -> Option<PeerEvent> {
-        self.events.pop_front()
+        let (event, bytes) = self.events.pop_front()?;
+        self.held_control -= bytes;
+        Some(event)
     }
 
     /// Every event not yet polled.
     pub fn take_events(&mut self) -> Vec<PeerEvent> {
-        self.events.drain(..).collect()
+        self.held_control = 0;
+        self.events.drain(..).map(|(event, _)| event).collect()
     }
 
     /// The next frame received from a peer. Its bytes stay valid until the next call
@@ -278,14 +290,26 @@ impl PeerEndpoint {
     /// Queues an event for the control plane; false (and counted, for a control
     /// message) when the queue is full.
     fn push_event(&mut self, event: PeerEvent) -> bool {
+        self.push_event_of(event, 0)
+    }
+
+    /// As `push_event`, for a control message that came in a record of `bytes`.
+    fn push_event_of(&mut self, event: PeerEvent, bytes: usize) -> bool {
         if self.events.len() >= MAX_EVENTS {
             if matches!(event, PeerEvent::Control { .. }) {
                 self.counters.control_dropped += 1;
             }
             return false;
         }
-        self.events.push_back(event);
+        self.held_control += bytes;
+        self.events.push_back((event, bytes));
         true
+    }
+
+    /// Bytes of control records the sessions may still decode before the control plane
+    /// takes what it has.
+    fn control_room(&self) -> usize {
+        MAX_HELD_CONTROL.saturating_sub(self.held_control)
     }
 
     /// The latest moment by which `drive` should run again, with nothing arriving.
@@ -522,8 +546,9 @@ impl PeerEndpoint {
         for message in inbound {
             self.on_inbound(handle, &mut session, message, now);
         }
-        if session.hello_done && !before {
-            // What waited for Hello is read now.
+        // What waited for Hello, or for the control plane to take what was read before,
+        // is read now.
+        if session.hello_done && (!before || self.control_room() > 0) && session.has_deferred() {
             let mut inbound = Vec::new();
             for id in session.take_deferred() {
                 self.read(&mut session, id, &mut inbound);
@@ -560,11 +585,22 @@ impl PeerEndpoint {
         id: quinn_proto::StreamId,
         inbound: &mut Vec<Inbound>,
     ) {
+        let mut room = self.control_room();
+        // What this read decodes becomes events only after it: the room is spent here.
+        room = room.saturating_sub(
+            inbound
+                .iter()
+                .map(|i| match i {
+                    Inbound::Control { bytes, .. } => *bytes,
+                    _ => 0,
+                })
+                .sum(),
+        );
         let mut to = Delivery {
             inbox: &mut self.inbox,
             peer: session_peer(session),
         };
-        session.read_stream(id, &mut self.counters, &mut to, inbound);
+        session.read_stream(id, &mut self.counters, &mut to, inbound, room);
     }
 
     fn hello(&self) -> Hello {
@@ -585,8 +621,8 @@ impl PeerEndpoint {
         inbound: Inbound,
         now: Instant,
     ) {
-        let message = match inbound {
-            Inbound::Control(message) => message,
+        let (message, bytes) = match inbound {
+            Inbound::Control { message, bytes } => (message, bytes),
             Inbound::Broken(e) => {
                 self.refuse(
                     handle,
@@ -616,7 +652,7 @@ impl PeerEndpoint {
         let ControlBody::Hello(theirs) = &message.body else {
             match session_peer(session) {
                 Some(peer) => {
-                    if !self.push_event(PeerEvent::Control { peer, message }) {
+                    if !self.push_event_of(PeerEvent::Control { peer, message }, bytes) {
                         let reason = "control messages arrive faster than they are handled";
                         self.close(handle, session, CLOSE_OVERFLOW, reason.into(), now);
                     }

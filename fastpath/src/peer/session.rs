@@ -83,13 +83,14 @@ pub(crate) struct Session {
 
 /// What reading a session's streams and datagrams produced, besides frames.
 pub(crate) enum Inbound {
-    Control(ControlMessage),
+    /// A control message, and the bytes of the record it came in.
+    Control {
+        message: ControlMessage,
+        bytes: usize,
+    },
     /// A control record whose fields do not decode (an unknown type, say): answered
     /// with an Error carrying its request id, and skipped; the stream stays in step.
-    Undecodable {
-        request_id: u64,
-        error: DecodeError,
-    },
+    Undecodable { request_id: u64, error: DecodeError },
     /// Bytes that do not decode: the connection cannot be trusted to stay in step.
     Broken(DecodeError),
 }
@@ -253,25 +254,47 @@ impl Session {
 
     /// Reads what arrived on `id`: frames go to `to`, control messages and decode
     /// failures are returned. Before Hello, only the control stream's first record is
-    /// read; the rest waits in `deferred`. A stream's state goes when the stream ends.
+    /// read; the rest waits in `deferred`. Control records are decoded while
+    /// `control_room` bytes of them are left (the one under way is finished); the rest
+    /// waits in `deferred`, and unread in QUIC's buffers, which then holds the peer. A
+    /// stream's state goes when the stream ends.
     pub(crate) fn read_stream(
         &mut self,
         id: StreamId,
         counters: &mut PeerCounters,
         to: &mut Delivery<'_>,
         inbound: &mut Vec<Inbound>,
+        mut control_room: usize,
     ) {
         let before_hello = !self.hello_done;
         if before_hello && id.dir() == Dir::Uni {
             self.defer(id);
             return;
         }
+        let control = id.dir() == Dir::Bi;
+        if control && control_room == 0 {
+            self.defer(id);
+            return;
+        }
+        // Enough to finish a record of the largest size beyond the room, so that one
+        // record always completes; a data stream's frames are read as they come.
+        let read_limit = if control {
+            control_room.saturating_add(RECORD_HEADER_LEN + xwire_proto::control::MAX_CONTROL_BODY)
+        } else {
+            usize::MAX
+        };
         let state = self.incoming.entry(id).or_default();
         let mut ended = false;
+        let mut unread = false;
         match self.conn.recv_stream(id).read(true) {
             Ok(mut chunks) => {
                 loop {
-                    match chunks.next(usize::MAX) {
+                    let Some(room) = read_limit.checked_sub(state.buf.len()).filter(|&r| r > 0)
+                    else {
+                        unread = true;
+                        break;
+                    };
+                    match chunks.next(room) {
                         Ok(Some(chunk)) => state.buf.extend_from_slice(&chunk.bytes),
                         Ok(None) => {
                             ended = true;
@@ -319,6 +342,10 @@ impl Session {
                 held_back = !rest.is_empty();
                 break;
             }
+            if control && control_room == 0 {
+                held_back = !rest.is_empty() || unread;
+                break;
+            }
             let step = match state.kind {
                 Some(StreamKind::Data) => next_stream_frame(rest).map(|next| {
                     next.map(|(frame, len)| {
@@ -329,8 +356,12 @@ impl Session {
                 }),
                 _ => split_record(rest, xwire_proto::control::MAX_CONTROL_BODY).map(|next| {
                     next.map(|(body, len)| {
+                        control_room = control_room.saturating_sub(len);
                         inbound.push(match ControlMessage::decode(body) {
-                            Ok(message) => Inbound::Control(message),
+                            Ok(message) => Inbound::Control {
+                                message,
+                                bytes: len,
+                            },
                             Err(error) => {
                                 counters.malformed += 1;
                                 Inbound::Undecodable {
@@ -359,7 +390,7 @@ impl Session {
         for (range, wire) in records.drain(..) {
             to.stream_frame(counters, wire, decoded.slice(range));
         }
-        if held_back {
+        if held_back || (unread && !ended) {
             self.defer(id);
         } else if ended {
             self.incoming.remove(&id);
@@ -372,7 +403,12 @@ impl Session {
         }
     }
 
-    /// The streams left unread before Hello, to be read now that it is in.
+    /// Whether streams wait to be read (see `read_stream`).
+    pub(crate) fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
+    /// The streams left unread (before Hello, or for want of room), to be read now.
     pub(crate) fn take_deferred(&mut self) -> Vec<StreamId> {
         std::mem::take(&mut self.deferred)
     }

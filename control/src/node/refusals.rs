@@ -1,0 +1,185 @@
+//! Claims refused, by peer, told in few words: a peer's first refusal is logged at once,
+//! and what follows within `SUMMARY_EVERY` is counted and said in one line when the
+//! interval is over. A peer that sends a hundred thousand bad claims costs a few log
+//! lines, not a hundred thousand (an attack run made 1.8 million lines, 200 MB, that
+//! way). Pure: the caller says what time it is and logs what it is given.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// The most a peer's refusals are logged.
+pub(super) const SUMMARY_EVERY: Duration = Duration::from_secs(10);
+
+/// What to log about one peer's refusals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Summary {
+    pub(super) peer: String,
+    /// Refusals since the last line (this one's included).
+    pub(super) count: u64,
+    /// Why the last of them was refused.
+    pub(super) last_reason: String,
+}
+
+#[derive(Debug)]
+struct PeerRefusals {
+    unlogged: u64,
+    last_reason: String,
+    logged_at: Instant,
+}
+
+/// The refusals not yet logged, by peer.
+#[derive(Debug, Default)]
+pub(super) struct Refusals {
+    peers: HashMap<String, PeerRefusals>,
+}
+
+impl Refusals {
+    /// A claim from `peer` was refused for `reason` (made only if it is to be logged).
+    /// Returns the line to log now, if one is due.
+    pub(super) fn refused(
+        &mut self,
+        peer: &str,
+        now: Instant,
+        reason: impl FnOnce() -> String,
+    ) -> Option<Summary> {
+        match self.peers.get_mut(peer) {
+            None => {
+                self.peers.insert(
+                    peer.to_owned(),
+                    PeerRefusals {
+                        unlogged: 0,
+                        last_reason: String::new(),
+                        logged_at: now,
+                    },
+                );
+                Some(Summary {
+                    peer: peer.to_owned(),
+                    count: 1,
+                    last_reason: reason(),
+                })
+            }
+            Some(seen) => {
+                seen.unlogged += 1;
+                // The reason of a claim that ends an interval is the one said; the others
+                // are not even written out.
+                if now.duration_since(seen.logged_at) >= SUMMARY_EVERY {
+                    seen.last_reason = reason();
+                    return Some(take(peer, seen, now));
+                }
+                if seen.last_reason.is_empty() {
+                    seen.last_reason = reason();
+                }
+                None
+            }
+        }
+    }
+
+    /// The lines due now for peers whose interval ended with refusals unlogged; a peer
+    /// quiet for a whole interval is forgotten (its next refusal is logged at once).
+    pub(super) fn due(&mut self, now: Instant) -> Vec<Summary> {
+        let mut lines = Vec::new();
+        self.peers.retain(|peer, seen| {
+            if now.duration_since(seen.logged_at) < SUMMARY_EVERY {
+                return true;
+            }
+            if seen.unlogged == 0 {
+                return false;
+            }
+            lines.push(take(peer, seen, now));
+            true
+        });
+        lines.sort_by(|a, b| a.peer.cmp(&b.peer));
+        lines
+    }
+}
+
+fn take(peer: &str, seen: &mut PeerRefusals, now: Instant) -> Summary {
+    let summary = Summary {
+        peer: peer.to_owned(),
+        count: seen.unlogged,
+        last_reason: std::mem::take(&mut seen.last_reason),
+    };
+    seen.unlogged = 0;
+    seen.logged_at = now;
+    summary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(text: &str) -> impl FnOnce() -> String + '_ {
+        move || text.to_owned()
+    }
+
+    #[test]
+    fn a_peers_first_refusal_is_said_at_once_and_the_rest_once_per_interval() {
+        let start = Instant::now();
+        let mut refusals = Refusals::default();
+        let first = refusals.refused("n3", start, reason("a"));
+        assert_eq!(
+            first,
+            Some(Summary {
+                peer: "n3".into(),
+                count: 1,
+                last_reason: "a".into()
+            })
+        );
+        for i in 1..=1000u64 {
+            let at = start + Duration::from_millis(i);
+            assert_eq!(refusals.refused("n3", at, reason("b")), None);
+        }
+        assert_eq!(refusals.due(start + Duration::from_secs(5)), vec![]);
+        let at_end = start + SUMMARY_EVERY;
+        assert_eq!(
+            refusals.due(at_end),
+            vec![Summary {
+                peer: "n3".into(),
+                count: 1000,
+                last_reason: "b".into()
+            }]
+        );
+        // A refusal that itself ends an interval says the count with it.
+        assert_eq!(refusals.refused("n3", at_end, reason("c")), None);
+        let later = at_end + SUMMARY_EVERY;
+        assert_eq!(
+            refusals.refused("n3", later, reason("d")),
+            Some(Summary {
+                peer: "n3".into(),
+                count: 2,
+                last_reason: "d".into()
+            })
+        );
+    }
+
+    #[test]
+    fn peers_are_counted_apart_and_a_quiet_one_is_forgotten() {
+        let start = Instant::now();
+        let mut refusals = Refusals::default();
+        assert!(refusals.refused("n3", start, reason("x")).is_some());
+        assert!(refusals.refused("n4", start, reason("y")).is_some());
+        assert_eq!(refusals.refused("n4", start, reason("z")), None);
+        let lines = refusals.due(start + SUMMARY_EVERY);
+        assert_eq!(lines.len(), 1);
+        assert_eq!((lines[0].peer.as_str(), lines[0].count), ("n4", 1));
+        // n3 had nothing more: forgotten, so its next refusal is said at once.
+        assert!(refusals
+            .refused("n3", start + SUMMARY_EVERY, reason("w"))
+            .is_some());
+    }
+
+    #[test]
+    fn a_reason_is_written_out_only_when_it_will_be_said() {
+        let start = Instant::now();
+        let mut refusals = Refusals::default();
+        refusals.refused("n3", start, reason("first"));
+        let mut made = 0;
+        for i in 0..100 {
+            refusals.refused("n3", start + Duration::from_millis(i), || {
+                made += 1;
+                "again".into()
+            });
+        }
+        assert_eq!(made, 1, "the reason of one claim per interval is kept");
+    }
+}
