@@ -466,6 +466,72 @@ fn a_busy_control_plane_holds_a_peers_control_messages_back_in_bounded_memory() 
 }
 
 #[test]
+fn initials_forged_with_a_peers_address_do_not_keep_the_peer_out() {
+    // 100 clients send QUIC Initials to node-b from node-a's address (other ports), and
+    // never see the answers: an underlay that forges a peer's address. Then node-a dials.
+    // Past two handshakes from one address, node-b answers with a Retry and keeps no
+    // state until the client proves it receives there: the forged Initials hold nothing,
+    // and node-a (which answers its Retry) is up within 2 s instead of waiting out the
+    // forged handshakes' 3 s timeout.
+    let ca = ClusterCa::generate("xwire-test-ca").unwrap();
+    let issue = |name: &str| ca.issue(name).unwrap();
+    let a_ip = A.parse::<SocketAddr>().unwrap().ip();
+    let mut forgers: Vec<(SocketAddr, PeerEndpoint)> = (0..100u16)
+        .map(|i| {
+            // A name that sorts before node-b's: it dials rather than knocks.
+            let addr = SocketAddr::new(a_ip, 20_000 + i);
+            let mut endpoint = node(issue("node-0"), &addr.to_string(), None);
+            let at = Instant::now();
+            endpoint
+                .add_peer("node-b", B.parse().unwrap(), Carrier::Datagram, at)
+                .unwrap();
+            (addr, endpoint)
+        })
+        .collect();
+    let mut b = node(issue("node-b"), B, None);
+    b.add_peer(
+        "node-a",
+        A.parse().unwrap(),
+        Carrier::Datagram,
+        Instant::now(),
+    )
+    .unwrap();
+    // The flood, for 200 ms, before node-a starts.
+    let mut now = Instant::now();
+    let mut buf = Vec::new();
+    for _ in 0..20 {
+        for (addr, forger) in &mut forgers {
+            forger.drive(now, Flush::Now);
+            while let Some(t) = forger.poll_transmit(now, 10, &mut buf) {
+                let size = t.segment_size.unwrap_or(t.size);
+                for segment in buf[..t.size].chunks(size) {
+                    let data = BytesMut::from(segment);
+                    b.handle_datagram(now, *addr, None, None, data);
+                }
+            }
+        }
+        b.drive(now, Flush::Now);
+        // What node-b answers goes to the forged address: nobody reads it.
+        while b.poll_transmit(now, 10, &mut buf).is_some() {}
+        now += Duration::from_millis(10);
+    }
+    let retried = b.counters().handshakes_retried;
+    let mut net = Net::with(node(issue("node-a"), A, None), b, Carrier::Datagram);
+    net.now = now;
+    net.start = now;
+    let up = net.run_until(Duration::from_secs(2), Net::both_up);
+    assert!(
+        up,
+        "node-a was kept out for {:?}; node-b retried {retried} of the forged handshakes",
+        net.elapsed()
+    );
+    assert!(
+        retried >= 90,
+        "node-b retried {retried} of 100 forged handshakes"
+    );
+}
+
+#[test]
 fn control_messages_cross_in_order_despite_loss() {
     let (id_a, id_b) = identities();
     let mut net = Net::new(id_a, id_b, Carrier::Datagram);

@@ -438,10 +438,13 @@ fn handshakes_in_progress_are_bounded() {
     for _ in 0..8 {
         setup.node.poll_frames(Flush::Now, &mut |_, _, _| false);
     }
-    let refused = setup.node.counters().handshakes_refused;
+    // Past two from one address, a handshake is first answered with a Retry; past eight,
+    // refused outright.
+    let counters = setup.node.counters();
+    let (refused, retried) = (counters.handshakes_refused, counters.handshakes_retried);
     assert!(
-        refused >= 30,
-        "{refused} of 100 refused (64 may be in progress)"
+        refused + retried >= 90,
+        "{refused} of 100 refused and {retried} retried (8 may be in progress)"
     );
 }
 

@@ -52,6 +52,14 @@ pub(crate) const MAX_HELD_CONTROL: usize = 2 << 20;
 /// Connections in their handshake at once. A peer has at most a dial and a knock in
 /// flight; anything beyond this is someone else's doing.
 const MAX_HANDSHAKES: usize = 64;
+/// Handshakes in progress from one address past which a new one is begun only once the
+/// client has answered a Retry (proved that it receives at the address it sends from):
+/// an honest peer has a dial and a knock at most, and a flood of Initials with a peer's
+/// address forged costs no state at all.
+const UNVALIDATED_PER_ADDRESS: usize = 2;
+/// Handshakes in progress from one address, validated or not: one address (a peer
+/// gone wrong, or the underlay forging it) cannot take every slot from the others.
+const MAX_HANDSHAKES_PER_ADDRESS: usize = 8;
 /// How often a refused handshake is logged (with the count since the last line).
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 /// IPv4 and UDP headers: what QUIC's packets leave of the underlay MTU.
@@ -356,6 +364,22 @@ impl PeerEndpoint {
                     self.log_refusal(remote, why, now);
                     return;
                 }
+                let from_there = self.handshakes_from(remote.ip());
+                if !incoming.remote_address_validated() && from_there >= UNVALIDATED_PER_ADDRESS {
+                    match self.quic.retry(incoming, &mut response) {
+                        Ok(transmit) => {
+                            self.counters.handshakes_retried += 1;
+                            self.respond(&transmit, response);
+                        }
+                        // Not retriable (it carries a Retry's token already, which did not
+                        // validate): dropped without state.
+                        Err(e) => {
+                            self.quic.ignore(e.into_incoming());
+                            self.counters.handshakes_refused += 1;
+                        }
+                    }
+                    return;
+                }
                 match self
                     .quic
                     .accept(incoming, now, &mut response, Some(self.server.clone()))
@@ -394,7 +418,19 @@ impl PeerEndpoint {
             .values()
             .filter(|s| s.conn.is_handshaking())
             .count();
-        (handshaking >= MAX_HANDSHAKES).then_some("too many handshakes in progress")
+        if handshaking >= MAX_HANDSHAKES {
+            return Some("too many handshakes in progress");
+        }
+        (self.handshakes_from(remote.ip()) >= MAX_HANDSHAKES_PER_ADDRESS)
+            .then_some("too many handshakes in progress from its address")
+    }
+
+    /// Handshakes in progress with `ip`.
+    fn handshakes_from(&self, ip: IpAddr) -> usize {
+        self.sessions
+            .values()
+            .filter(|s| s.conn.is_handshaking() && s.conn.remote_address().ip() == ip)
+            .count()
     }
 
     /// Logs refused handshakes at most once per `REFUSAL_LOG_EVERY`, with their count.

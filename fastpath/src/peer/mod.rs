@@ -116,6 +116,9 @@ pub struct PeerCounters {
     /// Handshakes not even begun: from an address that is no peer's, or with too many
     /// already in progress.
     pub handshakes_refused: u64,
+    /// Handshakes answered with a QUIC Retry (the client must prove it receives at its
+    /// address before any state is kept): from an address with handshakes in progress.
+    pub handshakes_retried: u64,
     /// Control messages answered with an Error instead of acted on: undecodable ones, and
     /// a Hello on a connection that had its Hello.
     pub control_refused: u64,
