@@ -27,14 +27,61 @@ pub const ALIAS_PREFIX: &str = "xwire:";
 pub const NODE_ALIAS_PREFIX: &str = "xwire-node:";
 const ENODEV: i32 = 19;
 
+/// The longest a uid takes in an alias (`u64::MAX` in decimal).
+const UID_DIGITS: usize = 20;
+
+/// The start of every alias of `pod`'s ends: `xwire:<namespace>/<pod>/`. Kubernetes
+/// allows names (a 63-byte namespace, a 253-byte pod) that together make an alias longer
+/// than the kernel keeps; such a pod's name is written as `~` and a 64-bit hash of it,
+/// so that its interfaces are labelled, and told apart, like anyone's. Shorter names
+/// are written out, as they always were (interfaces made by earlier builds keep theirs).
+pub fn pod_alias_prefix(namespace: &str, pod: &str) -> String {
+    let written = format!("{ALIAS_PREFIX}{namespace}/{pod}/");
+    if written.len() + UID_DIGITS <= MAX_ALIAS {
+        return written;
+    }
+    format!(
+        "{ALIAS_PREFIX}{namespace}/~{:016x}/",
+        fnv1a64(pod.as_bytes())
+    )
+}
+
 /// The alias of a pod's end of wire `uid` in topology namespace `namespace`.
 pub fn pod_alias(namespace: &str, pod: &str, uid: u64) -> String {
-    format!("{ALIAS_PREFIX}{namespace}/{pod}/{uid}")
+    format!("{}{uid}", pod_alias_prefix(namespace, pod))
+}
+
+/// The start of every alias `node` gives the node ends it makes: `xwire-node:<node>:`,
+/// with a node name that leaves too little room (see `pod_alias_prefix`) hashed.
+pub fn node_alias_prefix(node: &str) -> String {
+    let written = format!("{NODE_ALIAS_PREFIX}{node}:");
+    // Room kept for the rest: a namespace, a hashed pod name, a uid.
+    const REST: usize = 63 + 2 + 16 + 1 + UID_DIGITS + 1;
+    if written.len() + REST <= MAX_ALIAS {
+        return written;
+    }
+    format!("{NODE_ALIAS_PREFIX}~{:016x}:", fnv1a64(node.as_bytes()))
 }
 
 /// The alias of `node`'s end of a remote wire of `pod`.
 pub fn node_alias(node: &str, namespace: &str, pod: &str, uid: u64) -> String {
-    format!("{NODE_ALIAS_PREFIX}{node}:{namespace}/{pod}/{uid}")
+    let end = pod_alias(namespace, pod, uid);
+    let end = end.strip_prefix(ALIAS_PREFIX).unwrap_or(&end);
+    let alias = format!("{}{end}", node_alias_prefix(node));
+    if alias.len() <= MAX_ALIAS {
+        return alias;
+    }
+    // A namespace and pod that fit a pod's alias but not with a node's name before them.
+    let hashed = format!("{namespace}/~{:016x}/{uid}", fnv1a64(pod.as_bytes()));
+    format!("{}{hashed}", node_alias_prefix(node))
+}
+
+/// FNV-1a, 64 bits: the same value on every start, whichever build computes it (the
+/// standard library's hashers make no such promise), for names the kernel keeps.
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// How one end of a wire is set up in its namespace.
@@ -160,7 +207,7 @@ pub fn configure(ns: &NetnsFd, end: &EndSettings) -> Result<(), NetnsError> {
                 ns: ns.label().into(),
                 source: std::io::Error::other(format!(
                     "xwire's label for it, {alias:?}, is {} bytes and the kernel keeps at most \
-                     {MAX_ALIAS}: the pod's namespace and name are too long together",
+                     {MAX_ALIAS}: the namespace is too long (Kubernetes allows 63 bytes)",
                     alias.len()
                 )),
             });
@@ -431,4 +478,51 @@ async fn find(handle: &Handle, name: &str) -> Result<LinkMessage, rtnetlink::Err
 
 async fn index_of(handle: &Handle, name: &str) -> Result<u32, rtnetlink::Error> {
     Ok(find(handle, name).await?.header.index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The longest names Kubernetes allows.
+    fn longest() -> (String, String, String) {
+        ("n".repeat(253), "s".repeat(63), "p".repeat(253))
+    }
+
+    #[test]
+    fn names_that_fit_are_written_out_as_they_always_were() {
+        assert_eq!(pod_alias("lab", "r1", 7), "xwire:lab/r1/7");
+        assert_eq!(pod_alias_prefix("lab", "r1"), "xwire:lab/r1/");
+        assert_eq!(node_alias("n1", "lab", "r1", 7), "xwire-node:n1:lab/r1/7");
+        assert_eq!(node_alias_prefix("n1"), "xwire-node:n1:");
+    }
+
+    #[test]
+    fn the_longest_names_make_aliases_the_kernel_keeps_and_tells_apart() {
+        let (node, namespace, pod) = longest();
+        let other_pod = format!("{}q", "p".repeat(252));
+        for uid in [0, u64::MAX] {
+            let alias = pod_alias(&namespace, &pod, uid);
+            assert!(alias.len() <= MAX_ALIAS, "{}", alias.len());
+            assert!(alias.starts_with(&pod_alias_prefix(&namespace, &pod)));
+            assert_ne!(alias, pod_alias(&namespace, &other_pod, uid));
+            let on_node = node_alias(&node, &namespace, &pod, uid);
+            assert!(on_node.len() <= MAX_ALIAS, "{}", on_node.len());
+            assert!(on_node.starts_with(&node_alias_prefix(&node)));
+            assert_ne!(on_node, node_alias(&node, &namespace, &other_pod, uid));
+            assert_ne!(on_node, node_alias("n1", &namespace, &pod, uid));
+        }
+        // A pod's prefix is not another's: DEL clears one pod's interfaces only.
+        assert!(
+            !pod_alias(&namespace, &other_pod, 1).starts_with(&pod_alias_prefix(&namespace, &pod))
+        );
+    }
+
+    #[test]
+    fn a_short_node_name_with_a_long_pod_name_still_fits() {
+        let (_, namespace, pod) = longest();
+        let alias = node_alias("node-1", &namespace, &pod, u64::MAX);
+        assert!(alias.len() <= MAX_ALIAS, "{}", alias.len());
+        assert!(alias.starts_with("xwire-node:node-1:"), "{alias}");
+    }
 }

@@ -805,12 +805,7 @@ pub(super) fn remove_pods_interfaces_at_once(attachments: &[AttachmentRecord]) {
 /// Deletes the xwire interfaces of one pod, in one batch.
 fn remove_pod_interfaces(attachment: &AttachmentRecord) -> Result<(), NetnsError> {
     let ns = NetnsFd::open(Path::new(&attachment.netns))?;
-    let prefix = format!(
-        "{}{}/{}/",
-        interfaces::ALIAS_PREFIX,
-        attachment.pod.namespace,
-        attachment.pod.name
-    );
+    let prefix = interfaces::pod_alias_prefix(&attachment.pod.namespace, &attachment.pod.name);
     let ours: Vec<(String, String)> = interfaces::aliases(&ns)?
         .into_iter()
         .filter_map(|(name, alias)| Some((name, alias.filter(|a| a.starts_with(&prefix))?)))

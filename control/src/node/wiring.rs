@@ -22,15 +22,8 @@ use crate::topology::{format_cidr, LinkSpec};
 /// The node-side end of a remote wire: `xw` and 13 hex digits of a hash of the wire
 /// end, within Linux's 15 characters and the same on every start.
 pub fn node_ifname(namespace: &str, pod: &str, uid: u64) -> String {
-    let hash = fnv1a64(format!("{namespace}/{pod}/{uid}").as_bytes());
+    let hash = interfaces::fnv1a64(format!("{namespace}/{pod}/{uid}").as_bytes());
     format!("xw{:013x}", hash >> 12)
-}
-
-// FNV-1a (see `WireId`): the same name on every start, whichever build made it.
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 /// Whether a remote end's interfaces are already there (made by an earlier run that

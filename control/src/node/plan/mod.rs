@@ -10,7 +10,7 @@ use std::sync::Arc;
 use xwire_proto::control::WireKey;
 use xwire_proto::local::PodRef;
 
-use crate::interfaces::{self, InterfaceState, NODE_ALIAS_PREFIX};
+use crate::interfaces::{self, InterfaceState};
 use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
 use crate::topology::{format_cidr, format_mac, LinkSpec};
 
@@ -401,7 +401,7 @@ pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
     if observed.node_unreadable.is_some() {
         return actions;
     }
-    let mine = format!("{NODE_ALIAS_PREFIX}{}:", observed.node_name);
+    let mine = interfaces::node_alias_prefix(&observed.node_name);
     for (name, interface) in &observed.node_interfaces {
         let Some(alias) = interface.alias.as_deref() else {
             continue;
