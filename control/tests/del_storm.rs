@@ -21,7 +21,9 @@ fn ring() -> String {
         .map(|i| {
             let (next, prev) = ((i + 1) % PODS, (i + PODS - 1) % PODS);
             format!(
-                "apiVersion: networkop.co.uk/v1beta1\nkind: Topology\nmetadata: {{name: p{i}, namespace: lab}}\nspec:\n  links:\n  - {{uid: {i}, peer_pod: p{next}, local_intf: eth1, peer_intf: eth2}}\n  - {{uid: {prev}, peer_pod: p{prev}, local_intf: eth2, peer_intf: eth1}}\n"
+                "apiVersion: networkop.co.uk/v1beta1\nkind: Topology\nmetadata: {{name: p{i}, namespace: lab}}\nspec:\n  links:\n  - {{uid: {i}, peer_pod: p{next}, local_intf: eth1, peer_intf: eth2}}\n  - {{uid: {prev}, peer_pod: p{prev}, local_intf: eth2, peer_intf: eth1}}\nstatus: {{src_ip: {}}}\n",
+                // Even pods run on n1, odd ones on n2.
+                if i % 2 == 0 { support::N1_IP } else { support::N2_IP }
             )
         })
         .collect::<Vec<_>>()

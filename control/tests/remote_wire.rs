@@ -16,7 +16,10 @@ const LINKS: &[(u64, &str, &str, &str, &str)] = &[
 /// Two nodes that know each other, with the pair topology applied to both.
 fn two_nodes(certs: &TempDir) -> (Node, Node) {
     let (n1, n2) = support::two_nodes(certs);
-    let topology = pair_topology("r1", "r2", LINKS);
+    let topology = support::placed(
+        &pair_topology("r1", "r2", LINKS),
+        &[("r1", support::N1_IP), ("r2", support::N2_IP)],
+    );
     n1.apply(&topology);
     n2.apply(&topology);
     (n1, n2)
@@ -99,10 +102,16 @@ fn colliding_namespaces() -> (String, String) {
     unreachable!()
 }
 
-/// A pod's Topology in namespace `ns`, one link (uid 0) to `peer`.
+/// A pod's Topology in namespace `ns`, one link (uid 0) to `peer`; x1 runs on n1, x2 on
+/// n2.
 fn topology_in(ns: &str, pod: &str, peer: &str, ip: &str, peer_ip: &str) -> String {
+    let node_ip = if pod == "x1" {
+        support::N1_IP
+    } else {
+        support::N2_IP
+    };
     format!(
-        "apiVersion: networkop.co.uk/v1beta1\nkind: Topology\nmetadata: {{name: {pod}, namespace: {ns}}}\nspec:\n  links:\n  - {{uid: 0, peer_pod: {peer}, local_intf: eth1, peer_intf: eth1, local_ip: {ip}, peer_ip: {peer_ip}}}\n"
+        "apiVersion: networkop.co.uk/v1beta1\nkind: Topology\nmetadata: {{name: {pod}, namespace: {ns}}}\nspec:\n  links:\n  - {{uid: 0, peer_pod: {peer}, local_intf: eth1, peer_intf: eth1, local_ip: {ip}, peer_ip: {peer_ip}}}\nstatus: {{src_ip: {node_ip}}}\n"
     )
 }
 

@@ -47,11 +47,16 @@ fn topology(pods: &[&str], links: &[LinkSpec]) -> String {
                 "  - {{uid: {uid}, peer_pod: {peer}, local_intf: {me}, peer_intf: {peer_if}}}\n"
             );
         }
-        if !text.ends_with("links:\n") {
-            docs.push(text);
-        } else {
-            docs.push(text.replace("  links:\n", "  links: []\n"));
+        if text.ends_with("links:\n") {
+            text = text.replace("  links:\n", "  links: []\n");
         }
+        // r1 and r2 run on n1, the others on n2.
+        let node_ip = match *pod {
+            "r1" | "r2" => support::N1_IP,
+            _ => support::N2_IP,
+        };
+        text += &format!("status: {{src_ip: {node_ip}}}\n");
+        docs.push(text);
     }
     docs.join("---\n")
 }

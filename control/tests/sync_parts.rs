@@ -20,12 +20,14 @@ fn namespace() -> String {
     "s".repeat(63)
 }
 
-/// `pod`'s Topology: a link to `peer` for each uid.
+/// `pod`'s Topology: a link to `peer` for each uid, the pod placed on the node at
+/// `node_ip`.
 fn topology(
     pod: &str,
     peer: &str,
     uids: std::ops::Range<u64>,
     ip: Option<(&str, &str)>,
+    node_ip: &str,
 ) -> serde_json::Value {
     let links: Vec<_> = uids
         .map(|uid| {
@@ -44,6 +46,7 @@ fn topology(
         "apiVersion": "networkop.co.uk/v1beta1", "kind": "Topology",
         "metadata": {"name": pod, "namespace": namespace()},
         "spec": {"links": links},
+        "status": {"src_ip": node_ip},
     })
 }
 
@@ -80,8 +83,8 @@ fn a_sync_of_thousands_of_long_wires_goes_in_parts_and_a_restart_takes_it_whole(
         record.len()
     );
     let big = json!([
-        topology(&far, &near, 0..WIRES, None),
-        topology(&near, &far, 0..WIRES, None),
+        topology(&far, &near, 0..WIRES, None, support::N1_IP),
+        topology(&near, &far, 0..WIRES, None, support::N2_IP),
     ]);
     // Over the local API's 1 MiB request limit: written into each stopped node's store.
     let file = certs.0.join("big.json");
@@ -98,12 +101,14 @@ fn a_sync_of_thousands_of_long_wires_goes_in_parts_and_a_restart_takes_it_whole(
             "zz-q",
             WIRES..WIRES + 1,
             Some(("10.0.0.1/30", "10.0.0.2/30")),
+            support::N1_IP,
         ),
         topology(
             "zz-q",
             "zz-p",
             WIRES..WIRES + 1,
             Some(("10.0.0.2/30", "10.0.0.1/30")),
+            support::N2_IP,
         ),
     ];
     n1.apply_objects(pair.clone());

@@ -98,11 +98,14 @@ fn topology(pods: usize) -> Vec<Value> {
                 {"uid": 2 * i + 1, "peer_pod": name(i + 2), "local_intf": "eth3", "peer_intf": "eth4"},
                 {"uid": 2 * back2 + 1, "peer_pod": name(back2), "local_intf": "eth4", "peer_intf": "eth3"},
             ]);
+            // Even pods run on na, odd ones on nb (see `run`).
+            let node_ip = if i % 2 == 0 { "192.168.78.1" } else { "192.168.78.2" };
             json!({
                 "apiVersion": "networkop.co.uk/v1beta1",
                 "kind": "Topology",
                 "metadata": {"name": name(i), "namespace": "bench"},
                 "spec": {"links": links},
+                "status": {"src_ip": node_ip},
             })
         })
         .collect()

@@ -77,12 +77,21 @@ struct Wire {
 
 fn topology(pairs: usize, per_pair: usize, wires: usize) -> Vec<Value> {
     let mut objects = Vec::new();
+    // Pods a* and l0, l1 run on na, the others on nb: each Topology places its pod
+    // there (`status.src_ip`), without which no node tells or takes a wire across.
     let object = |name: String, links: Vec<Value>| {
+        let on_na = name.starts_with('a') || name == "l0" || name == "l1";
+        let node_ip = if on_na {
+            "192.168.79.1"
+        } else {
+            "192.168.79.2"
+        };
         json!({
             "apiVersion": "networkop.co.uk/v1beta1",
             "kind": "Topology",
             "metadata": {"name": name, "namespace": "restart"},
             "spec": {"links": links},
+            "status": {"src_ip": node_ip},
         })
     };
     for pair in 0..pairs {

@@ -1,14 +1,16 @@
 //! What nodes tell each other about wires. A node announces each of its pods' wire ends
-//! that has no local peer (AddWire to every peer while the far end's node is unknown, to
-//! that node once it is), answers AddWire for a pending end of its own by joining it and
+//! that has no local peer (AddWire to the node that its far end's placement names, and
+//! to nobody while there is none), answers AddWire for a pending end of its own by joining it and
 //! announcing back, takes DelWire as the far end gone, and sends Sync, the list of all its
 //! such ends, whenever a peer comes up, so that what was missed while down is made good.
 //!
 //! A peer may claim a wire's far end only for a wire of this node's topologies, and only
-//! if it runs the far end's pod: where the pod's Topology says which node that is (its
-//! status's `src_ip`, meshnet's field for the node's address), only that node; where
-//! nothing says, the first node to claim it, until that node lets it go (DelWire, or a
-//! Sync that no longer lists it). Any other claim is refused and counted (and logged in
+//! if it runs the far end's pod as the pod's Topology says (its status's `src_ip`,
+//! meshnet's field for the node's address, which the owning node writes in a cluster and
+//! the lab file gives in a standalone lab). Until that is known, the wire is told to no
+//! peer and no claim to it is taken: a peer's word is never the evidence. A waiting end
+//! is announced to the node its far end's placement names only, when the placement is
+//! known or changes. Any other claim is refused and counted (and logged in
 //! a line per peer per interval, `refusals.rs`); a claim to a wire of this node's
 //! topologies is answered with DelWire: whatever the claimant joined to this node for
 //! that wire, this node does not hold its far end. A claim to a wire no topology here
@@ -17,7 +19,7 @@
 //! A peer's messages are worked through a turn at a time (`TURN`), big Syncs in parts, so
 //! that the node's thread answers the local API between turns whatever peers send.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -161,7 +163,9 @@ impl Node {
         let Some(fastpath) = &self.fastpath else {
             return;
         };
-        let all_peers: Vec<String> = fastpath.peer_names().cloned().collect();
+        if fastpath.peer_names().next().is_none() {
+            return;
+        }
         let Ok(wires) = self.store.wires_of_pod(namespace, pod) else {
             return;
         };
@@ -169,15 +173,54 @@ impl Node {
             let Some(spec) = self.spec_of(record) else {
                 continue;
             };
-            let targets = match (&record.state, &record.peer_node) {
-                (WireState::Pending, _) => all_peers.clone(),
-                (WireState::Remote, Some(node)) => vec![node.clone()],
-                _ => continue,
+            // A waiting end is told only to the node that runs its far end's pod, as the
+            // pod's placement says; with none, to nobody (see the module's notes).
+            let target = match (&record.state, &record.peer_node) {
+                (WireState::Pending, _) => self.placed_peer(namespace, &record.peer_pod),
+                (WireState::Remote, Some(node)) => Some(node.clone()),
+                _ => None,
             };
-            for node in targets {
-                self.send_to(&node, ControlBody::AddWire(spec.clone()));
+            if let Some(node) = target {
+                self.send_to(&node, ControlBody::AddWire(spec));
             }
         }
+    }
+
+    /// Announces the waiting ends of this node's pods whose far end is a pod of
+    /// `changed` (namespace, pod): its placement may have just become known.
+    pub(super) fn announce_towards(&mut self, changed: &HashSet<(String, String)>) {
+        if changed.is_empty() || self.fastpath.is_none() {
+            return;
+        }
+        let Ok(wires) = self.store.wires() else {
+            return;
+        };
+        let pods: BTreeSet<(String, String)> = wires
+            .into_iter()
+            .filter(|w| {
+                w.state == WireState::Pending
+                    && changed.contains(&(w.topo_namespace.clone(), w.peer_pod.clone()))
+            })
+            .map(|w| (w.topo_namespace, w.local_pod_name))
+            .collect();
+        for (namespace, pod) in pods {
+            self.announce_pod(&namespace, &pod);
+        }
+    }
+
+    /// The configured peer at the address `pod`'s placement names, if any.
+    fn placed_peer(&self, namespace: &str, pod: &str) -> Option<String> {
+        let runs_it = self.placement(namespace, pod)?;
+        let fastpath = self.fastpath.as_ref()?;
+        fastpath
+            .addresses
+            .iter()
+            .find(|(_, address)| {
+                address
+                    .parse::<SocketAddr>()
+                    .is_ok_and(|a| a.ip() == runs_it)
+            })
+            .map(|(name, _)| name.clone())
     }
 
     /// Sends the peer every wire this node believes it shares with it: in parts of
@@ -190,7 +233,9 @@ impl Node {
         let specs: Vec<WireSpec> = wires
             .iter()
             .filter(|w| match w.state {
-                WireState::Pending => true,
+                WireState::Pending => {
+                    self.placed_peer(&w.topo_namespace, &w.peer_pod).as_deref() == Some(peer)
+                }
                 WireState::Remote => w.peer_node.as_deref() == Some(peer),
                 WireState::Veth | WireState::Switched => false,
             })
@@ -238,29 +283,23 @@ impl Node {
                 link.peer_pod, spec.sender_pod
             )));
         }
-        if let Some(runs_it) = self.placement(namespace, &spec.sender_pod) {
-            if self.peer_ip(from) != Some(runs_it) {
+        // Only the placement says who holds the far end: a claim's own word never does.
+        match self.placement(namespace, &spec.sender_pod) {
+            Some(runs_it) if self.peer_ip(from) == Some(runs_it) => {}
+            Some(runs_it) => {
                 let why = format!("pod {} runs on the node at {runs_it}", spec.sender_pod);
                 return Err(refused(why));
             }
-        }
-        if let Some(end) = self.remote_ends.get(&spec.key) {
-            if end.node != from {
-                return Err(refused(format!("node {} holds it", end.node)));
+            None => {
+                let why = format!(
+                    "pod {} has no placement yet (its Topology's status.src_ip)",
+                    spec.sender_pod
+                );
+                return Err(refused(why));
             }
         }
         let key = wire_key(namespace, &spec.receiver_pod, spec.key.link_uid);
-        let record = self.store.wire(&key).ok().flatten();
-        match &record {
-            Some(record) if record.state == WireState::Remote => {
-                let holder = record.peer_node.as_deref().unwrap_or_default();
-                if holder != from {
-                    return Err(refused(format!("node {holder} holds it")));
-                }
-            }
-            _ => {}
-        }
-        Ok(record)
+        Ok(self.store.wire(&key).ok().flatten())
     }
 
     /// The address of the node that runs `pod`, if its Topology says.

@@ -154,10 +154,18 @@ impl Node {
                 pods.push(attachment);
             }
         }
-        if pods.is_empty() {
-            return Ok(Vec::new());
-        }
-        Ok(self.pass(Scope::Pods(&pods), rebuild)?.failures)
+        let failures = if pods.is_empty() {
+            Vec::new()
+        } else {
+            self.pass(Scope::Pods(&pods), rebuild)?.failures
+        };
+        // A far end's placement may be new: the ends waiting for it are told to its node.
+        let changed: HashSet<(String, String)> = topologies
+            .iter()
+            .map(|t| (t.metadata.namespace.clone(), t.metadata.name.clone()))
+            .collect();
+        self.announce_towards(&changed);
+        Ok(failures)
     }
 }
 

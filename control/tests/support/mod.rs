@@ -76,6 +76,28 @@ pub fn pair_topology(a: &str, b: &str, links: &[(u64, &str, &str, &str, &str)]) 
     format!("{}---\n{}", side(a, b, true), side(b, a, false))
 }
 
+/// The underlay addresses of `two_nodes`' n1 and n2.
+pub const N1_IP: &str = "192.168.77.1";
+pub const N2_IP: &str = "192.168.77.2";
+
+/// `yaml`'s Topology objects with each of `pods` placed on the node at its address (the
+/// Topology's `status.src_ip`, as the owning node writes it in a cluster and the lab file
+/// gives it): a wire between nodes is told and taken only where its pods are placed.
+pub fn placed(yaml: &str, pods: &[(&str, &str)]) -> String {
+    yaml.split("---\n")
+        .map(|doc| {
+            let at = pods
+                .iter()
+                .find(|(pod, _)| doc.contains(&format!("metadata: {{name: {pod}, ")));
+            match at {
+                Some((_, ip)) => format!("{doc}status: {{src_ip: {ip}}}\n"),
+                None => doc.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
 /// Two nodes, n1 and n2, each a namespace with its own daemon, joined by an underlay
 /// veth (192.168.77.1 and .2) and knowing each other as peers; certificates in `certs`.
 pub fn two_nodes(certs: &TempDir) -> (Node, Node) {
