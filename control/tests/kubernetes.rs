@@ -334,11 +334,20 @@ fn kne_objects_make_the_same_wires_through_xwirectl_and_through_the_api_server()
     let (k1, k2) = kube_nodes(&server, nodes);
 
     // The same objects through `xwirectl topology apply`, on two nodes with the
-    // embedded store.
+    // embedded store. Through the API server each node writes where its pods run; two
+    // embedded stores learn it from the objects, as a lab file gives it.
     let certs = support::TempDir::new("kne-certs");
     let (e1, e2) = support::two_nodes(&certs);
     let file = certs.0.join("kne-lab.yaml");
-    std::fs::write(&file, KNE_LAB).unwrap();
+    let placed = support::placed(
+        KNE_LAB,
+        &[
+            ("r1", support::N1_IP),
+            ("r2", support::N2_IP),
+            ("r3", support::N1_IP),
+        ],
+    );
+    std::fs::write(&file, placed).unwrap();
     for node in [&e1, &e2] {
         let applied = std::process::Command::new(support::xwirectl_bin())
             .arg("--socket")

@@ -68,6 +68,15 @@ pub fn provider() -> rustls::crypto::CryptoProvider {
     }
 }
 
+/// Makes `provider()` the process's default rustls provider, unless one is set already.
+/// rustls chooses a default by itself only when one backend is built in; a build with
+/// two (kube's client brings ring, this crate aws-lc-rs) makes any library that asks for
+/// the default, kube's client among them, panic instead.
+pub fn install_process_default() {
+    // An error means a default is set already, which is as good.
+    let _ = provider().install_default();
+}
+
 /// Whether the certificate chain a QUIC connection reports for its peer (its
 /// `peer_identity()`, checked against the CA in the handshake) is for node `name`.
 pub fn certificate_is_for(peer_identity: Option<Box<dyn Any>>, name: &str) -> bool {

@@ -364,6 +364,7 @@ async fn client_from(path: &Path) -> Client {
     let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
         .await
         .unwrap();
+    xwire_pki::tls::install_process_default();
     Client::try_from(config).unwrap()
 }
 

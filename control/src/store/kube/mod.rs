@@ -400,6 +400,7 @@ async fn connect(settings: &KubeSettings) -> Result<Client, StoreError> {
         }
         None => kube::Config::infer().await.map_err(backend)?,
     };
+    xwire_pki::tls::install_process_default();
     Client::try_from(config).map_err(backend)
 }
 
