@@ -513,3 +513,42 @@ fn a_pod_with_the_longest_name_kubernetes_allows_is_wired_and_deleted_like_any()
     assert!(!r2.has("eth1"));
     assert_eq!(node.state().attachments.len(), 1);
 }
+
+#[test]
+fn a_netns_that_is_the_nodes_the_daemons_or_the_hosts_is_refused_and_nothing_recorded() {
+    // CNI_NETNS is opened by the daemon: `/proc/self/ns/net` names the daemon's own
+    // namespace there, whoever wrote it. None of these is a pod's.
+    let node = start_node("n1", "");
+    node.apply(&pair_topology("r1", "r2", R1_R2));
+    let config = node.net_config("1.1.0");
+    let node_path = node.ns.path().display().to_string();
+    // (The host's, /proc/1/ns/net, is refused too where the daemon may open it; the
+    // machine this runs on may deny that to everyone.)
+    for netns in ["/proc/self/ns/net", node_path.as_str()] {
+        let env = [
+            ("CNI_CONTAINERID", "c-hostile"),
+            ("CNI_NETNS", netns),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_ARGS", "K8S_POD_NAME=r1"),
+        ];
+        let out = plugin("ADD", &env, &config);
+        assert_eq!(
+            out.error_code(),
+            Some(u64::from(codes::INVALID_ENVIRONMENT)),
+            "{netns}: {}",
+            out.output
+        );
+        let msg = out.output["msg"].as_str().unwrap_or_default();
+        assert!(msg.contains("not a pod's"), "{netns}: {msg}");
+    }
+    assert!(node.state().attachments.is_empty());
+    assert!(!node
+        .ns
+        .links()
+        .unwrap()
+        .iter()
+        .any(|l| l.starts_with("eth")));
+    // A pod's own namespace is taken as before.
+    let r1 = Pod::new("r1");
+    assert_eq!(call(&r1, "ADD", &config).code, 0);
+}

@@ -147,6 +147,16 @@ impl NetnsFd {
         &self.label
     }
 
+    /// Whether `self` and `other` are the same namespace (the same nsfs inode), however
+    /// each was reached.
+    pub fn is_same(&self, other: &NetnsFd) -> std::io::Result<bool> {
+        let identity = |f: &File| -> std::io::Result<(u64, u64)> {
+            let stat = nix::sys::stat::fstat(f)?;
+            Ok((stat.st_dev, stat.st_ino))
+        };
+        Ok(identity(&self.file)? == identity(&other.file)?)
+    }
+
     pub fn file(&self) -> &File {
         &self.file
     }

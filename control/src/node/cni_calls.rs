@@ -24,8 +24,8 @@ impl Node {
         {
             return Ok(Response::NotManaged);
         }
-        // The namespace must be one before anything is recorded.
-        open_pod_netns(&call.netns)?;
+        // The namespace must be a pod's before anything is recorded.
+        self.open_pod_netns(&call.netns)?;
         let attachment = AttachmentRecord {
             container_id: call.container_id.clone(),
             ifname: call.ifname.clone(),
@@ -146,7 +146,7 @@ impl Node {
 
     /// The result of an attachment: the pod's interfaces that exist, and their addresses.
     fn added(&self, attachment: &AttachmentRecord) -> Result<AddResult, NodeError> {
-        let pod_ns = open_pod_netns(&attachment.netns)?;
+        let pod_ns = self.open_pod_netns(&attachment.netns)?;
         let mut result = AddResult {
             interfaces: Vec::new(),
             ips: Vec::new(),
@@ -231,7 +231,7 @@ impl Node {
                 "",
             ));
         };
-        open_pod_netns(&call.netns)?;
+        self.open_pod_netns(&call.netns)?;
         // CHECK answers from the plan: what a pass would do to this pod is what differs.
         let observation = self.observe(Scope::Pods(std::slice::from_ref(&attachment)))?;
         let problems: Vec<String> = plan(&observation.desired, &observation.observed)
@@ -280,7 +280,37 @@ fn network_name(config: &serde_json::Value) -> String {
         .to_owned()
 }
 
-fn open_pod_netns(path: &str) -> Result<NetnsFd, NodeError> {
+impl Node {
+    /// Opens the pod's network namespace that a call names, and refuses one that is not
+    /// a pod's: the node's own, the daemon's or the host's (a path such as
+    /// `/proc/self/ns/net` is read in the daemon's context, not the caller's).
+    fn open_pod_netns(&self, path: &str) -> Result<NetnsFd, NodeError> {
+        let pod_ns = open_netns(path)?;
+        let (daemons, hosts) = (own_netns("/proc/self/ns/net"), own_netns("/proc/1/ns/net"));
+        let not_pods = [
+            ("the node's own", Some(&self.node_ns)),
+            ("the daemon's", daemons.as_ref()),
+            ("the host's", hosts.as_ref()),
+        ];
+        for (whose, ns) in not_pods {
+            if ns.is_some_and(|ns| pod_ns.is_same(ns).unwrap_or(false)) {
+                return Err(NodeError::new(
+                    ErrorKind::InvalidEnvironment,
+                    format!("CNI_NETNS {path} is {whose} network namespace, not a pod's"),
+                    "xwire wires pods' namespaces only",
+                ));
+            }
+        }
+        Ok(pod_ns)
+    }
+}
+
+/// A namespace to compare a pod's with; none if it cannot be opened.
+fn own_netns(path: &str) -> Option<NetnsFd> {
+    NetnsFd::open(Path::new(path)).ok()
+}
+
+fn open_netns(path: &str) -> Result<NetnsFd, NodeError> {
     if path.is_empty() {
         return Err(NodeError::new(
             ErrorKind::InvalidEnvironment,
