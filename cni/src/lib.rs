@@ -10,7 +10,7 @@ mod result;
 pub mod veth_mode;
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -124,8 +124,12 @@ fn execute(invocation: &Invocation) -> Result<Option<Value>, CniError> {
                 Some(mode) => Some(veth_add(mode, call, invocation.prev_result.as_ref())?),
                 None => None,
             };
-            let answered =
-                xwire_api_client::call(&socket, &Request::Add(call.clone()), DAEMON_TIMEOUT);
+            let answered = xwire_api_client::call_about_netns(
+                &socket,
+                &Request::Add(call.clone()),
+                Path::new(&call.netns),
+                DAEMON_TIMEOUT,
+            );
             let mut result = match answered {
                 Ok(Response::Added(added)) => Ok(result::merge(
                     &invocation.cni_version,
@@ -173,7 +177,12 @@ fn execute(invocation: &Invocation) -> Result<Option<Value>, CniError> {
             }
         }
         Command::Check(call) => {
-            match xwire_api_client::call(&socket, &Request::Check(call.clone()), DAEMON_TIMEOUT) {
+            match xwire_api_client::call_about_netns(
+                &socket,
+                &Request::Check(call.clone()),
+                Path::new(&call.netns),
+                DAEMON_TIMEOUT,
+            ) {
                 Ok(Response::Ok) => {}
                 Ok(other) => return Err(unexpected(other)),
                 Err(e) => return Err(unreachable_daemon(&socket, e)),

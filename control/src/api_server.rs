@@ -3,6 +3,7 @@
 //! thread one at a time; a malformed one is answered with a CNI error and the connection
 //! stays usable, unless its framing is lost.
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use nix::sys::stat::Mode;
 use socket2::{Domain, SockAddr, Socket, Type};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::oneshot;
 use xwire_proto::local::{self, codes, CniError, Response};
@@ -29,6 +30,9 @@ pub struct Job {
     pub reply: oneshot::Sender<(Response, Option<CaptureStream>)>,
     /// When it was queued, for the time it waited (a step of the call's).
     pub queued: Instant,
+    /// The caller's view of the namespace the request is about, passed as a descriptor
+    /// with the request (`xwire_api_client::call_about_netns`).
+    pub netns: Option<OwnedFd>,
 }
 
 /// How often the node looks at peer events when no request comes.
@@ -150,7 +154,7 @@ fn answer_all(node: &mut Node, batch: Vec<Job>) -> bool {
         };
         let waited = job.queued.elapsed().saturating_sub(shared_took);
         let handling = Instant::now();
-        let response = node.handle_batched(job.request);
+        let response = node.handle_batched_about(job.request, job.netns);
         if let Some(command) = command {
             steps.extend(step_times::take());
             let handled = handling.elapsed() + shared_took;
@@ -235,6 +239,8 @@ pub async fn serve(
 async fn connection(mut stream: UnixStream, jobs: Sender<Job>, metrics: Arc<NodeMetrics>) {
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
+    // Descriptors that came with the bytes not yet decoded: the next request's.
+    let mut passed: Vec<OwnedFd> = Vec::new();
     loop {
         loop {
             let (id, response, used) = match local::next_record(&buf) {
@@ -249,7 +255,9 @@ async fn connection(mut stream: UnixStream, jobs: Sender<Job>, metrics: Arc<Node
                     Ok((id, request)) => {
                         let (kind, command) = (request.name(), cni_command(&request));
                         let started = Instant::now();
-                        let answer = ask(&jobs, request).await;
+                        // One descriptor per request at most; more are closed.
+                        let netns = passed.drain(..).next();
+                        let answer = ask_about(&jobs, request, netns).await;
                         let took = started.elapsed();
                         if let Some(command) = command {
                             metrics.observe_cni_call(command, took.as_secs_f64());
@@ -282,9 +290,49 @@ async fn connection(mut stream: UnixStream, jobs: Sender<Job>, metrics: Arc<Node
                 return;
             }
         }
-        match stream.read(&mut chunk).await {
+        match read_with_descriptors(&stream, &mut chunk, &mut passed).await {
             Ok(0) | Err(_) => return,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// Reads what the caller sent, and the descriptors that came with it (`SCM_RIGHTS`),
+/// at most 4 at once; the kernel closes any beyond.
+async fn read_with_descriptors(
+    stream: &UnixStream,
+    chunk: &mut [u8],
+    passed: &mut Vec<OwnedFd>,
+) -> std::io::Result<usize> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+    loop {
+        stream.readable().await?;
+        let read = stream.try_io(tokio::io::Interest::READABLE, || {
+            let mut iov = [std::io::IoSliceMut::new(chunk)];
+            let mut space = nix::cmsg_space!([RawFd; 4]);
+            let message = recvmsg::<()>(
+                stream.as_raw_fd(),
+                &mut iov,
+                Some(&mut space),
+                MsgFlags::MSG_CMSG_CLOEXEC,
+            )
+            .map_err(std::io::Error::from)?;
+            for control in message.cmsgs().map_err(std::io::Error::from)? {
+                if let ControlMessageOwned::ScmRights(fds) = control {
+                    // SAFETY: the kernel installed these descriptors in this process for
+                    // this message; nothing else owns them.
+                    passed.extend(
+                        fds.into_iter()
+                            .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                    );
+                }
+            }
+            Ok(message.bytes)
+        });
+        match read {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            other => return other,
         }
     }
 }
@@ -300,6 +348,15 @@ fn cni_command(request: &local::Request) -> Option<&'static str> {
 /// once to try again later (the code a CNI runtime retries on), and the runtime goes on
 /// serving, stop signals included.
 pub async fn ask(jobs: &Sender<Job>, request: local::Request) -> (Response, Option<CaptureStream>) {
+    ask_about(jobs, request, None).await
+}
+
+/// As `ask`, with the caller's view of the namespace the request is about.
+async fn ask_about(
+    jobs: &Sender<Job>,
+    request: local::Request,
+    netns: Option<OwnedFd>,
+) -> (Response, Option<CaptureStream>) {
     let (reply, answer) = oneshot::channel();
     let try_again = |msg: String| {
         let error = Response::Error(CniError {
@@ -313,6 +370,7 @@ pub async fn ask(jobs: &Sender<Job>, request: local::Request) -> (Response, Opti
         request,
         reply,
         queued: Instant::now(),
+        netns,
     }) {
         Ok(()) => {}
         Err(TrySendError::Full(_)) => {

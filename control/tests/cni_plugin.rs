@@ -538,8 +538,13 @@ fn a_netns_that_is_the_nodes_the_daemons_or_the_hosts_is_refused_and_nothing_rec
             "{netns}: {}",
             out.output
         );
+        // /proc/self/ns/net is also the caller's own, not the daemon's, which is said
+        // first.
         let msg = out.output["msg"].as_str().unwrap_or_default();
-        assert!(msg.contains("not a pod's"), "{netns}: {msg}");
+        assert!(
+            msg.contains("not a pod's") || msg.contains("for the daemon than for its caller"),
+            "{netns}: {msg}"
+        );
     }
     assert!(node.state().attachments.is_empty());
     assert!(!node
@@ -550,5 +555,53 @@ fn a_netns_that_is_the_nodes_the_daemons_or_the_hosts_is_refused_and_nothing_rec
         .any(|l| l.starts_with("eth")));
     // A pod's own namespace is taken as before.
     let r1 = Pod::new("r1");
+    assert_eq!(call(&r1, "ADD", &config).code, 0);
+}
+
+#[test]
+fn a_netns_path_that_names_another_namespace_for_the_caller_is_refused() {
+    // The runtime sees its own mounts: in its mount namespace, r2's netns file is bound
+    // over r1's path. The daemon, which sees r1's, would wire a pod the runtime did not
+    // mean; the plugin sends the namespace it opened, and the daemon compares.
+    let node = start_node("n1", "");
+    node.apply(&pair_topology("r1", "r2", R1_R2));
+    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
+    let (r1_path, r2_path) = (r1.netns(), r2.netns());
+    let config = node.net_config("1.1.0");
+    let script = format!(
+        "mount --bind {r2_path} {r1_path} && exec {}",
+        support::plugin_bin().display()
+    );
+    let mut child = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .env("CNI_COMMAND", "ADD")
+        .env("CNI_CONTAINERID", "c-r1")
+        .env("CNI_NETNS", &r1_path)
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", "/nonexistent")
+        .env("CNI_ARGS", "K8S_POD_NAME=r1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(config.to_string().as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert!(!out.status.success(), "{answer}");
+    assert_eq!(
+        answer["code"].as_u64(),
+        Some(u64::from(codes::INVALID_ENVIRONMENT)),
+        "{answer}"
+    );
+    let msg = answer["msg"].as_str().unwrap_or_default();
+    assert!(msg.contains("for the daemon than for its caller"), "{msg}");
+    assert!(node.state().attachments.is_empty());
+    assert_eq!(r1.ns.links().unwrap(), ["lo"]);
+    assert_eq!(r2.ns.links().unwrap(), ["lo"]);
+    // Without the bind, the same call wires r1.
     assert_eq!(call(&r1, "ADD", &config).code, 0);
 }

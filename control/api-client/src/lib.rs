@@ -3,15 +3,39 @@
 //! the lab and the tests use it; it depends on nothing but the wire format, so that the
 //! plugin stays small.
 
-use std::io::{Read, Write};
+use std::fs::File;
+use std::io::{IoSlice, Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 use xwire_proto::local::{self, Request, Response};
 
 pub fn call(socket: &Path, request: &Request, timeout: Duration) -> std::io::Result<Response> {
     open(socket, request, timeout).map(|(response, _, _)| response)
+}
+
+/// As `call`, for a request about the network namespace at `netns` (CNI_NETNS): the
+/// namespace as this process sees it goes with the request, as a descriptor, so that
+/// the daemon can tell whether the path names the same namespace in its own view (a
+/// `/proc/<pid>` path, or a mount only the caller has, may not). The path is opened with
+/// `O_PATH`, which opens no device or FIFO whatever the path holds; one that cannot be
+/// opened here goes without, and the daemon judges the path alone.
+pub fn call_about_netns(
+    socket: &Path,
+    request: &Request,
+    netns: &Path,
+    timeout: Duration,
+) -> std::io::Result<Response> {
+    let handle = File::options()
+        .read(true)
+        .custom_flags(nix::libc::O_PATH | nix::libc::O_CLOEXEC)
+        .open(netns)
+        .ok();
+    exchange(socket, request, handle.as_ref(), timeout).map(|(response, _, _)| response)
 }
 
 /// Sends `request` and reads its answer, then hands back the connection and whatever
@@ -20,6 +44,17 @@ pub fn call(socket: &Path, request: &Request, timeout: Duration) -> std::io::Res
 pub fn open(
     socket: &Path,
     request: &Request,
+    timeout: Duration,
+) -> std::io::Result<(Response, UnixStream, Vec<u8>)> {
+    exchange(socket, request, None, timeout)
+}
+
+/// Sends `request`, with `passed` as a descriptor alongside its bytes, and reads the
+/// answer (see `open`).
+fn exchange(
+    socket: &Path,
+    request: &Request,
+    passed: Option<&File>,
     timeout: Duration,
 ) -> std::io::Result<(Response, UnixStream, Vec<u8>)> {
     let mut out = Vec::new();
@@ -40,7 +75,21 @@ pub fn open(
     let mut stream = UnixStream::connect(socket)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
-    stream.write_all(&out)?;
+    let mut sent = 0;
+    if let Some(file) = passed {
+        // The descriptor rides on the request's first bytes.
+        let fds = [file.as_fd().as_raw_fd()];
+        let rights = [ControlMessage::ScmRights(&fds)];
+        sent = sendmsg::<()>(
+            stream.as_raw_fd(),
+            &[IoSlice::new(&out)],
+            &rights,
+            MsgFlags::empty(),
+            None,
+        )
+        .map_err(std::io::Error::from)?;
+    }
+    stream.write_all(&out[sent..])?;
     let invalid = |e: xwire_proto::DecodeError| {
         std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string())
     };

@@ -112,6 +112,18 @@ impl NetnsFd {
             .custom_flags(libc::O_PATH)
             .open(path)
             .map_err(open_error)?;
+        NetnsFd::from_handle(handle.into(), &label)
+    }
+
+    /// The namespace that `handle` refers to (a descriptor opened with `O_PATH`, or any
+    /// other; one another process passed, say), checked as `open` checks a path's, and
+    /// called `label`.
+    pub fn from_handle(handle: std::os::fd::OwnedFd, label: &str) -> Result<NetnsFd, NetnsError> {
+        let label = label.to_owned();
+        let open_error = |source: std::io::Error| NetnsError::Open {
+            path: label.clone(),
+            source,
+        };
         let fs = nix::sys::statfs::fstatfs(&handle).map_err(|e| open_error(e.into()))?;
         if fs.filesystem_type().0 as i64 != NSFS_MAGIC {
             return Err(NetnsError::NotNetns {

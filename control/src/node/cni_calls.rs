@@ -286,6 +286,35 @@ impl Node {
     /// `/proc/self/ns/net` is read in the daemon's context, not the caller's).
     fn open_pod_netns(&self, path: &str) -> Result<NetnsFd, NodeError> {
         let pod_ns = open_netns(path)?;
+        // The caller's own view of the path, where it sent one: the daemon may see other
+        // processes (`/proc/<pid>`) or other mounts, and must wire what the caller meant.
+        if let Some(theirs) = &self.caller_netns {
+            let theirs = theirs
+                .try_clone()
+                .map_err(|e| {
+                    NodeError::new(ErrorKind::TryAgainLater, "copy a descriptor", e.to_string())
+                })
+                .and_then(|fd| {
+                    NetnsFd::from_handle(fd, "the caller's CNI_NETNS").map_err(|e| {
+                        NodeError::new(
+                            ErrorKind::InvalidEnvironment,
+                            format!(
+                                "CNI_NETNS {path} is not a network namespace where the caller is"
+                            ),
+                            e.to_string(),
+                        )
+                    })
+                })?;
+            if !pod_ns.is_same(&theirs).unwrap_or(false) {
+                return Err(NodeError::new(
+                    ErrorKind::InvalidEnvironment,
+                    format!(
+                        "CNI_NETNS {path} is another network namespace for the daemon than for its caller"
+                    ),
+                    "the daemon sees other processes or mounts than the runtime that called it; give a path both see alike (a bind mount under /run/netns)",
+                ));
+            }
+        }
         let (daemons, hosts) = (own_netns("/proc/self/ns/net"), own_netns("/proc/1/ns/net"));
         let not_pods = [
             ("the node's own", Some(&self.node_ns)),

@@ -68,6 +68,8 @@ pub struct Node {
     refused_claims: u64,
     /// The refusals not yet logged, by peer.
     refusals: refusals::Refusals,
+    /// The caller's view of the namespace of the request being handled, if it sent one.
+    caller_netns: Option<std::os::fd::OwnedFd>,
     /// Peer events taken from the fast path and not yet handled (see `pump_peer_events`).
     peer_backlog: VecDeque<(usize, xwire_fastpath::peer::PeerEvent)>,
     /// Pods with an end whose far end a peer has just announced: joined by the pass
@@ -196,6 +198,7 @@ impl Node {
             sync_in_progress: HashMap::new(),
             refused_claims: 0,
             refusals: refusals::Refusals::default(),
+            caller_netns: None,
             peer_backlog: VecDeque::new(),
             to_join: BTreeSet::new(),
             withdrawn: HashMap::new(),
@@ -230,6 +233,19 @@ impl Node {
     /// to a server's store, not one per record). A change that could not be written
     /// turns a success into the store's error: the call is retried, and the write with
     /// it.
+    /// As `handle_batched`, with the caller's view of the namespace the request is about
+    /// (see `cni_calls::open_pod_netns`), if it sent one.
+    pub fn handle_batched_about(
+        &mut self,
+        request: Request,
+        caller_netns: Option<std::os::fd::OwnedFd>,
+    ) -> Response {
+        self.caller_netns = caller_netns;
+        let response = self.handle_batched(request);
+        self.caller_netns = None;
+        response
+    }
+
     pub fn handle_batched(&mut self, request: Request) -> Response {
         let changes = !matches!(
             request,
