@@ -1,6 +1,7 @@
 //! Runs `cargo test` and counts what libtest reports, for one closing summary line.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
@@ -40,8 +41,10 @@ impl Totals {
     }
 }
 
-/// Runs a `cargo test`, passing its output through, and counts its results.
-pub fn run_tests(cmd: &mut Command) -> Result<Totals> {
+/// Runs a `cargo test`, passing its output through, and counts its results; the tests
+/// that left a reason in `skips` (see `xwire_testbed::skip`) count as skipped, not
+/// passed, whether or not the run failed.
+pub fn run_tests(cmd: &mut Command, skips: Option<&Path>) -> Result<Totals> {
     eprintln!("+ {cmd:?}");
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -55,6 +58,15 @@ pub fn run_tests(cmd: &mut Command) -> Result<Totals> {
         totals.add_summary_line(&line);
     }
     let status = child.wait().context("wait for cargo test")?;
+    if let Some(dir) = skips {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let reason = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            println!("skipped {}: {reason}", entry.file_name().to_string_lossy());
+            totals.passed = totals.passed.saturating_sub(1);
+            totals.ignored += 1;
+        }
+    }
     if !status.success() {
         println!(
             "tests: {} passed, {} failed, {} skipped",
