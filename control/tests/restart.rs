@@ -458,8 +458,16 @@ fn a_link_added_while_its_daemon_is_down_is_joined_when_it_returns() {
 
 #[test]
 fn reconcile_repairs_once_and_then_has_nothing_to_do() {
-    let lab = Lab::up(LINKS, &[]);
+    // No timed passes, and none pending: the passes counted are this test's own (a pass
+    // of the daemon's between the deletions and the test's would repair first).
+    let lab = Lab::up_configured(LINKS, &[], "reconcile_interval_secs = 0");
     let n1 = lab.node("n1");
+    let quiet = eventually(TIMEOUT, || {
+        // Longer than the daemon waits after its last event before its own pass.
+        std::thread::sleep(Duration::from_millis(400));
+        reconcile(n1) == (vec![], vec![])
+    });
+    assert!(quiet, "{}", lab.logs());
     // Someone deletes the local wire's veth, and the node end of a remote wire.
     lab.pod("r1").ns.delete_link("eth1").unwrap();
     let node_end = wire_record(n1, "r1", 3).unwrap()["wire_ifname"]
