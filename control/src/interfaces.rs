@@ -36,14 +36,21 @@ const UID_DIGITS: usize = 20;
 /// so that its interfaces are labelled, and told apart, like anyone's. Shorter names
 /// are written out, as they always were (interfaces made by earlier builds keep theirs).
 pub fn pod_alias_prefix(namespace: &str, pod: &str) -> String {
-    let written = format!("{ALIAS_PREFIX}{namespace}/{pod}/");
-    if written.len() + UID_DIGITS <= MAX_ALIAS {
+    format!("{ALIAS_PREFIX}{}", pod_part(namespace, pod))
+}
+
+/// `<namespace>/<pod>/`, or with the pod's name hashed where the pod's alias would
+/// otherwise be too long (see `pod_alias_prefix`).
+fn pod_part(namespace: &str, pod: &str) -> String {
+    let written = format!("{namespace}/{pod}/");
+    if ALIAS_PREFIX.len() + written.len() + UID_DIGITS <= MAX_ALIAS {
         return written;
     }
-    format!(
-        "{ALIAS_PREFIX}{namespace}/~{:016x}/",
-        fnv1a64(pod.as_bytes())
-    )
+    hashed_pod_part(namespace, pod)
+}
+
+fn hashed_pod_part(namespace: &str, pod: &str) -> String {
+    format!("{namespace}/~{:016x}/", fnv1a64(pod.as_bytes()))
 }
 
 /// The alias of a pod's end of wire `uid` in topology namespace `namespace`.
@@ -65,15 +72,13 @@ pub fn node_alias_prefix(node: &str) -> String {
 
 /// The alias of `node`'s end of a remote wire of `pod`.
 pub fn node_alias(node: &str, namespace: &str, pod: &str, uid: u64) -> String {
-    let end = pod_alias(namespace, pod, uid);
-    let end = end.strip_prefix(ALIAS_PREFIX).unwrap_or(&end);
-    let alias = format!("{}{end}", node_alias_prefix(node));
+    let prefix = node_alias_prefix(node);
+    let alias = format!("{prefix}{}{uid}", pod_part(namespace, pod));
     if alias.len() <= MAX_ALIAS {
         return alias;
     }
     // A namespace and pod that fit a pod's alias but not with a node's name before them.
-    let hashed = format!("{namespace}/~{:016x}/{uid}", fnv1a64(pod.as_bytes()));
-    format!("{}{hashed}", node_alias_prefix(node))
+    format!("{prefix}{}{uid}", hashed_pod_part(namespace, pod))
 }
 
 /// FNV-1a, 64 bits: the same value on every start, whichever build computes it (the

@@ -146,7 +146,8 @@ impl Node {
 
     /// The result of an attachment: the pod's interfaces that exist, and their addresses.
     fn added(&self, attachment: &AttachmentRecord) -> Result<AddResult, NodeError> {
-        let pod_ns = self.open_pod_netns(&attachment.netns)?;
+        // Judged as a pod's when the ADD began.
+        let pod_ns = open_netns(&attachment.netns)?;
         let mut result = AddResult {
             interfaces: Vec::new(),
             ips: Vec::new(),
@@ -282,30 +283,21 @@ fn network_name(config: &serde_json::Value) -> String {
 
 impl Node {
     /// Opens the pod's network namespace that a call names, and refuses one that is not
-    /// a pod's: the node's own, the daemon's or the host's (a path such as
-    /// `/proc/self/ns/net` is read in the daemon's context, not the caller's).
+    /// a pod's: the node's own (which is the daemon's: a path such as `/proc/self/ns/net`
+    /// is read in the daemon's context, not the caller's) or the host's.
     fn open_pod_netns(&self, path: &str) -> Result<NetnsFd, NodeError> {
         let pod_ns = open_netns(path)?;
         // The caller's own view of the path, where it sent one: the daemon may see other
         // processes (`/proc/<pid>`) or other mounts, and must wire what the caller meant.
-        if let Some(theirs) = &self.caller_netns {
-            let theirs = theirs
-                .try_clone()
-                .map_err(|e| {
-                    NodeError::new(ErrorKind::TryAgainLater, "copy a descriptor", e.to_string())
-                })
-                .and_then(|fd| {
-                    NetnsFd::from_handle(fd, "the caller's CNI_NETNS").map_err(|e| {
-                        NodeError::new(
-                            ErrorKind::InvalidEnvironment,
-                            format!(
-                                "CNI_NETNS {path} is not a network namespace where the caller is"
-                            ),
-                            e.to_string(),
-                        )
-                    })
-                })?;
-            if !pod_ns.is_same(&theirs).unwrap_or(false) {
+        match &self.caller_netns {
+            Some(Err(e)) => {
+                return Err(NodeError::new(
+                    ErrorKind::InvalidEnvironment,
+                    format!("CNI_NETNS {path} is not a network namespace where the caller is"),
+                    e.clone(),
+                ))
+            }
+            Some(Ok(theirs)) if !pod_ns.is_same(theirs).unwrap_or(false) => {
                 return Err(NodeError::new(
                     ErrorKind::InvalidEnvironment,
                     format!(
@@ -314,12 +306,11 @@ impl Node {
                     "the daemon sees other processes or mounts than the runtime that called it; give a path both see alike (a bind mount under /run/netns)",
                 ));
             }
+            _ => {}
         }
-        let (daemons, hosts) = (own_netns("/proc/self/ns/net"), own_netns("/proc/1/ns/net"));
         let not_pods = [
             ("the node's own", Some(&self.node_ns)),
-            ("the daemon's", daemons.as_ref()),
-            ("the host's", hosts.as_ref()),
+            ("the host's", self.host_ns.as_ref()),
         ];
         for (whose, ns) in not_pods {
             if ns.is_some_and(|ns| pod_ns.is_same(ns).unwrap_or(false)) {
@@ -332,11 +323,6 @@ impl Node {
         }
         Ok(pod_ns)
     }
-}
-
-/// A namespace to compare a pod's with; none if it cannot be opened.
-fn own_netns(path: &str) -> Option<NetnsFd> {
-    NetnsFd::open(Path::new(path)).ok()
 }
 
 fn open_netns(path: &str) -> Result<NetnsFd, NodeError> {

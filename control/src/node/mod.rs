@@ -68,8 +68,11 @@ pub struct Node {
     refused_claims: u64,
     /// The refusals not yet logged, by peer.
     refusals: refusals::Refusals,
-    /// The caller's view of the namespace of the request being handled, if it sent one.
-    caller_netns: Option<std::os::fd::OwnedFd>,
+    /// The caller's view of the namespace of the request being handled, if it sent one
+    /// (or why what it sent is not a network namespace).
+    caller_netns: Option<Result<NetnsFd, String>>,
+    /// The host's network namespace, where the daemon may open it (a pod's is never it).
+    host_ns: Option<NetnsFd>,
     /// Peer events taken from the fast path and not yet handled (see `pump_peer_events`).
     peer_backlog: VecDeque<(usize, xwire_fastpath::peer::PeerEvent)>,
     /// Pods with an end whose far end a peer has just announced: joined by the pass
@@ -199,6 +202,7 @@ impl Node {
             refused_claims: 0,
             refusals: refusals::Refusals::default(),
             caller_netns: None,
+            host_ns: NetnsFd::open(std::path::Path::new("/proc/1/ns/net")).ok(),
             peer_backlog: VecDeque::new(),
             to_join: BTreeSet::new(),
             withdrawn: HashMap::new(),
@@ -229,10 +233,6 @@ impl Node {
         Ok(node)
     }
 
-    /// Answers `request` with the store's writes made together at its end (one request
-    /// to a server's store, not one per record). A change that could not be written
-    /// turns a success into the store's error: the call is retried, and the write with
-    /// it.
     /// As `handle_batched`, with the caller's view of the namespace the request is about
     /// (see `cni_calls::open_pod_netns`), if it sent one.
     pub fn handle_batched_about(
@@ -240,12 +240,18 @@ impl Node {
         request: Request,
         caller_netns: Option<std::os::fd::OwnedFd>,
     ) -> Response {
-        self.caller_netns = caller_netns;
+        self.caller_netns = caller_netns.map(|fd| {
+            NetnsFd::from_handle(fd, "the caller's CNI_NETNS").map_err(|e| e.to_string())
+        });
         let response = self.handle_batched(request);
         self.caller_netns = None;
         response
     }
 
+    /// Answers `request` with the store's writes made together at its end (one request
+    /// to a server's store, not one per record). A change that could not be written
+    /// turns a success into the store's error: the call is retried, and the write with
+    /// it.
     pub fn handle_batched(&mut self, request: Request) -> Response {
         let changes = !matches!(
             request,

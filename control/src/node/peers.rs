@@ -214,13 +214,9 @@ impl Node {
         let fastpath = self.fastpath.as_ref()?;
         fastpath
             .addresses
-            .iter()
-            .find(|(_, address)| {
-                address
-                    .parse::<SocketAddr>()
-                    .is_ok_and(|a| a.ip() == runs_it)
-            })
-            .map(|(name, _)| name.clone())
+            .keys()
+            .find(|name| self.peer_ip(name) == Some(runs_it))
+            .cloned()
     }
 
     /// Sends the peer every wire this node believes it shares with it: in parts of
@@ -265,38 +261,16 @@ impl Node {
         // A lookup that leaves nothing behind for a pod no topology has: claims naming
         // made-up pods must not grow the node's memory.
         let Some(link) = self.claimed_link(namespace, &spec.receiver_pod, spec.key.link_uid) else {
-            return Err(Refusal {
-                why: format!(
-                    "no topology here has wire {} for pod {namespace}/{}",
-                    spec.key.link_uid, spec.receiver_pod
-                ),
-                known_wire: false,
-            });
-        };
-        let refused = |why: String| Refusal {
-            why,
-            known_wire: true,
+            return Err(Refusal::NoSuchWire);
         };
         if link.peer_pod != spec.sender_pod {
-            return Err(refused(format!(
-                "the topology has {} as the far end, not {}",
-                link.peer_pod, spec.sender_pod
-            )));
+            return Err(Refusal::OtherFarEnd(link.peer_pod));
         }
         // Only the placement says who holds the far end: a claim's own word never does.
         match self.placement(namespace, &spec.sender_pod) {
             Some(runs_it) if self.peer_ip(from) == Some(runs_it) => {}
-            Some(runs_it) => {
-                let why = format!("pod {} runs on the node at {runs_it}", spec.sender_pod);
-                return Err(refused(why));
-            }
-            None => {
-                let why = format!(
-                    "pod {} has no placement yet (its Topology's status.src_ip)",
-                    spec.sender_pod
-                );
-                return Err(refused(why));
-            }
+            Some(runs_it) => return Err(Refusal::RunsElsewhere(runs_it)),
+            None => return Err(Refusal::NotPlaced),
         }
         let key = wire_key(namespace, &spec.receiver_pod, spec.key.link_uid);
         Ok(self.store.wire(&key).ok().flatten())
@@ -331,13 +305,9 @@ impl Node {
             Err(refusal) => {
                 self.refused_claims += 1;
                 self.metrics.refused_claim(from);
-                let wire = &spec.key;
-                let line = self.refusals.refused(from, Instant::now(), || {
-                    format!(
-                        "wire {}/{} with far end {}: {}",
-                        wire.namespace, wire.link_uid, spec.sender_pod, refusal.why
-                    )
-                });
+                let line = self
+                    .refusals
+                    .refused(from, Instant::now(), || refusal.describe(&spec));
                 if let Some(line) = line {
                     log_refusals(&line);
                 }
@@ -345,7 +315,7 @@ impl Node {
                 // news (this node's end removed and recorded again while the claim was
                 // under way) waits for a far end again instead of waiting on this node
                 // for ever: the next announcement of either end then joins the two.
-                if refusal.known_wire {
+                if refusal.is_of_a_known_wire() {
                     self.send_to(from, ControlBody::DelWire(spec.key));
                 }
                 return false;
@@ -559,11 +529,44 @@ const TURN: Duration = Duration::from_millis(20);
 /// worked through over several turns.
 const SPECS_PER_EVENT: usize = 2048;
 
-/// Why a claim was refused, and whether the wire is one of this node's topologies (then
-/// the claimant is told).
-struct Refusal {
-    why: String,
-    known_wire: bool,
+/// Why a claim was refused. Said in words only when it is logged (see `refusals.rs`).
+enum Refusal {
+    /// No topology here has the wire for the pod the claim names.
+    NoSuchWire,
+    /// The topology has this pod, not the claim's, as the far end.
+    OtherFarEnd(String),
+    /// The far end's pod runs on the node at this address.
+    RunsElsewhere(IpAddr),
+    /// Nothing says where the far end's pod runs yet.
+    NotPlaced,
+}
+
+impl Refusal {
+    /// Whether the wire is one of this node's topologies' (then the claimant is told).
+    fn is_of_a_known_wire(&self) -> bool {
+        !matches!(self, Refusal::NoSuchWire)
+    }
+
+    fn describe(&self, spec: &WireSpec) -> String {
+        let (wire, far_end) = (&spec.key, &spec.sender_pod);
+        let why = match self {
+            Refusal::NoSuchWire => format!(
+                "no topology here has wire {} for pod {}/{}",
+                wire.link_uid, wire.namespace, spec.receiver_pod
+            ),
+            Refusal::OtherFarEnd(pod) => {
+                format!("the topology has {pod} as the far end, not {far_end}")
+            }
+            Refusal::RunsElsewhere(ip) => format!("pod {far_end} runs on the node at {ip}"),
+            Refusal::NotPlaced => {
+                format!("pod {far_end} has no placement yet (its Topology's status.src_ip)")
+            }
+        };
+        format!(
+            "wire {}/{} with far end {far_end}: {why}",
+            wire.namespace, wire.link_uid
+        )
+    }
 }
 
 /// `event`, with a Sync of more than `SPECS_PER_EVENT` specs cut into Syncs of that many

@@ -129,7 +129,8 @@ impl Node {
                         uid,
                     )?;
                     if !self.is_joined(end.pod, uid)? {
-                        self.connect_end(end.pod, end.ns, end.link, half_made, journal)?;
+                        let made = Made::from_plan(half_made);
+                        self.connect_end(end.pod, end.ns, end.link, made, journal)?;
                     }
                 }
                 other => {
@@ -466,12 +467,8 @@ impl Node {
                 if self.is_joined(end.pod, uid)? {
                     return Ok(None);
                 }
-                let end_as_found = if half_made {
-                    EndAsFound::HalfMade
-                } else {
-                    EndAsFound::Interfaces(end.interfaces)
-                };
-                let change = self.join(end.pod, end.ns, end.link, end_as_found, why)?;
+                let made = Made::from_plan(half_made);
+                let change = self.join(end.pod, end.ns, end.link, end.interfaces, made, why)?;
                 pass.announce.insert(pod_name(end.pod));
                 Ok(change.map(|c| (key, c.into())))
             }
@@ -483,7 +480,8 @@ impl Node {
                     end.pod,
                     end.ns,
                     end.link,
-                    EndAsFound::Interfaces(end.interfaces),
+                    end.interfaces,
+                    Made::Not,
                     "veth gone: made again",
                 )?;
                 pass.announce.insert(pod_name(end.pod));
@@ -505,7 +503,8 @@ impl Node {
                     end.pod,
                     end.ns,
                     end.link,
-                    EndAsFound::Interfaces(end.interfaces),
+                    end.interfaces,
+                    Made::Not,
                     "made anew for its changed link",
                 )?;
                 pass.announce.insert(pod_name(end.pod));
@@ -663,24 +662,23 @@ impl Node {
         attachment: &AttachmentRecord,
         pod_ns: &NetnsFd,
         link: &LinkSpec,
-        found: EndAsFound<'_>,
+        pod_interfaces: &Interfaces,
+        made: Made,
         what: &'static str,
     ) -> Result<Option<&'static str>, NodeError> {
         let ours = interfaces::pod_alias(&attachment.pod.namespace, &attachment.pod.name, link.uid);
-        if let EndAsFound::Interfaces(pod_interfaces) = found {
-            if pod_interfaces
+        if made == Made::Not
+            && pod_interfaces
                 .get(&link.local_intf)
                 .is_some_and(|i| i.alias.as_deref() == Some(&ours))
-            {
-                log_removal(
-                    interfaces::delete(pod_ns, &link.local_intf, &ours),
-                    &link.local_intf,
-                );
-            }
+        {
+            log_removal(
+                interfaces::delete(pod_ns, &link.local_intf, &ours),
+                &link.local_intf,
+            );
         }
-        let half_made = matches!(found, EndAsFound::HalfMade);
         let mut journal = Journal::default();
-        match self.connect_end(attachment, pod_ns, link, half_made, &mut journal) {
+        match self.connect_end(attachment, pod_ns, link, made, &mut journal) {
             Ok(()) => {
                 let key = wire_key(&attachment.pod.namespace, &attachment.pod.name, link.uid);
                 let pending = self
@@ -759,15 +757,6 @@ fn pod_of<'a>(desired: &'a Desired, attachment: &str) -> Result<&'a DesiredPod, 
         .iter()
         .find(|p| p.attachment.has_key(attachment))
         .ok_or_else(|| NodeError::new(ErrorKind::Store, format!("no attachment {attachment}"), ""))
-}
-
-/// What a join starts from.
-enum EndAsFound<'a> {
-    /// The pod's interfaces as observed.
-    Interfaces(&'a Interfaces),
-    /// Both interfaces of a remote end made by this node, with no record (the plan's
-    /// `half_made`).
-    HalfMade,
 }
 
 /// An end an action works on, as observed.

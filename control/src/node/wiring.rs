@@ -34,6 +34,17 @@ pub(super) enum Made {
     Already,
 }
 
+impl Made {
+    /// From the plan's `half_made` (see `Action::Join`).
+    pub(super) fn from_plan(half_made: bool) -> Made {
+        if half_made {
+            Made::Already
+        } else {
+            Made::Not
+        }
+    }
+}
+
 /// The settings of a pod's own end of `link`.
 pub(super) fn own_end(namespace: &str, pod: &str, link: &LinkSpec) -> EndSettings {
     EndSettings {
@@ -90,14 +101,14 @@ impl Node {
     }
 
     /// Joins one end of an attached pod as far as is possible now, and records it. A
-    /// `half_made` remote end (both its interfaces made by this node for it, and no
+    /// remote end `Made::Already` (both its interfaces made by this node for it, and no
     /// record) is joined with the interfaces it has.
     pub(super) fn connect_end(
         &mut self,
         attachment: &AttachmentRecord,
         pod_ns: &NetnsFd,
         link: &LinkSpec,
-        half_made: bool,
+        made: Made,
         journal: &mut Journal,
     ) -> Result<(), NodeError> {
         let namespace = &attachment.pod.namespace;
@@ -105,7 +116,7 @@ impl Node {
         let taken = interfaces::inspect(pod_ns, &link.local_intf)
             .map_err(|e| interface_error(format!("read {}", link.local_intf), e))?;
         let ours = interfaces::pod_alias(namespace, &attachment.pod.name, link.uid);
-        let half_made = half_made
+        let half_made = made == Made::Already
             && taken
                 .as_ref()
                 .is_some_and(|i| i.alias.as_deref() == Some(&ours));
@@ -133,7 +144,7 @@ impl Node {
             }
             self.connect_local(attachment, pod_ns, link, &peer, &mut record, journal)?;
         } else if let Some(remote) = remote.filter(|r| r.pod == link.peer_pod).cloned() {
-            let made = if half_made { Made::Already } else { Made::Not };
+            let made = Made::from_plan(half_made);
             self.connect_remote(pod_ns, link, &remote.node, made, &mut record, journal)?;
         }
         let previous = self.write_wire(&record)?;

@@ -621,17 +621,20 @@ impl PeerEndpoint {
         id: quinn_proto::StreamId,
         inbound: &mut Vec<Inbound>,
     ) {
-        let mut room = self.control_room();
-        // What this read decodes becomes events only after it: the room is spent here.
-        room = room.saturating_sub(
-            inbound
+        // Control streams only (data streams ignore it): what reads in this round decoded
+        // becomes events only after it, so that room is spent already.
+        let room = if id.dir() == quinn_proto::Dir::Bi {
+            let decoded: usize = inbound
                 .iter()
                 .map(|i| match i {
                     Inbound::Control { bytes, .. } => *bytes,
                     _ => 0,
                 })
-                .sum(),
-        );
+                .sum();
+            self.control_room().saturating_sub(decoded)
+        } else {
+            usize::MAX
+        };
         let mut to = Delivery {
             inbox: &mut self.inbox,
             peer: session_peer(session),

@@ -268,12 +268,6 @@ pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
             if covered.contains(&key) {
                 continue;
             }
-            let end = End {
-                attachment,
-                link,
-                interfaces,
-                half_made: false,
-            };
             let local_peer = attached
                 .get(&(namespace.as_str(), link.peer_pod.as_str()))
                 .filter(|peer| peer.key() != attachment.key());
@@ -286,14 +280,16 @@ pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
                 .get(&key)
                 .is_none_or(|r| r.state == WireState::Pending);
             let half_made = (local_peer.is_none() && unjoined)
-                .then(|| end.half_made_remote(observed))
+                .then(|| half_made_node_end(attachment, link, interfaces, observed))
                 .flatten();
             if let Some(node_end) = &half_made {
                 kept_node_ends.insert(node_end.clone());
             }
             let end = End {
+                attachment,
+                link,
+                interfaces,
                 half_made: half_made.is_some(),
-                ..end
             };
             let action = match observed.records.get(&key) {
                 None => Some(end.join("joined")),
@@ -444,6 +440,29 @@ fn records_of<'a>(
         .filter(move |(_, r)| r.topo_namespace == namespace && r.local_pod_name == pod)
 }
 
+/// The name of the node end, when both interfaces of a remote end are in place with this
+/// node's marks for this end (see `Action::Join`).
+fn half_made_node_end(
+    attachment: &AttachmentRecord,
+    link: &LinkSpec,
+    pod_interfaces: &Interfaces,
+    observed: &Observed,
+) -> Option<String> {
+    let pod = &attachment.pod;
+    let pod_alias = interfaces::pod_alias(&pod.namespace, &pod.name, link.uid);
+    let in_pod = pod_interfaces.get(&link.local_intf)?;
+    if in_pod.alias.as_deref() != Some(pod_alias.as_str()) {
+        return None;
+    }
+    let node_alias =
+        interfaces::node_alias(&observed.node_name, &pod.namespace, &pod.name, link.uid);
+    observed
+        .node_interfaces
+        .iter()
+        .find(|(_, i)| i.alias.as_deref() == Some(node_alias.as_str()))
+        .map(|(name, _)| name.clone())
+}
+
 /// One link's end in an attached pod whose namespace is open.
 struct End<'a> {
     attachment: &'a AttachmentRecord,
@@ -460,25 +479,6 @@ impl End<'_> {
             why,
             half_made: self.half_made,
         }
-    }
-
-    /// The name of the node end, when both interfaces of a remote end are in place with
-    /// this node's marks for this end (see `Action::Join`).
-    fn half_made_remote(&self, observed: &Observed) -> Option<String> {
-        let pod = &self.attachment.pod;
-        let uid = self.link.uid;
-        let pod_alias = interfaces::pod_alias(&pod.namespace, &pod.name, uid);
-        let in_pod = self.interfaces.get(&self.link.local_intf)?;
-        if in_pod.alias.as_deref() != Some(pod_alias.as_str()) {
-            return None;
-        }
-        let node_alias =
-            interfaces::node_alias(&observed.node_name, &pod.namespace, &pod.name, uid);
-        observed
-            .node_interfaces
-            .iter()
-            .find(|(_, i)| i.alias.as_deref() == Some(node_alias.as_str()))
-            .map(|(name, _)| name.clone())
     }
 
     /// A remote end: in place and open, or its port to open again, or to be made again
