@@ -11,10 +11,12 @@
 //! peer and no claim to it is taken: a peer's word is never the evidence. A waiting end
 //! is announced to the node its far end's placement names only, when the placement is
 //! known or changes. Any other claim is refused and counted (and logged in
-//! a line per peer per interval, `refusals.rs`); a claim to a wire of this node's
-//! topologies is answered with DelWire: whatever the claimant joined to this node for
-//! that wire, this node does not hold its far end. A claim to a wire no topology here
-//! has costs a lookup and a count, and no answer (a peer's flood of them is not echoed).
+//! a line per peer per interval, `refusals.rs`) and answered with DelWire: whatever the
+//! claimant joined to this node for that wire, this node does not hold its far end (a
+//! claimant that joined on a far end it heard of before a topology change, while this
+//! node has not read the change yet, waits for a far end again). A claim to a wire no
+//! topology here has costs a lookup that leaves nothing behind, and such refusals are
+//! answered up to a few hundred per peer per interval (not a flood's worth).
 //!
 //! A peer's messages are worked through a turn at a time (`TURN`), big Syncs in parts, so
 //! that the node's thread answers the local API between turns whatever peers send.
@@ -315,7 +317,9 @@ impl Node {
                 // news (this node's end removed and recorded again while the claim was
                 // under way) waits for a far end again instead of waiting on this node
                 // for ever: the next announcement of either end then joins the two.
-                if refusal.is_of_a_known_wire() {
+                let answered = !matches!(refusal, Refusal::NoSuchWire)
+                    || self.refusals.may_answer_unknown(from);
+                if answered {
                     self.send_to(from, ControlBody::DelWire(spec.key));
                 }
                 return false;
@@ -542,11 +546,6 @@ enum Refusal {
 }
 
 impl Refusal {
-    /// Whether the wire is one of this node's topologies' (then the claimant is told).
-    fn is_of_a_known_wire(&self) -> bool {
-        !matches!(self, Refusal::NoSuchWire)
-    }
-
     fn describe(&self, spec: &WireSpec) -> String {
         let (wire, far_end) = (&spec.key, &spec.sender_pod);
         let why = match self {

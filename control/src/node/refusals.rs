@@ -9,6 +9,10 @@ use std::time::{Duration, Instant};
 
 /// The most a peer's refusals are logged.
 pub(super) const SUMMARY_EVERY: Duration = Duration::from_secs(10);
+/// Refusals of claims to wires no topology here has that are answered, per peer per
+/// interval: the few that a topology change read by one node before the other needs (the
+/// claimant joined on news older than the change), not the thousands of a flood.
+const UNKNOWN_ANSWERS: u64 = 256;
 
 /// What to log about one peer's refusals.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +27,8 @@ pub(super) struct Summary {
 #[derive(Debug)]
 struct PeerRefusals {
     unlogged: u64,
+    /// Refusals of claims to unknown wires answered in this interval.
+    unknown_answered: u64,
     last_reason: String,
     logged_at: Instant,
 }
@@ -48,6 +54,7 @@ impl Refusals {
                     peer.to_owned(),
                     PeerRefusals {
                         unlogged: 0,
+                        unknown_answered: 0,
                         last_reason: String::new(),
                         logged_at: now,
                     },
@@ -72,6 +79,16 @@ impl Refusals {
                 None
             }
         }
+    }
+
+    /// Whether a refusal from `peer` of a claim to a wire no topology here has (counted
+    /// with `refused` first) is to be answered: up to `UNKNOWN_ANSWERS` per interval.
+    pub(super) fn may_answer_unknown(&mut self, peer: &str) -> bool {
+        let Some(seen) = self.peers.get_mut(peer) else {
+            return true;
+        };
+        seen.unknown_answered += 1;
+        seen.unknown_answered <= UNKNOWN_ANSWERS
     }
 
     /// The lines due now for peers whose interval ended with refusals unlogged; a peer
@@ -100,6 +117,7 @@ fn take(peer: &str, seen: &mut PeerRefusals, now: Instant) -> Summary {
         last_reason: std::mem::take(&mut seen.last_reason),
     };
     seen.unlogged = 0;
+    seen.unknown_answered = 0;
     seen.logged_at = now;
     summary
 }
