@@ -280,6 +280,8 @@ pub struct Worker {
     /// Wakes a sleeping worker for a command (one byte per command).
     wake: UnixDatagram,
     thread: Option<JoinHandle<()>>,
+    /// The kernel's id of the worker's thread, for its CPU time.
+    thread_id: libc::pid_t,
 }
 
 impl Worker {
@@ -301,7 +303,7 @@ impl Worker {
                 }
                 match Switch::new(&config, woken) {
                     Ok(switch) => {
-                        let _ = ready_tx.send(Ok(()));
+                        let _ = ready_tx.send(Ok(nix::unistd::gettid().as_raw()));
                         switch.run(&config, &inbox);
                     }
                     Err(e) => {
@@ -311,14 +313,25 @@ impl Worker {
             })
             .map_err(|e| WorkerError::Start(e.to_string()))?;
         match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Worker {
+            Ok(Ok(thread_id)) => Ok(Worker {
                 commands,
                 wake,
                 thread: Some(thread),
+                thread_id,
             }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(WorkerError::Start("the worker thread died".into())),
         }
+    }
+
+    /// The CPU time the worker's thread has had so far, softirq work the kernel did while
+    /// the thread ran included (the scheduler's own account, `/proc/<pid>/task/<tid>/
+    /// schedstat`, in nanoseconds, not in ticks). `None` if the kernel has no schedstat.
+    pub fn cpu_time(&self) -> Option<Duration> {
+        let path = format!("/proc/self/task/{}/schedstat", self.thread_id);
+        let text = std::fs::read_to_string(path).ok()?;
+        let nanos = text.split_whitespace().next()?.parse().ok()?;
+        Some(Duration::from_nanos(nanos))
     }
 
     /// Opens a port on `ifname` for frames up to `max_frame` bytes, of the kind the

@@ -28,6 +28,29 @@ pub struct Row {
     /// Goodput of a TCP transfer (iperf3), on TCP rows only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tcp_gbps: Option<f64>,
+    /// Where that CPU time went, per delivered frame: each CPU's busy time, and each
+    /// xwire worker thread's own (the kernel's work done while it ran included). A path
+    /// whose stages each had a core of their own would carry at most one frame per the
+    /// largest stage's time. On paced rows only.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<Stage>,
+}
+
+/// Each CPU's busy time per frame of `frames`.
+pub fn cpu_stages(usage: &Usage, frames: u64) -> Vec<Stage> {
+    (usage.cpu_seconds.iter().enumerate())
+        .map(|(cpu, &seconds)| Stage {
+            name: format!("cpu{cpu}"),
+            ns_per_frame: seconds * 1e9 / frames.max(1) as f64,
+        })
+        .collect()
+}
+
+/// One stage of a path's CPU time per delivered frame.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stage {
+    pub name: String,
+    pub ns_per_frame: f64,
 }
 
 impl Row {
@@ -54,6 +77,7 @@ impl Row {
             cpu_cores,
             cpu_ns_per_frame: None,
             tcp_gbps: None,
+            stages: Vec::new(),
         }
     }
 
@@ -64,6 +88,7 @@ impl Row {
         report: &xwire_bench::stats::Report,
         usage: Usage,
     ) -> Row {
+        let per_frame = |seconds: f64| seconds * 1e9 / report.delivered.max(1) as f64;
         Row {
             name,
             frame_bytes,
@@ -74,8 +99,9 @@ impl Row {
             p50_us: Some(report.p50_us),
             p99_us: Some(report.p99_us),
             cpu_cores: usage.dut_share,
-            cpu_ns_per_frame: Some(usage.machine_seconds * 1e9 / report.delivered.max(1) as f64),
+            cpu_ns_per_frame: Some(per_frame(usage.machine_seconds)),
             tcp_gbps: None,
+            stages: cpu_stages(&usage, report.delivered),
         }
     }
 }
@@ -109,19 +135,27 @@ pub fn lossfree_rows(
 }
 
 /// What a measurement cost in CPU: the DUT CPU's busy share, and the busy CPU-seconds of
-/// the whole machine.
-#[derive(Debug, Clone, Copy, Default)]
+/// the whole machine and of each CPU.
+#[derive(Debug, Clone, Default)]
 pub struct Usage {
     pub dut_share: f64,
     pub machine_seconds: f64,
+    pub cpu_seconds: Vec<f64>,
 }
 
 /// The DUT CPU's share and the machine's busy CPU time while `f` ran.
 pub fn usage_while<T>(dut_cpu: usize, f: impl FnOnce() -> T) -> (T, Usage) {
     let before = machine_idle_ticks();
+    let cpus_before = per_cpu_idle_ticks();
     let start = Instant::now();
     let (out, dut_share) = busy_while(dut_cpu, f);
     let elapsed = start.elapsed().as_secs_f64();
+    let cpu_seconds = match (cpus_before, per_cpu_idle_ticks()) {
+        (Some(i0), Some(i1)) if i0.len() == i1.len() => (i0.iter().zip(&i1))
+            .map(|(a, b)| (elapsed - b.saturating_sub(*a) as f64 / ticks_per_second()).max(0.0))
+            .collect(),
+        _ => Vec::new(),
+    };
     let machine_seconds = match (before, machine_idle_ticks()) {
         (Some((i0, cpus)), Some((i1, _))) => {
             (elapsed * cpus as f64 - i1.saturating_sub(i0) as f64 / ticks_per_second()).max(0.0)
@@ -133,6 +167,7 @@ pub fn usage_while<T>(dut_cpu: usize, f: impl FnOnce() -> T) -> (T, Usage) {
         Usage {
             dut_share,
             machine_seconds,
+            cpu_seconds,
         },
     )
 }
@@ -145,6 +180,15 @@ fn machine_idle_ticks() -> Option<(u64, usize)> {
         .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
         .count();
     Some((idle_ticks(&stat, "cpu ")?, cpus))
+}
+
+/// Idle jiffies of each CPU, in /proc/stat's order (cpu0, cpu1, ...).
+fn per_cpu_idle_ticks() -> Option<Vec<u64>> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    (0..)
+        .map(|cpu| format!("cpu{cpu} "))
+        .map_while(|prefix| stat.contains(&prefix).then(|| idle_ticks(&stat, &prefix)))
+        .collect()
 }
 
 fn ticks_per_second() -> f64 {

@@ -2,8 +2,10 @@
 //! xwire over QUIC (DATAGRAM or stream carrier) or, as the baseline, kernel VXLAN, both
 //! between the same two node namespaces over the same underlay veth and MTU.
 //!
-//! The generator runs in pod A on CPU 0; the wire's work (both xwire workers, or the
-//! whole VXLAN tunnel by RPS) on CPU 1. Both paths get the same pod veths: MTU 1500, TX
+//! By default (`Layout::SharedWireCpu`) the generator runs in pod A on CPU 0 and the
+//! wire's work (both xwire workers, or the whole VXLAN tunnel by RPS) on CPU 1.
+//! `Layout::CorePerNode` is two single-core machines instead: node A, its worker and its
+//! pod on CPU 0, node B's on CPU 1, each node's underlay receive steered to its own CPU. Both paths get the same pod veths: MTU 1500, TX
 //! checksum, TSO, GSO and GRO off on both ends (a frame that leaves through AF_XDP must
 //! be complete, and the kernel tunnel gets the same per-frame work).
 //!
@@ -25,7 +27,8 @@ use xwire_bench::trial::{End, Flow, Wire};
 pub use paths::WirePath;
 
 use crate::measure::{
-    busy_while, lossfree_rows, on_cpu, probe_traffic, usage_while, LossfreeRow, Row,
+    busy_while, cpu_stages, lossfree_rows, on_cpu, probe_traffic, usage_while, LossfreeRow, Row,
+    Stage,
 };
 use crate::testbed::{unique_ifname, Mac, Netns, Veth};
 use crate::worker_settings::WorkerSettings;
@@ -43,6 +46,53 @@ const UNDERLAY_IF: &str = "ul0";
 const UNDERLAY_IPS: [&str; 2] = ["198.51.100.1", "198.51.100.2"];
 const NODE_NAMES: [&str; 2] = ["node-a", "node-b"];
 
+/// Where a run's work goes on a two-core machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Layout {
+    /// The generator and sink (both pods) on CPU 0, the whole wire on CPU 1: the wire's
+    /// work is measured apart from the traffic's.
+    SharedWireCpu,
+    /// A core per node, as two single-core machines joined by a cable: node A's pod,
+    /// worker and underlay receive on CPU 0, node B's on CPU 1.
+    CorePerNode,
+}
+
+impl Layout {
+    /// The CPU of node `i`'s wire work (its xwire worker, its underlay receive).
+    fn wire_cpu(self, node: usize) -> usize {
+        match self {
+            Layout::SharedWireCpu => DUT_CPU,
+            Layout::CorePerNode => node,
+        }
+    }
+
+    /// The CPU of pod `i`'s frames (generator and sink).
+    fn pod_cpu(self, pod: usize) -> usize {
+        match self {
+            Layout::SharedWireCpu => GEN_CPU,
+            Layout::CorePerNode => pod,
+        }
+    }
+
+    /// The CPU of pod `i`'s iperf3: the client on the generator's CPU, the server on the
+    /// other (TCP's receiver has work of its own).
+    fn iperf_cpu(self, pod: usize) -> usize {
+        match self {
+            Layout::SharedWireCpu => [GEN_CPU, DUT_CPU][pod],
+            Layout::CorePerNode => pod,
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Layout::SharedWireCpu => "traffic on CPU 0, the wire's work (both nodes) on CPU 1",
+            Layout::CorePerNode => {
+                "a core per node: node A, its worker and its pod on CPU 0, node B's on CPU 1"
+            }
+        }
+    }
+}
+
 /// How a run is set up.
 #[derive(Debug, Clone, Copy)]
 pub struct Setup {
@@ -54,6 +104,7 @@ pub struct Setup {
     pub worker: WorkerSettings,
     /// Print xwire's counters after each measurement (stderr).
     pub verbose: bool,
+    pub layout: Layout,
 }
 
 impl Default for Setup {
@@ -62,6 +113,7 @@ impl Default for Setup {
             underlay_mtu: 9000,
             worker: WorkerSettings::default(),
             verbose: false,
+            layout: Layout::SharedWireCpu,
         }
     }
 }
@@ -87,6 +139,7 @@ struct Bed<'a> {
     wire: paths::Running,
     _veths: Vec<Veth<'a>>,
     hosts: &'a Hosts,
+    layout: Layout,
 }
 
 impl<'a> Bed<'a> {
@@ -117,11 +170,18 @@ impl<'a> Bed<'a> {
             underlay_ip: UNDERLAY_IPS[i],
             name: NODE_NAMES[i],
         });
-        let wire = paths::start(path, sides, setup.underlay_mtu, DUT_CPU, setup.worker)?;
+        let cpus = [0, 1].map(|i| setup.layout.wire_cpu(i));
+        if setup.layout == Layout::CorePerNode {
+            for (node, &cpu) in hosts.nodes.iter().zip(&cpus) {
+                node.steer_receive_to_cpu(UNDERLAY_IF, cpu)?;
+            }
+        }
+        let wire = paths::start(path, sides, setup.underlay_mtu, cpus, setup.worker)?;
         let bed = Bed {
             wire,
             _veths: veths,
             hosts,
+            layout: setup.layout,
         };
         // Both ways, so that VXLAN's bridges have learned both pods.
         if !crate::testbed::checks::ping(&hosts.pods[0], POD_IPS[1], 3)? {
@@ -163,7 +223,13 @@ impl<'a> Bed<'a> {
 
     /// Runs `f` on a thread pinned to the generator's CPU, inside pod A.
     fn on_gen_cpu<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T> {
-        Ok(on_cpu(self.pod(0), GEN_CPU, f)?)
+        Ok(on_cpu(self.pod(0), self.layout.pod_cpu(0), f)?)
+    }
+
+    /// The CPU whose busy share a row reports: the wire's, or node B's (the receiver's)
+    /// with a core per node.
+    fn reported_cpu(&self) -> usize {
+        self.layout.wire_cpu(1)
     }
 }
 
@@ -176,7 +242,7 @@ pub fn peak(path: WirePath, size: usize, seconds: f64, setup: Setup) -> Result<R
     let hosts = Hosts::new()?;
     let bed = Bed::new(&hosts, path, setup)?;
     let before = bed.pod(1).link_stats(POD_IF)?;
-    let (sent, cpu_cores) = busy_while(DUT_CPU, || {
+    let (sent, cpu_cores) = busy_while(bed.reported_cpu(), || {
         bed.on_gen_cpu(|| traffic::send(POD_IF, &traffic(size, seconds, 0), PortOptions::default()))
     });
     let sent = sent??;
@@ -206,7 +272,8 @@ pub fn paced(
 ) -> Result<Row> {
     let hosts = Hosts::new()?;
     let bed = Bed::new(&hosts, path, setup)?;
-    let (result, usage) = usage_while(DUT_CPU, || {
+    let workers_before = bed.wire.worker_cpu_times();
+    let (result, usage) = usage_while(bed.reported_cpu(), || {
         bed.on_gen_cpu(|| -> Result<_> {
             let mut sink = bed
                 .pod(1)
@@ -228,12 +295,10 @@ pub fn paced(
         eprintln!("  sink: {sink_drops:?}");
     }
     let report = received.stats.report(size, sent.frames, sent.seconds);
-    Ok(Row::paced(
-        format!("{}@{rate}pps", path.name()),
-        size,
-        &report,
-        usage,
-    ))
+    let mut row = Row::paced(format!("{}@{rate}pps", path.name()), size, &report, usage);
+    row.stages
+        .extend(worker_stages(&bed, &workers_before, report.delivered));
+    Ok(row)
 }
 
 /// The loss-free rate over the path, per flow, with trials of `trial_seconds`: each
@@ -251,13 +316,30 @@ pub fn lossfree(
     let end = |i: usize| End {
         iface: POD_IF.to_owned(),
         netns: Some(bed.pod(i).path().display().to_string()),
-        core: Some(GEN_CPU),
+        core: Some(setup.layout.pod_cpu(i)),
         mac: Some(POD_MACS[i]),
     };
     let mut wire = Wire::open(end(0), end(1), size, PortOptions::default())?;
     let rows = lossfree_rows(path.name(), &mut wire, size, trial_seconds, flows)?;
     bed.report(setup, &format!("{} {size} B loss-free search", path.name()));
     Ok(rows)
+}
+
+/// Each xwire worker's CPU time since `before`, per frame of `frames`.
+fn worker_stages(bed: &Bed<'_>, before: &[Option<Duration>], frames: u64) -> Vec<Stage> {
+    let after = bed.wire.worker_cpu_times();
+    let spent = before.iter().zip(&after).map(|pair| match pair {
+        (Some(before), Some(after)) => Some(after.saturating_sub(*before)),
+        _ => None,
+    });
+    (NODE_NAMES.iter().zip(spent))
+        .filter_map(|(node, spent)| {
+            Some(Stage {
+                name: format!("{node} worker"),
+                ns_per_frame: spent?.as_nanos() as f64 / frames.max(1) as f64,
+            })
+        })
+        .collect()
 }
 
 /// A TCP transfer of `seconds` with iperf3 from pod A (client, CPU 0) to pod B (server,
@@ -270,7 +352,7 @@ pub fn tcp(path: WirePath, seconds: f64, setup: Setup) -> Result<Row> {
         .pod(1)
         .spawn(
             Command::new("taskset")
-                .args(["-c", &DUT_CPU.to_string()])
+                .args(["-c", &setup.layout.iperf_cpu(1).to_string()])
                 // Serving until dropped, so that a client retry finds it.
                 .args(["iperf3", "--server", "--bind", POD_IPS[1]])
                 .stdout(std::process::Stdio::null())
@@ -279,13 +361,14 @@ pub fn tcp(path: WirePath, seconds: f64, setup: Setup) -> Result<Row> {
         .context("start iperf3 (a Debian package: apt-get install iperf3)")?;
     let sent_before = bed.pod(0).link_stats(POD_IF)?;
     let got_before = bed.pod(1).link_stats(POD_IF)?;
-    let (bits, cpu_cores) = busy_while(DUT_CPU, || {
+    let workers_before = bed.wire.worker_cpu_times();
+    let (bits, usage) = usage_while(bed.reported_cpu(), || {
         // The server needs a moment to listen; the client retries until it has a result.
         let mut last = String::from("iperf3 client did not run");
         for _ in 0..20 {
             let out = bed.pod(0).exec(
                 Command::new("taskset")
-                    .args(["-c", &GEN_CPU.to_string()])
+                    .args(["-c", &setup.layout.iperf_cpu(0).to_string()])
                     .args(["iperf3", "--client", POD_IPS[1], "--json"])
                     .args(["--time", &seconds.to_string()]),
             )?;
@@ -307,6 +390,9 @@ pub fn tcp(path: WirePath, seconds: f64, setup: Setup) -> Result<Row> {
     let sent = bed.pod(0).link_stats(POD_IF)?.tx_packets - sent_before.tx_packets;
     let got = bed.pod(1).link_stats(POD_IF)?;
     let delivered = got.rx_packets - got_before.rx_packets;
+    // Per data frame; the acknowledgements' work is counted in it.
+    let mut stages = cpu_stages(&usage, delivered);
+    stages.extend(worker_stages(&bed, &workers_before, delivered));
     let seconds = seconds as f64;
     Ok(Row {
         name: format!("{} tcp", path.name()),
@@ -318,9 +404,10 @@ pub fn tcp(path: WirePath, seconds: f64, setup: Setup) -> Result<Row> {
         loss_ratio: (1.0 - delivered as f64 / sent.max(1) as f64).max(0.0),
         p50_us: None,
         p99_us: None,
-        cpu_cores,
+        cpu_cores: usage.dut_share,
         cpu_ns_per_frame: None,
         tcp_gbps: Some(bits / 1e9),
+        stages,
     })
 }
 

@@ -441,3 +441,69 @@ pub(super) fn count_drop(table: &LinkTable, verdict: Verdict) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::net::UnixDatagram;
+    use std::time::{Duration, Instant};
+
+    use xwire_testbed::checks::test_frame;
+    use xwire_testbed::{unique_ifname, Netns, RawSocket, Veth};
+
+    use crate::worker::{PortChoice, WorkerConfig};
+
+    use super::super::Switch;
+    use super::MAX_BATCHES_PER_PASS;
+
+    /// The cause of `rx_fill_ring_empty` on a busy pod port (503k frames lost by node B of
+    /// `remote-wire`'s stream carrier, both ways at once at 1514 B): a pass took one batch
+    /// from each port and then all that the peer's socket held, so a port whose pod sent
+    /// more than a batch between passes fell behind for good. A pass now empties a port
+    /// batch after batch. Here a pod sends ten batches while no pass runs (a switch
+    /// without its worker thread), and one pass takes all of them.
+    #[test]
+    fn one_pass_takes_all_that_a_port_received_since_the_last_not_one_batch() {
+        const FRAMES: u16 = 640;
+        let pod = Netns::new("xfw-drain-pod").unwrap();
+        let node = Netns::new("xfw-drain-node").unwrap();
+        let wire = Veth::named(&pod, "eth1", &node, &unique_ifname()).unwrap();
+        pod.set_tx_checksum("eth1", false).unwrap();
+        wire.set_up().unwrap();
+        let config = WorkerConfig {
+            frames_per_port: 4096,
+            min_frames_per_port: 4096,
+            ..WorkerConfig::default()
+        };
+        assert!(usize::from(FRAMES) > 4 * config.batch);
+        assert!(usize::from(FRAMES) < MAX_BATCHES_PER_PASS * config.batch);
+        let sock = RawSocket::open(&pod, "eth1").unwrap();
+        // The switch lives on one thread in the node's namespace, as a worker's does.
+        node.run(|| {
+            let (_wake, woken) = UnixDatagram::pair().unwrap();
+            let mut switch = Switch::new(&config, woken).unwrap();
+            let port = (switch.add_port(wire.b_name(), 1514, PortChoice::AfXdp, &config)).unwrap();
+            let index = usize::from(port.id.0);
+            for seq in 0..FRAMES {
+                sock.send(&test_frame(200, 0xa, seq)).unwrap();
+            }
+            // The veth hands frames to the socket in its NAPI poll, a moment after a send:
+            // the first look comes well after that, and later ones only if it took none.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let mut taken = 0;
+            while taken == 0 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(300));
+                let (n, more) = switch.receive_all(index, config.batch);
+                assert!(!more, "{n} frames and more waiting");
+                taken = n;
+            }
+            let drops = switch.kernel_drops(port.id).unwrap();
+            assert_eq!(taken, usize::from(FRAMES), "kernel drops: {drops:?}");
+            assert_eq!(
+                drops.rx_fill_ring_empty + drops.rx_ring_full,
+                0,
+                "{drops:?}"
+            );
+        })
+        .unwrap();
+    }
+}

@@ -16,7 +16,7 @@ use xwire_bench::trial::Flow;
 use xwire_fastpath::{Direction, PortChoice, Worker, WorkerConfig};
 use xwire_perf::local_fwd::{self, idle, paced, peak, wake_floor, Device};
 use xwire_perf::measure::{median_by, LossfreeRow, Row};
-use xwire_perf::remote_wire::{self, Setup, WirePath};
+use xwire_perf::remote_wire::{self, Layout, Setup, WirePath};
 use xwire_perf::tools::{self, Tool};
 use xwire_perf::worker_settings::WorkerSettings;
 
@@ -178,6 +178,10 @@ enum Scenario {
         /// Print xwire's counters after each measurement (stderr).
         #[arg(long)]
         verbose: bool,
+        /// Where the work runs: the wire's work apart from the traffic's, or a core per
+        /// node as two single-core machines would have.
+        #[arg(long, value_enum, default_value = "shared-wire-cpu")]
+        layout: Layout,
     },
     /// A lab of `pods` pods with four links each, half of them across two nodes, brought
     /// up and torn down through the CNI plugin; p50/p99 ADD and DEL times next to the
@@ -570,6 +574,7 @@ fn remote_wire(scenario: Scenario) -> Result<()> {
         no_tcp,
         no_frames,
         verbose,
+        layout,
     } = scenario
     else {
         unreachable!("called for remote-wire only")
@@ -585,11 +590,13 @@ fn remote_wire(scenario: Scenario) -> Result<()> {
         underlay_mtu,
         worker: worker.settings(),
         verbose,
+        layout,
     };
     if !run.json {
         println!(
-            "underlay MTU {underlay_mtu}; pod MTU 1500, TX checksum, TSO, GSO and GRO off on the pod veths; {}",
-            setup.worker.describe()
+            "underlay MTU {underlay_mtu}; pod MTU 1500, TX checksum, TSO, GSO and GRO off on the pod veths; {}; {}",
+            setup.worker.describe(),
+            layout.describe()
         );
     }
     let seconds = run.seconds;
@@ -802,6 +809,16 @@ fn emit(row: &Row, json: bool) {
             us(row.p99_us),
             row.cpu_cores
         );
+        if !row.stages.is_empty() {
+            let stages: Vec<String> = (row.stages.iter())
+                .map(|s| format!("{} {:.0}", s.name, s.ns_per_frame))
+                .collect();
+            println!(
+                "{:<28} cpu ns per frame by stage: {}",
+                "",
+                stages.join(", ")
+            );
+        }
     }
 }
 

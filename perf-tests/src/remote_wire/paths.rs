@@ -101,6 +101,14 @@ pub fn udp_counters(ns: &Netns) -> String {
 }
 
 impl Running {
+    /// The CPU time of each node's worker thread so far; none for the kernel's path.
+    pub fn worker_cpu_times(&self) -> Vec<Option<Duration>> {
+        match self {
+            Running::Kernel => Vec::new(),
+            Running::Xwire { workers, .. } => workers.iter().map(Worker::cpu_time).collect(),
+        }
+    }
+
     /// xwire's counters on both nodes (peer transport, link, kernel drops), to say where
     /// frames went; empty for the kernel's path.
     pub fn counters(&self) -> String {
@@ -133,12 +141,12 @@ impl Running {
     }
 }
 
-/// Joins the pods of `nodes` by `path`, with the work on `cpu`.
+/// Joins the pods of `nodes` by `path`, node `i`'s work on `cpus[i]`.
 pub fn start(
     path: WirePath,
     nodes: [NodeSide<'_>; 2],
     underlay_mtu: u16,
-    cpu: usize,
+    cpus: [usize; 2],
     settings: WorkerSettings,
 ) -> Result<Running> {
     match path {
@@ -172,7 +180,7 @@ pub fn start(
                 node.ns.add_bridge("br0", &[node.pod_if, VXLAN_IF])?;
             }
             if path == WirePath::Vxlan {
-                nodes[0].ns.steer_receive_to_cpu(nodes[0].pod_if, cpu)?;
+                nodes[0].ns.steer_receive_to_cpu(nodes[0].pod_if, cpus[0])?;
             }
             Ok(Running::Kernel)
         }
@@ -181,7 +189,7 @@ pub fn start(
             let mut workers = Vec::new();
             let mut listening = Vec::new();
             let mut ports = Vec::new();
-            for node in &nodes {
+            for (node, &cpu) in nodes.iter().zip(&cpus) {
                 let config = settings.config(cpu);
                 let worker = node.ns.run(|| Worker::spawn(config))??;
                 ports.push(worker.add_port(node.pod_if, 1514)?);
