@@ -13,9 +13,12 @@ use crate::framing::{append_record, split_record};
 use crate::DecodeError;
 
 /// The protocol version this build speaks best, and the oldest it still speaks. Version 2
-/// adds `SyncBody::more`: a Sync may come in parts.
-pub const PROTOCOL_VERSION: u16 = 2;
-pub const MIN_PROTOCOL_VERSION: u16 = 1;
+/// adds `SyncBody::more`: a Sync may come in parts. Version 3 changes how a wire's id is
+/// made (`WireId::new`, a SHA-256 digest): a node of an older version would tag the same
+/// wire with another id and never find the other's frames, so it is refused at Hello,
+/// with a reason, rather than joined to wires that carry nothing.
+pub const PROTOCOL_VERSION: u16 = 3;
+pub const MIN_PROTOCOL_VERSION: u16 = 3;
 /// The first version in which a Sync may be split into parts.
 pub const SYNC_PARTS_VERSION: u16 = 2;
 /// The largest record body accepted.

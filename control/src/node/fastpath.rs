@@ -33,10 +33,10 @@ pub(super) struct Fastpath {
 }
 
 /// The worker that holds wire `wire` among `workers`: the same on every node that runs
-/// as many. Consecutive uids of one namespace go to consecutive workers.
+/// as many. Consecutive uids of one namespace go to consecutive workers (but where the
+/// id's spread byte wraps, with a number of workers that does not divide 256).
 pub fn worker_index(wire: WireId, workers: usize) -> usize {
-    let namespace_hash = wire.0 >> 32;
-    (namespace_hash.wrapping_add(wire.uid()) % workers.max(1) as u64) as usize
+    usize::from(wire.spread()) % workers.max(1)
 }
 
 /// Worker `index`'s address, given worker 0's: the next ports up.

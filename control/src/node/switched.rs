@@ -238,10 +238,11 @@ impl Node {
     /// wire's goes with either end), its port and its veth.
     pub(super) fn release_node_end(&mut self, record: &WireRecord) {
         if let Some(fastpath) = &self.fastpath {
-            // The worker by the wire's namespace and uid, which every end has (a record
-            // going back to pending has its peer_intf_id cleared).
-            let worker = fastpath.worker_of(WireId::new(&record.topo_namespace, record.link_uid));
-            let _ = worker.remove_link(record.peer_intf_id);
+            // The wire's id from its namespace and uid, which every end has (a record
+            // going back to pending has its peer_intf_id cleared, and one written by an
+            // older build keeps an id of the older scheme).
+            let wire = WireId::new(&record.topo_namespace, record.link_uid);
+            let _ = fastpath.worker_of(wire).remove_link(wire);
             if let Some(port) = self.ports.remove(&record.key()) {
                 let wire = WireId::new(&port.wire.namespace, port.wire.link_uid);
                 step_times::time(step_times::PORT_CLOSE, || {

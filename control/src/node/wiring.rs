@@ -384,11 +384,14 @@ impl Node {
     ) -> Result<RemotePort, NodeError> {
         let carrier = link.carrier;
         let node = record.peer_node.as_deref().unwrap_or_default();
-        let peer = self.peer_of(node, &record.peer_pod, record.peer_intf_id)?;
+        // From the wire's name, not the id the record keeps: a record written by an older
+        // build keeps an id of the older scheme, which the peer no longer uses.
+        let wire = WireId::new(&record.topo_namespace, record.link_uid);
+        let peer = self.peer_of(node, &record.peer_pod, wire)?;
         Ok(RemotePort {
             ifname: record.wire_ifname.clone(),
             max_frame: max_frame(link),
-            wire: record.peer_intf_id,
+            wire,
             peer,
             carrier,
         })
