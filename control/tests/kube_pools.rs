@@ -18,15 +18,6 @@ const NODES: Nodes = Nodes {
     subnet: 13,
 };
 
-fn ca_secret() -> String {
-    let out = Command::new(support::xwirectl_bin())
-        .arg("ca-secret")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// Server-side applies `labels` (and `annotations`) to Node `name`: labels this test
 /// applied before and leaves out now are removed.
 fn label(server: &ApiServer, name: &str, labels: Value, annotations: Value) {
@@ -55,7 +46,7 @@ fn pools_follow_the_node_labels() {
     let Some(server) = apiserver::start_or_skip() else {
         return;
     };
-    apiserver::install(&server, NODES, &ca_secret());
+    apiserver::install(&server, NODES, &support::ca_secret());
     // west's gateway: a Node object with no daemon, behind NAT.
     let west = "10.252.13.50";
     register_node(&server, "kpw", west);

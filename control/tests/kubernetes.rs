@@ -71,18 +71,8 @@ fn underlay_ip(i: usize) -> String {
     NODES.underlay_ip(i)
 }
 
-/// What `xwirectl ca-secret` prints: the cluster CA, as deploy/README.md makes it.
-fn ca_secret() -> String {
-    let out = std::process::Command::new(support::xwirectl_bin())
-        .arg("ca-secret")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap()
-}
-
 fn install(server: &ApiServer, nodes: Nodes) {
-    apiserver::install(server, nodes, &ca_secret());
+    apiserver::install(server, nodes, &support::ca_secret());
 }
 
 fn kube_nodes(server: &ApiServer, nodes: Nodes) -> (Node, Node) {

@@ -32,6 +32,17 @@ pub fn xwirectl_bin() -> PathBuf {
     built_beside(&BUILD, &xwired(), "xwire-lab", "xwirectl")
 }
 
+/// What `xwirectl ca-secret` prints: the cluster CA as a Secret, as deploy/README.md
+/// makes it.
+pub fn ca_secret() -> String {
+    let out = std::process::Command::new(xwirectl_bin())
+        .arg("ca-secret")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap()
+}
+
 pub type Node = xwire_testbed::cluster::Node;
 
 pub fn start_node(name: &str, extra: &str) -> Node {

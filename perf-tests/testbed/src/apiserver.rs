@@ -274,14 +274,68 @@ impl ApiServer {
         account: &str,
         host_ip: &str,
     ) -> PathBuf {
-        let token = self.runtime.block_on(async {
+        let token = self.token(namespace, account, None);
+        self.write_kubeconfig(&format!("{account}-{host_ip}"), host_ip, &token)
+    }
+
+    /// As `service_account_kubeconfig`, with the token bound to a Pod of the account on
+    /// `node` (made here as a scheduler would bind it; nothing runs it), as the tokens a
+    /// kubelet mounts are: the API server then names the node in each request's user
+    /// extra (`authentication.kubernetes.io/node-name`).
+    pub fn node_kubeconfig(
+        &self,
+        namespace: &str,
+        account: &str,
+        node: &str,
+        host_ip: &str,
+    ) -> PathBuf {
+        use k8s_openapi::api::core::v1::Pod;
+        let name = format!("{account}-{node}");
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"nodeName": node, "serviceAccountName": account,
+                     "containers": [{"name": "xwired", "image": "localhost/xwire:latest"}]},
+        }))
+        .unwrap();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let _ = (self.runtime).block_on(api.delete(&name, &Default::default()));
+        // A pod being deleted (no kubelet confirms it: at once) may hold its name a moment.
+        let mut made = Err(String::new());
+        for _ in 0..50 {
+            made = (self.runtime.block_on(api.create(&Default::default(), &pod)))
+                .map_err(|e| e.to_string());
+            if made.is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let made = made.unwrap_or_else(|e| panic!("pod {namespace}/{name}: {e}"));
+        let uid = made.metadata.uid.unwrap();
+        let bound = k8s_openapi::api::authentication::v1::BoundObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(name.clone()),
+            uid: Some(uid),
+        };
+        let token = self.token(namespace, account, Some(bound));
+        self.write_kubeconfig(&format!("{name}-{host_ip}"), host_ip, &token)
+    }
+
+    fn token(
+        &self,
+        namespace: &str,
+        account: &str,
+        bound: Option<k8s_openapi::api::authentication::v1::BoundObjectReference>,
+    ) -> String {
+        self.runtime.block_on(async {
             let api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
                 Api::namespaced(self.client.clone(), namespace);
             let request = k8s_openapi::api::authentication::v1::TokenRequest {
                 spec: k8s_openapi::api::authentication::v1::TokenRequestSpec {
                     audiences: vec!["https://kubernetes.default.svc".into()],
                     expiration_seconds: Some(3600),
-                    ..Default::default()
+                    bound_object_ref: bound,
                 },
                 ..Default::default()
             };
@@ -291,14 +345,22 @@ impl ApiServer {
                 .status
                 .unwrap()
                 .token
-        });
-        let path = self.dir.0.join(format!("{account}-{host_ip}.kubeconfig"));
+        })
+    }
+
+    fn write_kubeconfig(&self, name: &str, host_ip: &str, token: &str) -> PathBuf {
+        let path = self.dir.0.join(format!("{name}.kubeconfig"));
         std::fs::write(
             &path,
-            kubeconfig(&format!("https://{host_ip}:{}", self.port), &token),
+            kubeconfig(&format!("https://{host_ip}:{}", self.port), token),
         )
         .unwrap();
         path
+    }
+
+    /// A client of the server (in this process's namespace) as `kubeconfig` says.
+    pub fn client_for(&self, kubeconfig: &Path) -> Client {
+        self.runtime.block_on(client_from(kubeconfig))
     }
 
     /// The admin's kubeconfig, for a client in `ns` over `reach_from`'s veth.
@@ -430,12 +492,13 @@ pub fn install(server: &ApiServer, nodes: Nodes, ca_secret: &str) {
     // The manifests' namespace must exist for their dry run.
     server.apply(&deploy("namespace.yaml"), true).unwrap();
     server.apply(&deploy("namespace.yaml"), false).unwrap();
-    for file in ["rbac.yaml", "daemonset.yaml"] {
+    for file in ["rbac.yaml", "admission.yaml", "daemonset.yaml"] {
         server
             .apply(&deploy(file), true)
             .unwrap_or_else(|e| panic!("{file}: dry run: {e}"));
     }
     server.apply(&deploy("rbac.yaml"), false).unwrap();
+    server.apply(&deploy("admission.yaml"), false).unwrap();
     server.apply(ca_secret, false).unwrap();
     for (i, name) in nodes.names.iter().enumerate() {
         register_node(server, name, &nodes.underlay_ip(i));
@@ -470,7 +533,7 @@ pub fn kube_nodes_with(
     let mut started = Vec::new();
     for (i, ns) in [ns_a, ns_b].into_iter().enumerate() {
         let host_ip = reach_from(&ns, nodes.subnet * 2 + i as u8);
-        let kubeconfig = server.service_account_kubeconfig("xwire-system", "xwired", &host_ip);
+        let kubeconfig = server.node_kubeconfig("xwire-system", "xwired", names[i], &host_ip);
         let config = format!(
             "node_address = \"{}:7470\"\n{extra}\n[topology]\nsource = \"kubernetes\"\nkubeconfig = \"{}\"\n{topology_extra}\n",
             nodes.underlay_ip(i),
