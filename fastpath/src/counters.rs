@@ -20,7 +20,7 @@ pub enum DropReason {
     TxFull = 3,
     /// No free frame buffer to copy into.
     NoBuffer = 4,
-    /// The link's peer node is not connected, or its carrier had no room.
+    /// The link's peer node is not connected.
     PeerDown = 5,
     /// Lost by the link's impairment (its loss setting).
     ImpairLoss = 6,
@@ -29,10 +29,13 @@ pub enum DropReason {
     /// The worker already holds as many delayed frames of this link and direction as it
     /// may (`impair::HELD_PER_DIRECTION`).
     HeldFull = 8,
+    /// The link's peer node is connected, but its carrier had no room (QUIC's datagram
+    /// send buffer or the stream's window full): offered more than the wire carries.
+    CarrierFull = 9,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 9] = [
+    pub const ALL: [DropReason; 10] = [
         DropReason::NoLink,
         DropReason::TooLarge,
         DropReason::Runt,
@@ -42,6 +45,7 @@ impl DropReason {
         DropReason::ImpairLoss,
         DropReason::RateQueueFull,
         DropReason::HeldFull,
+        DropReason::CarrierFull,
     ];
 
     pub fn name(self) -> &'static str {
@@ -55,6 +59,7 @@ impl DropReason {
             DropReason::ImpairLoss => "impair_loss",
             DropReason::RateQueueFull => "rate_queue_full",
             DropReason::HeldFull => "held_full",
+            DropReason::CarrierFull => "carrier_full",
         }
     }
 }

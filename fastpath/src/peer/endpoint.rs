@@ -67,6 +67,17 @@ const IP_UDP_OVERHEAD: u16 = 28;
 /// The UDP payload one GSO send may carry (the IP length field's limit, less headers).
 const MAX_GSO_BYTES: usize = 65_535 - 28;
 
+/// Why a frame handed to a peer did not leave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotSent {
+    /// The peer's connection is not up.
+    NotConnected,
+    /// The connection is up but its carrier has no room: QUIC's DATAGRAM send buffer,
+    /// or the stream's flow-control window, is full (the wire is offered more than it
+    /// carries).
+    CarrierFull,
+}
+
 pub struct PeerEndpoint {
     name: String,
     versions: RangeInclusive<u16>,
@@ -228,8 +239,8 @@ impl PeerEndpoint {
     }
 
     /// Queues one frame for the peer on `carrier` (a link's own) or, with `None`, the
-    /// peer's; it leaves when `drive` flushes. False when dropped: the peer is not up, or
-    /// its carrier has no room.
+    /// peer's; it leaves when `drive` flushes. Dropped (and counted in the peer's
+    /// counters) when the peer is not up, or when its carrier has no room.
     pub fn send_frame(
         &mut self,
         now: Instant,
@@ -237,21 +248,21 @@ impl PeerEndpoint {
         wire: WireId,
         frame: &[u8],
         carrier: Option<Carrier>,
-    ) -> bool {
+    ) -> Result<(), NotSent> {
         let Some(conn) = self.peers.get(peer.0 as usize).and_then(Peer::up) else {
             self.counters.dropped_no_peer += 1;
-            return false;
+            return Err(NotSent::NotConnected);
         };
         let Some(session) = self.sessions.get_mut(&conn.0) else {
             self.counters.dropped_no_peer += 1;
-            return false;
+            return Err(NotSent::NotConnected);
         };
         let carrier = carrier.unwrap_or(self.peers[peer.0 as usize].carrier);
-        let sent = session.send_frame(carrier, wire, frame, &mut self.counters, now);
-        if sent {
-            self.counters.frames_sent += 1;
+        if !session.send_frame(carrier, wire, frame, &mut self.counters, now) {
+            return Err(NotSent::CarrierFull);
         }
-        sent
+        self.counters.frames_sent += 1;
+        Ok(())
     }
 
     /// Sends a control message to a peer that is up. False when it is not, or when it

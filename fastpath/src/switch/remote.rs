@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use crate::counters::DropReason;
 use crate::link_table::{LinkTable, Verdict};
-use crate::peer::{Flush, PeerCounters, PeerEvent, PeerTransport, ReceivedFrame};
+use crate::peer::{Flush, NotSent, PeerCounters, PeerEvent, PeerTransport, ReceivedFrame};
 
 use super::extras::LinkExtras;
 use super::forward::{count_drop, deliver, Pass};
@@ -29,22 +29,27 @@ pub(super) fn send(
     else {
         return;
     };
-    let sent = peers
-        .as_mut()
-        .is_some_and(|p| p.endpoint_mut().send_frame(now, peer, wire, frame, carrier));
-    if sent {
-        if let Some(counters) = table.counters(link) {
-            counters.forwarded(direction, 1, frame.len() as u64);
+    let sent = match peers.as_mut() {
+        Some(p) => p.endpoint_mut().send_frame(now, peer, wire, frame, carrier),
+        None => Err(NotSent::NotConnected),
+    };
+    let reason = match sent {
+        Ok(()) => {
+            if let Some(counters) = table.counters(link) {
+                counters.forwarded(direction, 1, frame.len() as u64);
+            }
+            return;
         }
-    } else {
-        count_drop(
-            table,
-            Verdict::Drop {
-                reason: DropReason::PeerDown,
-                link: Some((link, direction)),
-            },
-        );
-    }
+        Err(NotSent::NotConnected) => DropReason::PeerDown,
+        Err(NotSent::CarrierFull) => DropReason::CarrierFull,
+    };
+    count_drop(
+        table,
+        Verdict::Drop {
+            reason,
+            link: Some((link, direction)),
+        },
+    );
 }
 
 /// Sends one frame from a peer on its link. False when no link has its wire id from that

@@ -46,6 +46,7 @@ impl TestNode for PeerTransport {
     fn send_frame(&mut self, peer: PeerId, link_uid: u64, frame: &[u8]) -> bool {
         self.endpoint_mut()
             .send_frame(Instant::now(), peer, WireId(link_uid), frame, None)
+            .is_ok()
     }
 
     fn send_control(&mut self, peer: PeerId, message: &ControlMessage) -> bool {
