@@ -4,6 +4,8 @@
 //! before its own parser runs. The flag is read here, not declared to clap, so that it
 //! stays out of the binaries' help and cannot clash with their arguments.
 
+#![forbid(unsafe_code)]
+
 use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};

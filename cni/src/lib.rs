@@ -3,6 +3,8 @@
 //! the CNI result or error JSON and returns the process exit code. See README.md for the
 //! configuration keys and the error codes.
 
+#![forbid(unsafe_code)]
+
 mod call;
 pub mod call_log;
 mod cleanup;

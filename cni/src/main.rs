@@ -1,5 +1,7 @@
 //! `xwire`, the CNI plugin binary (the conflist's "type").
 
+#![forbid(unsafe_code)]
+
 fn main() {
     let env: Vec<(String, String)> = std::env::vars().collect();
     let code = xwire_cni::run(

@@ -1,5 +1,8 @@
 //! The xwire control plane: the node daemon's configuration, topology sources, the wire
 //! store, the interfaces it makes, and the logic that answers CNI calls (see DESIGN.md).
+//!
+//! Unsafe code: one use, taking ownership of the descriptors that come with a CNI call
+//! (`SCM_RIGHTS`, `api_server.rs`).
 
 mod accept_failures;
 pub mod api_server;

@@ -1,4 +1,10 @@
 //! The xwire data plane: ports, pinned poll-mode workers and the link table (see DESIGN.md).
+//!
+//! Unsafe code, each use with a `// SAFETY:` comment: the AF_XDP rings and UMEM that
+//! the kernel shares with the worker (`xdp_port.rs`, `xdp_redirect.rs`,
+//! `steered_port.rs`), AF_PACKET's mapped rings (`packet_port.rs`), a clock read
+//! (`endpoint.rs`), a receive buffer's length once the kernel has filled it
+//! (`peer/udp.rs`), and a sysconf call (`switch/keeper.rs`).
 
 pub mod capture;
 pub mod counters;

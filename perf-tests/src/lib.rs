@@ -1,6 +1,8 @@
 //! The network-namespace test bed that every xwire crate's tests use (as a
 //! dev-dependency), and the end-to-end perf scenarios of `xwire-perf`.
 
+#![forbid(unsafe_code)]
+
 pub mod cni_scale;
 pub mod cni_steps;
 pub mod impair_accuracy;

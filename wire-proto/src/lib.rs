@@ -9,6 +9,8 @@
 //! FORMAT.md documents each layout, its version field, and what a reader does with a
 //! newer version or an unknown message type.
 
+#![forbid(unsafe_code)]
+
 pub mod control;
 pub mod data;
 pub mod framing;

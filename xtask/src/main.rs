@@ -4,6 +4,8 @@
 //! Both install the Debian packages they need first when they run as root, and otherwise
 //! say what to install.
 
+#![forbid(unsafe_code)]
+
 mod demo;
 mod docs;
 mod image;

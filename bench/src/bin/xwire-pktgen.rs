@@ -8,6 +8,8 @@
 //!   xwire-pktgen sink --netns B --iface eth1 --seconds 10 --json
 //!   xwire-pktgen lossfree --a-netns A --a-iface eth1 --b-netns B --b-iface eth1 --size 1514
 
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 

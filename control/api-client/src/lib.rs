@@ -3,6 +3,8 @@
 //! the lab and the tests use it; it depends on nothing but the wire format, so that the
 //! plugin stays small.
 
+#![forbid(unsafe_code)]
+
 use std::fs::File;
 use std::io::{IoSlice, Read, Write};
 use std::os::fd::{AsFd, AsRawFd};

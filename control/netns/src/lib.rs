@@ -7,6 +7,9 @@
 //!   `ip netns` does, so that `ip netns exec`, CNI runtimes and people can use them too;
 //! * [`offload`]: an interface's offloads, which netlink cannot set (run it inside the
 //!   namespace, with `NetnsFd::run`).
+//!
+//! Unsafe code: asking the kernel what a namespace descriptor is (`NS_GET_NSTYPE`,
+//! `handle.rs`) and the ethtool ioctl, which netlink cannot do (`offload.rs`).
 
 mod handle;
 pub mod named;

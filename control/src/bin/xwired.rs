@@ -1,6 +1,8 @@
 //! `xwired`, the node daemon: answers the CNI plugin on the local API socket, keeps the
 //! wire store, and runs the fast path for wires that cross nodes.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 
 use anyhow::Context;

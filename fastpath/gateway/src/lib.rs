@@ -6,6 +6,8 @@
 //! through the tunnels unchanged: a wire between pools crosses both pools' gateways and
 //! stays one connection end to end. `pools` decides (pure); `tunnel` moves packets.
 
+#![forbid(unsafe_code)]
+
 pub mod pools;
 pub mod probe;
 mod tls;

@@ -4,6 +4,8 @@
 //! a cluster supplies identities as PEM files. The data plane needs only the identity,
 //! so the CA (and rcgen) stays out of it.
 
+#![forbid(unsafe_code)]
+
 #[cfg(feature = "ca")]
 mod ca;
 mod identity;

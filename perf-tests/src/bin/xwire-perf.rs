@@ -7,6 +7,8 @@
 //!   xwire-perf impair [--reps 3] [--seconds 5] [--busy-poll] [--json]
 //!   xwire-perf restart [--wires 10,100,1000] [--frames-per-port 256] [--bin-dir DIR] [--json]
 
+#![forbid(unsafe_code)]
+
 use std::time::Duration;
 
 use anyhow::{Context, Result};

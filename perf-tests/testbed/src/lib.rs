@@ -18,6 +18,9 @@
 //! assert!(ping.status.success());
 //! # Ok::<(), xwire_testbed::Error>(())
 //! ```
+//!
+//! Unsafe code: raw packet sockets for test frames (`raw.rs`) and a sysconf call
+//! (`cluster.rs`).
 
 #[cfg(feature = "kube")]
 pub mod apiserver;

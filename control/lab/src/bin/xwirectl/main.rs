@@ -1,5 +1,7 @@
 //! `xwirectl`: the operator's CLI. Talks to the node's daemon over the local API.
 
+#![forbid(unsafe_code)]
+
 mod lab;
 mod wires;
 
