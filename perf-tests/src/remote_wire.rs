@@ -5,9 +5,12 @@
 //! By default (`Layout::SharedWireCpu`) the generator runs in pod A on CPU 0 and the
 //! wire's work (both xwire workers, or the whole VXLAN tunnel by RPS) on CPU 1.
 //! `Layout::CorePerNode` is two single-core machines instead: node A, its worker and its
-//! pod on CPU 0, node B's on CPU 1, each node's underlay receive steered to its own CPU. Both paths get the same pod veths: MTU 1500, TX
-//! checksum, TSO, GSO and GRO off on both ends (a frame that leaves through AF_XDP must
-//! be complete, and the kernel tunnel gets the same per-frame work).
+//! pod on CPU 0, node B's on CPU 1, each node's underlay receive steered to its own CPU
+//! (the paced pass's sink stays in the generator's thread, for its timestamps).
+//!
+//! Both paths get the same pod veths: MTU 1500, TX checksum, TSO, GSO and GRO off on both
+//! ends (a frame that leaves through AF_XDP must be complete, and the kernel tunnel gets
+//! the same per-frame work).
 //!
 //! Three measurements:
 //! - peak: full speed, delivered frames counted at pod B's interface;
