@@ -108,6 +108,9 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
     );
 
     let (n1, mut n2) = kube_nodes(&server, NODES);
+    // Where the scheduler put the pods: what a node judges a peer's claim by.
+    apiserver::bind_pod(&server, lab, "r1", "kn1");
+    apiserver::bind_pod(&server, lab, "r2", "kn2");
     let config = |node: &Node, ns: &str| {
         let mut c = node.net_config("1.0.0");
         c["namespace"] = json!(ns);
@@ -321,11 +324,14 @@ fn kne_objects_make_the_same_wires_through_xwirectl_and_through_the_api_server()
             "metadata": {"name": "kne-lab", "labels": {"xwire.dev/wire": "enabled"}}})],
     );
     server.apply(KNE_LAB, false).unwrap();
+    for (pod, node) in [("r1", "kk1"), ("r2", "kk2"), ("r3", "kk1")] {
+        apiserver::bind_pod(&server, "kne-lab", pod, node);
+    }
     let (k1, k2) = kube_nodes(&server, nodes);
 
     // The same objects through `xwirectl topology apply`, on two nodes with the
-    // embedded store. Through the API server each node writes where its pods run; two
-    // embedded stores learn it from the objects, as a lab file gives it.
+    // embedded store. Through the API server the Pods say where each runs; two embedded
+    // stores learn it from the objects' status, as a lab file gives it.
     let certs = support::TempDir::new("kne-certs");
     let (e1, e2) = support::two_nodes(&certs);
     let file = certs.0.join("kne-lab.yaml");
@@ -376,4 +382,63 @@ fn kne_objects_make_the_same_wires_through_xwirectl_and_through_the_api_server()
     let through_api = wire_shapes([&k1, &k2]);
     assert_eq!(through_api.len(), 6, "{through_api:#?}");
     assert_eq!(through_api, wire_shapes([&e1, &e2]));
+}
+
+/// In a cluster, where a pod runs is the Pod's `spec.nodeName` (the scheduler's word),
+/// not its Topology's `status.src_ip`, which any node's daemon may write. A node that
+/// wires a pod the scheduler put elsewhere (here kp2, for a pod bound to kp-other) writes
+/// that status and claims the pod's wire; the node at the other end refuses the claim,
+/// and takes it once the pod is bound to kp2.
+#[test]
+fn a_claim_counts_only_from_the_node_the_scheduler_put_the_pod_on() {
+    let Some(server) = apiserver::start_or_skip() else {
+        return;
+    };
+    let nodes = Nodes {
+        names: ["kp1", "kp2"],
+        subnet: 9,
+    };
+    install(&server, nodes);
+    let lab = "kube-placed";
+    apply_objects(
+        &server,
+        &[
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": lab, "labels": {"xwire.dev/wire": "enabled"}}}),
+            topology(lab, "r1", "r2", &[(0, "10.0.0.1/30", "10.0.0.2/30")]),
+            topology(lab, "r2", "r1", &[(0, "10.0.0.2/30", "10.0.0.1/30")]),
+        ],
+    );
+    apiserver::bind_pod(&server, lab, "r1", "kp1");
+    apiserver::bind_pod(&server, lab, "r2", "kp-other");
+    let (n1, n2) = kube_nodes(&server, nodes);
+    let config = |node: &Node| {
+        let mut c = node.net_config("1.0.0");
+        c["namespace"] = json!(lab);
+        c
+    };
+    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
+    assert_eq!(call(&r1, "ADD", &config(&n1)).code, 0, "{}", n1.log());
+    assert_eq!(call(&r2, "ADD", &config(&n2)).code, 0, "{}", n2.log());
+    // kp2 says r2 runs there (its status), and claims the wire.
+    let written = status_eventually(&server, lab, "r2", |s| {
+        s["src_ip"]
+            .as_str()
+            .is_some_and(|ip| ip.starts_with(&nodes.underlay_ip(1)))
+    });
+    assert!(written.is_ok(), "{written:?}");
+    let joined = eventually(Duration::from_secs(3), || {
+        n1.wire_state("r1", 0).as_deref() == Some("remote")
+    });
+    assert!(
+        !joined,
+        "kp1 took kp2's claim on a pod bound elsewhere:\n{}",
+        n1.log()
+    );
+    assert!(!r1.has("eth1"));
+
+    // The scheduler's word changes: the wire joins.
+    apiserver::bind_pod(&server, lab, "r2", "kp2");
+    let joined = eventually(Duration::from_secs(15), || r1.has("eth1"));
+    assert!(joined, "n1:\n{}\nn2:\n{}", n1.log(), n2.log());
+    assert!(ping(&r1.ns, "10.0.0.2", 3).unwrap(), "n1:\n{}", n1.log());
 }

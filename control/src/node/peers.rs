@@ -31,7 +31,7 @@ use xwire_proto::control::{Carrier, ControlBody, SyncBody, WireKey, WireSpec, SY
 use super::reconcile::Scope;
 use super::refusals::Summary;
 use super::{Node, RemoteEnd};
-use crate::store::{wire_key, WireRecord, WireState};
+use crate::store::{wire_key, PodPlacement, WireRecord, WireState};
 
 impl Node {
     /// Takes the fast path's peer events and acts on them for at most `TURN`; what is
@@ -210,10 +210,18 @@ impl Node {
         }
     }
 
-    /// The configured peer at the address `pod`'s placement names, if any.
+    /// The configured peer that runs `pod` by its placement (in a cluster, the Pod's
+    /// node; elsewhere, the node at the address its Topology's status names), if any.
     fn placed_peer(&self, namespace: &str, pod: &str) -> Option<String> {
-        let runs_it = self.placement(namespace, pod)?;
         let fastpath = self.fastpath.as_ref()?;
+        match self.store.pod_placement(namespace, pod) {
+            PodPlacement::On(node) => {
+                return fastpath.addresses.contains_key(&node).then_some(node)
+            }
+            PodPlacement::Unplaced => return None,
+            PodPlacement::NotTracked => {}
+        }
+        let runs_it = self.placement(namespace, pod)?;
         fastpath
             .addresses
             .keys()
@@ -269,10 +277,17 @@ impl Node {
             return Err(Refusal::OtherFarEnd(link.peer_pod));
         }
         // Only the placement says who holds the far end: a claim's own word never does.
-        match self.placement(namespace, &spec.sender_pod) {
-            Some(runs_it) if self.peer_ip(from) == Some(runs_it) => {}
-            Some(runs_it) => return Err(Refusal::RunsElsewhere(runs_it)),
-            None => return Err(Refusal::NotPlaced),
+        // In a cluster that is the Pod's node; elsewhere, the Topology's status.
+        let placed = match self.store.pod_placement(namespace, &spec.sender_pod) {
+            PodPlacement::On(node) => Ok(node == from),
+            PodPlacement::Unplaced => Err(Refusal::NotPlaced),
+            PodPlacement::NotTracked => match self.placement(namespace, &spec.sender_pod) {
+                Some(runs_it) => Ok(self.peer_ip(from) == Some(runs_it)),
+                None => Err(Refusal::NotPlaced),
+            },
+        };
+        if !placed? {
+            return Err(Refusal::RunsElsewhere);
         }
         let key = wire_key(namespace, &spec.receiver_pod, spec.key.link_uid);
         Ok(self.store.wire(&key).ok().flatten())
@@ -539,8 +554,8 @@ enum Refusal {
     NoSuchWire,
     /// The topology has this pod, not the claim's, as the far end.
     OtherFarEnd(String),
-    /// The far end's pod runs on the node at this address.
-    RunsElsewhere(IpAddr),
+    /// The far end's pod runs on another node than the claimant.
+    RunsElsewhere,
     /// Nothing says where the far end's pod runs yet.
     NotPlaced,
 }
@@ -556,10 +571,10 @@ impl Refusal {
             Refusal::OtherFarEnd(pod) => {
                 format!("the topology has {pod} as the far end, not {far_end}")
             }
-            Refusal::RunsElsewhere(ip) => format!("pod {far_end} runs on the node at {ip}"),
-            Refusal::NotPlaced => {
-                format!("pod {far_end} has no placement yet (its Topology's status.src_ip)")
-            }
+            Refusal::RunsElsewhere => format!("pod {far_end} runs on another node"),
+            Refusal::NotPlaced => format!(
+                "pod {far_end} has no placement yet (in a cluster, its Pod's node; elsewhere, its Topology's status.src_ip)"
+            ),
         };
         format!(
             "wire {}/{} with far end {far_end}: {why}",

@@ -176,6 +176,25 @@ pub trait TopologySource {
     /// Tells the pod's Topology status how its ADD went (a cluster's objects have a
     /// status; the embedded store keeps none).
     fn report_pod(&self, _report: &PodReport) {}
+    /// Where the cluster says `pod` runs, where the source knows pods.
+    fn pod_placement(&self, _namespace: &str, _pod: &str) -> PodPlacement {
+        PodPlacement::NotTracked
+    }
+}
+
+/// Where a pod runs, by the word of the cluster itself: the Pod's `spec.nodeName`, which
+/// the scheduler writes and no node's daemon may change. A node's daemon may write any
+/// Topology's status, so in a cluster the status's `src_ip` is no evidence of where a
+/// pod runs (issue 37, item 6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodPlacement {
+    /// The source knows no pods (the embedded store: a lab file or `xwirectl topology
+    /// apply` says where each pod runs, in the Topology's status).
+    NotTracked,
+    /// No such pod, or it is not scheduled yet.
+    Unplaced,
+    /// Scheduled on this node.
+    On(String),
 }
 
 /// A change in the cluster's nodes, as a node's peers see it.

@@ -289,28 +289,8 @@ impl ApiServer {
         node: &str,
         host_ip: &str,
     ) -> PathBuf {
-        use k8s_openapi::api::core::v1::Pod;
         let name = format!("{account}-{node}");
-        let pod: Pod = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"nodeName": node, "serviceAccountName": account,
-                     "containers": [{"name": "xwired", "image": "localhost/xwire:latest"}]},
-        }))
-        .unwrap();
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let _ = (self.runtime).block_on(api.delete(&name, &Default::default()));
-        // A pod being deleted (no kubelet confirms it: at once) may hold its name a moment.
-        let mut made = Err(String::new());
-        for _ in 0..50 {
-            made = (self.runtime.block_on(api.create(&Default::default(), &pod)))
-                .map_err(|e| e.to_string());
-            if made.is_ok() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let made = made.unwrap_or_else(|e| panic!("pod {namespace}/{name}: {e}"));
+        let made = bind_pod_as(self, namespace, &name, node, Some(account));
         let uid = made.metadata.uid.unwrap();
         let bound = k8s_openapi::api::authentication::v1::BoundObjectReference {
             api_version: Some("v1".into()),
@@ -454,6 +434,55 @@ pub fn register_node(server: &ApiServer, name: &str, ip: &str) {
             .await
             .unwrap();
     });
+}
+
+/// A Pod object bound to `node`, as the scheduler binds one (nothing runs it: the tests'
+/// pods are namespaces wired through CNI calls). Made again if it exists, so that a
+/// test can move a pod to another node.
+pub fn bind_pod(server: &ApiServer, namespace: &str, name: &str, node: &str) {
+    bind_pod_as(server, namespace, name, node, None);
+}
+
+/// `bind_pod`, the pod running as ServiceAccount `account` when given; the pod made.
+fn bind_pod_as(
+    server: &ApiServer,
+    namespace: &str,
+    name: &str,
+    node: &str,
+    account: Option<&str>,
+) -> k8s_openapi::api::core::v1::Pod {
+    use k8s_openapi::api::core::v1::Pod;
+    let api: Api<Pod> = Api::namespaced(server.client.clone(), namespace);
+    let mut spec = json!({"nodeName": node, "containers": [{"name": "main", "image": "localhost/xwire:latest"}]});
+    if let Some(account) = account {
+        spec["serviceAccountName"] = json!(account);
+    }
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }))
+    .unwrap();
+    // At once (grace 0): a pod bound to a node otherwise waits for its kubelet, and
+    // there is none.
+    let now = kube::api::DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    let _ = (server.runtime).block_on(api.delete(name, &now));
+    // The name may still be held a moment.
+    let mut made = Err(String::new());
+    for _ in 0..50 {
+        made = (server
+            .runtime
+            .block_on(api.create(&Default::default(), &pod)))
+        .map_err(|e| e.to_string());
+        if made.is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    made.unwrap_or_else(|e| panic!("pod {namespace}/{name} on {node}: {e}"))
 }
 
 pub fn deregister_node(server: &ApiServer, name: &str) {

@@ -10,6 +10,7 @@
 
 mod gwire;
 mod membership;
+mod placement;
 pub mod pools;
 mod status;
 
@@ -19,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
 };
@@ -30,7 +31,9 @@ use kube::Client;
 pub use status::PodReport;
 
 use self::gwire::NamespaceRecords;
-use super::{AttachmentRecord, PeerChange, StoreError, TopologySource, WireRecord, WireStore};
+use super::{
+    AttachmentRecord, PeerChange, PodPlacement, StoreError, TopologySource, WireRecord, WireStore,
+};
 use crate::topology::{self, Topology};
 
 /// Where the API server is and which namespaces are wired (`[topology]` in
@@ -68,6 +71,8 @@ pub const LABEL_VALUE: &str = "enabled";
 pub struct KubeStore {
     runtime: tokio::runtime::Runtime,
     client: Client,
+    /// Every Pod's node (`placement.rs`): where a wire's far end runs.
+    pods: Store<Pod>,
     node: String,
     /// This node's address, written as the `src_ip` of its pods' Topology status.
     node_ip: String,
@@ -172,8 +177,15 @@ impl KubeStore {
             });
         }
 
+        let pods = placement::watch(
+            &runtime,
+            client.clone(),
+            changed.clone(),
+            (topologies.clone(), topology_resource.clone()),
+        );
         let mut store = KubeStore {
             client,
+            pods,
             node: node.to_owned(),
             node_ip: node_ip.to_owned(),
             node_uid: None,
@@ -195,6 +207,7 @@ impl KubeStore {
         let timeout = Duration::from_secs(store.settings.sync_timeout_secs);
         let ready = async {
             store.topologies.wait_until_ready().await.map_err(backend)?;
+            store.pods.wait_until_ready().await.map_err(backend)?;
             if !store.settings.namespace_label.is_empty() {
                 store.namespaces.wait_until_ready().await.map_err(backend)?;
             }
@@ -575,5 +588,14 @@ impl TopologySource for KubeStore {
         if let Some(status) = &self.status {
             let _ = status.send(report.clone());
         }
+    }
+
+    fn pod_placement(&self, namespace: &str, pod: &str) -> PodPlacement {
+        let (placed, asked) =
+            placement::placement(&self.pods, &self.client, &self.runtime, namespace, pod);
+        if asked {
+            self.count(1);
+        }
+        placed
     }
 }
