@@ -110,6 +110,26 @@ pub struct WireStatus {
     pub impairments: [Option<String>; 2],
 }
 
+impl WireStatus {
+    /// Every frame the wire dropped that anything counted: the pod interfaces' drops,
+    /// and the switch's, by every reason, at both ends and in both directions, with the
+    /// kernel's at the switch's ports (a full fill ring drops frames before the switch
+    /// sees them, and a DROPS of 0 beside them would say the wire lost nothing).
+    pub fn drops(&self) -> u64 {
+        let pods: u64 = (self.counters.iter())
+            .map(|c| c.rx_dropped + c.tx_dropped)
+            .sum();
+        let switch: u64 = (self.switch.iter().flatten())
+            .map(|end| {
+                let ways = [&end.egress.drops, &end.ingress.drops];
+                ways.iter().flat_map(|d| d.values()).sum::<u64>()
+                    + end.kernel_drops.values().sum::<u64>()
+            })
+            .sum();
+        pods + switch
+    }
+}
+
 /// The kernel's counters of one pod interface.
 #[derive(Debug, Default, Clone, Copy, Serialize)]
 pub struct EndCounters {
@@ -353,7 +373,7 @@ pub fn render(status: &LabStatus) -> String {
     ));
     for w in &status.wires {
         let [a, b] = &w.counters;
-        let drops = a.rx_dropped + a.tx_dropped + b.rx_dropped + b.tx_dropped;
+        let drops = w.drops();
         out.push_str(&format!(
             "{:>5}  {:<33} {:<7} {:<9} {:>12} {:>12} {:>8}  {}\n",
             w.uid,
@@ -367,7 +387,7 @@ pub fn render(status: &LabStatus) -> String {
         ));
     }
     out.push_str(
-        "\n(frames: sent at one end / received at the other, from the pod interfaces' counters)\n",
+        "\n(frames: sent at one end / received at the other, from the pod interfaces' counters; drops: the pod interfaces' and the switch's, every reason, the kernel's at its ports included)\n",
     );
     out.push_str(&render_switch(status));
     let impaired: Vec<&WireStatus> = status
@@ -455,5 +475,56 @@ fn describe_pool(pool: &serde_json::Value) -> String {
     match pool["active_gateway"].as_str() {
         Some(gateway) => format!("{name} (via {gateway})"),
         None => name.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use xwire_proto::local::{DirectionCounters, LinkEndCounters};
+
+    use super::*;
+
+    fn counted(reason: &str, n: u64) -> BTreeMap<String, u64> {
+        BTreeMap::from([(reason.to_owned(), n), ("no_link".to_owned(), 0)])
+    }
+
+    #[test]
+    fn a_wires_drops_are_every_counter_of_its_pods_and_its_switch_ends() {
+        let end = |kernel: u64| LinkEndCounters {
+            egress: DirectionCounters {
+                drops: counted("carrier_full", 5),
+                ..Default::default()
+            },
+            ingress: DirectionCounters {
+                drops: counted("tx_full", 7),
+                ..Default::default()
+            },
+            kernel_drops: counted("rx_fill_ring_empty", kernel),
+            ..Default::default()
+        };
+        let wire = WireStatus {
+            uid: 1,
+            endpoints: ["r1:eth1".into(), "r2:eth1".into()],
+            kind: "remote",
+            carrier: "datagram".into(),
+            ips: None,
+            state: "up".into(),
+            end_states: ["remote".into(), "remote".into()],
+            counters: [
+                EndCounters {
+                    tx_dropped: 1,
+                    ..Default::default()
+                },
+                EndCounters {
+                    rx_dropped: 2,
+                    ..Default::default()
+                },
+            ],
+            switch: [Some(end(56725)), Some(end(0))],
+            impairments: [None, None],
+        };
+        assert_eq!(wire.drops(), 1 + 2 + (5 + 7 + 56725) + (5 + 7));
     }
 }

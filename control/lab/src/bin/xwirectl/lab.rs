@@ -294,6 +294,18 @@ pub enum LabCommand {
     Supervise { name: String },
 }
 
+/// Whether `command` only reads and prints (nothing to clean up if it ends mid-output).
+pub fn prints_only(command: &LabCommand) -> bool {
+    matches!(
+        command,
+        LabCommand::Status { .. }
+            | LabCommand::Import { .. }
+            | LabCommand::List
+            | LabCommand::Logs { .. }
+            | LabCommand::Graph { .. }
+    )
+}
+
 pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
     match command {
         LabCommand::Up { file } => {

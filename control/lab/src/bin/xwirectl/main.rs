@@ -168,6 +168,17 @@ fn main() -> std::process::ExitCode {
 fn run() -> anyhow::Result<std::process::ExitCode> {
     xwire_fastpath::logs::init("warn");
     let args = Args::parse();
+    let prints_only = match &args.command {
+        Command::Lab { command } => lab::prints_only(command),
+        Command::Node(_) => true,
+    };
+    if prints_only {
+        // A reader that stops early (`| head`) ends the command quietly, as it ends
+        // coreutils; Rust's runtime ignores SIGPIPE, and the next print would panic.
+        // Only for these: the others make labs and talk to daemons mid-change, where a
+        // write to a closed socket must stay an error they handle and clean up after.
+        sigpipe::reset();
+    }
     match args.command {
         Command::Lab { command } => lab::run(command),
         Command::Node(command) => {
