@@ -401,25 +401,55 @@ pub fn remove_pod(lab: &Lab, paths: &LabPaths, pod: &str) -> Result<()> {
     Ok(())
 }
 
-/// Removes the host's bridge of lab `name`, if there is one and it is the lab's (its
-/// alias says so); the nodes' bridges and every port go with their namespaces.
+/// Removes the lab's bridge in the host's namespace and the host ends of its nodes'
+/// veths (`<bridge>.<index>`), each by netlink, so that they are gone when this returns.
+/// Left to the kernel, which destroys a removed namespace's interfaces (and with them
+/// their veths' other ends) in a work item some time later, the host ends outlived a
+/// `lab down` by up to seconds, and a `lab up` of the same lab right after it failed
+/// with "File exists".
 pub fn remove_host_side(name: &str) {
     let Ok(host) = NetnsFd::open(Path::new("/proc/self/ns/net")) else {
         return;
     };
     let bridge = host_bridge(name);
     let alias = bridge_alias(name);
-    let removed = host.netlink("remove the management bridge", |h| async move {
-        let found = h.link().get().match_name(bridge).execute().try_next().await;
-        let Ok(Some(link)) = found else {
-            return Ok(());
+    let removed = host.netlink("remove the management network", |h| async move {
+        let links: Vec<_> = h.link().get().execute().try_collect().await?;
+        let name_of = |link: &netlink_packet_route::link::LinkMessage| {
+            link.attributes.iter().find_map(|a| match a {
+                LinkAttribute::IfName(n) => Some(n.clone()),
+                _ => None,
+            })
         };
-        let ours = link
-            .attributes
-            .iter()
-            .any(|a| matches!(a, LinkAttribute::IfAlias(a) if *a == alias));
-        if ours {
-            h.link().del(link.header.index).execute().await?;
+        let ours_bridge = links.iter().find(|link| {
+            name_of(link).as_deref() == Some(bridge.as_str())
+                && (link.attributes.iter())
+                    .any(|a| matches!(a, LinkAttribute::IfAlias(a) if *a == alias))
+        });
+        let bridge_index = ours_bridge.map(|b| b.header.index);
+        let node_end = format!("{bridge}.");
+        for link in &links {
+            let enslaved = bridge_index.is_some_and(|index| {
+                (link.attributes.iter())
+                    .any(|a| matches!(a, LinkAttribute::Controller(c) if *c == index))
+            });
+            // The name alone where the bridge is gone already (a `down` cut short): it
+            // holds the lab's own name's hash, which no other lab's has.
+            let named = name_of(link).is_some_and(|n| {
+                n.strip_prefix(&node_end)
+                    .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+            });
+            if enslaved || named {
+                match h.link().del(link.header.index).execute().await {
+                    // Gone with its namespace meanwhile.
+                    Err(rtnetlink::Error::NetlinkError(e))
+                        if e.raw_code() == -(nix::errno::Errno::ENODEV as i32) => {}
+                    other => other?,
+                }
+            }
+        }
+        if let Some(bridge) = bridge_index {
+            h.link().del(bridge).execute().await?;
         }
         Ok(())
     });

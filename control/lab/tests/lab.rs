@@ -370,6 +370,26 @@ fn down_clears_a_lab_whose_supervisor_and_daemon_were_killed() {
     let _ = sleeper.wait();
 }
 
+/// `lab down` returns only when what the lab made is gone: the host ends of the
+/// management veths outlived it by up to seconds (the kernel destroys a removed
+/// namespace's interfaces later), and `lab up` right after failed with "File exists".
+#[test]
+fn a_lab_taken_down_comes_up_again_at_once_ten_times() {
+    let name = unique("tagain");
+    let lab = Lab::write(&name, &demo(&name));
+    for round in 0..10 {
+        let up = run(&["lab", "up", lab.file.to_str().unwrap()]);
+        assert!(up.status.success(), "round {round}: up:\n{}", text(&up));
+        let down = run(&["lab", "down", &name]);
+        assert!(
+            down.status.success(),
+            "round {round}: down:\n{}",
+            text(&down)
+        );
+        assert_gone(&name);
+    }
+}
+
 #[test]
 fn a_lab_that_fails_half_way_removes_what_it_made() {
     let name = unique("tfail");
