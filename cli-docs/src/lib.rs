@@ -10,7 +10,7 @@ use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use clap_complete::Shell;
+pub use clap_complete::Shell;
 
 pub const FLAG: &str = "--generate-cli-docs";
 
@@ -64,6 +64,13 @@ pub fn write(command: clap::Command, dir: &Path) -> io::Result<Vec<PathBuf>> {
         )?);
     }
     Ok(written)
+}
+
+/// Writes `command`'s completion script for `shell` to `out` (a `completion` command's
+/// output, for the user's shell to source).
+pub fn completion(mut command: clap::Command, shell: Shell, out: &mut dyn io::Write) {
+    let name = command.get_name().to_owned();
+    clap_complete::generate(shell, &mut command, name, out);
 }
 
 /// Whether `file` is a man page of the command `name` (its own, or a subcommand's).

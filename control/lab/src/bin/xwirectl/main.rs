@@ -43,6 +43,13 @@ enum Command {
         #[command(subcommand)]
         command: lab::LabCommand,
     },
+    /// Prints xwirectl's completion script for a shell, e.g.
+    /// `source <(xwirectl completion bash)`, or into
+    /// `~/.local/share/bash-completion/completions/xwirectl`.
+    Completion {
+        /// The shell.
+        shell: xwire_cli_docs::Shell,
+    },
 }
 
 /// The commands that talk to one node's daemon (or make its certificates).
@@ -170,7 +177,7 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
     let args = Args::parse();
     let prints_only = match &args.command {
         Command::Lab { command } => lab::prints_only(command),
-        Command::Node(_) => true,
+        Command::Node(_) | Command::Completion { .. } => true,
     };
     if prints_only {
         // A reader that stops early (`| head`) ends the command quietly, as it ends
@@ -181,6 +188,11 @@ fn run() -> anyhow::Result<std::process::ExitCode> {
     }
     match args.command {
         Command::Lab { command } => lab::run(command),
+        Command::Completion { shell } => {
+            let command = <Args as clap::CommandFactory>::command();
+            xwire_cli_docs::completion(command, shell, &mut std::io::stdout());
+            Ok(std::process::ExitCode::SUCCESS)
+        }
         Command::Node(command) => {
             node_command(&args.socket, command).map(|()| std::process::ExitCode::SUCCESS)
         }
