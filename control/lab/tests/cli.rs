@@ -62,3 +62,25 @@ fn completion_scripts_for_each_shell_complete_the_lab_commands() {
         "an unknown shell is a usage error"
     );
 }
+
+/// pcapng is binary: `lab capture -w -` refuses a terminal (here a pseudo-terminal that
+/// `script` gives it) before it looks for the lab, and says what to do instead.
+#[test]
+fn a_capture_refuses_to_write_to_a_terminal() {
+    let command = format!(
+        "{} lab capture 1 --lab no-such-lab -w -",
+        env!("CARGO_BIN_EXE_xwirectl")
+    );
+    let out = Command::new("script")
+        .args(["--quiet", "--return", "--command", &command, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("script (util-linux) runs");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("standard output is a terminal"), "{said}");
+    assert!(
+        !said.contains("no-such-lab"),
+        "the lab was looked for first: {said}"
+    );
+}

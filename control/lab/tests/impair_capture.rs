@@ -306,6 +306,22 @@ fn a_capture_of_a_ping_across_a_remote_wire_shows_both_directions_in_order() {
         .collect();
     assert_eq!(icmp_in(&file), expected);
 
+    // With no -w: a file named after the lab and the link, in the current directory.
+    let here = lab.file.parent().unwrap();
+    let out = xwirectl()
+        .args(["lab", "capture", "1", "--lab", &name, "--seconds", "0.5"])
+        .current_dir(here)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let default = here.join(format!("{name}-link1.pcapng"));
+    let head = std::fs::read(&default).unwrap_or_else(|e| panic!("{}: {e}", default.display()));
+    assert_eq!(
+        head.get(..4),
+        Some(&[0x0a, 0x0d, 0x0d, 0x0a][..]),
+        "a pcapng file"
+    );
+
     // The far end's node, through the node command a cluster's operator uses: the
     // interface names are the same, seen from r3.
     let socket = format!("/run/xwire/labs/{name}/nodes/node-b/api.sock");

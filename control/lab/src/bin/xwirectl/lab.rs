@@ -71,9 +71,10 @@ impl From<EndDirection> for CaptureDirection {
 /// Where a capture goes and how much of it.
 #[derive(Args)]
 pub struct CaptureArgs {
-    /// Where the file goes; `-` streams it to standard output (for `| tshark -r -`).
-    #[arg(short = 'w', long = "write", default_value = "-")]
-    write: PathBuf,
+    /// Where the pcapng file goes (default: NAMESPACE-linkUID.pcapng here); `-` streams
+    /// it to standard output, for `| tshark -r -`, but never to a terminal.
+    #[arg(short = 'w', long = "write")]
+    write: Option<PathBuf>,
     /// Bytes kept of each frame (0: whole frames).
     #[arg(long, default_value_t = 0)]
     snaplen: u32,
@@ -83,10 +84,38 @@ pub struct CaptureArgs {
 }
 
 impl CaptureArgs {
+    /// Refuses standard output when it is a terminal: pcapng is binary, and a terminal
+    /// fed it is left in a mess (tcpdump refuses too). Checked before anything else.
+    pub fn check_destination(&self) -> anyhow::Result<()> {
+        use std::io::IsTerminal;
+        if self.write.as_deref() == Some(std::path::Path::new("-"))
+            && std::io::stdout().is_terminal()
+        {
+            anyhow::bail!(
+                "standard output is a terminal: capture to a file (-w FILE), or pipe it (-w - | tshark -r -)"
+            );
+        }
+        Ok(())
+    }
+
     /// Captures what `call` names (its snap length taken from here).
     pub fn capture(&self, socket: &std::path::Path, mut call: CaptureCall) -> anyhow::Result<()> {
+        self.check_destination()?;
         call.snaplen = self.snaplen;
-        let output = capture::Output::from_arg(&self.write);
+        let file = match &self.write {
+            Some(path) => path.clone(),
+            None => {
+                let what = match (call.link_uid, &call.ifname) {
+                    (Some(uid), _) => format!("link{uid}"),
+                    (None, Some(ifname)) => format!("{}-{ifname}", call.pod),
+                    (None, None) => call.pod.clone(),
+                };
+                let file = PathBuf::from(format!("{}-{what}.pcapng", call.namespace));
+                eprintln!("capturing to {} (Ctrl-C stops)", file.display());
+                file
+            }
+        };
+        let output = capture::Output::from_arg(&file);
         capture::capture(socket, call, &output, self.seconds).map(drop)
     }
 }
@@ -484,6 +513,7 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
                 },
             output,
         } => {
+            output.check_destination()?;
             let running = lab::pick_lab(name.as_deref())?;
             let found = impair::find_link(&running, &link)?;
             let a = &found.endpoints[0];
