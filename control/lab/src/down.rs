@@ -140,6 +140,11 @@ fn supervisor_pid(paths: &LabPaths) -> Option<Pid> {
     is_ours.then(|| Pid::from_raw(pid))
 }
 
+/// Whether the lab at `paths` has a supervisor that runs.
+pub fn supervisor_runs(paths: &LabPaths) -> bool {
+    supervisor_pid(paths).is_some_and(alive)
+}
+
 fn alive(pid: Pid) -> bool {
     // A zombie still answers kill(0); its state says it is gone.
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();

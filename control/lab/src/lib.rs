@@ -18,6 +18,7 @@ pub mod file;
 pub mod graph;
 pub mod impair;
 pub mod import;
+pub mod list;
 pub mod logs;
 pub mod mgmt;
 pub mod namespaces;

@@ -167,10 +167,20 @@ fn a_lab_comes_up_forwards_on_every_wire_and_goes_down_without_a_trace() {
 
     // Listed, checked, and an object that is not there is an error.
     let listed = run(&["lab", "list"]);
-    assert!(
-        text(&listed).lines().any(|l| l == name),
-        "{}",
-        text(&listed)
+    let row: Vec<String> = (text(&listed).lines())
+        .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .find(|fields| fields.first() == Some(&name))
+        .unwrap_or_else(|| panic!("{name} not listed:\n{}", text(&listed)));
+    assert_eq!(row[1..4], ["2", "3", "3"], "nodes, pods, wires: {row:?}");
+    assert_eq!(row.last().map(String::as_str), Some("running"), "{row:?}");
+    let listed = run(&["lab", "list", "--json"]);
+    let labs: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let ours = (labs.as_array().unwrap().iter())
+        .find(|l| l["name"] == name.as_str())
+        .unwrap();
+    assert_eq!(
+        (ours["nodes"].as_u64(), ours["state"].as_str()),
+        (Some(2), Some("running"))
     );
     assert!(run(&["lab", "status", &name, "--check"]).status.success());
     let mermaid = text(&run(&["lab", "graph", &name]));
@@ -225,7 +235,9 @@ fn a_lab_comes_up_forwards_on_every_wire_and_goes_down_without_a_trace() {
         text(&out)
     );
     assert_gone(&name);
-    assert!(!text(&run(&["lab", "list"])).lines().any(|l| l == name));
+    assert!(!text(&run(&["lab", "list"]))
+        .lines()
+        .any(|l| l.split_whitespace().next() == Some(name.as_str())));
     let again = run(&["lab", "down", &name]);
     assert!(!again.status.success());
     assert!(text(&again).contains("no lab named"), "{}", text(&again));

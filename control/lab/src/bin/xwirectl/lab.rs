@@ -207,8 +207,13 @@ pub enum LabCommand {
         #[arg(long, short)]
         output: Option<PathBuf>,
     },
-    /// The labs that are up (or that left something behind for `lab down` to remove).
-    List,
+    /// The labs that are up (or that left something behind for `lab down` to remove):
+    /// their nodes, pods and wires, age, and whether their supervisor runs.
+    List {
+        /// One JSON array instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// The logs of a node's daemon, or of the supervisor and every daemon (each line
     /// prefixed by where it came from). What the daemons log is set by XWIRE_LOG (or
     /// RUST_LOG) in the environment of `lab up`, e.g. XWIRE_LOG=debug.
@@ -329,7 +334,7 @@ pub fn prints_only(command: &LabCommand) -> bool {
         command,
         LabCommand::Status { .. }
             | LabCommand::Import { .. }
-            | LabCommand::List
+            | LabCommand::List { .. }
             | LabCommand::Logs { .. }
             | LabCommand::Graph { .. }
     )
@@ -399,9 +404,12 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
                 None => print!("{}", imported.lab),
             }
         }
-        LabCommand::List => {
-            for name in down::labs_present() {
-                println!("{name}");
+        LabCommand::List { json } => {
+            let labs = lab::list::list();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&labs)?);
+            } else {
+                print!("{}", lab::list::render(&labs));
             }
         }
         LabCommand::Exec {
@@ -418,11 +426,12 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             let (name, removed) = down::down(name.as_deref())?;
             let containers = match removed.containers {
                 0 => String::new(),
-                n => format!("{n} containers and "),
+                n => format!("{} and ", counted(n, "container")),
             };
             println!(
-                "lab {name} is down: {containers}{} processes stopped, {} namespaces removed",
-                removed.processes, removed.namespaces
+                "lab {name} is down: {containers}{} stopped, {} removed",
+                counted(removed.processes, "process"),
+                counted(removed.namespaces, "namespace")
             );
         }
         LabCommand::Edit { file } => {
@@ -539,4 +548,13 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `1 process`, `2 processes`, `0 namespaces`.
+fn counted(n: usize, thing: &str) -> String {
+    match (n, thing.ends_with('s')) {
+        (1, _) => format!("1 {thing}"),
+        (_, true) => format!("{n} {thing}es"),
+        (_, false) => format!("{n} {thing}s"),
+    }
 }
