@@ -26,6 +26,30 @@ pub struct Removed {
     pub namespaces: usize,
 }
 
+/// `2 containers and 3 processes stopped, 6 namespaces removed`.
+impl std::fmt::Display for Removed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.containers > 0 {
+            write!(f, "{} and ", counted(self.containers, "container"))?;
+        }
+        write!(
+            f,
+            "{} stopped, {} removed",
+            counted(self.processes, "process"),
+            counted(self.namespaces, "namespace")
+        )
+    }
+}
+
+/// `1 process`, `2 processes`, `0 namespaces`.
+fn counted(n: usize, thing: &str) -> String {
+    match (n, thing.ends_with('s')) {
+        (1, _) => format!("1 {thing}"),
+        (_, true) => format!("{n} {thing}es"),
+        (_, false) => format!("{n} {thing}s"),
+    }
+}
+
 /// Takes the lab `name` down; without a name, the only lab that is up.
 pub fn down(name: Option<&str>) -> Result<(String, Removed)> {
     let name = match name {
@@ -163,4 +187,26 @@ fn other_processes() -> Vec<i32> {
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&pid| pid != me)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_down_removed_is_said_with_the_right_plurals() {
+        let removed = |containers, processes, namespaces| Removed {
+            containers,
+            processes,
+            namespaces,
+        };
+        assert_eq!(
+            removed(0, 1, 6).to_string(),
+            "1 process stopped, 6 namespaces removed"
+        );
+        assert_eq!(
+            removed(2, 3, 1).to_string(),
+            "2 containers and 3 processes stopped, 1 namespace removed"
+        );
+    }
 }

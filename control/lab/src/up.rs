@@ -151,10 +151,23 @@ pub fn up(file: &Path, binaries: &Binaries) -> Result<(Lab, Phases)> {
             Ok((lab, phases))
         }
         Err(e) => {
-            progress.abandon_with_message(format!("failed: {e:#}"));
-            down::clear(&paths);
+            // Ctrl-C reaches the plugin and podman too (the terminal signals the whole
+            // job), so the step under way fails for it: say why, not how.
+            let interrupted = INTERRUPTED.load(Ordering::Relaxed);
+            progress.abandon_with_message(if interrupted {
+                "interrupted".to_owned()
+            } else {
+                format!("failed: {e:#}")
+            });
+            let removed = down::clear(&paths);
+            if interrupted {
+                bail!(
+                    "lab {} did not come up: interrupted (Ctrl-C or SIGTERM); everything it made is removed: {removed}",
+                    lab.name
+                );
+            }
             Err(e.context(format!(
-                "lab {} did not come up; everything it made is removed",
+                "lab {} did not come up; everything it made is removed: {removed}",
                 lab.name
             )))
         }

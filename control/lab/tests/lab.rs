@@ -715,7 +715,14 @@ fn an_interrupted_up_removes_what_it_made() {
     nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGINT).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(!out.status.success());
-    assert!(text(&out).contains("did not come up"), "{}", text(&out));
+    // Why, not the hung step's failure; and what was cleaned up.
+    let said = text(&out);
+    assert!(said.contains("did not come up: interrupted"), "{said}");
+    assert!(!said.contains("CNI ADD failed"), "{said}");
+    assert!(
+        said.contains(" stopped, ") && said.contains("namespaces removed"),
+        "{said}"
+    );
     assert_gone(&name);
 }
 

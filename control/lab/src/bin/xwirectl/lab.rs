@@ -424,15 +424,7 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
         LabCommand::Down { name } => {
             let name = name.map(|n| lab::name_or_file(&n)).transpose()?;
             let (name, removed) = down::down(name.as_deref())?;
-            let containers = match removed.containers {
-                0 => String::new(),
-                n => format!("{} and ", counted(n, "container")),
-            };
-            println!(
-                "lab {name} is down: {containers}{} stopped, {} removed",
-                counted(removed.processes, "process"),
-                counted(removed.namespaces, "namespace")
-            );
+            println!("lab {name} is down: {removed}");
         }
         LabCommand::Edit { file } => {
             let binaries = up::Binaries::find()?;
@@ -548,13 +540,4 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `1 process`, `2 processes`, `0 namespaces`.
-fn counted(n: usize, thing: &str) -> String {
-    match (n, thing.ends_with('s')) {
-        (1, _) => format!("1 {thing}"),
-        (_, true) => format!("{n} {thing}es"),
-        (_, false) => format!("{n} {thing}s"),
-    }
 }
