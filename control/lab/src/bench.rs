@@ -126,13 +126,28 @@ pub fn bench(lab: &Lab, options: &BenchOptions) -> Result<Vec<WireBench>> {
             (paths.pod_netns(&a.pod), a.ifname.as_str()),
             (paths.pod_netns(&b.pod), b.ifname.as_str()),
         ];
+        // A bench runs minutes: say what it is at (on stderr; stdout is the result).
+        let started = std::time::Instant::now();
+        eprintln!(
+            "lab bench: wire {} ({a} -> {b}), {size} B: loss-free search, then latency",
+            link.uid
+        );
         let (directions, latency) = measure(&pktgen, &paths, ends, mtu, size, options)
             .with_context(|| format!("xwire-pktgen across wire {} ({a} -> {b})", link.uid))?;
+        eprintln!(
+            "lab bench: wire {}: done in {:.0} s",
+            link.uid,
+            started.elapsed().as_secs_f64()
+        );
         let baseline = if local || !options.baseline {
             None
         } else {
             let key = (nodes[0], nodes[1], mtu, size);
             let found = baselines.entry(key).or_insert_with(|| {
+                eprintln!(
+                    "lab bench: kernel VXLAN {} -> {}, {size} B: the same, as the baseline",
+                    nodes[0], nodes[1]
+                );
                 measure_baseline(&pktgen, lab, &paths, nodes, mtu, size, options)
                     .map_err(|e| format!("{e:#}"))
             });

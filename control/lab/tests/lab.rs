@@ -532,6 +532,22 @@ fn bench_measures_every_wire_or_one_and_draws_the_chart() {
         chart.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out));
+    // What it is at, as it goes, on stderr; the JSON alone on stdout.
+    let progress = String::from_utf8_lossy(&out.stderr);
+    for uid in 0..3 {
+        assert!(
+            progress.contains(&format!("lab bench: wire {uid} (")),
+            "{progress}"
+        );
+        assert!(
+            progress.contains(&format!("lab bench: wire {uid}: done in")),
+            "{progress}"
+        );
+    }
+    assert!(
+        progress.contains("lab bench: kernel VXLAN node-a -> node-b"),
+        "{progress}"
+    );
     let results: Value = serde_json::from_slice(&out.stdout).unwrap();
     let results = results.as_array().unwrap();
     assert_eq!(results.len(), 3);
