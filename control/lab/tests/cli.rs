@@ -17,7 +17,7 @@ fn a_command_that_prints_into_a_closed_pipe_ends_quietly() {
     );
     // The reading end is closed before the command starts, so its first write fails
     // (a reader that took one line and left, with no race over who is first).
-    let (reader, writer) = std::io::pipe().unwrap();
+    let (reader, writer) = nix::unistd::pipe().unwrap();
     drop(reader);
     let out = Command::new(env!("CARGO_BIN_EXE_xwirectl"))
         .args(["lab", "import", file])
