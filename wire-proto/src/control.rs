@@ -19,8 +19,6 @@ use crate::DecodeError;
 /// with a reason, rather than joined to wires that carry nothing.
 pub const PROTOCOL_VERSION: u16 = 3;
 pub const MIN_PROTOCOL_VERSION: u16 = 3;
-/// The first version in which a Sync may be split into parts.
-pub const SYNC_PARTS_VERSION: u16 = 2;
 /// The largest record body accepted.
 pub const MAX_CONTROL_BODY: usize = 4 << 20;
 /// The most bytes of wire specs one part of a Sync carries: well under

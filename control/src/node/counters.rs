@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use xwire_fastpath::counters::DirectionSnapshot;
 use xwire_fastpath::stats::{LinkStats, PeerStats, WorkerStats};
-use xwire_fastpath::{DropReason, KernelDrops, PortId, WireId};
+use xwire_fastpath::{DropReason, KernelDrops, PortId};
 use xwire_proto::local::{DirectionCounters, LinkEndCounters, NodeCounters, PeerCounters};
 
 use super::error::{ErrorKind, NodeError};
@@ -55,8 +55,7 @@ impl Node {
         for (key, port, path) in open.chain(steered) {
             if let Some(record) = records.get(key) {
                 let record = record.clone();
-                let worker =
-                    fastpath.index_of(WireId::new(&port.wire.namespace, port.wire.link_uid));
+                let worker = fastpath.index_of(port.wire_id);
                 ends.insert((worker, port.id), EndOfPort { record, path });
             }
         }

@@ -60,8 +60,6 @@ pub struct Node {
     remote_ends: HashMap<WireKey, RemoteEnd>,
     /// Fast-path ports of this node's remote and switched wire ends, by wire record key.
     ports: HashMap<String, OpenPort>,
-    /// The control protocol version each peer that is up speaks.
-    peer_versions: HashMap<String, u16>,
     /// The wires listed so far by a peer's Sync that is still coming in parts.
     sync_in_progress: HashMap<String, HashSet<WireKey>>,
     /// Claims to a wire's far end refused since the start (see `peers::claim_refusal`).
@@ -130,6 +128,8 @@ struct LoadedTopology {
 struct OpenPort {
     id: PortId,
     wire: WireKey,
+    /// `wire`'s id, made once: it is a SHA-256 digest, and scans of every port compare it.
+    wire_id: xwire_proto::WireId,
     pod: String,
     impairment: Option<xwire_fastpath::impair::ImpairSpec>,
 }
@@ -197,7 +197,6 @@ impl Node {
             fastpath,
             remote_ends: HashMap::new(),
             ports: HashMap::new(),
-            peer_versions: HashMap::new(),
             sync_in_progress: HashMap::new(),
             refused_claims: 0,
             refusals: refusals::Refusals::default(),

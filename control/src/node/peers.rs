@@ -26,7 +26,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use xwire_fastpath::peer::{ControlMessage, PeerEvent, PeerId};
-use xwire_proto::control::{Carrier, ControlBody, SyncBody, WireKey, WireSpec, SYNC_PARTS_VERSION};
+use xwire_proto::control::{Carrier, ControlBody, SyncBody, WireKey, WireSpec};
 
 use super::reconcile::Scope;
 use super::refusals::Summary;
@@ -101,7 +101,6 @@ impl Node {
         match event {
             PeerEvent::Up { name, version, .. } => {
                 tracing::info!(peer = %name, version, "peer up");
-                self.peer_versions.insert(name.clone(), version);
                 // A Sync cut short by the last connection's end is void.
                 self.sync_in_progress.remove(&name);
                 self.send_sync(&name);
@@ -229,9 +228,8 @@ impl Node {
             .cloned()
     }
 
-    /// Sends the peer every wire this node believes it shares with it: in parts of
-    /// bounded size to a peer that reads them (protocol version 2), in one message to an
-    /// older one.
+    /// Sends the peer every wire this node believes it shares with it, in parts of
+    /// bounded size (every peer speaks protocol version 3, so reads parts).
     fn send_sync(&mut self, peer: &str) {
         let Ok(wires) = self.store.wires() else {
             return;
@@ -247,20 +245,8 @@ impl Node {
             })
             .filter_map(|w| self.spec_of(w))
             .collect();
-        let in_parts = self
-            .peer_versions
-            .get(peer)
-            .is_some_and(|&v| v >= SYNC_PARTS_VERSION);
-        if in_parts {
-            for part in SyncBody::parts(specs) {
-                self.send_to(peer, ControlBody::Sync(part));
-            }
-        } else {
-            let whole = SyncBody {
-                wires: specs,
-                more: false,
-            };
-            self.send_to(peer, ControlBody::Sync(whole));
+        for part in SyncBody::parts(specs) {
+            self.send_to(peer, ControlBody::Sync(part));
         }
     }
 

@@ -8,7 +8,6 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use xwire_proto::control::WireKey;
-use xwire_proto::WireId;
 
 use super::plan::{plan, Action, Desired, DesiredPod, Interfaces, Observed, PodNetns};
 use super::wiring::{log_removal, node_ifname, own_end, Made};
@@ -565,7 +564,7 @@ impl Node {
             Action::ClosePort { key } => {
                 if let Some(port) = self.ports.remove(&key) {
                     if let Some(fastpath) = &self.fastpath {
-                        let wire = WireId::new(&port.wire.namespace, port.wire.link_uid);
+                        let wire = port.wire_id;
                         step_times::time(step_times::PORT_CLOSE, || {
                             let _ = fastpath.worker_of(wire).remove_port(port.id);
                         });

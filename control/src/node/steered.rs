@@ -203,6 +203,7 @@ impl Node {
                 OpenPort {
                     id: ports[i].id,
                     wire: wire.clone(),
+                    wire_id: id,
                     pod: records[i].local_pod_name.clone(),
                     impairment: None,
                 },

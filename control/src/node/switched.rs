@@ -162,10 +162,9 @@ impl Node {
             return Err(no_fastpath(namespace, pod, link.uid));
         };
         let max_frame = max_frame(link);
+        let wire_id = WireId::new(namespace, link.uid);
         let port = step_times::time(step_times::PORT_OPEN, || {
-            fastpath
-                .worker_of(WireId::new(namespace, link.uid))
-                .add_port(ifname, max_frame)
+            fastpath.worker_of(wire_id).add_port(ifname, max_frame)
         })
         .map_err(|e| fastpath_error(format!("open a port on {ifname}"), e))?;
         self.ports.insert(
@@ -176,6 +175,7 @@ impl Node {
                     namespace: namespace.to_owned(),
                     link_uid: link.uid,
                 },
+                wire_id,
                 pod: pod.to_owned(),
                 impairment: None,
             },
@@ -244,7 +244,6 @@ impl Node {
             let wire = WireId::new(&record.topo_namespace, record.link_uid);
             let _ = fastpath.worker_of(wire).remove_link(wire);
             if let Some(port) = self.ports.remove(&record.key()) {
-                let wire = WireId::new(&port.wire.namespace, port.wire.link_uid);
                 step_times::time(step_times::PORT_CLOSE, || {
                     let _ = fastpath.worker_of(wire).remove_port(port.id);
                 });
@@ -300,7 +299,7 @@ impl Node {
             if wanted == port.impairment {
                 continue;
             }
-            let wire = WireId::new(&port.wire.namespace, port.wire.link_uid);
+            let wire = port.wire_id;
             match fastpath
                 .worker_of(wire)
                 .set_impairment(wire, port.id, wanted)

@@ -274,9 +274,11 @@ impl Node {
         )?;
         let namespace = record.topo_namespace.clone();
         let id = WireId::new(&namespace, link.uid);
-        if let Some(other) = self.ports.values().find(|p| {
-            p.wire.namespace != namespace && WireId::new(&p.wire.namespace, p.wire.link_uid) == id
-        }) {
+        if let Some(other) = self
+            .ports
+            .values()
+            .find(|p| p.wire.namespace != namespace && p.wire_id == id)
+        {
             return Err(NodeError::new(
  ErrorKind::Fastpath,
                 format!(
@@ -428,6 +430,7 @@ impl Node {
                     namespace: record.topo_namespace.clone(),
                     link_uid: record.link_uid,
                 },
+                wire_id: spec.wire,
                 pod: record.local_pod_name.clone(),
                 impairment: None,
             },
