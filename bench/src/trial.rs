@@ -144,14 +144,20 @@ impl Wire {
         let peak = self.trial(flow, &full)?;
         let (offered, delivered, loss) = worst(&peak);
         let mut search = Search::from_peak(offered, delivered, loss, peak.clone(), criteria);
-        while let Some(rate) = search.next_rate() {
+        while let Some(step) = search.next_step() {
+            let duration = if step.confirm {
+                Duration::from_secs_f64(criteria.confirm_seconds)
+            } else {
+                traffic.duration
+            };
             let paced = Traffic {
-                rate,
+                rate: step.rate,
+                duration,
                 ..traffic.clone()
             };
             let reports = self.trial(flow, &paced)?;
             let (_, _, loss) = worst(&reports);
-            search.record(rate, loss, reports);
+            search.record(step, loss, reports);
         }
         let trials = search.trials() + 1;
         let at_rate = search.finish().map(|(_, reports)| reports);

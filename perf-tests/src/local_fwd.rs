@@ -19,7 +19,7 @@ use anyhow::{bail, Result};
 use xwire_bench::traffic::{self, PortOptions, Traffic, Wait};
 use xwire_bench::trial::{End, Flow, Wire};
 
-pub use crate::measure::{median_by, IdleRow, Row};
+pub use crate::measure::{median_by, IdleRow, Row, SearchLength};
 pub use devices::Device;
 
 use crate::measure::{
@@ -180,12 +180,12 @@ pub fn paced(device: Device, size: usize, seconds: f64, rate: u64, wait: Wait) -
     ))
 }
 
-/// The loss-free rate through the device, per flow, with trials of `trial_seconds`: both
+/// The loss-free rate through the device, per flow, with trials of `length`: both
 /// ends on the generator's CPU, the device on its own.
 pub fn lossfree(
     device: Device,
     size: usize,
-    trial_seconds: f64,
+    length: SearchLength,
     flows: &[Flow],
 ) -> Result<Vec<LossfreeRow>> {
     let hosts = Hosts::new()?;
@@ -202,7 +202,7 @@ pub fn lossfree(
         size,
         PortOptions::default(),
     )?;
-    lossfree_rows(device.name(), &mut wire, size, trial_seconds, flows)
+    lossfree_rows(device.name(), &mut wire, size, length, flows)
 }
 
 /// The device's CPU over `seconds` of silence, then `probes` single frames, each after

@@ -114,18 +114,31 @@ pub struct LossfreeRow {
     pub figure: xwire_bench::trial::DirectionFigure,
 }
 
-/// Every flow's loss-free search across `wire`, with trials of `trial_seconds`.
+/// How long the trials of a loss-free search run.
+#[derive(Debug, Clone, Copy)]
+pub struct SearchLength {
+    /// Each short trial of the search.
+    pub trial_seconds: f64,
+    /// The trial that confirms the rate found; 0: none.
+    pub confirm_seconds: f64,
+}
+
+/// Every flow's loss-free search across `wire`.
 pub fn lossfree_rows(
     name: &str,
     wire: &mut xwire_bench::trial::Wire,
     size: usize,
-    trial_seconds: f64,
+    length: SearchLength,
     flows: &[xwire_bench::trial::Flow],
 ) -> anyhow::Result<Vec<LossfreeRow>> {
-    let traffic = probe_traffic(size, trial_seconds, 0, [0xff; 6]);
+    let traffic = probe_traffic(size, length.trial_seconds, 0, [0xff; 6]);
+    let criteria = xwire_bench::lossfree::Criteria {
+        confirm_seconds: length.confirm_seconds,
+        ..Default::default()
+    };
     let mut rows = Vec::new();
     for &flow in flows {
-        let found = wire.lossfree(flow, &traffic, xwire_bench::lossfree::Criteria::default())?;
+        let found = wire.lossfree(flow, &traffic, criteria)?;
         rows.extend(found.directions().into_iter().map(|figure| LossfreeRow {
             name: name.to_owned(),
             figure,

@@ -31,7 +31,7 @@ pub use paths::WirePath;
 
 use crate::measure::{
     busy_while, cpu_stages, lossfree_rows, on_cpu, probe_traffic, usage_while, LossfreeRow, Row,
-    Stage,
+    SearchLength, Stage,
 };
 use crate::testbed::{unique_ifname, Mac, Netns, Veth};
 use crate::worker_settings::WorkerSettings;
@@ -304,13 +304,13 @@ pub fn paced(
     Ok(row)
 }
 
-/// The loss-free rate over the path, per flow, with trials of `trial_seconds`: each
+/// The loss-free rate over the path, per flow, with trials of `length`: each
 /// pod's end on the generator's CPU (the wire's work on the DUT CPU, as in the other
 /// measurements), frames to the other pod's address.
 pub fn lossfree(
     path: WirePath,
     size: usize,
-    trial_seconds: f64,
+    length: SearchLength,
     flows: &[Flow],
     setup: Setup,
 ) -> Result<Vec<LossfreeRow>> {
@@ -323,7 +323,7 @@ pub fn lossfree(
         mac: Some(POD_MACS[i]),
     };
     let mut wire = Wire::open(end(0), end(1), size, PortOptions::default())?;
-    let rows = lossfree_rows(path.name(), &mut wire, size, trial_seconds, flows)?;
+    let rows = lossfree_rows(path.name(), &mut wire, size, length, flows)?;
     bed.report(setup, &format!("{} {size} B loss-free search", path.name()));
     Ok(rows)
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use xwire_bench::traffic::Wait;
 use xwire_bench::trial::Flow;
-use xwire_perf::local_fwd::{idle, lossfree, paced, peak, wake_floor, Device};
+use xwire_perf::local_fwd::{idle, lossfree, paced, peak, wake_floor, Device, SearchLength};
 use xwire_perf::worker_settings::WorkerSettings;
 
 #[test]
@@ -38,7 +38,10 @@ fn the_lossfree_search_reports_each_direction_alone_and_at_once() {
     let rows = lossfree(
         Device::Xwire(WorkerSettings::default()),
         64,
-        0.2,
+        SearchLength {
+            trial_seconds: 0.2,
+            confirm_seconds: 0.5,
+        },
         &[Flow::AToB, Flow::BToA, Flow::Both],
     )
     .unwrap();

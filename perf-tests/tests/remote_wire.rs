@@ -5,6 +5,7 @@
 use xwire_bench::traffic::Wait;
 use xwire_bench::trial::Flow;
 use xwire_fastpath::peer::Carrier;
+use xwire_perf::measure::SearchLength;
 use xwire_perf::remote_wire::{lossfree, paced, peak, tcp, Setup, WirePath};
 
 #[test]
@@ -27,7 +28,17 @@ fn every_path_carries_frames_at_full_speed_paced_and_tcp() {
         assert!(row.cpu_ns_per_frame.is_some_and(|ns| ns > 0.0), "{row:?}");
 
         // Each direction gets its own figure; frames go to the other pod's address.
-        let rows = lossfree(path, 1514, 0.2, &[Flow::Both], setup).unwrap();
+        let rows = lossfree(
+            path,
+            1514,
+            SearchLength {
+                trial_seconds: 0.2,
+                confirm_seconds: 0.5,
+            },
+            &[Flow::Both],
+            setup,
+        )
+        .unwrap();
         assert_eq!(rows.len(), 2, "{rows:?}");
         for row in &rows {
             assert!(row.figure.lossfree_pps > 0.0, "{row:?}");

@@ -108,7 +108,7 @@ pub fn demo() -> Result<()> {
     }
 
     println!(
-        "\n== xwirectl lab bench (each wire's loss-free rate beside a kernel VXLAN between the same nodes, 0.5 s per trial)"
+        "\n== xwirectl lab bench (each wire's loss-free rate beside a kernel VXLAN between the same nodes; 0.5 s per trial, the rate found held for 2 s)"
     );
     let chart = Path::new("target").join("demo-bench.png");
     run(&mut lab(&[
@@ -116,6 +116,8 @@ pub fn demo() -> Result<()> {
         LAB,
         "--seconds",
         "0.5",
+        "--confirm-seconds",
+        "2",
         "--chart",
         chart.to_str().unwrap_or("demo-bench.png"),
     ]))?;

@@ -182,9 +182,17 @@ struct LossfreeArgs {
     /// Stop when the highest pass is within this share of the lowest failure.
     #[arg(long, default_value_t = 0.03)]
     resolution: f64,
-    /// Trials per direction after the full-rate one, at most.
-    #[arg(long, default_value_t = 8)]
+    /// Short trials per direction after the full-rate one, at most (tries again included).
+    #[arg(long, default_value_t = 10)]
     max_trials: usize,
+    /// Times a failed short trial is tried again at the same rate before the rate counts
+    /// as failed (one stall of a shared machine does not decide a step).
+    #[arg(long, default_value_t = 1)]
+    retries: usize,
+    /// Seconds of the trial that confirms the rate the short trials found (the loss-free
+    /// rate holds for this long); 0 lets the short trials decide.
+    #[arg(long, default_value_t = 10.0)]
+    confirm_seconds: f64,
     /// Destination MAC (default broadcast).
     #[arg(long, value_parser = parse_mac, default_value = "ff:ff:ff:ff:ff:ff")]
     dst_mac: [u8; 6],
@@ -277,6 +285,9 @@ fn lossfree(args: LossfreeArgs) -> Result<()> {
         max_loss: args.max_loss,
         resolution: args.resolution,
         max_trials: args.max_trials,
+        retries: args.retries,
+        confirm_seconds: args.confirm_seconds,
+        ..Criteria::default()
     };
     let mut directions = Vec::new();
     for &flow in &args.flows {

@@ -25,6 +25,8 @@ pub struct BenchOptions {
     pub link: Option<u64>,
     /// Seconds of each trial of the loss-free search, and of the latency run.
     pub seconds: f64,
+    /// Seconds of the trial that confirms each loss-free rate (0: none).
+    pub confirm_seconds: f64,
     /// Frame size in bytes (without FCS) for the loss-free search.
     pub size: usize,
     /// The directions searched: "a-to-b", "b-to-a", "both" (pktgen's --flows).
@@ -200,6 +202,7 @@ fn measure(
         .arg("--json")
         .args(["--size", &size.to_string()])
         .args(["--trial-seconds", &options.seconds.to_string()])
+        .args(["--confirm-seconds", &options.confirm_seconds.to_string()])
         .args(["--max-loss", &options.max_loss.to_string()])
         .args(["--flows", &options.flows.join(",")]);
     let found: LossfreeReport = pktgen_json(&mut search)?;

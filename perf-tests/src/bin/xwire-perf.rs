@@ -17,7 +17,7 @@ use xwire_bench::traffic::Wait;
 use xwire_bench::trial::Flow;
 use xwire_fastpath::{Direction, PortChoice, Worker, WorkerConfig};
 use xwire_perf::local_fwd::{self, idle, paced, peak, wake_floor, Device};
-use xwire_perf::measure::{median_by, LossfreeRow, Row};
+use xwire_perf::measure::{median_by, LossfreeRow, Row, SearchLength};
 use xwire_perf::remote_wire::{self, Layout, Setup, WirePath};
 use xwire_perf::tools::{self, Tool};
 use xwire_perf::worker_settings::WorkerSettings;
@@ -58,9 +58,13 @@ struct RunArgs {
     /// direction, alone and both at once; one search per run, not repeated).
     #[arg(long)]
     no_lossfree: bool,
-    /// Seconds of each trial of the loss-free search.
+    /// Seconds of each short trial of the loss-free search.
     #[arg(long, default_value_t = 1.0)]
     trial_seconds: f64,
+    /// Seconds of the trial that confirms the rate the short trials found (the loss-free
+    /// rate holds for this long); 0 lets the short trials decide.
+    #[arg(long, default_value_t = 10.0)]
+    confirm_seconds: f64,
     /// Directions of the loss-free search, in order.
     #[arg(long, value_enum, value_delimiter = ',', default_values = ["a-to-b", "b-to-a", "both"])]
     flows: Vec<Flow>,
@@ -78,6 +82,13 @@ struct RunArgs {
 }
 
 impl RunArgs {
+    fn search_length(&self) -> SearchLength {
+        SearchLength {
+            trial_seconds: self.trial_seconds,
+            confirm_seconds: self.confirm_seconds,
+        }
+    }
+
     /// Runs `measure` `reps` times, prints the median row by `key`, and returns it.
     fn median(&self, measure: impl Fn() -> Result<Row>, key: impl Fn(&Row) -> f64) -> Result<Row> {
         let runs = (0..self.reps.max(1))
@@ -516,7 +527,7 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
         if !run.no_lossfree {
             let mut found = Vec::new();
             for &device in devices.iter().filter(fits) {
-                let rows = local_fwd::lossfree(device, size, run.trial_seconds, &run.flows)?;
+                let rows = local_fwd::lossfree(device, size, run.search_length(), &run.flows)?;
                 emit_lossfree(&rows, run.json);
                 found.extend(rows);
             }
@@ -637,7 +648,8 @@ fn remote_wire(scenario: Scenario) -> Result<()> {
         if !run.no_lossfree {
             let mut found = Vec::new();
             for &path in &paths {
-                let rows = remote_wire::lossfree(path, size, run.trial_seconds, &run.flows, setup)?;
+                let rows =
+                    remote_wire::lossfree(path, size, run.search_length(), &run.flows, setup)?;
                 emit_lossfree(&rows, run.json);
                 found.extend(rows);
             }

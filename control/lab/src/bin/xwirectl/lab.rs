@@ -260,10 +260,15 @@ pub enum LabCommand {
         /// Only the wire with this uid.
         #[arg(long)]
         link: Option<u64>,
-        /// Seconds per trial of the search (each direction takes up to 9), and of the
-        /// latency run.
+        /// Seconds per short trial of the search (each direction takes up to 11), and
+        /// of the latency run.
         #[arg(long, default_value_t = 1.0)]
         seconds: f64,
+        /// Seconds of the trial that confirms the rate the short trials found: the
+        /// loss-free rate holds for this long (up to 3 tries, each a little lower); 0
+        /// lets the short trials decide.
+        #[arg(long, default_value_t = 10.0)]
+        confirm_seconds: f64,
         /// Frame size of the loss-free search (capped at each wire's MTU).
         #[arg(long, default_value_t = 1514)]
         size: usize,
@@ -453,6 +458,7 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             name,
             link,
             seconds,
+            confirm_seconds,
             size,
             flows,
             max_loss,
@@ -466,6 +472,7 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             let options = bench::BenchOptions {
                 link,
                 seconds,
+                confirm_seconds,
                 size,
                 flows,
                 max_loss,
