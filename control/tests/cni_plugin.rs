@@ -605,3 +605,66 @@ fn a_netns_path_that_names_another_namespace_for_the_caller_is_refused() {
     // Without the bind, the same call wires r1.
     assert_eq!(call(&r1, "ADD", &config).code, 0);
 }
+
+/// The interfaces of the namespace that `/run/netns/NAME` names now (not the one a
+/// test's `Netns` holds open).
+fn links_at(name: &str) -> Vec<String> {
+    let out = std::process::Command::new("ip")
+        .args(["-n", name, "-o", "link", "show"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|n| n.split('@').next().unwrap_or(n).to_owned())
+        .collect()
+}
+
+#[test]
+fn a_pod_netns_path_that_comes_to_name_another_namespace_is_not_wired_into() {
+    // A pod's CNI_NETNS is opened again after its ADD: a peer pod's ADD makes the veth's
+    // other end in it. A `/proc/<pid>/ns/net` path names another namespace once its
+    // process died and its pid was reused; here r1's `/run/netns` name is removed and
+    // made again, which gives the same path to a new namespace.
+    let node = start_node("n1", "");
+    node.apply(&pair_topology("r1", "r2", R1_R2));
+    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
+    let config = node.net_config("1.1.0");
+    assert_eq!(call(&r1, "ADD", &config).code, 0);
+    let name = r1.ns.name().to_owned();
+    let ip = |args: &[&str]| {
+        let out = std::process::Command::new("ip")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ip {args:?}: {out:?}");
+    };
+    ip(&["netns", "del", &name]);
+    ip(&["netns", "add", &name]);
+    assert_eq!(links_at(&name), ["lo"]);
+
+    // r2's ADD finds r1's path naming another namespace: its end waits, and nothing is
+    // made in the stranger's namespace.
+    let added = call(&r2, "ADD", &config);
+    assert_eq!(added.code, 0, "{}", added.output);
+    assert_eq!(
+        links_at(&name),
+        ["lo"],
+        "an interface was made in another namespace"
+    );
+    assert!(!r2.has("eth1"));
+    assert_eq!(node.wire_state("r2", 0).as_deref(), Some("pending"));
+
+    // The runtime's ADD of r1 at that path (the same container id) is a new container
+    // in the namespace the path names now: the wire is made there.
+    let added = call(&r1, "ADD", &config);
+    assert_eq!(added.code, 0, "{}", added.output);
+    assert!(
+        links_at(&name).contains(&"eth1".to_owned()),
+        "{:?}",
+        links_at(&name)
+    );
+    assert!(r2.has("eth1"));
+    assert_eq!(node.wire_state("r2", 0).as_deref(), Some("veth"));
+}

@@ -151,6 +151,18 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
     assert_eq!(items.len(), 2);
     assert_eq!(items[0]["gwire_peer_node_ip"], "10.252.7.2");
     assert_eq!(items[0]["local_pod_name"], "r1");
+    // Which namespace the pod's path named at ADD is kept through the API server (the
+    // CRD's schema keeps it), to be checked when the path is opened again.
+    assert!(
+        items[0]["local_pod_net_ns_id"]["ino"].as_u64().is_some(),
+        "{}",
+        items[0]
+    );
+    let attachments = gwire.data["status"]["xwireAttachments"].as_array().unwrap();
+    assert!(
+        attachments[0]["netns_id"]["ino"].as_u64().is_some(),
+        "{attachments:?}"
+    );
 
     // A namespace without the label: the pod passes through, nothing is made.
     let p1 = Pod::new("p1");

@@ -31,6 +31,14 @@ pub enum NetnsError {
     },
     #[error("{path} is not a network namespace")]
     NotNetns { path: String },
+    /// The path names another namespace than the one recorded when it was first given
+    /// (a `/proc/<pid>/ns/net` whose process died and whose pid was reused, say).
+    #[error("{path} is now another network namespace ({found}) than the pod's ({recorded})")]
+    Replaced {
+        path: String,
+        recorded: NetnsIdentity,
+        found: NetnsIdentity,
+    },
     #[error("{op} in {ns}: {source}")]
     Io {
         op: String,
@@ -46,13 +54,13 @@ pub enum NetnsError {
 }
 
 impl NetnsError {
-    /// Whether this says that the namespace is gone for good: nothing is at the path, or
+    /// Whether this says that the namespace is gone for good: nothing is at the path,
     /// what is there is not a network namespace (a pod's namespace file, once unmounted,
-    /// is an empty file). Any other failure (no file descriptors left, no permission)
+    /// is an empty file), or it is another namespace than the one recorded. Any other failure (no file descriptors left, no permission)
     /// says nothing of the pod, whose wires must then be left as they are.
     pub fn is_gone(&self) -> bool {
         match self {
-            NetnsError::NotNetns { .. } => true,
+            NetnsError::NotNetns { .. } | NetnsError::Replaced { .. } => true,
             NetnsError::Open { source, .. } => matches!(
                 source.raw_os_error(),
                 Some(libc::ENOENT) | Some(libc::ENOTDIR)
@@ -88,6 +96,21 @@ impl NetnsError {
     }
 }
 
+/// Which namespace a descriptor refers to: the device and inode of its nsfs file, the same
+/// however the namespace was reached (`/run/netns/x`, `/proc/<pid>/ns/net`, a descriptor
+/// passed over a socket), and held by no other namespace while this one lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct NetnsIdentity {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl std::fmt::Display for NetnsIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "device {} inode {}", self.dev, self.ino)
+    }
+}
+
 /// NSFS_MAGIC: what statfs reports for a namespace file.
 const NSFS_MAGIC: i64 = 0x6e73_6673;
 
@@ -113,6 +136,32 @@ impl NetnsFd {
             .open(path)
             .map_err(open_error)?;
         NetnsFd::from_handle(handle.into(), &label)
+    }
+
+    /// Opens the namespace at `path`, as `open` does, and checks that it is the one
+    /// recorded when the path was first given (when there is a record): a path opened
+    /// again later (DEL, a reconcile, a peer pod's wire) may have come to name another
+    /// namespace, and nothing must be done there.
+    pub fn open_recorded(
+        path: &Path,
+        recorded: Option<NetnsIdentity>,
+    ) -> Result<NetnsFd, NetnsError> {
+        let ns = NetnsFd::open(path)?;
+        let Some(recorded) = recorded else {
+            return Ok(ns);
+        };
+        let found = ns.identity().map_err(|source| NetnsError::Open {
+            path: path.display().to_string(),
+            source,
+        })?;
+        if found != recorded {
+            return Err(NetnsError::Replaced {
+                path: path.display().to_string(),
+                recorded,
+                found,
+            });
+        }
+        Ok(ns)
     }
 
     /// The namespace that `handle` refers to (a descriptor opened with `O_PATH`, or any
@@ -159,14 +208,19 @@ impl NetnsFd {
         &self.label
     }
 
+    /// Which namespace this is.
+    pub fn identity(&self) -> std::io::Result<NetnsIdentity> {
+        let stat = nix::sys::stat::fstat(&self.file)?;
+        Ok(NetnsIdentity {
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+        })
+    }
+
     /// Whether `self` and `other` are the same namespace (the same nsfs inode), however
     /// each was reached.
     pub fn is_same(&self, other: &NetnsFd) -> std::io::Result<bool> {
-        let identity = |f: &File| -> std::io::Result<(u64, u64)> {
-            let stat = nix::sys::stat::fstat(f)?;
-            Ok((stat.st_dev, stat.st_ino))
-        };
-        Ok(identity(&self.file)? == identity(&other.file)?)
+        Ok(self.identity()? == other.identity()?)
     }
 
     pub fn file(&self) -> &File {

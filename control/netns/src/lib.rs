@@ -15,4 +15,4 @@ mod handle;
 pub mod named;
 pub mod offload;
 
-pub use handle::{NetnsError, NetnsFd};
+pub use handle::{NetnsError, NetnsFd, NetnsIdentity};

@@ -25,14 +25,16 @@ impl Node {
             return Ok(Response::NotManaged);
         }
         // The namespace must be a pod's before anything is recorded.
-        self.open_pod_netns(&call.netns)?;
+        let pod_ns = self.open_pod_netns(&call.netns)?;
         let attachment = AttachmentRecord {
             container_id: call.container_id.clone(),
             ifname: call.ifname.clone(),
             network: network_name(&call.config),
             pod: pod.clone(),
             netns: call.netns.clone(),
+            netns_id: pod_ns.identity().ok(),
         };
+        drop(pod_ns);
         // An attachment is keyed by container id and interface: one that another pod
         // holds must not be written over (that pod's wires would go with it).
         if let Some(holder) = self
@@ -55,11 +57,15 @@ impl Node {
             ));
         }
         if let Some(existing) = self.attachment_of_pod(&pod.namespace, &pod.name)? {
-            if existing.key() == attachment.key() && existing.netns == attachment.netns {
+            // The same path may name a new namespace (a reused pid's): then it is
+            // another container, whatever the path says.
+            let same_netns = existing.netns == attachment.netns
+                && (existing.netns_id.is_none() || existing.netns_id == attachment.netns_id);
+            if existing.key() == attachment.key() && same_netns {
                 return self.added(&attachment).map(Response::Added);
             }
-            let other_alive = existing.netns != attachment.netns
-                && match NetnsFd::open(Path::new(&existing.netns)) {
+            let other_alive = !same_netns
+                && match existing.open_netns() {
                     Ok(_) => true,
                     Err(e) if e.is_gone() => false,
                     // Cannot tell whether the earlier container lives: leave it be.

@@ -206,6 +206,7 @@ mod tests {
             link_uid: uid,
             topo_namespace: "lab".into(),
             local_pod_netns: String::new(),
+            local_pod_netns_id: None,
             local_pod_name: pod.into(),
             local_pod_ip: None,
             local_pod_ifname: format!("eth{uid}"),

@@ -11,6 +11,7 @@ mod fastpath;
 mod journal;
 mod peers;
 mod plan;
+mod pod_netns;
 mod pod_routing;
 mod pools;
 mod reconcile;

@@ -4,7 +4,6 @@
 //! the netlink; this file picks the pods and reads their Topology.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 
 use super::plan::Desired;
 use super::reconcile::Reconciled;
@@ -100,7 +99,7 @@ impl Node {
             let opened;
             let ns = match namespaces.get(&key) {
                 Some(ns) => ns,
-                None => match NetnsFd::open(Path::new(&attachment.netns)) {
+                None => match attachment.open_netns() {
                     Ok(ns) => {
                         opened = ns;
                         &opened
@@ -136,7 +135,7 @@ impl Node {
         attachment: &AttachmentRecord,
     ) -> Result<(), NodeError> {
         self.routed_pods.remove(&attachment.key());
-        let ns = match NetnsFd::open(Path::new(&attachment.netns)) {
+        let ns = match attachment.open_netns() {
             Ok(ns) => ns,
             Err(e) if e.is_gone() => return Ok(()),
             Err(e) => return Err(routing_error(attachment, e)),

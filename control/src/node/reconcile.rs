@@ -6,7 +6,6 @@
 //! unchanged node changes nothing.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::path::Path;
 use xwire_proto::control::WireKey;
 
 use super::plan::{plan, Action, Desired, DesiredPod, Interfaces, Observed, PodNetns};
@@ -231,7 +230,7 @@ impl Node {
             };
             if looked_at {
                 looked_at_pods.insert((namespace.clone(), name.clone()));
-                let seen = match NetnsFd::open(Path::new(&attachment.netns)) {
+                let seen = match attachment.open_netns() {
                     Ok(ns) => {
                         let seen = match interfaces::observe(&ns) {
                             Ok(interfaces) => PodNetns::Open(interfaces),
@@ -792,7 +791,7 @@ pub(super) fn remove_pods_interfaces_at_once(attachments: &[AttachmentRecord]) {
 
 /// Deletes the xwire interfaces of one pod, in one batch.
 fn remove_pod_interfaces(attachment: &AttachmentRecord) -> Result<(), NetnsError> {
-    let ns = NetnsFd::open(Path::new(&attachment.netns))?;
+    let ns = attachment.open_netns()?;
     let prefix = interfaces::pod_alias_prefix(&attachment.pod.namespace, &attachment.pod.name);
     let ours: Vec<(String, String)> = interfaces::aliases(&ns)?
         .into_iter()

@@ -11,7 +11,6 @@
 
 use std::collections::HashSet;
 use std::os::fd::OwnedFd;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use xwire_fastpath::{SteeredEnd, NATIVE_MAX_FRAME};
@@ -21,7 +20,6 @@ use xwire_proto::WireId;
 use super::plan::Desired;
 use super::{ErrorKind, Node, NodeError, OpenPort};
 use crate::netns::offload::{set_offload, Offload};
-use crate::netns::NetnsFd;
 use crate::step_times;
 use crate::store::{wire_key, WireRecord, WireState};
 use crate::topology::LinkSpec;
@@ -174,7 +172,8 @@ impl Node {
         };
         let mut ends = Vec::with_capacity(2);
         for record in records {
-            let ns = NetnsFd::open(Path::new(&record.local_pod_netns))
+            let ns = record
+                .open_local_pod_netns()
                 .map_err(|e| steer_error(wire, e))?;
             // The switch forwards what the pod sent as it is: a checksum left to an
             // offload would never be filled in.

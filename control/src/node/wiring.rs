@@ -75,6 +75,13 @@ fn interface_error(what: String, e: impl std::fmt::Display) -> NodeError {
     NodeError::new(ErrorKind::Interface, what, e.to_string())
 }
 
+/// The two pods' namespaces of a same-node wire, and the peer pod's attachment.
+struct LocalEnds<'a> {
+    pod_ns: &'a NetnsFd,
+    peer: &'a AttachmentRecord,
+    peer_ns: &'a NetnsFd,
+}
+
 impl Node {
     /// The record of a pod's end before it is joined to anything.
     pub(super) fn pending_record(
@@ -87,6 +94,7 @@ impl Node {
             link_uid: link.uid,
             topo_namespace: attachment.pod.namespace.clone(),
             local_pod_netns: attachment.netns.clone(),
+            local_pod_netns_id: attachment.netns_id,
             local_pod_name: attachment.pod.name.clone(),
             local_pod_ip: link.local_ip.map(format_cidr),
             local_pod_ifname: link.local_intf.clone(),
@@ -142,7 +150,28 @@ impl Node {
                     &link.local_intf,
                 );
             }
-            self.connect_local(attachment, pod_ns, link, &peer, &mut record, journal)?;
+            match peer.open_netns() {
+                Ok(peer_ns) => {
+                    let ends = LocalEnds {
+                        pod_ns,
+                        peer: &peer,
+                        peer_ns: &peer_ns,
+                    };
+                    self.connect_local(attachment, ends, link, &mut record, journal)?;
+                }
+                // The peer pod's namespace is gone, or its path now names another one:
+                // nothing is made there, and this end waits for the peer pod to come
+                // back (the next reconcile detaches the stale attachment).
+                Err(e) if e.is_gone() => {
+                    tracing::info!(pod = %attachment.pod.name, peer = %peer.pod.name, reason = %e, "peer pod's namespace is gone: the end stays pending");
+                }
+                Err(e) => {
+                    return Err(interface_error(
+                        format!("open peer pod {}'s namespace", peer.pod.name),
+                        e,
+                    ))
+                }
+            }
         } else if let Some(remote) = remote.filter(|r| r.pod == link.peer_pod).cloned() {
             let made = Made::from_plan(half_made);
             self.connect_remote(pod_ns, link, &remote.node, made, &mut record, journal)?;
@@ -155,26 +184,28 @@ impl Node {
         Ok(())
     }
 
-    /// A veth from the pod straight to its peer pod on this node.
+    /// A veth from the pod straight to its peer pod on this node (or, impaired or
+    /// captured, two veths to the node joined by the switch).
     fn connect_local(
         &mut self,
         attachment: &AttachmentRecord,
-        pod_ns: &NetnsFd,
+        ends: LocalEnds<'_>,
         link: &LinkSpec,
-        peer: &AttachmentRecord,
         record: &mut WireRecord,
         journal: &mut Journal,
     ) -> Result<(), NodeError> {
+        let LocalEnds {
+            pod_ns,
+            peer,
+            peer_ns,
+        } = ends;
         let namespace = &attachment.pod.namespace;
-        let peer_ns = NetnsFd::open(Path::new(&peer.netns)).map_err(|e| {
-            interface_error(format!("open peer pod {}'s namespace", peer.pod.name), e)
-        })?;
         let peer_link = self.topology_link(namespace, &peer.pod.name, link.uid)?;
         let peer_end = match &peer_link {
             Some(back) => own_end(namespace, &peer.pod.name, back),
             None => far_end(namespace, link),
         };
-        if interfaces::inspect(&peer_ns, &peer_end.name)
+        if interfaces::inspect(peer_ns, &peer_end.name)
             .map_err(|e| interface_error(format!("read {}", peer_end.name), e))?
             .is_some()
         {
@@ -197,7 +228,7 @@ impl Node {
             };
             let (own_node_end, _) = self.make_switched_end(namespace, own_end, link, journal)?;
             let peer_side = PodEnd {
-                ns: &peer_ns,
+                ns: peer_ns,
                 pod: &peer.pod.name,
                 settings: peer_end.clone(),
             };
@@ -215,7 +246,7 @@ impl Node {
             )?;
             (WireState::Switched, own_node_end, peer_node_end)
         } else {
-            interfaces::create_veth(pod_ns, &own, &peer_ns, &peer_end).map_err(|e| {
+            interfaces::create_veth(pod_ns, &own, peer_ns, &peer_end).map_err(|e| {
                 interface_error(
                     format!(
                         "make the veth {}:{} -- {}:{}",
@@ -470,7 +501,7 @@ impl Node {
                     namespace: record.topo_namespace.clone(),
                     link_uid: record.link_uid,
                 });
-                if let Ok(ns) = NetnsFd::open(Path::new(&record.local_pod_netns)) {
+                if let Ok(ns) = record.open_local_pod_netns() {
                     let alias = interfaces::pod_alias(
                         &record.topo_namespace,
                         &record.local_pod_name,

@@ -419,6 +419,7 @@ mod tests {
             link_uid: uid,
             topo_namespace: "lab".into(),
             local_pod_netns: "/run/netns/r1".into(),
+            local_pod_netns_id: None,
             local_pod_name: "r1".into(),
             local_pod_ip: Some("10.0.0.1/30".into()),
             local_pod_ifname: "eth1".into(),

@@ -10,6 +10,7 @@ pub use embedded::EmbeddedStore;
 pub use kube::{KubeSettings, KubeStore, PodReport};
 
 use serde::{Deserialize, Serialize};
+use xwire_netns::NetnsIdentity;
 use xwire_proto::local::PodRef;
 use xwire_proto::WireId;
 
@@ -52,6 +53,10 @@ pub struct WireRecord {
     pub link_uid: u64,
     pub topo_namespace: String,
     pub local_pod_netns: String,
+    /// Which namespace `local_pod_netns` named at ADD: opened again, the path must still
+    /// name it (`AttachmentRecord::netns_id`). None in records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_pod_netns_id: Option<NetnsIdentity>,
     pub local_pod_name: String,
     /// CIDR, when the topology gives one.
     pub local_pod_ip: Option<String>,
@@ -96,6 +101,13 @@ pub struct AttachmentRecord {
     pub network: String,
     pub pod: PodRef,
     pub netns: String,
+    /// Which namespace `netns` named at ADD. The path is opened again later (DEL, a
+    /// reconcile, CHECK, a peer pod's veth); a path that has come to name another
+    /// namespace (a `/proc/<pid>/ns/net` of a reused pid) is then taken for a namespace
+    /// that is gone, and nothing is done in it. None in records written before it was
+    /// kept: those paths are trusted as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns_id: Option<NetnsIdentity>,
 }
 
 impl AttachmentRecord {
@@ -262,6 +274,7 @@ mod tests {
                 name: "r1".into(),
             },
             netns: "/run/netns/r1".into(),
+            netns_id: None,
         }
     }
 

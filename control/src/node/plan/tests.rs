@@ -23,6 +23,7 @@ fn attachment(pod: &str) -> AttachmentRecord {
             name: pod.into(),
         },
         netns: format!("/run/netns/{pod}"),
+        netns_id: None,
     }
 }
 
@@ -53,6 +54,7 @@ fn record(pod: &str, link: &LinkSpec, state: WireState) -> WireRecord {
         link_uid: link.uid,
         topo_namespace: "lab".into(),
         local_pod_netns: format!("/run/netns/{pod}"),
+        local_pod_netns_id: None,
         local_pod_name: pod.into(),
         local_pod_ip: link.local_ip.map(crate::topology::format_cidr),
         local_pod_ifname: link.local_intf.clone(),

@@ -79,7 +79,7 @@ pub fn status(node: &str, namespace: &str, records: &NamespaceRecords) -> Value 
 }
 
 fn item(w: &WireRecord) -> Value {
-    json!({
+    let mut item = json!({
         "link_id": w.link_uid,
         "topo_namespace": w.topo_namespace,
         "local_pod_name": w.local_pod_name,
@@ -97,7 +97,12 @@ fn item(w: &WireRecord) -> Value {
         "peer_node": w.peer_node.clone().unwrap_or_default(),
         "state": w.state,
         "container_id": w.container_id,
-    })
+    });
+    // xwire's own, and only where known (records written before it was kept have none).
+    if let Some(id) = w.local_pod_netns_id {
+        item["local_pod_net_ns_id"] = json!(id);
+    }
+    item
 }
 
 fn address_ip(address: &str) -> String {
@@ -150,6 +155,9 @@ fn wire(v: &Value) -> Option<WireRecord> {
         link_uid: v.get("link_id")?.as_u64()?,
         topo_namespace: text("topo_namespace")?,
         local_pod_netns: text("local_pod_net_ns")?,
+        local_pod_netns_id: v
+            .get("local_pod_net_ns_id")
+            .and_then(|id| serde_json::from_value(id.clone()).ok()),
         local_pod_name: text("local_pod_name")?,
         local_pod_ip: optional("local_pod_ip"),
         local_pod_ifname: text("local_pod_iface_name")?,
@@ -168,6 +176,11 @@ mod tests {
     use super::*;
     use xwire_proto::local::PodRef;
 
+    const NETNS_ID: xwire_netns::NetnsIdentity = xwire_netns::NetnsIdentity {
+        dev: 4,
+        ino: 4_026_532_871,
+    };
+
     fn records() -> NamespaceRecords {
         let mut r = NamespaceRecords::default();
         for (uid, state, id) in [
@@ -179,6 +192,8 @@ mod tests {
                 link_uid: uid,
                 topo_namespace: "lab".into(),
                 local_pod_netns: "/var/run/netns/cni-1".into(),
+                // Records written before the namespace's identity was kept have none.
+                local_pod_netns_id: (uid == 0).then_some(NETNS_ID),
                 local_pod_name: "r1".into(),
                 local_pod_ip: (uid == 0).then(|| "10.0.0.1/30".into()),
                 local_pod_ifname: format!("eth{}", uid + 1),
@@ -205,6 +220,7 @@ mod tests {
                 name: "r1".into(),
             },
             netns: "/var/run/netns/cni-1".into(),
+            netns_id: Some(NETNS_ID),
         };
         r.attachments.insert(a.key(), a);
         r
@@ -219,6 +235,13 @@ mod tests {
         assert_eq!(item["gwire_peer_node_ip"], "192.0.2.2");
         assert!(item["wire_iface_id_on_peer_node"].is_i64());
         assert_eq!(object["status"]["grpcWireItems"][1]["local_pod_ip"], "");
+        assert_eq!(
+            item["local_pod_net_ns_id"],
+            json!({"dev": 4, "ino": 4_026_532_871u64})
+        );
+        assert!(object["status"]["grpcWireItems"][1]
+            .get("local_pod_net_ns_id")
+            .is_none());
         let (read, bad) = super::records(&object);
         assert!(bad.is_empty());
         assert_eq!(read, written);
