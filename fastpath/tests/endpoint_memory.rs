@@ -765,3 +765,81 @@ fn what_one_pass_of_the_switch_takes_from_a_port_leaves_whole_on_the_datagram_ca
     assert!(all, "{} of {frames} arrived", net.b().frames.len());
     assert_eq!(counters.stream_frames_sent, 0, "{counters:?}");
 }
+
+#[test]
+fn a_peer_with_no_handshake_under_way_is_let_in_when_other_peers_fill_every_slot() {
+    // Eight other configured peers' addresses each hold as many handshakes as one
+    // address may (8): 64, every slot. Their clients answer node-b's Retry, so they are
+    // validated, and then go silent (an underlay that forges those peers' addresses and
+    // reads what comes back, or eight peers gone wrong). node-a, with no handshake under
+    // way, still gets one: each configured peer keeps a share of its own.
+    let ca = ClusterCa::generate("xwire-test-ca").unwrap();
+    let issue = |name: &str| ca.issue(name).unwrap();
+    let mut b = node(issue("node-b"), B, None);
+    let now = Instant::now();
+    b.add_peer("node-a", A.parse().unwrap(), Carrier::Datagram, now)
+        .unwrap();
+    let mut flooders = Vec::new();
+    for host in 1..=8u8 {
+        let peer_addr = SocketAddr::from(([198, 51, 100, host], 4789));
+        b.add_peer(&format!("node-0{host}"), peer_addr, Carrier::Datagram, now)
+            .unwrap();
+        for port in 0..10u16 {
+            let addr = SocketAddr::new(peer_addr.ip(), 20_000 + port);
+            // A name that sorts before node-b's: it dials rather than knocks.
+            let mut endpoint = node(issue(&format!("node-0{host}")), &addr.to_string(), None);
+            endpoint
+                .add_peer("node-b", B.parse().unwrap(), Carrier::Datagram, now)
+                .unwrap();
+            flooders.push((addr, endpoint));
+        }
+    }
+    // A Retry is a long-header packet of type 3: the first byte's top four bits set.
+    let is_retry = |bytes: &[u8]| bytes.first().is_some_and(|b| b & 0xf0 == 0xf0);
+    let mut now = now;
+    let mut buf = Vec::new();
+    for _ in 0..20 {
+        for (addr, flooder) in &mut flooders {
+            flooder.drive(now, Flush::Now);
+            while let Some(t) = flooder.poll_transmit(now, 10, &mut buf) {
+                let size = t.segment_size.unwrap_or(t.size);
+                for segment in buf[..t.size].chunks(size) {
+                    b.handle_datagram(now, *addr, None, None, BytesMut::from(segment));
+                }
+            }
+        }
+        b.drive(now, Flush::Now);
+        // Only the Retries reach the flooders: they prove their address, then go silent.
+        while let Some(t) = b.poll_transmit(now, 10, &mut buf) {
+            let size = t.segment_size.unwrap_or(t.size);
+            for segment in buf[..t.size].chunks(size) {
+                if !is_retry(segment) {
+                    continue;
+                }
+                if let Some((addr, flooder)) =
+                    flooders.iter_mut().find(|(addr, _)| *addr == t.destination)
+                {
+                    flooder.handle_datagram(
+                        now,
+                        B.parse().unwrap(),
+                        Some(addr.ip()),
+                        None,
+                        BytesMut::from(segment),
+                    );
+                }
+            }
+        }
+        now += Duration::from_millis(10);
+    }
+    let counters = b.counters();
+    assert!(
+        counters.handshakes_retried >= 48 && counters.handshakes_refused >= 16,
+        "the flood did not fill node-b's handshake slots: {counters:?}"
+    );
+    let mut net = Net::with(node(issue("node-a"), A, None), b, Carrier::Datagram);
+    net.now = now;
+    net.start = now;
+    let up = net.run_until(Duration::from_secs(2), Net::both_up);
+    // Without its share, node-a was still kept out after 2 s.
+    assert!(up, "node-a was kept out for {:?}", net.elapsed());
+}

@@ -49,8 +49,9 @@ const MAX_EVENTS: usize = 1 << 16;
 /// holds the peer), so a peer cannot make this node decode and hold more than this and
 /// the one record under way. A Sync comes in parts of at most `MAX_SYNC_PART`.
 pub(crate) const MAX_HELD_CONTROL: usize = 2 << 20;
-/// Connections in their handshake at once. A peer has at most a dial and a knock in
-/// flight; anything beyond this is someone else's doing.
+/// Handshakes that other nodes began, in progress at once. A peer has at most a dial and
+/// a knock in flight; anything beyond this is someone else's doing. Past it, a configured
+/// peer's address with none in progress still gets one (`refuse_handshake`).
 const MAX_HANDSHAKES: usize = 64;
 /// Handshakes in progress from one address past which a new one is begun only once the
 /// client has answered a Retry (proved that it receives at the address it sends from):
@@ -427,20 +428,25 @@ impl PeerEndpoint {
         let handshaking = self
             .sessions
             .values()
-            .filter(|s| s.conn.is_handshaking())
+            .filter(|s| is_answering_handshake(s))
             .count();
-        if handshaking >= MAX_HANDSHAKES {
+        let from_there = self.handshakes_from(remote.ip());
+        // Past the cap, a configured peer's address with no handshake under way still
+        // gets one: each peer keeps a share of its own, so that other peers' addresses
+        // (each within its own cap) cannot keep it out. At most `MAX_HANDSHAKES` plus one
+        // per configured peer.
+        if handshaking >= MAX_HANDSHAKES && from_there > 0 {
             return Some("too many handshakes in progress");
         }
-        (self.handshakes_from(remote.ip()) >= MAX_HANDSHAKES_PER_ADDRESS)
+        (from_there >= MAX_HANDSHAKES_PER_ADDRESS)
             .then_some("too many handshakes in progress from its address")
     }
 
-    /// Handshakes in progress with `ip`.
+    /// Handshakes that others began with this node and that are in progress, from `ip`.
     fn handshakes_from(&self, ip: IpAddr) -> usize {
         self.sessions
             .values()
-            .filter(|s| s.conn.is_handshaking() && s.conn.remote_address().ip() == ip)
+            .filter(|s| is_answering_handshake(s) && s.conn.remote_address().ip() == ip)
             .count()
     }
 
@@ -919,4 +925,12 @@ fn session_peer(session: &Session) -> Option<PeerId> {
         .peer
         .filter(|_| session.hello_done)
         .map(|p| PeerId(p as u32))
+}
+
+/// Whether `session` is a handshake another node began and this one answers. This node's
+/// own dials and knocks (at most two per configured peer) do not count against what
+/// others may begin: a knock toward a peer that is down would otherwise hold that peer's
+/// reserved share, and keep it out once it is back.
+fn is_answering_handshake(session: &Session) -> bool {
+    session.conn.is_handshaking() && session.conn.side().is_server()
 }
