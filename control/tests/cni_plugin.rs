@@ -6,6 +6,7 @@ mod support;
 
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde_json::json;
 use support::{call, eventually, pair_topology, plugin, plugin_raw, start_node, Pod};
 use xwire_proto::local::codes;
@@ -667,4 +668,103 @@ fn a_pod_netns_path_that_comes_to_name_another_namespace_is_not_wired_into() {
     );
     assert!(r2.has("eth1"));
     assert_eq!(node.wire_state("r2", 0).as_deref(), Some("veth"));
+}
+
+/// `pods` Topology objects of namespace `ring`, a ring with an address pair on every
+/// link, as YAML documents. Pod names are long (Kubernetes allows 253 bytes) so that a
+/// list over 1 MiB needs fewer pods.
+fn ring_topology(pods: usize) -> String {
+    let name = |i: usize| format!("{i:04}-{}", "r".repeat(200));
+    let address = |link: usize, end: usize| {
+        format!("10.{}.{}.{}/30", link / 64, 0, (link % 64) * 4 + 1 + end)
+    };
+    let mut text = String::new();
+    for i in 0..pods {
+        let (prev, next) = ((i + pods - 1) % pods, (i + 1) % pods);
+        text += &format!(
+            "---\napiVersion: networkop.co.uk/v1beta1\nkind: Topology\nmetadata: {{name: {}, namespace: ring}}\nspec:\n  links:\n  - {{uid: {i}, peer_pod: {}, local_intf: eth1, peer_intf: eth2, local_ip: {}, peer_ip: {}}}\n  - {{uid: {prev}, peer_pod: {}, local_intf: eth2, peer_intf: eth1, local_ip: {}, peer_ip: {}}}\n",
+            name(i),
+            name(next),
+            address(i, 0),
+            address(i, 1),
+            name(prev),
+            address(prev, 1),
+            address(prev, 0),
+        );
+    }
+    text
+}
+
+#[test]
+fn a_topology_list_over_what_one_call_takes_is_applied_whole() {
+    // 1,300 pods with an address pair on every link and long names: about 1.3 MB of
+    // JSON, over the 1 MiB that one local API call takes. `xwirectl topology apply` (and `lab up`,
+    // which sends the same list) ended in "Broken pipe"; the list now goes in pieces.
+    let node = start_node("n1", "");
+    let dir = support::TempDir::new("big-topology");
+    let file = dir.0.join("ring.yaml");
+    let text = ring_topology(1300);
+    let json: usize = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| {
+            serde_json::to_vec(&serde_json::Value::deserialize(doc).unwrap())
+                .unwrap()
+                .len()
+        })
+        .sum();
+    assert!(
+        json > xwire_proto::local::MAX_LOCAL_BODY,
+        "only {json} bytes of JSON"
+    );
+    std::fs::write(&file, text).unwrap();
+    let apply = |file: &std::path::Path| {
+        std::process::Command::new(support::xwirectl_bin())
+            .arg("--socket")
+            .arg(&node.socket)
+            .args(["topology", "apply"])
+            .arg(file)
+            .output()
+            .unwrap()
+    };
+    let out = apply(&file);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.lines().filter(|l| l.ends_with(" applied")).count(),
+        1300
+    );
+    let got = std::process::Command::new(support::xwirectl_bin())
+        .arg("--socket")
+        .arg(&node.socket)
+        .args(["topology", "get", "--namespace", "ring", "-o", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    let objects: serde_json::Value = serde_json::from_slice(&got.stdout).unwrap();
+    assert_eq!(objects.as_array().map(Vec::len), Some(1300));
+
+    // One object over the cap alone cannot be cut: it is refused with its size.
+    let mut huge = String::from(
+        "apiVersion: networkop.co.uk/v1beta1\nkind: Topology\nmetadata: {name: big, namespace: ring2}\nspec:\n  links:\n",
+    );
+    for uid in 0..20_000 {
+        huge +=
+            &format!("  - {{uid: {uid}, peer_pod: p{uid}, local_intf: e{uid}, peer_intf: eth1}}\n");
+    }
+    let file = dir.0.join("huge.yaml");
+    std::fs::write(&file, huge).unwrap();
+    let out = apply(&file);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("over the 1048576 bytes the daemon takes in one call"),
+        "{stderr}"
+    );
 }

@@ -41,8 +41,14 @@ pub mod codes {
     /// A topology request was refused (a malformed or inconsistent object).
     pub const TOPOLOGY_INVALID: u32 = 106;
 }
-/// The largest record body accepted (a network configuration with a large prevResult).
+/// The largest request body a daemon accepts (a network configuration with a large
+/// prevResult; a piece of a Topology list, `TopologyApply::in_pieces`).
 pub const MAX_LOCAL_BODY: usize = 1 << 20;
+/// The largest answer a client reads: a daemon's answers grow with the node (the wire
+/// records of a 10,000-pod lab, a namespace's Topology objects), and come from the
+/// daemon the client chose to ask; the bound only keeps a wrong peer from growing the
+/// client without end.
+pub const MAX_LOCAL_RESPONSE: usize = 256 << 20;
 
 /// A pod, as Kubernetes names it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,6 +106,40 @@ pub struct TopologyQuery {
 pub struct TopologyApply {
     /// Topology objects in the Kubernetes shape (apiVersion, kind, metadata, spec).
     pub objects: Vec<Value>,
+}
+
+/// The envelope's and the request's own bytes around the objects of a `TopologyApply`,
+/// with room to spare.
+const APPLY_OVERHEAD: usize = 4096;
+
+impl TopologyApply {
+    /// `objects` in as many requests as it takes for each to fit in one call
+    /// (`MAX_LOCAL_BODY`), in order. A daemon stores each object as it comes and checks
+    /// it against those it has, so a lab of any size is applied piece by piece. An
+    /// object too large for a call on its own is a request of its own, which the client
+    /// refuses with its size (`xwire-api-client`).
+    pub fn in_pieces(objects: Vec<Value>) -> Vec<TopologyApply> {
+        let room = MAX_LOCAL_BODY - APPLY_OVERHEAD;
+        let mut pieces = Vec::new();
+        let mut piece = Vec::new();
+        let mut bytes = 0;
+        for object in objects {
+            // One comma between objects; an object's JSON cannot fail to be written.
+            let size = serde_json::to_vec(&object).map_or(0, |json| json.len()) + 1;
+            if !piece.is_empty() && bytes + size > room {
+                pieces.push(TopologyApply {
+                    objects: std::mem::take(&mut piece),
+                });
+                bytes = 0;
+            }
+            piece.push(object);
+            bytes += size;
+        }
+        if !piece.is_empty() || pieces.is_empty() {
+            pieces.push(TopologyApply { objects: piece });
+        }
+        pieces
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -389,9 +429,16 @@ pub fn decode_response(body: &[u8]) -> Result<(u64, Response), DecodeError> {
     decode(body, &RESPONSE_TYPES)
 }
 
-/// Reads the next record body from a receive buffer (see `framing::split_record`).
+/// Reads the next request's record body from a receive buffer (see
+/// `framing::split_record`).
 pub fn next_record(buf: &[u8]) -> Result<Option<(&[u8], usize)>, DecodeError> {
     split_record(buf, MAX_LOCAL_BODY)
+}
+
+/// Reads the next answer's record body from a receive buffer, up to
+/// `MAX_LOCAL_RESPONSE`.
+pub fn next_response_record(buf: &[u8]) -> Result<Option<(&[u8], usize)>, DecodeError> {
+    split_record(buf, MAX_LOCAL_RESPONSE)
 }
 
 fn decode<T: for<'de> Deserialize<'de>>(
@@ -433,6 +480,30 @@ fn decode<T: for<'de> Deserialize<'de>>(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_topology_list_over_one_calls_cap_goes_in_pieces_that_each_fit() {
+        let object = |i: usize| {
+            serde_json::json!({
+                "apiVersion": "networkop.co.uk/v1beta1", "kind": "Topology",
+                "metadata": {"name": format!("r{i}"), "namespace": "big"},
+                "spec": {"links": [{"uid": i, "peer_pod": "x".repeat(300)}]},
+            })
+        };
+        let objects: Vec<Value> = (0..10_000).map(object).collect();
+        let pieces = TopologyApply::in_pieces(objects.clone());
+        assert!(pieces.len() > 1, "{} pieces", pieces.len());
+        for piece in &pieces {
+            let mut out = Vec::new();
+            encode(1, &Request::TopologyApply(piece.clone()), &mut out);
+            assert!(next_record(&out).is_ok(), "a piece of {} bytes", out.len());
+        }
+        let rejoined: Vec<Value> = pieces.into_iter().flat_map(|p| p.objects).collect();
+        assert_eq!(rejoined, objects, "every object, once, in order");
+        // An empty list is one (empty) request; a small one is one request.
+        assert_eq!(TopologyApply::in_pieces(Vec::new()).len(), 1);
+        assert_eq!(TopologyApply::in_pieces(vec![object(1)]).len(), 1);
+    }
     use super::*;
     use serde_json::json;
 

@@ -98,7 +98,7 @@ fn exchange(
     let mut buf = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     loop {
-        if let Some((body, used)) = local::next_record(&buf).map_err(invalid)? {
+        if let Some((body, used)) = local::next_response_record(&buf).map_err(invalid)? {
             let response = local::decode_response(body)
                 .map(|(_, r)| r)
                 .map_err(invalid)?;

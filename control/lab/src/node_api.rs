@@ -29,12 +29,14 @@ pub fn apply_topology(lab: &Lab, paths: &LabPaths) -> Result<()> {
         .iter()
         .map(serde_json::to_value)
         .collect::<Result<_, _>>()?;
+    // A large lab's list is over what one call takes: it goes in pieces.
+    let pieces = TopologyApply::in_pieces(objects);
     for node in &lab.nodes {
-        let request = Request::TopologyApply(TopologyApply {
-            objects: objects.clone(),
-        });
-        ask(&paths.node_socket(node), &request)
-            .with_context(|| format!("apply the topology on node {node}"))?;
+        for piece in &pieces {
+            let request = Request::TopologyApply(piece.clone());
+            ask(&paths.node_socket(node), &request)
+                .with_context(|| format!("apply the topology on node {node}"))?;
+        }
     }
     Ok(())
 }

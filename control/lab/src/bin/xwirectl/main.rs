@@ -318,9 +318,12 @@ fn topology_command(socket: &Path, command: TopologyCommand) -> anyhow::Result<(
                 }
                 return Ok(());
             }
-            let response = ask(socket, &Request::TopologyApply(TopologyApply { objects }))?;
-            for name in object_names(response)? {
-                println!("topology/{name} applied");
+            // A list over what one call takes goes in pieces, each applied as it comes.
+            for piece in TopologyApply::in_pieces(objects) {
+                let response = ask(socket, &Request::TopologyApply(piece))?;
+                for name in object_names(response)? {
+                    println!("topology/{name} applied");
+                }
             }
             Ok(())
         }
