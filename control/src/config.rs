@@ -456,6 +456,12 @@ impl DaemonConfig {
                 format!("{:?} is this node's own name", peer.name),
             ));
         }
+        let mut config = config;
+        if let Some(chain) = &mut config.chain {
+            chain
+                .state_dir
+                .get_or_insert_with(|| config.state_dir.join("chain"));
+        }
         Ok(config)
     }
 }
@@ -570,6 +576,10 @@ carrier = "stream"
         let chain = config.chain.unwrap();
         assert_eq!(chain.conf_dir, Path::new("/etc/cni/net.d"));
         assert_eq!(chain.entry["socket"], "/s");
+        assert_eq!(
+            chain.state_dir.as_deref(),
+            Some(Path::new("/var/lib/xwire/chain"))
+        );
         let err = parse("[topology]\nsource = \"etcd\"\n")
             .unwrap_err()
             .to_string();

@@ -48,6 +48,7 @@ fn config(scratch: &Scratch, plugin: Option<PathBuf>) -> ChainConfig {
         bin_dir: scratch.0.join("bin"),
         plugin_binary: plugin,
         entry,
+        state_dir: Some(scratch.0.join("state")),
     }
 }
 
@@ -110,14 +111,59 @@ fn the_entry_goes_last_once_and_comes_out_exactly() {
         assert!(leftovers(&scratch.conf()).is_empty());
 
         assert_eq!(installer.uninstall().unwrap(), [primary.to_owned()]);
-        let original: Value = serde_json::from_slice(&fixture(primary)).unwrap();
-        assert_eq!(
-            json_of(&path),
-            original,
-            "{primary}: uninstall left a difference"
+        assert!(
+            std::fs::read(&path).unwrap() == fixture(primary),
+            "{primary}: uninstall did not give the original bytes back"
         );
         assert_eq!(installer.uninstall().unwrap(), Vec::<String>::new());
+        let kept = std::fs::read_dir(scratch.0.join("state")).unwrap().count();
+        assert_eq!(
+            kept, 0,
+            "{primary}: the kept original outlived the uninstall"
+        );
     }
+}
+
+#[test]
+fn an_operators_own_formatting_comes_back_byte_for_byte_and_later_changes_are_kept() {
+    // Tabs, keys in the operator's order, no newline at the end: what xwire writes is
+    // pretty-printed, so only the kept bytes can give this back.
+    let written = "{\"plugins\": [\n\t{\"type\": \"bridge\", \"bridge\": \"cni0\", \"ipam\": {\"type\": \"host-local\", \"subnet\": \"10.22.0.0/16\"}}\n], \"name\": \"podnet\", \"cniVersion\": \"1.0.0\"}";
+    let scratch = Scratch::new("bytes");
+    let path = scratch.conf().join("10-mine.conflist");
+    std::fs::write(&path, written).unwrap();
+    let installer = Installer::new(config(&scratch, None));
+    assert_eq!(
+        installer.ensure().unwrap(),
+        Ensured::Chained("10-mine.conflist".into())
+    );
+    assert_ne!(std::fs::read_to_string(&path).unwrap(), written);
+    drop(installer);
+    // A daemon started again (after a crash, say) still has the original bytes.
+    let restarted = Installer::new(config(&scratch, None));
+    assert_eq!(
+        restarted.ensure().unwrap(),
+        Ensured::AlreadyChained("10-mine.conflist".into())
+    );
+    assert_eq!(restarted.uninstall().unwrap(), ["10-mine.conflist"]);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), written);
+
+    // Something else changes the file while xwire is chained: that change stays, and
+    // only xwire's entry goes.
+    let installer = Installer::new(config(&scratch, None));
+    installer.ensure().unwrap();
+    let mut list = json_of(&path);
+    list["plugins"].as_array_mut().unwrap().insert(
+        1,
+        json!({"type": "portmap", "capabilities": {"portMappings": true}}),
+    );
+    std::fs::write(&path, serde_json::to_vec(&list).unwrap()).unwrap();
+    assert_eq!(installer.uninstall().unwrap(), ["10-mine.conflist"]);
+    assert_eq!(plugin_types(&path), ["bridge", "portmap"]);
+    assert_eq!(
+        std::fs::read_dir(scratch.0.join("state")).unwrap().count(),
+        0
+    );
 }
 
 #[test]

@@ -28,6 +28,11 @@ pub struct ChainConfig {
     /// Keys of xwire's entry besides `type` (`socket`, `reportIPs`; see cni/README.md).
     #[serde(default)]
     pub entry: serde_json::Map<String, Value>,
+    /// Where the bytes of each file as they were before xwire chained into it are kept,
+    /// to be put back exactly on uninstall, also after a restart. Default: `chain` in
+    /// the daemon's `state_dir`.
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
 }
 
 fn default_conf_dir() -> PathBuf {
@@ -122,6 +127,13 @@ impl Installer {
             Decision::Unusable { file, why } => Ensured::Waiting { file, why },
             Decision::Chained { file } => Ensured::AlreadyChained(file),
             Decision::Write { file, content } => {
+                // The bytes before xwire's entry, to be put back on uninstall.
+                if let Some((_, bytes)) = &read {
+                    let kept = self.original_path(&file);
+                    let state_dir = self.state_dir();
+                    std::fs::create_dir_all(&state_dir).map_err(at(&state_dir))?;
+                    write_atomically(&kept, bytes, 0o600)?;
+                }
                 let path = dir.join(&file);
                 write_json(&path, &content)?;
                 Ensured::Chained(file)
@@ -131,6 +143,9 @@ impl Installer {
 
     /// Takes xwire's entry out of every configuration list in the directory, and the
     /// plugin binary if this installer put it there. The files it names were changed.
+    /// A file that nothing else changed since xwire chained into it gets its bytes back
+    /// exactly as they were; one that something else changed meanwhile keeps those
+    /// changes, written out anew without xwire's entry (and the log says so).
     pub fn uninstall(&self) -> Result<Vec<String>, ChainError> {
         let dir = &self.config.conf_dir;
         let mut changed = Vec::new();
@@ -139,9 +154,25 @@ impl Installer {
             let Ok(bytes) = std::fs::read(&path) else {
                 continue;
             };
+            let kept = self.original_path(&name);
+            let original = std::fs::read(&kept).ok();
             if let Some(content) = conflist::remove(&name, &bytes) {
-                write_json(&path, &content)?;
+                let unchanged = original.as_deref().filter(|original| {
+                    serde_json::from_slice::<Value>(original).is_ok_and(|o| o == content)
+                });
+                match unchanged {
+                    Some(original) => write_bytes(&path, original)?,
+                    None => {
+                        if original.is_some() {
+                            tracing::warn!(file = %name, "the file changed since xwire chained into it: xwire's entry is taken out and the other changes kept, so its bytes are not the original's");
+                        }
+                        write_json(&path, &content)?;
+                    }
+                }
                 changed.push(name);
+            }
+            if original.is_some() {
+                std::fs::remove_file(&kept).map_err(at(&kept))?;
             }
         }
         if self.installed_binary {
@@ -154,6 +185,15 @@ impl Installer {
             }
         }
         Ok(changed)
+    }
+
+    /// Where the bytes of `file` before xwire chained into it are kept.
+    fn original_path(&self, file: &str) -> PathBuf {
+        self.state_dir().join(format!("{file}.original"))
+    }
+
+    fn state_dir(&self) -> PathBuf {
+        (self.config.state_dir.clone()).unwrap_or_else(|| PathBuf::from("/var/lib/xwire/chain"))
     }
 
     fn file_names(&self) -> Result<Vec<String>, ChainError> {
@@ -186,11 +226,16 @@ fn read_file(path: &Path) -> Result<Vec<u8>, ChainError> {
 fn write_json(path: &Path, content: &Value) -> Result<(), ChainError> {
     let mut bytes = serde_json::to_vec_pretty(content).expect("a JSON value serializes");
     bytes.push(b'\n');
-    // The file keeps its mode (a runtime may want it readable by others).
+    write_bytes(path, &bytes)
+}
+
+/// Writes `bytes` over the file at `path`, which keeps its mode (a runtime may want it
+/// readable by others).
+fn write_bytes(path: &Path, bytes: &[u8]) -> Result<(), ChainError> {
     let mode = std::fs::metadata(path)
         .map(|m| m.permissions().mode() & 0o7777)
         .unwrap_or(0o644);
-    write_atomically(path, &bytes, mode)
+    write_atomically(path, bytes, mode)
 }
 
 /// Writes into a hidden temporary file beside `path` (no extension a runtime loads),
