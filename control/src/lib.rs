@@ -13,6 +13,7 @@ pub mod impairment;
 pub mod interfaces;
 pub mod metrics;
 pub mod metrics_server;
+pub mod netns_mount;
 pub use xwire_netns as netns;
 pub mod node;
 pub mod private_file;

@@ -63,6 +63,10 @@ fn run() -> anyhow::Result<()> {
         config.node_address = address;
     }
     raise_file_limit(config.max_ports);
+    if config.chain.is_some() {
+        // A DaemonSet: the pods' namespaces come through a mount from the host.
+        xwire_control::netns_mount::warn_if_private();
+    }
     let socket = config.api_socket.clone();
     let node = Node::start(config.clone()).context("starting the node")?;
     let (stop_chaining, chaining_stopped) = crossbeam_channel::bounded::<()>(1);
