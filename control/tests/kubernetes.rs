@@ -43,6 +43,41 @@ fn get(
     server.runtime.block_on(api.get_opt(name)).unwrap()
 }
 
+/// A namespace's objects of `plural` as the API server shows them to kubectl: a Table.
+fn table(server: &ApiServer, ns: &str, plural: &str) -> Value {
+    let request = http::Request::get(format!(
+        "/apis/networkop.co.uk/v1beta1/namespaces/{ns}/{plural}"
+    ))
+    .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+    .body(Vec::new())
+    .unwrap();
+    let text = server
+        .runtime
+        .block_on(server.client.request_text(request))
+        .unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn column_names(table: &Value) -> Vec<&str> {
+    table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect()
+}
+
+/// The cells of the row named `name`.
+fn row<'a>(table: &'a Value, name: &str) -> &'a Vec<Value> {
+    table["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["cells"].as_array().unwrap())
+        .find(|cells| cells[0] == name)
+        .unwrap_or_else(|| panic!("no row {name}: {table}"))
+}
+
 /// The pod's Topology status once `ready` holds (Ok), or as it was after 10 s (Err).
 fn status_eventually(
     server: &ApiServer,
@@ -162,6 +197,36 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
     assert!(
         attachments[0]["netns_id"]["ino"].as_u64().is_some(),
         "{attachments:?}"
+    );
+
+    // What `kubectl get topo -o wide` and `kubectl get gwirekobjs -o wide` show: the
+    // CRDs' printer columns, as the API server serves them.
+    let topologies = table(&server, lab, "topologies");
+    assert_eq!(
+        column_names(&topologies),
+        [
+            "Name",
+            "Node IP",
+            "Skipped",
+            "Error",
+            "Container",
+            "Netns",
+            "Age"
+        ]
+    );
+    let r2_row = row(&topologies, "r2");
+    assert_eq!(r2_row[1], underlay_ip(1), "{r2_row:?}");
+    assert_eq!(r2_row[2], "[]", "{r2_row:?}");
+    let gwires = table(&server, lab, "gwirekobjs");
+    assert_eq!(
+        column_names(&gwires),
+        ["Name", "Ends", "Pending", "Peers", "Uids", "Age"]
+    );
+    let kn1_row = row(&gwires, "kn1");
+    assert_eq!(
+        kn1_row[1..4],
+        [json!(2), json!(0), json!("kn2")],
+        "{kn1_row:?}"
     );
 
     // A namespace without the label: the pod passes through, nothing is made.

@@ -74,7 +74,25 @@ pub fn status(node: &str, namespace: &str, records: &NamespaceRecords) -> Value 
         "status": {
             "grpcWireItems": records.wires.values().map(item).collect::<Vec<_>>(),
             "xwireAttachments": records.attachments.values().map(|a| serde_json::to_value(a).expect("serializes")).collect::<Vec<_>>(),
+            "xwireSummary": summary(records),
         },
+    })
+}
+
+/// What `kubectl get gwirekobjs` shows (the CRD's printer columns, whose JSONPath can
+/// neither count nor list more than an array's first item): how many ends, how many of
+/// them wait for their peer, and the peer nodes.
+fn summary(records: &NamespaceRecords) -> Value {
+    let pending = (records.wires.values())
+        .filter(|w| w.state == WireState::Pending)
+        .count();
+    let peers: std::collections::BTreeSet<&str> = (records.wires.values())
+        .filter_map(|w| w.peer_node.as_deref())
+        .collect();
+    json!({
+        "ends": records.wires.len(),
+        "pending": pending,
+        "peers": peers.into_iter().collect::<Vec<_>>().join(","),
     })
 }
 
@@ -235,6 +253,10 @@ mod tests {
         assert_eq!(item["gwire_peer_node_ip"], "192.0.2.2");
         assert!(item["wire_iface_id_on_peer_node"].is_i64());
         assert_eq!(object["status"]["grpcWireItems"][1]["local_pod_ip"], "");
+        assert_eq!(
+            object["status"]["xwireSummary"],
+            json!({"ends": 2, "pending": 1, "peers": "n2"})
+        );
         assert_eq!(
             item["local_pod_net_ns_id"],
             json!({"dev": 4, "ino": 4_026_532_871u64})
