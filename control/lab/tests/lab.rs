@@ -521,6 +521,10 @@ fn bench_measures_every_wire_or_one_and_draws_the_chart() {
     let lab = Lab::up(&name, &demo(&name));
     let charts = TempDir::new("lab-chart");
     let chart = charts.0.join("all.png");
+    // The short trials decide here (no confirming trial): this test is about what the
+    // bench measures and reports, every figure present, on a machine that other tests
+    // keep busy; the search's own rules are tested in bench/src/lossfree.rs. The run
+    // of one link below holds its rate for a confirming trial.
     let out = run(&[
         "lab",
         "bench",
@@ -528,7 +532,7 @@ fn bench_measures_every_wire_or_one_and_draws_the_chart() {
         "--seconds",
         "0.3",
         "--confirm-seconds",
-        "0.5",
+        "0",
         "--json",
         "--chart",
         chart.to_str().unwrap(),
