@@ -2,6 +2,7 @@
 //! namespace where a worker links the two node-side ends through AF_XDP or AF_PACKET
 //! ports, or one of each (these tests need root).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use xwire_fastpath::{
@@ -39,30 +40,38 @@ fn pods_linked_by_the_switch_ping_and_unlinking_stops_it() {
 fn exchange(bed: &Bed, linked: &Linked<'_>, sizes: &[usize]) {
     let sock_a = RawSocket::open(&bed.pod_a, "eth1").unwrap();
     let sock_b = RawSocket::open(&bed.pod_b, "eth1").unwrap();
-    let send = |sock: &RawSocket, sender: u8| {
+    // At most `IN_FLIGHT` frames each way are on their way at once: far below the rings'
+    // size, so that a worker kept off the CPU by other tests (the full suite) cannot make
+    // the kernel drop a frame for want of a buffer, and the test asks for every frame.
+    const IN_FLIGHT: usize = 8;
+    let arrived = [AtomicUsize::new(0), AtomicUsize::new(0)];
+    let send = |sock: &RawSocket, sender: u8, arrived: &AtomicUsize| {
+        let deadline = Instant::now() + Duration::from_secs(10);
         for (seq, &len) in sizes.iter().enumerate() {
+            while arrived.load(Ordering::Acquire) + IN_FLIGHT <= seq && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(50));
+            }
             sock.send(&test_frame(len, sender, seq as u16)).unwrap();
-            // Paced well below the rings' size, so that nothing is lost before the switch.
-            std::thread::sleep(Duration::from_micros(200));
         }
     };
-    let receive = |sock: &RawSocket, sender: u8| {
+    let receive = |sock: &RawSocket, sender: u8, arrived: &AtomicUsize| {
         let mut got = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(10);
         while got.len() < sizes.len() && Instant::now() < deadline {
             if let Some(frame) = sock.recv(Duration::from_millis(200)).unwrap() {
                 if frame.get(11) == Some(&sender) && frame.get(12..14) == Some(&[0x88, 0xb5]) {
                     got.push(frame);
+                    arrived.store(got.len(), Ordering::Release);
                 }
             }
         }
         got
     };
     let (at_b, at_a) = std::thread::scope(|s| {
-        let rx_b = s.spawn(|| receive(&sock_b, 0xa));
-        let rx_a = s.spawn(|| receive(&sock_a, 0xb));
-        s.spawn(|| send(&sock_a, 0xa));
-        s.spawn(|| send(&sock_b, 0xb));
+        let rx_b = s.spawn(|| receive(&sock_b, 0xa, &arrived[0]));
+        let rx_a = s.spawn(|| receive(&sock_a, 0xb, &arrived[1]));
+        s.spawn(|| send(&sock_a, 0xa, &arrived[0]));
+        s.spawn(|| send(&sock_b, 0xb, &arrived[1]));
         (rx_b.join().unwrap(), rx_a.join().unwrap())
     });
     for (got, sender) in [(&at_b, 0xa), (&at_a, 0xb)] {
