@@ -10,7 +10,8 @@
 //!   fails only when every try did: one stall does not move the search down for good;
 //! - the rate found by short trials is held for a long trial (`confirm_seconds`, 10 s by
 //!   default: the loss-free rate's definition is loss within budget over 10 s), and
-//!   stepped down, by a step that doubles, each time that fails (`confirmations`).
+//!   stepped down each time that fails (`confirmations`): by a step that doubles, and to
+//!   at most what the failed long trial carried.
 
 use serde::Serialize;
 

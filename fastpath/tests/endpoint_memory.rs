@@ -69,6 +69,25 @@ fn node(id: NodeIdentity, addr: &str, versions: Option<(u16, u16)>) -> PeerEndpo
     PeerEndpoint::new(&config).unwrap()
 }
 
+/// A node on an underlay of 9000-byte packets.
+fn jumbo_node(id: NodeIdentity, addr: &str) -> PeerEndpoint {
+    let mut config = PeerConfig::new(id, addr.parse().unwrap());
+    config.underlay_mtu = 9000;
+    PeerEndpoint::new(&config).unwrap()
+}
+
+/// Drives `sender` (at `from`) and hands every datagram it sends to `to`, at once.
+fn send_all(sender: &mut PeerEndpoint, from: SocketAddr, to: &mut PeerEndpoint, now: Instant) {
+    let mut buf = Vec::new();
+    sender.drive(now, Flush::Now);
+    while let Some(t) = sender.poll_transmit(now, 10, &mut buf) {
+        let size = t.segment_size.unwrap_or(t.size);
+        for segment in buf[..t.size].chunks(size) {
+            to.handle_datagram(now, from, None, None, BytesMut::from(segment));
+        }
+    }
+}
+
 impl Net {
     /// node-a (which dials) and node-b, each declaring the other.
     fn new(id_a: NodeIdentity, id_b: NodeIdentity, carrier: Carrier) -> Net {
@@ -504,14 +523,7 @@ fn initials_forged_with_a_peers_address_do_not_keep_the_peer_out() {
     let mut buf = Vec::new();
     for _ in 0..20 {
         for (addr, forger) in &mut forgers {
-            forger.drive(now, Flush::Now);
-            while let Some(t) = forger.poll_transmit(now, 10, &mut buf) {
-                let size = t.segment_size.unwrap_or(t.size);
-                for segment in buf[..t.size].chunks(size) {
-                    let data = BytesMut::from(segment);
-                    b.handle_datagram(now, *addr, None, None, data);
-                }
-            }
+            send_all(forger, *addr, &mut b, now);
         }
         b.drive(now, Flush::Now);
         // What node-b answers goes to the forged address: nobody reads it.
@@ -664,12 +676,7 @@ fn receive_overflows_under_load_do_not_shrink_a_jumbo_underlays_datagrams() {
     // 1514-byte datagram wire's frames in `xwire-perf remote-wire`). The underlay's MTU
     // is configured, so a wire keeps it.
     let (id_a, id_b) = identities();
-    let jumbo = |id, addr: &str| {
-        let mut config = PeerConfig::new(id, addr.parse().unwrap());
-        config.underlay_mtu = 9000;
-        PeerEndpoint::new(&config).unwrap()
-    };
-    let mut net = Net::with(jumbo(id_a, A), jumbo(id_b, B), Carrier::Datagram);
+    let mut net = Net::with(jumbo_node(id_a, A), jumbo_node(id_b, B), Carrier::Datagram);
     assert!(net.run_until(Duration::from_secs(2), Net::both_up));
     let other = net.a.other;
     let mut seq = 0u16;
@@ -743,12 +750,7 @@ fn what_one_pass_of_the_switch_takes_from_a_port_leaves_whole_on_the_datagram_ca
     // rest (`dropped_blocked`): a quarter of the frames of a datagram wire carrying both
     // ways at once in `xwire-perf remote-wire`, where the network lost none.
     let (id_a, id_b) = identities();
-    let jumbo = |id, addr: &str| {
-        let mut config = PeerConfig::new(id, addr.parse().unwrap());
-        config.underlay_mtu = 9000;
-        PeerEndpoint::new(&config).unwrap()
-    };
-    let mut net = Net::with(jumbo(id_a, A), jumbo(id_b, B), Carrier::Datagram);
+    let mut net = Net::with(jumbo_node(id_a, A), jumbo_node(id_b, B), Carrier::Datagram);
     assert!(net.run_until(Duration::from_secs(2), Net::both_up));
     let other = net.a.other;
     let frames: u16 = 32 * 64;
@@ -800,13 +802,7 @@ fn a_peer_with_no_handshake_under_way_is_let_in_when_other_peers_fill_every_slot
     let mut buf = Vec::new();
     for _ in 0..20 {
         for (addr, flooder) in &mut flooders {
-            flooder.drive(now, Flush::Now);
-            while let Some(t) = flooder.poll_transmit(now, 10, &mut buf) {
-                let size = t.segment_size.unwrap_or(t.size);
-                for segment in buf[..t.size].chunks(size) {
-                    b.handle_datagram(now, *addr, None, None, BytesMut::from(segment));
-                }
-            }
+            send_all(flooder, *addr, &mut b, now);
         }
         b.drive(now, Flush::Now);
         // Only the Retries reach the flooders: they prove their address, then go silent.
