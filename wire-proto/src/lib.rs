@@ -17,7 +17,7 @@ pub mod framing;
 pub mod local;
 mod wire_id;
 
-pub use wire_id::WireId;
+pub use wire_id::{fnv1a32, WireId};
 
 /// Why bytes could not be decoded. Every decoder in this crate returns this, never panics,
 /// and allocates at most in proportion to the bytes it was given.

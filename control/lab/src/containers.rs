@@ -136,6 +136,11 @@ pub fn start(lab: &Lab, pod: &str, container: &Container) -> Result<()> {
     for (key, value) in &container.env {
         command.arg("--env").arg(format!("{key}={value}"));
     }
+    // The lab's own label is what `lab down` finds its containers by: a pod's labels do
+    // not replace it (the lab file refuses the name).
+    for (key, value) in container.labels.iter().filter(|(k, _)| *k != LAB_LABEL) {
+        command.arg("--label").arg(format!("{key}={value}"));
+    }
     for bind in &container.binds {
         command.arg("--volume").arg(bind);
     }

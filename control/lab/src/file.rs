@@ -101,6 +101,9 @@ pub struct Container {
     pub cmd: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// The container's labels (an imported containerlab node's kind is one).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
     /// `HOST:CONTAINER[:OPTIONS]` mounts; a relative host path is relative to the lab
     /// file's directory (made absolute by `lab up`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -217,6 +220,7 @@ struct RawPod {
     image: Option<Spanned<String>>,
     cmd: Option<Spanned<RawCommand>>,
     env: Option<Spanned<BTreeMap<String, String>>>,
+    labels: Option<Spanned<BTreeMap<String, String>>>,
     binds: Option<Spanned<Vec<Spanned<String>>>>,
     exec: Option<Spanned<Vec<String>>>,
     routes: Option<Vec<Spanned<RawRoute>>>,
@@ -559,12 +563,13 @@ fn check_container(
         let stray = [
             pod.cmd.as_ref().map(|c| c.span()),
             pod.env.as_ref().map(|e| e.span()),
+            pod.labels.as_ref().map(|l| l.span()),
             pod.binds.as_ref().map(|b| b.span()),
             pod.exec.as_ref().map(|e| e.span()),
         ];
         if let Some(span) = stray.into_iter().flatten().next() {
             let message = format!(
-                "pod {} has no `image`: cmd, env, binds and exec are for a pod that runs a container",
+                "pod {} has no `image`: cmd, env, labels, binds and exec are for a pod that runs a container",
                 name.as_str()
             );
             return Err(at(span, message));
@@ -600,6 +605,27 @@ fn check_container(
             format!("environment variable name {bad:?} is not valid"),
         ));
     }
+    let labels = pod
+        .labels
+        .as_ref()
+        .map(|l| (**l).clone())
+        .unwrap_or_default();
+    if let Some(bad) = labels
+        .keys()
+        .find(|k| k.is_empty() || k.contains('=') || *k == super::containers::LAB_LABEL)
+    {
+        let span = pod
+            .labels
+            .as_ref()
+            .map(|l| l.span())
+            .expect("labels are there");
+        return Err(at(
+            span,
+            format!(
+                "label name {bad:?} is not valid (or is the one xwire marks its containers with)"
+            ),
+        ));
+    }
     let mut binds = Vec::new();
     for bind in pod.binds.iter().flat_map(|b| b.iter()) {
         let parts: Vec<&str> = bind.split(':').collect();
@@ -620,6 +646,7 @@ fn check_container(
         image: image.to_string(),
         cmd,
         env,
+        labels,
         binds,
         exec: pod.exec.as_ref().map(|e| (**e).clone()).unwrap_or_default(),
     }))

@@ -145,11 +145,7 @@ fn nth(network: IpAddr, n: u32) -> IpAddr {
 
 /// The host bridge's name for lab `name`.
 pub fn host_bridge(name: &str) -> String {
-    // FNV-1a: a stable hash that needs no crate.
-    let hash = name.bytes().fold(0x811c9dc5u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    });
-    format!("xm{hash:08x}")
+    format!("xm{:08x}", xwire_proto::fnv1a32(name.as_bytes()))
 }
 
 fn bridge_alias(lab: &str) -> String {

@@ -193,16 +193,21 @@ pub enum LabCommand {
         #[arg(long)]
         check: bool,
     },
-    /// Prints a containerlab topology file as a lab file: its nodes (image, cmd, env,
-    /// binds, exec, from the node, its kind and the defaults) as pods, its links between
-    /// node interfaces as links; what has no lab field is listed in a comment, and what
-    /// cannot be a lab (links to the host, bridge kinds) is refused.
+    /// Prints a containerlab topology file as a lab file, read as containerlab reads it
+    /// (environment variables and node placeholders expanded; defaults, kinds, groups
+    /// and node inherited field by field): its nodes (image, cmd, env, labels, binds,
+    /// exec) as pods, its links between node interfaces (brief or extended form) as
+    /// links. Each field that has no lab field is named in a warning; what cannot be a
+    /// lab (links to the host's side, bridge kinds) is refused with its line.
     Import {
         /// The containerlab topology file (e.g. lab.clab.yml).
         file: PathBuf,
         /// How many emulated nodes to spread the pods over, round robin.
         #[arg(long, default_value_t = 1)]
         nodes: usize,
+        /// The lab's name, instead of the one derived from the file's `name:`.
+        #[arg(long)]
+        name: Option<String>,
         /// Write the lab file here instead of to standard output.
         #[arg(long, short)]
         output: Option<PathBuf>,
@@ -394,11 +399,12 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
         LabCommand::Import {
             file,
             nodes,
+            name,
             output,
         } => {
             let text = xwire_lab::file::read(&file)
                 .with_context(|| format!("reading {}", file.display()))?;
-            let imported = import::import(&text, &file, nodes)
+            let imported = import::import(&text, &file, nodes, name.as_deref())
                 .with_context(|| format!("importing {}", file.display()))?;
             for warning in &imported.warnings {
                 eprintln!("xwirectl: warning: {warning}");

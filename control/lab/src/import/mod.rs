@@ -1,0 +1,551 @@
+//! `xwirectl lab import clab.yml`: a containerlab topology file as a lab file.
+//!
+//! The file is read as containerlab reads it: the environment's variables expanded first
+//! (`vars.rs`), each node's settings resolved through `defaults`, `kinds`, `groups` and
+//! the node (`clab.rs`), the node placeholders replaced, and links in either form
+//! (`links.rs`). What maps: the nodes (as pods, spread over `--nodes` emulated nodes
+//! round robin in the order of their names) with image, cmd, env, labels (the node's
+//! kind kept as the label `clab-node-kind`, as containerlab labels its containers), binds
+//! and exec; and links between two nodes' interfaces, with `mtu`. Every field that has no
+//! lab field is named in one warning (with the nodes or links that set it), never dropped
+//! silently; what cannot be a lab (links to the host's side, bridge kinds) is refused
+//! with the line of the user's file.
+
+mod clab;
+mod links;
+mod vars;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+/// Kinds that are not a pod of their own (containerlab wires these to the host).
+const NOT_PODS: [&str; 4] = ["bridge", "ovs-bridge", "host", "ext-container"];
+
+/// The label containerlab gives a container for its node's kind.
+const KIND_LABEL: &str = "clab-node-kind";
+
+/// Host directories that a container should not get by surprise: the host's root, or its
+/// system state and configuration. containerlab passes any bind through, and so does the
+/// import, but it says so.
+const HOST_SYSTEM_DIRS: [&str; 8] = [
+    "/etc", "/proc", "/sys", "/dev", "/boot", "/root", "/run", "/var/run",
+];
+
+/// An imported lab file, and what the person importing it should know before `lab up`.
+#[derive(Debug)]
+pub struct Imported {
+    pub lab: String,
+    /// One line per field not carried, per name the lab was given instead of the file's,
+    /// and per bind that gives a container the host's own system directories.
+    pub warnings: Vec<String>,
+}
+
+/// The lab file as written (field names and layout of `file.rs`).
+#[derive(Serialize)]
+struct LabOut {
+    name: String,
+    nodes: Vec<String>,
+    pods: BTreeMap<String, PodOut>,
+    links: Vec<LinkOut>,
+}
+
+#[derive(Serialize)]
+struct PodOut {
+    node: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    image: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cmd: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    env: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    labels: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    binds: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    exec: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct LinkOut {
+    endpoints: [String; 2],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mtu: Option<u32>,
+}
+
+/// Whether `bind` (`HOST:CONTAINER[:OPTIONS]`) gives the container the host's root or one
+/// of its system directories.
+fn binds_host_system(bind: &str) -> bool {
+    use std::path::Component;
+    let host = bind.split(':').next().unwrap_or_default();
+    // Lexically, as the path reads: `/tmp/../etc` is `/etc`.
+    let mut normal = std::path::PathBuf::new();
+    for part in Path::new(host).components() {
+        match part {
+            Component::ParentDir => {
+                normal.pop();
+            }
+            Component::CurDir => {}
+            other => normal.push(other),
+        }
+    }
+    normal == Path::new("/") || HOST_SYSTEM_DIRS.iter().any(|dir| normal.starts_with(dir))
+}
+
+/// Fields not carried, each with where it was set: one warning per field.
+#[derive(Default)]
+struct NotCarried(BTreeMap<String, Vec<String>>);
+
+impl NotCarried {
+    fn add(&mut self, field: impl Into<String>, place: impl Into<String>) {
+        let places = self.0.entry(field.into()).or_default();
+        let place = place.into();
+        if !places.contains(&place) {
+            places.push(place);
+        }
+    }
+
+    fn warnings(self) -> impl Iterator<Item = String> {
+        self.0.into_iter().map(|(field, places)| {
+            format!(
+                "`{field}` is not carried into the lab (set in {})",
+                places.join(", ")
+            )
+        })
+    }
+}
+
+/// The lab file for the containerlab topology `text` (read from `file`, whose directory
+/// relative bind paths are taken from), with its pods on `nodes` nodes, named `name` if
+/// given (else after the file's `name:`). The result is checked as `lab up` would check
+/// it.
+pub fn import(text: &str, file: &Path, nodes: usize, name: Option<&str>) -> Result<Imported> {
+    import_with_env(text, file, nodes, name, |var| std::env::var(var).ok())
+}
+
+fn import_with_env(
+    text: &str,
+    file: &Path,
+    nodes: usize,
+    name: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Imported> {
+    if nodes == 0 {
+        bail!("--nodes must be at least 1");
+    }
+    let text = vars::expand_env(text, env);
+    let clab: clab::Clab = serde_yaml_ng::from_str(&text).context("not a containerlab topology")?;
+    let Some(topology) = clab.topology else {
+        bail!("the file has no `topology:`, so no nodes and no links: not a containerlab topology");
+    };
+    let clab_name = match (&clab.name, name) {
+        (_, Some(given)) => given.to_owned(),
+        (Some(named), None) => named.clone(),
+        (None, None) => bail!("the file has no `name:`; give the lab one with --name"),
+    };
+    let dir = file
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let base = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mut warnings = Vec::new();
+    let mut not_carried = NotCarried::default();
+    for key in clab.other.keys() {
+        not_carried.add(key.clone(), "the file");
+    }
+    for key in topology.other.keys() {
+        not_carried.add(format!("topology.{key}"), "the file");
+    }
+    let lab_name = match name {
+        Some(given) => {
+            super::file::check_lab_name(given).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+            given.to_owned()
+        }
+        None => {
+            let derived = lab_name(&clab_name);
+            if derived != clab_name {
+                warnings.push(format!("the lab is named {derived:?} (the file's name {clab_name:?} is not one a lab can have: lower-case letters, digits and '-', starting with a letter, at most {} long); --name names it otherwise", super::file::MAX_LAB_NAME));
+            }
+            derived
+        }
+    };
+    let node_names: Vec<String> = (1..=nodes).map(|i| format!("node-{i}")).collect();
+    let mut pods = BTreeMap::new();
+    let mut pod_names = BTreeMap::new();
+    for (index, clab_node) in topology.nodes.keys().enumerate() {
+        let pod_name = pod_name(clab_node)?;
+        let node = topology.resolve(clab_node);
+        let kind = node.kind.clone().unwrap_or_else(|| "linux".into());
+        if NOT_PODS.contains(&kind.as_str()) {
+            bail!("node {clab_node} is of kind {kind}, which a lab has no pod for (containerlab joins it to the host)");
+        }
+        let place = format!("node {clab_node}");
+        for (level, key) in &node.other {
+            let place = match *level {
+                "nodes" => place.clone(),
+                level => format!("{level} (for node {clab_node})"),
+            };
+            not_carried.add(key.clone(), place);
+        }
+        for (field, set) in [
+            ("ports", !node.ports.is_empty()),
+            ("startup-config", node.startup_config.is_some()),
+            ("image-pull-policy", node.image_pull_policy.is_some()),
+        ] {
+            if set {
+                not_carried.add(field, place.clone());
+            }
+        }
+        let placeholders = vars::Placeholders::new(&base, &clab_name, clab_node);
+        let mut pod = PodOut {
+            node: node_names[index % nodes].clone(),
+            image: None,
+            cmd: None,
+            env: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            binds: Vec::new(),
+            exec: Vec::new(),
+        };
+        match node.image {
+            Some(image) => {
+                if let Some(cmd) = node.cmd {
+                    let words = shell_words::split(&cmd)
+                        .with_context(|| format!("node {clab_node}: cmd {cmd:?}"))?;
+                    pod.cmd = Some(words);
+                }
+                pod.env = node.env;
+                pod.labels = node.labels;
+                if let Some(kind) = &node.kind {
+                    pod.labels
+                        .entry(KIND_LABEL.into())
+                        .or_insert_with(|| kind.clone());
+                }
+                pod.binds = node
+                    .binds
+                    .iter()
+                    .map(|b| placeholders.replace_in_bind(b))
+                    .map(|b| {
+                        if b.starts_with('/') {
+                            b
+                        } else {
+                            format!("{}/{b}", base.display())
+                        }
+                    })
+                    .collect();
+                pod.exec = node.exec.iter().map(|e| placeholders.replace(e)).collect();
+                warnings.extend(pod.binds.iter().filter(|b| binds_host_system(b)).map(|b| {
+                    format!("pod {pod_name} binds the host's {b:?}: the container sees the host's own files, and may change them unless the bind is :ro")
+                }));
+                pod.image = Some(image);
+            }
+            None => {
+                for (field, set) in [
+                    ("cmd", node.cmd.is_some()),
+                    ("env", !node.env.is_empty()),
+                    ("labels", !node.labels.is_empty()),
+                    ("binds", !node.binds.is_empty()),
+                    ("exec", !node.exec.is_empty()),
+                ] {
+                    if set {
+                        not_carried.add(field, format!("{place}, which has no image"));
+                    }
+                }
+            }
+        }
+        pods.insert(pod_name.clone(), pod);
+        pod_names.insert(clab_node.clone(), pod_name);
+    }
+    let kinds: std::collections::BTreeSet<&str> = pods
+        .values()
+        .filter_map(|p| p.labels.get(KIND_LABEL).map(String::as_str))
+        // containerlab's `linux` kind is a plain container: nothing is lost.
+        .filter(|kind| *kind != "linux")
+        .collect();
+    if !kinds.is_empty() {
+        let kinds: Vec<&str> = kinds.into_iter().collect();
+        warnings.push(format!("`kind` ({}) is kept as the container label {KIND_LABEL} only: a pod runs its image as a plain container, with none of a kind's own set-up", kinds.join(", ")));
+    }
+    let lines = links::lines(&text);
+    let mut lab_links = Vec::new();
+    for (index, value) in topology.links.iter().enumerate() {
+        let line = lines.get(index).copied().unwrap_or(0);
+        let link = links::read(value, line)?;
+        let mut ends = Vec::new();
+        for (node, iface) in &link.ends {
+            let Some(pod) = pod_names.get(node) else {
+                bail!("line {line}: link endpoint {node}:{iface}: {node} is not a node of the topology");
+            };
+            ends.push(format!("{pod}:{iface}"));
+        }
+        for key in &link.not_carried {
+            not_carried.add(format!("links: {key}"), format!("line {line}"));
+        }
+        let [a, b] = <[String; 2]>::try_from(ends).expect("a link has two ends");
+        lab_links.push(LinkOut {
+            endpoints: [a, b],
+            mtu: link.mtu,
+        });
+    }
+    let mut all_warnings: Vec<String> = not_carried.warnings().collect();
+    all_warnings.extend(warnings);
+    let out = LabOut {
+        name: lab_name,
+        nodes: node_names,
+        pods,
+        links: lab_links,
+    };
+    let mut lab = format!(
+        "# Imported from {} by `xwirectl lab import`.\n",
+        file.display()
+    );
+    if !all_warnings.is_empty() {
+        lab.push_str("# Warnings:\n");
+        for warning in &all_warnings {
+            lab.push_str(&format!("#   {warning}\n"));
+        }
+    }
+    lab.push_str(&serde_yaml_ng::to_string(&out).context("writing the lab file")?);
+    super::file::parse(&lab, None)
+        .map_err(|e| anyhow::anyhow!("the imported lab is not valid: {e}"))?;
+    Ok(Imported {
+        lab,
+        warnings: all_warnings,
+    })
+}
+
+/// A containerlab name as a lab or pod name: lower case, with '-' for '_' and '.'.
+fn converted(name: &str) -> String {
+    name.to_ascii_lowercase().replace(['_', '.'], "-")
+}
+
+/// The lab name for containerlab name `name`: converted, and where that is not a lab
+/// name (it starts with a digit, or is too long for the kernel names made from it),
+/// made one: `lab-` before a digit, and a long name cut with its hash kept, so that two
+/// long names that share a beginning stay two labs.
+fn lab_name(name: &str) -> String {
+    let mut lab: String = converted(name)
+        .chars()
+        .filter(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+        .collect();
+    if !lab.starts_with(|c: char| c.is_ascii_lowercase()) {
+        lab = format!("lab-{lab}");
+    }
+    let max = super::file::MAX_LAB_NAME;
+    if lab.len() > max {
+        let hash = format!("{:08x}", xwire_proto::fnv1a32(name.as_bytes()));
+        lab = format!(
+            "{}-{hash}",
+            lab[..max - hash.len() - 1].trim_end_matches('-')
+        );
+    }
+    lab
+}
+
+fn pod_name(name: &str) -> Result<String> {
+    let pod = converted(name);
+    let valid = pod.starts_with(|c: char| c.is_ascii_lowercase())
+        && pod.len() <= 63
+        && pod
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !valid {
+        bail!("node name {name:?} cannot be a pod name (lower-case letters, digits and '-', starting with a letter)");
+    }
+    Ok(pod)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::file::{parse, Lab};
+    use super::*;
+
+    const CLAB: &str = r#"
+name: srl_frr
+mgmt: {network: custom}
+topology:
+  defaults: {env: {SITE: lab}}
+  kinds:
+    linux: {image: "localhost/frr:9"}
+  nodes:
+    R1: {kind: linux, binds: [conf/r1:/etc/frr], exec: ["ip link set lo up"]}
+    r2: {kind: linux, cmd: "sh -c 'sleep 1000'", startup-config: r2.cfg}
+    client_1: {kind: linux, image: "localhost/alpine"}
+  links:
+    - endpoints: ["R1:eth1", "r2:eth1"]
+      mtu: 9000
+    - endpoints: ["r2:eth2", "client_1:eth1"]
+"#;
+
+    fn imported(text: &str) -> (Lab, Vec<String>) {
+        let imported = import_with_env(text, Path::new("/labs/clab.yml"), 2, None, |_| None)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        let lab = parse(&imported.lab, None).unwrap();
+        (lab, imported.warnings)
+    }
+
+    #[test]
+    fn nodes_links_kinds_and_defaults_map_and_the_rest_is_named() {
+        let (lab, warnings) = imported(CLAB);
+        assert_eq!(lab.name, "srl-frr");
+        assert_eq!(lab.nodes, ["node-1", "node-2"]);
+        // Round robin in the order of the nodes' names as written (upper case first).
+        assert_eq!(lab.pods["r1"], "node-1");
+        assert_eq!(lab.pods["client-1"], "node-2");
+        assert_eq!(lab.pods["r2"], "node-1");
+        let r1 = &lab.containers["r1"];
+        assert_eq!(r1.image, "localhost/frr:9");
+        assert_eq!(r1.env["SITE"], "lab");
+        assert_eq!(r1.labels[KIND_LABEL], "linux");
+        assert!(r1.binds[0].ends_with("conf/r1:/etc/frr"), "{:?}", r1.binds);
+        assert_eq!(r1.exec, ["ip link set lo up"]);
+        assert_eq!(
+            lab.containers["r2"].cmd.as_deref().unwrap(),
+            ["sh", "-c", "sleep 1000"]
+        );
+        assert_eq!(lab.containers["client-1"].image, "localhost/alpine");
+        assert_eq!(lab.links[0].endpoints[0].to_string(), "r1:eth1");
+        assert_eq!(lab.links[0].mtu, Some(9000));
+        // One warning per field not carried, naming where it was set.
+        let expected = [
+            "`mgmt` is not carried into the lab (set in the file)",
+            "`startup-config` is not carried into the lab (set in node r2)",
+        ];
+        assert_eq!(&warnings[..2], expected, "{warnings:#?}");
+        assert!(
+            warnings[2].starts_with("the lab is named \"srl-frr\""),
+            "{warnings:#?}"
+        );
+        assert_eq!(warnings.len(), 3, "{warnings:#?}");
+        let (_, warnings) = imported(&CLAB.replace("R1: {kind: linux", "R1: {kind: nokia_srlinux"));
+        assert!(warnings[3].starts_with("`kind` (nokia_srlinux) is kept as the container label"));
+    }
+
+    #[test]
+    fn a_group_gives_its_nodes_image_binds_and_exec() {
+        // The case that lost everything: a node whose settings all come from its group.
+        let clab = r#"
+name: frrlab
+topology:
+  defaults: {kind: linux, exec: ["ip link set lo up"]}
+  groups:
+    routers:
+      image: quay.io/frrouting/frr:9.1.0
+      binds: ["__clabNodeName__/daemons:/etc/frr/daemons"]
+      exec: ["touch /etc/frr/vtysh.conf"]
+      labels: {role: router}
+  nodes:
+    frr01: {group: routers, exec: ["vtysh -b"]}
+    frr02: {group: routers}
+  links:
+    - type: veth
+      endpoints: [{node: frr01, interface: eth1}, {node: frr02, interface: eth1}]
+"#;
+        let (lab, _) = imported(clab);
+        let frr01 = &lab.containers["frr01"];
+        assert_eq!(frr01.image, "quay.io/frrouting/frr:9.1.0");
+        assert_eq!(frr01.binds, ["/labs/frr01/daemons:/etc/frr/daemons"]);
+        assert_eq!(
+            frr01.exec,
+            ["ip link set lo up", "touch /etc/frr/vtysh.conf", "vtysh -b"]
+        );
+        assert_eq!(frr01.labels["role"], "router");
+        assert_eq!(
+            lab.containers["frr02"].binds,
+            ["/labs/frr02/daemons:/etc/frr/daemons"]
+        );
+        assert_eq!(lab.links[0].endpoints[1].to_string(), "frr02:eth1");
+    }
+
+    #[test]
+    fn environment_variables_expand_before_the_file_is_read() {
+        let clab = "name: ${LAB:=vars}\ntopology:\n  nodes:\n    r1: {kind: linux, image: \"${IMAGE}\", exec: [\"echo $HOME\"]}\n";
+        let env = |var: &str| (var == "IMAGE").then(|| "localhost/frr:9".to_string());
+        let imported = import_with_env(clab, Path::new("x.yml"), 1, None, env).unwrap();
+        let lab = parse(&imported.lab, None).unwrap();
+        assert_eq!(lab.name, "vars");
+        assert_eq!(lab.containers["r1"].image, "localhost/frr:9");
+        assert_eq!(lab.containers["r1"].exec, ["echo $HOME"]);
+    }
+
+    #[test]
+    fn a_name_a_lab_cannot_have_is_made_one_and_said_and_name_overrides_it() {
+        let (lab, warnings) = imported(&CLAB.replace("name: srl_frr", "name: 5-stage-clos"));
+        assert_eq!(lab.name, "lab-5-stage-clos");
+        assert!(
+            warnings.iter().any(|w| w.contains("\"lab-5-stage-clos\"")),
+            "{warnings:?}"
+        );
+        let long = CLAB.replace(
+            "name: srl_frr",
+            "name: a-very-long-lab-name-for-a-datacenter-fabric",
+        );
+        let (lab, _) = imported(&long);
+        assert!(
+            lab.name.len() <= super::super::file::MAX_LAB_NAME,
+            "{}",
+            lab.name
+        );
+        assert!(lab.name.starts_with("a-very-long-lab"), "{}", lab.name);
+        let other = long.replace("fabric", "fabric-2");
+        assert_ne!(imported(&other).0.name, lab.name);
+        let named = import_with_env(CLAB, Path::new("x.yml"), 1, Some("mine"), |_| None).unwrap();
+        assert_eq!(parse(&named.lab, None).unwrap().name, "mine");
+        let e =
+            import_with_env(CLAB, Path::new("x.yml"), 1, Some("No Good"), |_| None).unwrap_err();
+        assert!(e.to_string().starts_with("--name:"), "{e}");
+    }
+
+    #[test]
+    fn a_file_without_a_topology_or_a_name_is_an_error_not_an_empty_lab() {
+        let e = import_with_env("name: x\n", Path::new("x.yml"), 1, None, |_| None).unwrap_err();
+        assert!(e.to_string().contains("no `topology:`"), "{e}");
+        let e =
+            import_with_env("topology: {}\n", Path::new("x.yml"), 1, None, |_| None).unwrap_err();
+        assert!(e.to_string().contains("--name"), "{e}");
+    }
+
+    #[test]
+    fn what_a_lab_cannot_be_is_refused_with_its_line() {
+        let host = CLAB.replace("\"client_1:eth1\"", "\"host:veth9\"");
+        let e = import_with_env(&host, Path::new("x.yml"), 1, None, |_| None).unwrap_err();
+        assert!(e.to_string().starts_with("line 15: "), "{e}");
+        assert!(e.to_string().contains("`host` link"), "{e}");
+        let bridge = CLAB.replace("client_1: {kind: linux,", "client_1: {kind: bridge,");
+        let e = import_with_env(&bridge, Path::new("x.yml"), 1, None, |_| None).unwrap_err();
+        assert!(e.to_string().contains("kind bridge"), "{e}");
+    }
+
+    #[test]
+    fn a_bind_of_the_hosts_system_directories_is_passed_through_with_a_warning() {
+        let clab = CLAB.replace(
+            "binds: [conf/r1:/etc/frr]",
+            "binds: [\"/:/host\", \"/etc/../proc:/p:ro\", \"/etcetera:/x\"]",
+        );
+        let imported = import_with_env(&clab, Path::new("x.yml"), 1, None, |_| None).unwrap();
+        let binds: Vec<&String> = imported
+            .warnings
+            .iter()
+            .filter(|w| w.contains("binds the host's"))
+            .collect();
+        assert_eq!(binds.len(), 2, "{:?}", imported.warnings);
+        assert!(imported.lab.contains("# Warnings:"), "{}", imported.lab);
+        let lab = parse(&imported.lab, None).unwrap();
+        // containerlab's order: sorted, one bind per container path.
+        assert_eq!(
+            lab.containers["r1"].binds,
+            ["/:/host", "/etc/../proc:/p:ro", "/etcetera:/x"]
+        );
+    }
+
+    #[test]
+    fn a_host_system_directory_is_recognised_through_dots() {
+        assert!(binds_host_system("/tmp/../etc:/x"));
+        assert!(binds_host_system("/./proc/1:/p:ro"));
+        assert!(binds_host_system("/..:/host"));
+        assert!(!binds_host_system("/etc/../tmp:/t"));
+        assert!(!binds_host_system("conf/r1:/etc/frr"));
+    }
+}
