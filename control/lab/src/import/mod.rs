@@ -419,7 +419,8 @@ topology:
             "{warnings:#?}"
         );
         assert_eq!(warnings.len(), 3, "{warnings:#?}");
-        let (_, warnings) = imported(&CLAB.replace("R1: {kind: linux", "R1: {kind: nokia_srlinux"));
+        let (_, warnings) =
+            imported(&CLAB.replace("client_1: {kind: linux", "client_1: {kind: nokia_srlinux"));
         assert!(warnings[3].starts_with("`kind` (nokia_srlinux) is kept as the container label"));
     }
 
