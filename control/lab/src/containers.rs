@@ -7,12 +7,13 @@
 //! where it is installed (crun cannot run in a hybrid cgroup layout), cgroupfs, and file
 //! limits no higher than this process's own hard limit.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use super::file::{Container, Lab};
+use super::file::{Container, Lab, PullPolicy};
 use super::paths::LabPaths;
 
 /// The label every lab container carries, with its lab's name: how `lab down` finds them,
@@ -71,9 +72,11 @@ pub fn resolve_binds(lab: &mut Lab, file: &Path) {
     }
 }
 
-/// Refuses a lab whose images are not in the local store, or whose binds name host paths
-/// that do not exist: before anything is made.
-pub fn check(lab: &Lab) -> Result<()> {
+/// Has every image of the lab in the local store, pulled as each pod's
+/// `image_pull_policy` says (podman's progress shown on standard error as it goes), and
+/// refuses a lab whose images cannot be had, or whose binds name host paths that do not
+/// exist: before anything is made, naming the pods and the image.
+pub fn ensure_images(lab: &Lab) -> Result<()> {
     if lab.containers.is_empty() {
         return Ok(());
     }
@@ -87,15 +90,7 @@ pub fn check(lab: &Lab) -> Result<()> {
                 .join(", ")
         );
     }
-    let mut missing = Vec::new();
     for (pod, container) in &lab.containers {
-        let out = output(
-            podman().args(["image", "exists", &container.image]),
-            "look for an image",
-        )?;
-        if !out.status.success() {
-            missing.push(format!("{} (pod {pod})", container.image));
-        }
         for bind in &container.binds {
             let host = bind.split(':').next().unwrap_or_default();
             if !Path::new(host).exists() {
@@ -103,13 +98,80 @@ pub fn check(lab: &Lab) -> Result<()> {
             }
         }
     }
-    if !missing.is_empty() {
-        missing.dedup();
-        bail!(
-            "not in the local image store: {}. A lab never pulls: build the image \
-             (podman build -t NAME DIR) or load it (podman load -i ARCHIVE) first",
-            missing.join(", ")
-        );
+    for (image, policy, pods) in images_to_have(lab) {
+        let pods = pods.join(", ");
+        let present = output(
+            podman().args(["image", "exists", image]),
+            "look for an image",
+        )?
+        .status
+        .success();
+        match policy {
+            PullPolicy::IfNotPresent if present => {}
+            PullPolicy::Never if present => {}
+            PullPolicy::Never => bail!(
+                "image {image} (pods {pods}) is not in the local image store, and its \
+                 image_pull_policy is Never: build it (podman build -t NAME DIR) or load it \
+                 (podman load -i ARCHIVE) first"
+            ),
+            PullPolicy::IfNotPresent | PullPolicy::Always => pull(image).with_context(|| {
+                format!("pulling image {image} for pods {pods} (a registry must have it; or build or load it, and give the pods image_pull_policy: Never)")
+            })?,
+        }
+    }
+    Ok(())
+}
+
+/// Each image of the lab once, with the policy that asks the most of it (Always over
+/// IfNotPresent over Never) and the pods that run it.
+fn images_to_have(lab: &Lab) -> Vec<(&str, PullPolicy, Vec<&str>)> {
+    let strength = |p: PullPolicy| match p {
+        PullPolicy::Never => 0,
+        PullPolicy::IfNotPresent => 1,
+        PullPolicy::Always => 2,
+    };
+    let mut images: BTreeMap<&str, (PullPolicy, Vec<&str>)> = BTreeMap::new();
+    for (pod, container) in &lab.containers {
+        let entry = images
+            .entry(container.image.as_str())
+            .or_insert((container.image_pull_policy, Vec::new()));
+        if strength(container.image_pull_policy) > strength(entry.0) {
+            entry.0 = container.image_pull_policy;
+        }
+        entry.1.push(pod);
+    }
+    images
+        .into_iter()
+        .map(|(image, (policy, pods))| (image, policy, pods))
+        .collect()
+}
+
+/// `podman pull IMAGE`, its progress passed to standard error line by line, and its
+/// last lines kept for the error if it fails.
+fn pull(image: &str) -> Result<()> {
+    use std::io::BufRead;
+    eprintln!("pulling {image}");
+    let mut child = podman()
+        .args(["pull", image])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot run podman (apt-get install podman runc)")?;
+    let mut last = std::collections::VecDeque::new();
+    let stderr = child.stderr.take().expect("stderr is piped");
+    for line in std::io::BufReader::new(stderr).lines() {
+        let Ok(line) = line else { break };
+        eprintln!("  {line}");
+        if last.len() == 3 {
+            last.pop_front();
+        }
+        last.push_back(line);
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        let said: Vec<String> = last.into_iter().collect();
+        bail!("podman pull failed ({status}): {}", said.join(" / "));
     }
     Ok(())
 }

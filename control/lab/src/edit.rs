@@ -106,7 +106,7 @@ pub fn edit(file: &Path, binaries: &Binaries) -> Result<(Lab, Changes)> {
         file::parse(&text, Some(&old)).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     containers::resolve_binds(&mut new, file);
     let changes = plan(&old, &new)?;
-    containers::check(&new)?;
+    containers::ensure_images(&new)?;
     if changes.is_empty() {
         return Ok((new, changes));
     }

@@ -91,10 +91,39 @@ pub struct PodRouting {
     pub policy_routing: Option<bool>,
 }
 
+/// When `lab up` pulls a pod's image: the values (and spellings) of containerlab's and
+/// Kubernetes' `image-pull-policy`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PullPolicy {
+    /// Pulled when the local store does not have it.
+    #[default]
+    IfNotPresent,
+    /// Pulled at every `lab up`, for the registry's newest.
+    Always,
+    /// Never pulled: the image must be in the local store.
+    Never,
+}
+
+impl PullPolicy {
+    fn is_default(&self) -> bool {
+        *self == PullPolicy::default()
+    }
+
+    /// The policy `text` names, in any case (`IfNotPresent`, `ifnotpresent`, ...).
+    pub fn parse(text: &str) -> Option<PullPolicy> {
+        match text.to_ascii_lowercase().as_str() {
+            "ifnotpresent" => Some(PullPolicy::IfNotPresent),
+            "always" => Some(PullPolicy::Always),
+            "never" => Some(PullPolicy::Never),
+            _ => None,
+        }
+    }
+}
+
 /// What a pod with an `image:` runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Container {
-    /// An image in the local store (never pulled).
+    /// The image (pulled by `lab up` as `image_pull_policy` says).
     pub image: String,
     /// The command, instead of the image's own (`None`: the image's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -104,6 +133,9 @@ pub struct Container {
     /// The container's labels (an imported containerlab node's kind is one).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// When `lab up` pulls the image.
+    #[serde(default, skip_serializing_if = "PullPolicy::is_default")]
+    pub image_pull_policy: PullPolicy,
     /// `HOST:CONTAINER[:OPTIONS]` mounts; a relative host path is relative to the lab
     /// file's directory (made absolute by `lab up`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -221,6 +253,7 @@ struct RawPod {
     cmd: Option<Spanned<RawCommand>>,
     env: Option<Spanned<BTreeMap<String, String>>>,
     labels: Option<Spanned<BTreeMap<String, String>>>,
+    image_pull_policy: Option<Spanned<String>>,
     binds: Option<Spanned<Vec<Spanned<String>>>>,
     exec: Option<Spanned<Vec<String>>>,
     routes: Option<Vec<Spanned<RawRoute>>>,
@@ -564,12 +597,13 @@ fn check_container(
             pod.cmd.as_ref().map(|c| c.span()),
             pod.env.as_ref().map(|e| e.span()),
             pod.labels.as_ref().map(|l| l.span()),
+            pod.image_pull_policy.as_ref().map(|p| p.span()),
             pod.binds.as_ref().map(|b| b.span()),
             pod.exec.as_ref().map(|e| e.span()),
         ];
         if let Some(span) = stray.into_iter().flatten().next() {
             let message = format!(
-                "pod {} has no `image`: cmd, env, labels, binds and exec are for a pod that runs a container",
+                "pod {} has no `image`: cmd, env, labels, image_pull_policy, binds and exec are for a pod that runs a container",
                 name.as_str()
             );
             return Err(at(span, message));
@@ -626,6 +660,18 @@ fn check_container(
             ),
         ));
     }
+    let image_pull_policy = match &pod.image_pull_policy {
+        None => PullPolicy::default(),
+        Some(text) => PullPolicy::parse(text).ok_or_else(|| {
+            at(
+                text.span(),
+                format!(
+                    "image_pull_policy {:?} is not IfNotPresent, Always or Never",
+                    text.as_str()
+                ),
+            )
+        })?,
+    };
     let mut binds = Vec::new();
     for bind in pod.binds.iter().flat_map(|b| b.iter()) {
         let parts: Vec<&str> = bind.split(':').collect();
@@ -647,6 +693,7 @@ fn check_container(
         cmd,
         env,
         labels,
+        image_pull_policy,
         binds,
         exec: pod.exec.as_ref().map(|e| (**e).clone()).unwrap_or_default(),
     }))

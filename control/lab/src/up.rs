@@ -117,10 +117,22 @@ impl Phases {
 
 /// Brings the lab in `file` up; returns it once every wire is up, with the time each
 /// phase took.
-pub fn up(file: &Path, binaries: &Binaries) -> Result<(Lab, Phases)> {
+pub fn up(file: &Path, binaries: &Binaries, no_containers: bool) -> Result<(Lab, Phases)> {
     let text = crate::file::read(file).with_context(|| format!("read {}", file.display()))?;
     let mut lab =
         file::parse(&text, None).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    if no_containers && !lab.containers.is_empty() {
+        // For wiring alone: an imported lab tried before its images exist.
+        eprintln!(
+            "--no-containers: pods {} are bare namespaces (their images are not run)",
+            lab.containers
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        lab.containers.clear();
+    }
     containers::resolve_binds(&mut lab, file);
     let paths = LabPaths::new(&lab.name)?;
     mgmt::pick_subnets(&mut lab)?;
@@ -130,8 +142,8 @@ pub fn up(file: &Path, binaries: &Binaries) -> Result<(Lab, Phases)> {
             lab.name
         );
     }
-    // Before anything is made: a missing image is said at once.
-    containers::check(&lab)?;
+    // Before anything is made: an image that cannot be had is said at once.
+    containers::ensure_images(&lab)?;
     catch_interrupts()?;
     // The steps `build` takes: the lab directory, the underlay, the management network,
     // the certificates, the topology and the wait for the wires; a namespace and a

@@ -151,14 +151,14 @@ fn pods_run_their_images_in_their_wired_namespaces_and_leave_nothing_behind() {
 fn a_missing_image_is_named_with_how_to_build_it_before_anything_is_made() {
     let name = unique("noimg");
     let yaml = format!(
-        "name: {name}\nnodes: [n1]\npods:\n  r1: {{node: n1, image: localhost/xwire-no-such-image:1}}\n  r2: {{node: n1}}\nlinks:\n  - endpoints: [r1:eth1, r2:eth1]\n"
+        "name: {name}\nnodes: [n1]\npods:\n  r1: {{node: n1, image: localhost/xwire-no-such-image:1, image_pull_policy: Never}}\n  r2: {{node: n1}}\nlinks:\n  - endpoints: [r1:eth1, r2:eth1]\n"
     );
     let lab = Lab::write(&name, &yaml);
     let out = run(&["lab", "up", lab.file.to_str().unwrap()]);
     assert!(!out.status.success());
     let said = text(&out);
     assert!(
-        said.contains("localhost/xwire-no-such-image:1 (pod r1)"),
+        said.contains("image localhost/xwire-no-such-image:1 (pods r1) is not in the local image store, and its image_pull_policy is Never"),
         "{said}"
     );
     assert!(
@@ -168,6 +168,160 @@ fn a_missing_image_is_named_with_how_to_build_it_before_anything_is_made() {
     assert!(!said.contains("backtrace"), "{said}");
     assert_eq!(namespaces_of(&name), Vec::<String>::new());
     assert!(!Path::new("/run/xwire/labs").join(&name).exists());
+}
+
+/// A registry on loopback (Debian's docker-registry, as a user would run one), its
+/// storage in a directory of its own; stopped on drop.
+struct Registry {
+    child: std::process::Child,
+    port: u16,
+    /// A registries.conf that lets podman speak plain HTTP to it.
+    conf: std::path::PathBuf,
+    _dir: support::TempDir,
+}
+
+impl Registry {
+    fn start(label: &str) -> Registry {
+        let dir = support::TempDir::new(label);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = dir.0.join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                dir.0.join("storage").display()
+            ),
+        )
+        .unwrap();
+        let conf = dir.0.join("registries.conf");
+        std::fs::write(
+            &conf,
+            format!("[[registry]]\nlocation = \"127.0.0.1:{port}\"\ninsecure = true\n"),
+        )
+        .unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("run docker-registry (apt-get install docker-registry; cargo xtask test installs it)");
+        let registry = Registry {
+            child,
+            port,
+            conf,
+            _dir: dir,
+        };
+        assert!(
+            eventually(Duration::from_secs(20), || {
+                std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            }),
+            "the registry does not listen on 127.0.0.1:{port}"
+        );
+        registry
+    }
+
+    /// `image` pushed to the registry as `repository:tag`; its name there, which the
+    /// local store does not hold.
+    fn holding(&self, image: &str, repository: &str, tag: &str) -> String {
+        let remote = format!("127.0.0.1:{}/{repository}:{tag}", self.port);
+        podman(&["tag", image, &remote]);
+        podman(&["push", "--tls-verify=false", "--quiet", &remote]);
+        podman(&["rmi", &remote]);
+        remote
+    }
+
+    /// `xwirectl lab up FILE` with podman told of this registry.
+    fn lab_up(&self, lab: &Lab) -> std::process::Output {
+        support::lab::xwirectl()
+            .args(["lab", "up", lab.file.to_str().unwrap()])
+            .env("CONTAINERS_REGISTRIES_CONF", &self.conf)
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn an_image_the_store_lacks_is_pulled_from_a_registry_and_one_nobody_has_stops_the_lab_first() {
+    example_image();
+    let registry = Registry::start(&unique("registry"));
+    let tag = format!("t{}", std::process::id());
+    let remote = registry.holding(IMAGE, "xwire/busybox", &tag);
+    let exists = |image: &str| {
+        Command::new("podman")
+            .args(["image", "exists", image])
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(!exists(&remote));
+
+    // IfNotPresent (the default): pulled, with podman's progress, then run and wired.
+    let name = unique("pull");
+    let lab = Lab::write(
+        &name,
+        &format!(
+            "name: {name}\nnodes: [n1]\npods:\n  a: {{node: n1, image: \"{remote}\"}}\n  b: {{node: n1, image: \"{remote}\"}}\nlinks:\n  - endpoints: [a:eth1, b:eth1]\n    ips: [10.9.7.1/30, 10.9.7.2/30]\n"
+        ),
+    );
+    let out = registry.lab_up(&lab);
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains(&format!("pulling {remote}")), "{said}");
+    assert!(
+        said.contains("Copying") || said.contains("Writing"),
+        "{said}"
+    );
+    assert!(exists(&remote));
+    assert_eq!(lab_containers(&name).len(), 2);
+    assert_pings(&lab, &[("a", "10.9.7.2")]);
+    drop(lab);
+    podman(&["rmi", &remote]);
+
+    // An image no registry has: the lab stops before it makes anything, naming the pod.
+    let missing = format!("127.0.0.1:{}/xwire/nobody-has-this:{tag}", registry.port);
+    let name = unique("nopull");
+    let lab = Lab::write(
+        &name,
+        &format!(
+            "name: {name}\nnodes: [n1]\npods:\n  a: {{node: n1, image: \"{missing}\"}}\n  b: {{node: n1}}\nlinks:\n  - endpoints: [a:eth1, b:eth1]\n"
+        ),
+    );
+    let out = registry.lab_up(&lab);
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("pulling image {missing} for pods a")),
+        "{said}"
+    );
+    assert_eq!(namespaces_of(&name), Vec::<String>::new());
+    assert!(!Path::new("/run/xwire/labs").join(&name).exists());
+
+    // --no-containers: the same lab comes up for its wiring alone.
+    let out = support::lab::xwirectl()
+        .args(["lab", "up", "--no-containers", lab.file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("--no-containers: pods a are bare namespaces"));
+    assert_eq!(lab_containers(&name), Vec::<String>::new());
+    assert_eq!(
+        lab.status()["wires"][0]["state"],
+        "up",
+        "{:#}",
+        lab.status()
+    );
 }
 
 #[test]

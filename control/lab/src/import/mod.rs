@@ -4,7 +4,7 @@
 //! (`vars.rs`), each node's settings resolved through `defaults`, `kinds`, `groups` and
 //! the node (`clab.rs`), the node placeholders replaced, and links in either form
 //! (`links.rs`). What maps: the nodes (as pods, spread over `--nodes` emulated nodes
-//! round robin in the order of their names) with image, cmd, env, labels (the node's
+//! round robin in the order of their names) with image, its pull policy, cmd, env, labels (the node's
 //! kind kept as the label `clab-node-kind`, as containerlab labels its containers), binds
 //! and exec; and links between two nodes' interfaces, with `mtu`. Every field that has no
 //! lab field is named in one warning (with the nodes or links that set it), never dropped
@@ -63,6 +63,8 @@ struct PodOut {
     env: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     labels: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    image_pull_policy: Option<super::file::PullPolicy>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     binds: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -193,7 +195,6 @@ fn import_with_env(
         for (field, set) in [
             ("ports", !node.ports.is_empty()),
             ("startup-config", node.startup_config.is_some()),
-            ("image-pull-policy", node.image_pull_policy.is_some()),
         ] {
             if set {
                 not_carried.add(field, place.clone());
@@ -206,6 +207,7 @@ fn import_with_env(
             cmd: None,
             env: BTreeMap::new(),
             labels: BTreeMap::new(),
+            image_pull_policy: None,
             binds: Vec::new(),
             exec: Vec::new(),
         };
@@ -218,6 +220,12 @@ fn import_with_env(
                 }
                 pod.env = node.env;
                 pod.labels = node.labels;
+                if let Some(policy) = &node.image_pull_policy {
+                    let parsed = super::file::PullPolicy::parse(policy).with_context(|| {
+                        format!("node {clab_node}: image-pull-policy {policy:?} is not IfNotPresent, Always or Never")
+                    })?;
+                    pod.image_pull_policy = Some(parsed);
+                }
                 if let Some(kind) = &node.kind {
                     pod.labels
                         .entry(KIND_LABEL.into())
@@ -246,6 +254,7 @@ fn import_with_env(
                     ("cmd", node.cmd.is_some()),
                     ("env", !node.env.is_empty()),
                     ("labels", !node.labels.is_empty()),
+                    ("image-pull-policy", node.image_pull_policy.is_some()),
                     ("binds", !node.binds.is_empty()),
                     ("exec", !node.exec.is_empty()),
                 ] {

@@ -180,6 +180,10 @@ pub enum LabCommand {
     Up {
         /// The lab file.
         file: PathBuf,
+        /// Run no container: every pod is a bare namespace, for trying a lab's wiring
+        /// before its images exist (an imported lab, most often).
+        #[arg(long)]
+        no_containers: bool,
     },
     /// Nodes, pods, and every wire with its state, carrier and counters.
     Status {
@@ -352,9 +356,12 @@ pub fn prints_only(command: &LabCommand) -> bool {
 
 pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
     match command {
-        LabCommand::Up { file } => {
+        LabCommand::Up {
+            file,
+            no_containers,
+        } => {
             let binaries = up::Binaries::find()?;
-            let (lab, phases) = up::up(&file, &binaries)?;
+            let (lab, phases) = up::up(&file, &binaries, no_containers)?;
             let status = status::status(&lab);
             print!("{}", status::render(&status));
             println!("\n{}", phases.render());
