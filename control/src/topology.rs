@@ -248,8 +248,19 @@ pub fn pod_key(namespace: &str, name: &str) -> String {
 
 /// Reads one or more Topology objects: a JSON object or array, a Kubernetes `List`, or
 /// YAML with one object per document. Each is checked on its own; `check_together`
-/// checks them against each other.
+/// checks them against each other. An object of another kind is an error.
 pub fn parse(text: &str) -> Result<Vec<Topology>, String> {
+    let (topologies, others) = parse_mixed(text)?;
+    match others.first() {
+        Some(other) => Err(format!("{other} is not a Topology object")),
+        None => Ok(topologies),
+    }
+}
+
+/// As `parse`, for the files KNE users apply to a cluster: the Topology objects, and a
+/// description (`Kind name (apiVersion)`) of each object of another kind, which the
+/// caller lists as skipped (a Namespace, the Pods, ...).
+pub fn parse_mixed(text: &str) -> Result<(Vec<Topology>, Vec<String>), String> {
     let values: Vec<Value> = match text.trim_start().chars().next() {
         None => return Err("no Topology objects in the input".into()),
         Some('{') | Some('[') => match serde_json::from_str(text).map_err(|e| e.to_string())? {
@@ -268,7 +279,20 @@ pub fn parse(text: &str) -> Result<Vec<Topology>, String> {
         }
     };
     let mut topologies = Vec::new();
+    let mut others = Vec::new();
     for value in values.into_iter().flat_map(list_items) {
+        let kind = value.get("kind").and_then(Value::as_str);
+        let api_version = value.get("apiVersion").and_then(Value::as_str);
+        if let (Some(kind), Some(api_version)) = (kind, api_version) {
+            if (kind, api_version) != (KIND, API_VERSION) {
+                let name = value.pointer("/metadata/name").and_then(Value::as_str);
+                others.push(format!(
+                    "{kind} {} ({api_version})",
+                    name.unwrap_or("(no name)")
+                ));
+                continue;
+            }
+        }
         let what = describe(&value);
         let topology: Topology =
             serde_json::from_value(value).map_err(|e| format!("{what}: {e}"))?;
@@ -276,10 +300,16 @@ pub fn parse(text: &str) -> Result<Vec<Topology>, String> {
         topologies.push(topology);
     }
     if topologies.is_empty() {
-        return Err("no Topology objects in the input".into());
+        return Err(match others.is_empty() {
+            true => "no Topology objects in the input".into(),
+            false => format!(
+                "no Topology objects in the input, only {}",
+                others.join(", ")
+            ),
+        });
     }
     check_together(&topologies)?;
-    Ok(topologies)
+    Ok((topologies, others))
 }
 
 /// A `kind: List` gives its items; anything else is one object.
@@ -299,6 +329,10 @@ fn describe(value: &Value) -> String {
         None => "an object without metadata.name".into(),
     }
 }
+
+/// The `peer_pod` by which meshnet means the node itself (a macvlan link to its
+/// interface `peer_intf`), not a pod.
+pub const MESHNET_HOST: &str = "localhost";
 
 /// Checks one object: its kind, names, addresses and that no uid or interface repeats.
 pub fn check(t: &Topology) -> Result<(), String> {
@@ -328,6 +362,9 @@ pub fn check(t: &Topology) -> Result<(), String> {
                 "{at}: local_intf {:?} is used by another link",
                 link.local_intf
             ));
+        }
+        if link.peer_pod == MESHNET_HOST {
+            return Err(format!("{at}: peer_pod {MESHNET_HOST:?} is meshnet's macvlan link to the node's own interface, which xwire does not make: wire the interface to a pod, or leave the link out"));
         }
         check_name(&format!("{at}: peer_pod"), &link.peer_pod)?;
         check_ifname(&link.local_intf).map_err(|e| format!("{at}: local_intf: {e}"))?;
@@ -572,7 +609,16 @@ spec:
             let err = parse(&text).unwrap_err();
             assert!(err.contains(why), "{from} -> {to}: {err}");
         };
-        bad("kind: Topology", "kind: Pod", "kind \"Pod\"");
+        bad(
+            "kind: Topology",
+            "kind: Pod",
+            "Pod r1 (networkop.co.uk/v1beta1) is not a Topology object",
+        );
+        bad(
+            "peer_pod: r2",
+            "peer_pod: localhost",
+            "peer_pod \"localhost\" is meshnet's macvlan link",
+        );
         bad("local_ip: 10.0.0.1/30", "local_ip: 10.0.0.1", "local_ip");
         bad(
             "local_intf: eth1",
@@ -594,6 +640,16 @@ spec:
         );
         assert!(parse("").is_err());
         assert!(parse("{").is_err());
+    }
+
+    #[test]
+    fn objects_of_other_kinds_are_told_apart_from_the_topologies() {
+        let namespace = "apiVersion: v1\nkind: Namespace\nmetadata: {name: lab}\n---\n";
+        let (topologies, others) = parse_mixed(&format!("{namespace}{KNE_PAIR}")).unwrap();
+        assert_eq!(topologies, parse(KNE_PAIR).unwrap());
+        assert_eq!(others, ["Namespace lab (v1)"]);
+        let err = parse_mixed(namespace).unwrap_err();
+        assert!(err.contains("only Namespace lab (v1)"), "{err}");
     }
 
     #[test]

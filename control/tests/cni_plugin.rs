@@ -716,15 +716,7 @@ fn a_topology_list_over_what_one_call_takes_is_applied_whole() {
         "only {json} bytes of JSON"
     );
     std::fs::write(&file, text).unwrap();
-    let apply = |file: &std::path::Path| {
-        std::process::Command::new(support::xwirectl_bin())
-            .arg("--socket")
-            .arg(&node.socket)
-            .args(["topology", "apply"])
-            .arg(file)
-            .output()
-            .unwrap()
-    };
+    let apply = |file: &std::path::Path| xwirectl_topology(&node.socket, &["apply"], file);
     let out = apply(&file);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -767,4 +759,70 @@ fn a_topology_list_over_what_one_call_takes_is_applied_whole() {
         stderr.contains("over the 1048576 bytes the daemon takes in one call"),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_kne_users_file_applies_its_topologies_and_lists_the_rest_and_a_host_link_is_refused() {
+    // The project's own KNE example: a Namespace, three Topology objects and three Pods.
+    let node = start_node("n1", "");
+    let kne = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kind/kne-lab.yaml");
+    let apply = |file: &std::path::Path| xwirectl_topology(&node.socket, &["apply"], file);
+    let out = apply(&kne);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let applied: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        applied,
+        [
+            "topology/kne-lab/r1 applied",
+            "topology/kne-lab/r2 applied",
+            "topology/kne-lab/r3 applied"
+        ]
+    );
+    for skipped in [
+        "skipped Namespace kne-lab (v1)",
+        "skipped Pod r1 (v1)",
+        "skipped Pod r3 (v1)",
+    ] {
+        assert!(stderr.contains(skipped), "{stderr}");
+    }
+
+    // meshnet's link to the node itself: refused at apply, never left pending.
+    let dir = support::TempDir::new("host-link");
+    let file = dir.0.join("host.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: networkop.co.uk/v1beta1\nkind: Topology\nmetadata: {name: r9, namespace: kne-lab}\nspec:\n  links:\n    - {uid: 9, peer_pod: localhost, local_intf: eth3, peer_intf: ens4}\n",
+    )
+    .unwrap();
+    let out = apply(&file);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("link uid 9: peer_pod \"localhost\" is meshnet's macvlan link"),
+        "{stderr}"
+    );
+    let got = xwirectl_topology(
+        &node.socket,
+        &["get", "--namespace", "kne-lab", "-o"],
+        "json",
+    );
+    assert!(!String::from_utf8_lossy(&got.stdout).contains("r9"));
+}
+
+/// `xwirectl --socket SOCKET topology ARGS LAST`.
+fn xwirectl_topology(
+    socket: &std::path::Path,
+    args: &[&str],
+    last: impl AsRef<std::ffi::OsStr>,
+) -> std::process::Output {
+    std::process::Command::new(support::xwirectl_bin())
+        .arg("--socket")
+        .arg(socket)
+        .arg("topology")
+        .args(args)
+        .arg(last)
+        .output()
+        .unwrap()
 }

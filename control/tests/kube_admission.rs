@@ -147,3 +147,60 @@ fn a_node_writes_its_own_wire_records_and_no_other_nodes() {
     kv1.delete("kv1").unwrap();
     admin.delete("kv2").unwrap();
 }
+
+#[test]
+fn a_topology_with_a_link_to_the_node_itself_is_refused_when_applied() {
+    let Some(server) = apiserver::start_or_skip() else {
+        return;
+    };
+    apiserver::install(&server, NODES, &support::ca_secret());
+    let namespace = "lab-hostlink";
+    apply_objects(
+        &server,
+        &[json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})],
+    );
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("networkop.co.uk", "v1beta1", "Topology"),
+        "topologies",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(server.client.clone(), namespace, &resource);
+    let topology = |name: &str, peer_pod: &str| {
+        json!({
+            "apiVersion": "networkop.co.uk/v1beta1",
+            "kind": "Topology",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"links": [
+                {"uid": 1, "peer_pod": "r2", "local_intf": "eth1", "peer_intf": "eth1"},
+                {"uid": 7, "peer_pod": peer_pod, "local_intf": "eth2", "peer_intf": "ens4"},
+            ]},
+        })
+    };
+    let apply = |object: &Value| {
+        let name = object["metadata"]["name"].as_str().unwrap();
+        let params = PatchParams::apply("kubectl").force();
+        server
+            .runtime
+            .block_on(api.patch(name, &params, &Patch::Apply(object)))
+            .map(drop)
+            .map_err(|e| e.to_string())
+    };
+    // As in the other test: the policy takes a moment to take.
+    let start = std::time::Instant::now();
+    while apply(&topology("probe", "localhost")).is_ok() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the policy never took"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = server
+        .runtime
+        .block_on(api.delete("probe", &DeleteParams::default()));
+    refused(
+        apply(&topology("r1", "localhost")),
+        "Topology r1, link uid 7: peer_pod \"localhost\" is a meshnet macvlan link",
+    );
+    apply(&topology("r1", "r3")).unwrap();
+    // Nor can a link to the node be added to an object that was taken.
+    refused(apply(&topology("r1", "localhost")), "link uid 7");
+}

@@ -119,7 +119,9 @@ enum NodeCommand {
 #[derive(Subcommand)]
 enum TopologyCommand {
     /// Stores the Topology objects in FILE (YAML or JSON; `-` reads standard input).
-    /// Links of running pods follow: added links appear, removed ones disappear.
+    /// Links of running pods follow: added links appear, removed ones disappear. Objects
+    /// of other kinds in the file (a KNE user's Namespace and Pods) are listed as
+    /// skipped.
     Apply {
         /// The file of Topology objects.
         file: PathBuf,
@@ -300,8 +302,13 @@ fn topology_command(socket: &Path, command: TopologyCommand) -> anyhow::Result<(
                 std::fs::read_to_string(&file)
                     .with_context(|| format!("reading {}", file.display()))?
             };
-            let objects =
-                topology::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            let (objects, others) = topology::parse_mixed(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            // A KNE user's file holds the Namespace and the Pods too: a cluster's
+            // kubectl applies those; xwire stores the Topology objects.
+            for other in &others {
+                eprintln!("xwirectl: skipped {other}: not a Topology object (kubectl applies it in a cluster)");
+            }
             let objects = objects
                 .iter()
                 .map(serde_json::to_value)
