@@ -1,4 +1,4 @@
-//! Every containerlab file of `examples/clab/` imported, and the lab compared field by
+//! Every containerlab and KNE file of `examples/clab/` imported, and the lab compared field by
 //! field with the one that file means (`NAME.lab.yaml`), or refused for the reason its
 //! first line names (see examples/clab/README.md).
 
@@ -17,7 +17,10 @@ fn every_file_of_the_corpus_imports_as_it_means_or_is_refused_for_its_reason() {
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(".clab.yml"))
+        .filter(|p| {
+            let name = p.to_string_lossy();
+            name.ends_with(".clab.yml") || name.ends_with(".pb.txt")
+        })
         .collect();
     files.sort();
     let (mut imported, mut refused) = (0, 0);
@@ -40,7 +43,10 @@ fn every_file_of_the_corpus_imports_as_it_means_or_is_refused_for_its_reason() {
         }
         let got = result.unwrap_or_else(|e| panic!("{name}: {e:#}"));
         let got = parse(&got.lab, None).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let expected_file = dir.join(name.replace(".clab.yml", ".lab.yaml"));
+        let stem = name
+            .trim_end_matches(".clab.yml")
+            .trim_end_matches(".pb.txt");
+        let expected_file = dir.join(format!("{stem}.lab.yaml"));
         let expected = std::fs::read_to_string(&expected_file)
             .unwrap_or_else(|e| panic!("{}: {e}", expected_file.display()))
             .replace("{dir}", &dir.display().to_string());
@@ -60,5 +66,5 @@ fn every_file_of_the_corpus_imports_as_it_means_or_is_refused_for_its_reason() {
         assert_eq!(got, expected, "{name}: the rest");
         imported += 1;
     }
-    assert_eq!((imported, refused), (3, 4), "{files:?}");
+    assert_eq!((imported, refused), (4, 5), "{files:?}");
 }

@@ -12,6 +12,7 @@
 //! with the line of the user's file.
 
 mod clab;
+mod kne;
 mod links;
 mod vars;
 
@@ -125,6 +126,9 @@ impl NotCarried {
 /// given (else after the file's `name:`). The result is checked as `lab up` would check
 /// it.
 pub fn import(text: &str, file: &Path, nodes: usize, name: Option<&str>) -> Result<Imported> {
+    if kne::is_kne_file(file) {
+        return kne::import(text, file, nodes, name);
+    }
     import_with_env(text, file, nodes, name, |var| std::env::var(var).ok())
 }
 
@@ -135,9 +139,6 @@ fn import_with_env(
     name: Option<&str>,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Imported> {
-    if nodes == 0 {
-        bail!("--nodes must be at least 1");
-    }
     let text = vars::expand_env(text, env);
     let clab: clab::Clab = serde_yaml_ng::from_str(&text).context("not a containerlab topology")?;
     let Some(topology) = clab.topology else {
@@ -161,24 +162,16 @@ fn import_with_env(
     for key in topology.other.keys() {
         not_carried.add(format!("topology.{key}"), "the file");
     }
-    let lab_name = match name {
-        Some(given) => {
-            super::file::check_lab_name(given).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
-            given.to_owned()
-        }
-        None => {
-            let derived = lab_name(&clab_name);
-            if derived != clab_name {
-                warnings.push(format!("the lab is named {derived:?} (the file's name {clab_name:?} is not one a lab can have: lower-case letters, digits and '-', starting with a letter, at most {} long); --name names it otherwise", super::file::MAX_LAB_NAME));
-            }
-            derived
-        }
-    };
-    let node_names: Vec<String> = (1..=nodes).map(|i| format!("node-{i}")).collect();
+    let lab_name = choose_name(&clab_name, name, &mut warnings)?;
+    let node_names = node_names(nodes)?;
     let mut pods = BTreeMap::new();
     let mut pod_names = BTreeMap::new();
+    let mut renamed = Vec::new();
     for (index, clab_node) in topology.nodes.keys().enumerate() {
-        let pod_name = pod_name(clab_node)?;
+        let (pod_name, was_renamed) = pod_name(clab_node)?;
+        if was_renamed {
+            renamed.push((clab_node.clone(), pod_name.clone()));
+        }
         let node = topology.resolve(clab_node);
         let kind = node.kind.clone().unwrap_or_else(|| "linux".into());
         if NOT_PODS.contains(&kind.as_str()) {
@@ -267,6 +260,7 @@ fn import_with_env(
         pods.insert(pod_name.clone(), pod);
         pod_names.insert(clab_node.clone(), pod_name);
     }
+    warnings.extend(renamed_warning(&renamed));
     let kinds: std::collections::BTreeSet<&str> = pods
         .values()
         .filter_map(|p| p.labels.get(KIND_LABEL).map(String::as_str))
@@ -306,23 +300,48 @@ fn import_with_env(
         pods,
         links: lab_links,
     };
+    finish(file, &out, all_warnings)
+}
+
+/// The lab's name: `given` (`--name`), checked, or one derived from the file's `name`,
+/// with a warning when it differs.
+fn choose_name(file_name: &str, given: Option<&str>, warnings: &mut Vec<String>) -> Result<String> {
+    if let Some(given) = given {
+        super::file::check_lab_name(given).map_err(|e| anyhow::anyhow!("--name: {e}"))?;
+        return Ok(given.to_owned());
+    }
+    let derived = lab_name(file_name);
+    if derived != file_name {
+        warnings.push(format!("the lab is named {derived:?} (the file's name {file_name:?} is not one a lab can have: lower-case letters, digits and '-', starting with a letter, at most {} long); --name names it otherwise", super::file::MAX_LAB_NAME));
+    }
+    Ok(derived)
+}
+
+/// The emulated nodes `node-1` .. `node-N`.
+fn node_names(nodes: usize) -> Result<Vec<String>> {
+    if nodes == 0 {
+        bail!("--nodes must be at least 1");
+    }
+    Ok((1..=nodes).map(|i| format!("node-{i}")).collect())
+}
+
+/// The lab file: a comment naming `file` and the warnings, then the lab, checked as
+/// `lab up` checks it.
+fn finish(file: &Path, out: &LabOut, warnings: Vec<String>) -> Result<Imported> {
     let mut lab = format!(
         "# Imported from {} by `xwirectl lab import`.\n",
         file.display()
     );
-    if !all_warnings.is_empty() {
+    if !warnings.is_empty() {
         lab.push_str("# Warnings:\n");
-        for warning in &all_warnings {
+        for warning in &warnings {
             lab.push_str(&format!("#   {warning}\n"));
         }
     }
-    lab.push_str(&serde_yaml_ng::to_string(&out).context("writing the lab file")?);
+    lab.push_str(&serde_yaml_ng::to_string(out).context("writing the lab file")?);
     super::file::parse(&lab, None)
         .map_err(|e| anyhow::anyhow!("the imported lab is not valid: {e}"))?;
-    Ok(Imported {
-        lab,
-        warnings: all_warnings,
-    })
+    Ok(Imported { lab, warnings })
 }
 
 /// A containerlab name as a lab or pod name: lower case, with '-' for '_' and '.'.
@@ -353,17 +372,39 @@ fn lab_name(name: &str) -> String {
     lab
 }
 
-fn pod_name(name: &str) -> Result<String> {
-    let pod = converted(name);
+/// The pod name for node `name`, and whether it had to be made one: a node name that
+/// starts with a digit (KNE's `8000e`) gets `n-` before it, as a pod name must start
+/// with a letter.
+fn pod_name(name: &str) -> Result<(String, bool)> {
+    let mut pod = converted(name);
+    let renamed = pod.starts_with(|c: char| c.is_ascii_digit());
+    if renamed {
+        pod = format!("n-{pod}");
+    }
     let valid = pod.starts_with(|c: char| c.is_ascii_lowercase())
         && pod.len() <= 63
         && pod
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
     if !valid {
-        bail!("node name {name:?} cannot be a pod name (lower-case letters, digits and '-', starting with a letter)");
+        bail!("node name {name:?} cannot be a pod name (lower-case letters, digits and '-', at most 63)");
     }
-    Ok(pod)
+    Ok((pod, renamed))
+}
+
+/// The warning for the nodes whose pods were given other names.
+fn renamed_warning(renamed: &[(String, String)]) -> Option<String> {
+    if renamed.is_empty() {
+        return None;
+    }
+    let pairs: Vec<String> = renamed
+        .iter()
+        .map(|(node, pod)| format!("{node} is pod {pod}"))
+        .collect();
+    Some(format!(
+        "a pod name starts with a letter: {}",
+        pairs.join(", ")
+    ))
 }
 
 #[cfg(test)]

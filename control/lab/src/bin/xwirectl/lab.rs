@@ -202,9 +202,10 @@ pub enum LabCommand {
     /// and node inherited field by field): its nodes (image, cmd, env, labels, binds,
     /// exec) as pods, its links between node interfaces (brief or extended form) as
     /// links. Each field that has no lab field is named in a warning; what cannot be a
-    /// lab (links to the host's side, bridge kinds) is refused with its line.
+    /// lab (links to the host's side, bridge kinds) is refused with its line. A KNE
+    /// topology (`*.pb.txt`, protobuf text format) is read by KNE's schema.
     Import {
-        /// The containerlab topology file (e.g. lab.clab.yml).
+        /// The containerlab topology file (e.g. lab.clab.yml), or KNE's (topo.pb.txt).
         file: PathBuf,
         /// How many emulated nodes to spread the pods over, round robin.
         #[arg(long, default_value_t = 1)]
