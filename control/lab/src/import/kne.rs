@@ -123,16 +123,7 @@ pub(super) fn import(
             }
         }
         let config = &node.config;
-        let mut pod = PodOut {
-            node: node_names[index % nodes].clone(),
-            image: None,
-            cmd: None,
-            env: BTreeMap::new(),
-            labels: BTreeMap::new(),
-            image_pull_policy: None,
-            binds: Vec::new(),
-            exec: Vec::new(),
-        };
+        let mut pod = PodOut::on(node_names[index % nodes].clone());
         if config.image.is_empty() {
             imageless.push(node.name.clone());
         } else {

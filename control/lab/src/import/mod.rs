@@ -72,6 +72,22 @@ struct PodOut {
     exec: Vec<String>,
 }
 
+impl PodOut {
+    /// A pod on `node`, with no container until its fields are set.
+    fn on(node: String) -> PodOut {
+        PodOut {
+            node,
+            image: None,
+            cmd: None,
+            env: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            image_pull_policy: None,
+            binds: Vec::new(),
+            exec: Vec::new(),
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct LinkOut {
     endpoints: [String; 2],
@@ -194,16 +210,7 @@ fn import_with_env(
             }
         }
         let placeholders = vars::Placeholders::new(&base, &clab_name, clab_node);
-        let mut pod = PodOut {
-            node: node_names[index % nodes].clone(),
-            image: None,
-            cmd: None,
-            env: BTreeMap::new(),
-            labels: BTreeMap::new(),
-            image_pull_policy: None,
-            binds: Vec::new(),
-            exec: Vec::new(),
-        };
+        let mut pod = PodOut::on(node_names[index % nodes].clone());
         match node.image {
             Some(image) => {
                 if let Some(cmd) = node.cmd {
