@@ -1,5 +1,5 @@
 //! A node's daemon writes only its own wire records, against a real kube-apiserver
-//! (skipped, with the reason, where there is none): deploy/admission.yaml compares the
+//! (skipped, with the reason, where there is none): deploy/base/admission.yaml compares the
 //! node that the daemon's pod-bound token carries with the node of the GWireKObj it
 //! creates, patches or deletes. Two node identities of the one ServiceAccount, as two
 //! daemons of the DaemonSet have.

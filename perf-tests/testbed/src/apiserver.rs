@@ -512,22 +512,26 @@ impl Nodes {
 /// Secret (`ca_secret`: what `xwirectl ca-secret` prints) and the Node objects.
 pub fn install(server: &ApiServer, nodes: Nodes, ca_secret: &str) {
     for file in [
-        "crds/topologies.networkop.co.uk.yaml",
-        "crds/gwirekobjs.networkop.co.uk.yaml",
+        "base/crds/topologies.networkop.co.uk.yaml",
+        "base/crds/gwirekobjs.networkop.co.uk.yaml",
     ] {
         server.apply(&deploy(file), false).unwrap();
     }
     server.wait_for_crds();
     // The manifests' namespace must exist for their dry run.
-    server.apply(&deploy("namespace.yaml"), true).unwrap();
-    server.apply(&deploy("namespace.yaml"), false).unwrap();
-    for file in ["rbac.yaml", "admission.yaml", "daemonset.yaml"] {
+    server.apply(&deploy("base/namespace.yaml"), true).unwrap();
+    server.apply(&deploy("base/namespace.yaml"), false).unwrap();
+    for file in [
+        "base/rbac.yaml",
+        "base/admission.yaml",
+        "base/daemonset.yaml",
+    ] {
         server
             .apply(&deploy(file), true)
             .unwrap_or_else(|e| panic!("{file}: dry run: {e}"));
     }
-    server.apply(&deploy("rbac.yaml"), false).unwrap();
-    server.apply(&deploy("admission.yaml"), false).unwrap();
+    server.apply(&deploy("base/rbac.yaml"), false).unwrap();
+    server.apply(&deploy("base/admission.yaml"), false).unwrap();
     server.apply(ca_secret, false).unwrap();
     for (i, name) in nodes.names.iter().enumerate() {
         register_node(server, name, &nodes.underlay_ip(i));

@@ -118,11 +118,15 @@ pub(super) fn watch_nodes(
     });
 }
 
-/// This node's identity, issued from the CA in `secret` (`namespace/name`).
+/// This node's identity, issued from the CA in `secret` (`namespace/name`, or `name` in
+/// the daemon's own namespace: the one its ServiceAccount token names, which an overlay
+/// may have changed).
 pub(super) fn issue_identity(store: &KubeStore, secret: &str) -> Result<NodeIdentity, StoreError> {
-    let (namespace, name) = secret
-        .split_once('/')
-        .ok_or_else(|| backend(format!("ca_secret {secret:?} is not namespace/name")))?;
+    let (namespace, name) = match secret.split_once('/') {
+        Some((namespace, name)) => (namespace.to_owned(), name),
+        None => (store.client.default_namespace().to_owned(), secret),
+    };
+    let namespace = namespace.as_str();
     let api: Api<Secret> = Api::namespaced(store.client.clone(), namespace);
     store.count(1);
     let found = store
