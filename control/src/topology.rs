@@ -476,38 +476,23 @@ pub fn check_ifname(name: &str) -> Result<(), String> {
     }
 }
 
-/// `10.0.0.1/30` into address and prefix length.
+/// `10.0.0.1/30` into address and prefix length (host bits kept: an interface's address).
 pub fn parse_cidr(cidr: &str) -> Result<(IpAddr, u8), String> {
-    let bad = || format!("{cidr:?} is not an address with a prefix length (e.g. 10.0.0.1/30)");
-    let (addr, prefix) = cidr.split_once('/').ok_or_else(bad)?;
-    let addr: IpAddr = addr.parse().map_err(|_| bad())?;
-    let prefix: u8 = prefix.parse().map_err(|_| bad())?;
-    let max = if addr.is_ipv4() { 32 } else { 128 };
-    if prefix > max {
-        return Err(bad());
-    }
-    Ok((addr, prefix))
+    let net: ipnet::IpNet = cidr.parse().map_err(|_| {
+        format!("{cidr:?} is not an address with a prefix length (e.g. 10.0.0.1/30)")
+    })?;
+    Ok((net.addr(), net.prefix_len()))
 }
 
 /// `02:00:00:00:00:01` into bytes; a multicast address cannot be an interface's.
 pub fn parse_mac(mac: &str) -> Result<[u8; 6], String> {
-    let bad = || format!("{mac:?} is not a MAC address like 02:00:00:00:00:01");
-    let mut bytes = [0u8; 6];
-    let mut parts = mac.split(':');
-    for byte in &mut bytes {
-        let part = parts.next().ok_or_else(bad)?;
-        if part.len() != 2 {
-            return Err(bad());
-        }
-        *byte = u8::from_str_radix(part, 16).map_err(|_| bad())?;
-    }
-    if parts.next().is_some() {
-        return Err(bad());
-    }
-    if bytes[0] & 1 == 1 {
+    let parsed: macaddr::MacAddr6 = mac
+        .parse()
+        .map_err(|_| format!("{mac:?} is not a MAC address like 02:00:00:00:00:01"))?;
+    if parsed.is_multicast() {
         return Err(format!("{mac:?} is a multicast address"));
     }
-    Ok(bytes)
+    Ok(parsed.into_array())
 }
 
 pub fn format_cidr((addr, prefix): (IpAddr, u8)) -> String {

@@ -201,11 +201,9 @@ struct LossfreeArgs {
 }
 
 fn parse_mac(s: &str) -> Result<[u8; 6], String> {
-    let bytes: Vec<u8> = s
-        .split(':')
-        .map(|p| u8::from_str_radix(p, 16).map_err(|e| format!("{s}: {e}")))
-        .collect::<Result<_, _>>()?;
-    bytes.try_into().map_err(|_| format!("{s}: not six bytes"))
+    s.parse::<macaddr::MacAddr6>()
+        .map(|m| m.into_array())
+        .map_err(|e| format!("{s}: {e}"))
 }
 
 /// An error is one line on standard error and exit status 1, whatever RUST_BACKTRACE

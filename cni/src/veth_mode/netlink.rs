@@ -435,10 +435,11 @@ fn mac_of(link: &LinkMessage) -> Option<String> {
     })
 }
 
+/// The bytes of a MAC that `mac_of` wrote (so always six; none for anything else).
 fn parse_mac(mac: &str) -> Vec<u8> {
-    mac.split(':')
-        .filter_map(|b| u8::from_str_radix(b, 16).ok())
-        .collect()
+    mac.parse::<macaddr::MacAddr6>()
+        .map(|m| m.into_array().to_vec())
+        .unwrap_or_default()
 }
 
 async fn add_neighbour(h: &Handle, index: u32, ip: IpAddr, mac: &[u8]) -> Result<(), String> {

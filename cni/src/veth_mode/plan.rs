@@ -145,11 +145,8 @@ fn valid_ifname(name: &str) -> bool {
 }
 
 fn parse_cidr(text: &str) -> Option<(IpAddr, u8)> {
-    let (address, prefix) = text.split_once('/')?;
-    let address: IpAddr = address.parse().ok()?;
-    let prefix: u8 = prefix.parse().ok()?;
-    let max = if address.is_ipv4() { 32 } else { 128 };
-    (prefix <= max).then_some((address, prefix))
+    let net: ipnet::IpNet = text.parse().ok()?;
+    Some((net.addr(), net.prefix_len()))
 }
 
 /// The pod's addresses from the primary plugin's result.

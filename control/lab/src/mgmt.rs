@@ -23,7 +23,6 @@ use netlink_packet_route::link::{InfoBridge, LinkAttribute};
 use serde::{Deserialize, Serialize};
 use xwire_control::interfaces::{create_veth, EndSettings, Ipv6};
 use xwire_control::netns::NetnsFd;
-use xwire_control::routing::plan::network;
 use xwire_control::topology::parse_cidr;
 
 use super::file::Lab;
@@ -209,11 +208,11 @@ fn auto_ipv6(k: u32) -> IpAddr {
 }
 
 fn overlaps(a: (IpAddr, u8), b: (IpAddr, u8)) -> bool {
-    if a.0.is_ipv4() != b.0.is_ipv4() {
-        return false;
+    let net = |(address, prefix)| ipnet::IpNet::new(address, prefix).ok();
+    match (net(a), net(b)) {
+        (Some(a), Some(b)) => a.contains(&b.network()) || b.contains(&a.network()),
+        _ => false,
     }
-    let shorter = a.1.min(b.1);
-    network(a.0, shorter) == network(b.0, shorter)
 }
 
 /// The subnets other labs' records name and the host's routes (other than default

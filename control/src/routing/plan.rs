@@ -230,23 +230,9 @@ fn usable_table(table: u32) -> u32 {
 
 /// `address/prefix` with the host bits cleared.
 pub fn network(address: IpAddr, prefix: u8) -> (IpAddr, u8) {
-    let masked = match address {
-        IpAddr::V4(a) => {
-            let bits = u32::from(a);
-            let mask = u32::MAX
-                .checked_shl(32 - u32::from(prefix.min(32)))
-                .unwrap_or(0);
-            IpAddr::V4((bits & mask).into())
-        }
-        IpAddr::V6(a) => {
-            let bits = u128::from(a);
-            let mask = u128::MAX
-                .checked_shl(128 - u32::from(prefix.min(128)))
-                .unwrap_or(0);
-            IpAddr::V6((bits & mask).into())
-        }
-    };
-    (masked, prefix)
+    let max = if address.is_ipv4() { 32 } else { 128 };
+    let net = ipnet::IpNet::new(address, prefix.min(max)).expect("a prefix length in range");
+    (net.network(), prefix)
 }
 
 fn unspecified(like: IpAddr) -> IpAddr {

@@ -4,6 +4,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
+use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 /// One pool, as configured (`[[pools.pool]]` in xwired.toml).
@@ -142,35 +143,22 @@ impl Pool {
 }
 
 pub fn parse_cidr(text: &str) -> Option<(IpAddr, u8)> {
-    let (address, prefix) = text.split_once('/')?;
-    let address: IpAddr = address.parse().ok()?;
-    let prefix: u8 = prefix.parse().ok()?;
-    let max = if address.is_ipv4() { 32 } else { 128 };
-    (prefix <= max).then_some((address, prefix))
+    let net: IpNet = text.parse().ok()?;
+    Some((net.addr(), net.prefix_len()))
 }
 
-fn bits(ip: IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(a) => u128::from(u32::from(a)) << 96,
-        IpAddr::V6(a) => u128::from(a),
-    }
+/// A parsed CIDR as ipnet's: `parse_cidr` checked its prefix length.
+fn net((address, prefix): (IpAddr, u8)) -> IpNet {
+    IpNet::new(address, prefix).expect("parse_cidr checked the prefix length")
 }
 
 fn contains(cidr: (IpAddr, u8), ip: IpAddr) -> bool {
-    if cidr.0.is_ipv4() != ip.is_ipv4() {
-        return false;
-    }
-    let width = if ip.is_ipv4() { 32 } else { 128 };
-    let prefix = u32::from(cidr.1).min(width);
-    if prefix == 0 {
-        return true;
-    }
-    let mask = u128::MAX << (128 - prefix);
-    bits(cidr.0) & mask == bits(ip) & mask
+    net(cidr).contains(&ip)
 }
 
 fn overlaps(a: (IpAddr, u8), b: (IpAddr, u8)) -> bool {
-    contains(a, b.0) || contains(b, a.0)
+    let (a, b) = (net(a), net(b));
+    a.contains(&b.network()) || b.contains(&a.network())
 }
 
 /// The destination of an IP packet, or `None` for anything that is not one.

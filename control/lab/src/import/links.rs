@@ -1,9 +1,9 @@
 //! containerlab's links as lab links. Both forms a file may use are read: the brief
 //! `endpoints: ["a:e1", "b:e1"]` and the extended one (`type: veth` with
 //! `endpoints: [{node, interface}, ...]`). A lab wire joins two pods, so the other
-//! extended types (`host`, `mgmt-net`, `macvlan`, `vxlan`, `vxlan-stitch`, `dummy`) and
-//! brief endpoints on the host's side (`host:`, `mgmt-net:`, `macvlan:`) are refused by
-//! name, with the line of the user's file.
+//! extended types (`host`, `mgmt-net`, `macvlan`, `vxlan`, `vxlan-stitch`, `veth-stitch`,
+//! `dummy`) and brief endpoints on the host's side (`host:`, `mgmt-net:`, `macvlan:`) are
+//! refused by name, with the line of the user's file.
 
 use std::collections::BTreeMap;
 
@@ -78,7 +78,10 @@ pub(super) fn read(value: &Value, line: usize) -> Result<NodeLink> {
             }
             ends
         }
-        Some(kind @ ("host" | "mgmt-net" | "macvlan" | "vxlan" | "vxlan-stitch" | "dummy")) => {
+        Some(
+            kind @ ("host" | "mgmt-net" | "macvlan" | "vxlan" | "vxlan-stitch" | "veth-stitch"
+            | "dummy"),
+        ) => {
             bail!(at(format!("a `type: {kind}` link has one end in a node and the other outside the lab (or none): a lab wire joins two pods")))
         }
         Some(other) => bail!(at(format!(

@@ -11,6 +11,7 @@
 //! silently; what cannot be a lab (links to the host's side, bridge kinds) is refused
 //! with the line of the user's file.
 
+mod aliases;
 mod clab;
 mod kne;
 mod links;
@@ -183,6 +184,7 @@ fn import_with_env(
     let mut pods = BTreeMap::new();
     let mut pod_names = BTreeMap::new();
     let mut renamed = Vec::new();
+    let mut node_kinds = BTreeMap::new();
     for (index, clab_node) in topology.nodes.keys().enumerate() {
         let (pod_name, was_renamed) = pod_name(clab_node)?;
         if was_renamed {
@@ -193,6 +195,7 @@ fn import_with_env(
         if NOT_PODS.contains(&kind.as_str()) {
             bail!("node {clab_node} is of kind {kind}, which a lab has no pod for (containerlab joins it to the host)");
         }
+        node_kinds.insert(clab_node.clone(), kind.clone());
         let place = format!("node {clab_node}");
         for (level, key) in &node.other {
             let place = match *level {
@@ -280,6 +283,7 @@ fn import_with_env(
     }
     let lines = links::lines(&text);
     let mut lab_links = Vec::new();
+    let mut mapped = Vec::new();
     for (index, value) in topology.links.iter().enumerate() {
         let line = lines.get(index).copied().unwrap_or(0);
         let link = links::read(value, line)?;
@@ -288,7 +292,18 @@ fn import_with_env(
             let Some(pod) = pod_names.get(node) else {
                 bail!("line {line}: link endpoint {node}:{iface}: {node} is not a node of the topology");
             };
-            ends.push(format!("{pod}:{iface}"));
+            let kind = node_kinds.get(node).map_or("linux", String::as_str);
+            let linux = match aliases::linux_name(kind, iface) {
+                Some(linux) => {
+                    mapped.push(format!("{node}:{iface} is {pod}:{linux}"));
+                    linux
+                }
+                None => iface.clone(),
+            };
+            xwire_control::topology::check_ifname(&linux).map_err(|e| {
+                anyhow::anyhow!("line {line}: node {node} (kind {kind}): {e}, and the import knows no Linux name for it in kind {kind}")
+            })?;
+            ends.push(format!("{pod}:{linux}"));
         }
         for key in &link.not_carried {
             not_carried.add(format!("links: {key}"), format!("line {line}"));
@@ -298,6 +313,20 @@ fn import_with_env(
             endpoints: [a, b],
             mtu: link.mtu,
         });
+    }
+    if !mapped.is_empty() {
+        const SHOWN: usize = 8;
+        let more = mapped.len().saturating_sub(SHOWN);
+        mapped.truncate(SHOWN);
+        let more = if more > 0 {
+            format!(", and {more} more")
+        } else {
+            String::new()
+        };
+        warnings.push(format!(
+            "interfaces named the kind's way are their Linux names, as containerlab maps them: {}{more}",
+            mapped.join(", ")
+        ));
     }
     let mut all_warnings: Vec<String> = not_carried.warnings().collect();
     all_warnings.extend(warnings);
@@ -574,6 +603,30 @@ topology:
         let bridge = CLAB.replace("client_1: {kind: linux,", "client_1: {kind: bridge,");
         let e = import_with_env(&bridge, Path::new("x.yml"), 1, None, |_| None).unwrap_err();
         assert!(e.to_string().contains("kind bridge"), "{e}");
+    }
+
+    #[test]
+    fn a_kinds_interface_names_become_linux_names_and_one_linux_cannot_take_is_refused_at_its_line()
+    {
+        let clab = "name: srl\ntopology:\n  kinds:\n    nokia_srlinux: {image: srl:24}\n  nodes:\n    leaf1: {kind: nokia_srlinux}\n    leaf2: {kind: nokia_srlinux}\n  links:\n    - endpoints: [\"leaf1:ethernet-1/1\", \"leaf2:ethernet-1/49\"]\n";
+        let (lab, warnings) = imported(clab);
+        assert_eq!(lab.links[0].endpoints[0].to_string(), "leaf1:e1-1");
+        assert_eq!(lab.links[0].endpoints[1].to_string(), "leaf2:e1-49");
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("leaf1:ethernet-1/1 is leaf1:e1-1")),
+            "{warnings:#?}"
+        );
+        let linux = clab.replace("kind: nokia_srlinux}\n  links", "kind: linux}\n  links");
+        let e = import_with_env(&linux, Path::new("x.yml"), 1, None, |_| None).unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.starts_with(
+                "line 9: node leaf2 (kind linux): \"ethernet-1/49\" is not a valid interface name"
+            ),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,0 +1,98 @@
+//! Interface names as a kind's users write them (`ethernet-1/1`, `1/1/c1/1`,
+//! `Ethernet0/1`), and the Linux names containerlab gives them, by each kind's documented
+//! scheme (containerlab's manual, "kinds"): a `/` cannot be in a Linux interface name.
+//!
+//! - `nokia_srlinux` (`srl`): `ethernet-L/P` is `eL-P`, `ethernet-L/P/C` is `eL-P-C`;
+//! - `nokia_srsim`: `C/M/P` is `eC-M-P`, with `xX/` and `/cN` kept as `xX-` and `-cN`
+//!   (`1/1/c1/1` is `e1-1-c1-1`, `1/x2/1/3` is `e1-x2-1-3`);
+//! - `cisco_iol`: `EthernetS/P` (or `eS/P`) is `eth(4×S+P)`, four ports to a slot.
+//!
+//! Names that are already Linux names pass through unchanged, as containerlab takes them.
+
+/// The Linux name of interface `name` of a node of kind `kind`, if the kind maps it.
+pub(super) fn linux_name(kind: &str, name: &str) -> Option<String> {
+    match kind {
+        "nokia_srlinux" | "srl" => srlinux(name),
+        "nokia_srsim" => srsim(name),
+        "cisco_iol" => iol(name),
+        _ => None,
+    }
+}
+
+/// Positive decimal numbers only (containerlab's indices start at 1).
+fn index(text: &str) -> Option<u32> {
+    let n: u32 = text.parse().ok()?;
+    (n >= 1 && text.bytes().all(|b| b.is_ascii_digit())).then_some(n)
+}
+
+fn srlinux(name: &str) -> Option<String> {
+    let parts: Vec<&str> = name.strip_prefix("ethernet-")?.split('/').collect();
+    let numbers: Option<Vec<u32>> = parts.iter().map(|p| index(p)).collect();
+    match numbers?.as_slice() {
+        [l, p] => Some(format!("e{l}-{p}")),
+        [l, p, c] => Some(format!("e{l}-{p}-{c}")),
+        _ => None,
+    }
+}
+
+fn srsim(name: &str) -> Option<String> {
+    let parts: Vec<&str> = name.split('/').collect();
+    let (card, rest) = parts.split_first()?;
+    let card = index(card)?;
+    let (xiom, rest) = match rest.split_first() {
+        Some((x, rest)) if x.starts_with('x') => (Some(index(&x[1..])?), rest),
+        _ => (None, rest),
+    };
+    let (mda, rest) = rest.split_first()?;
+    let mda = index(mda)?;
+    let (connector, port) = match rest {
+        [port] => (None, index(port)?),
+        [c, port] if c.starts_with('c') => (Some(index(&c[1..])?), index(port)?),
+        _ => return None,
+    };
+    let xiom = xiom.map(|x| format!("x{x}-")).unwrap_or_default();
+    let connector = connector.map(|c| format!("c{c}-")).unwrap_or_default();
+    Some(format!("e{card}-{xiom}{mda}-{connector}{port}"))
+}
+
+fn iol(name: &str) -> Option<String> {
+    let rest = name
+        .strip_prefix("Ethernet")
+        .or_else(|| name.strip_prefix('e'))?
+        .trim_start();
+    let (slot, port) = rest.split_once('/')?;
+    let all_digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    if !all_digits(slot) || !all_digits(port) {
+        return None;
+    }
+    let (slot, port): (u32, u32) = (slot.parse().ok()?, port.parse().ok()?);
+    Some(format!("eth{}", slot * 4 + port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kinds_names_map_by_its_scheme() {
+        let cases = [
+            ("nokia_srlinux", "ethernet-1/1", Some("e1-1")),
+            ("srl", "ethernet-2/10/3", Some("e2-10-3")),
+            ("nokia_srlinux", "ethernet-0/1", None),
+            ("nokia_srlinux", "e1-1", None),
+            ("nokia_srsim", "1/1/c1/1", Some("e1-1-c1-1")),
+            ("nokia_srsim", "1/1/1", Some("e1-1-1")),
+            ("nokia_srsim", "1/x2/1/c3/4", Some("e1-x2-1-c3-4")),
+            ("nokia_srsim", "1/x2/1/4", Some("e1-x2-1-4")),
+            ("nokia_srsim", "1/1", None),
+            ("cisco_iol", "Ethernet0/1", Some("eth1")),
+            ("cisco_iol", "e1/2", Some("eth6")),
+            ("cisco_iol", "Ethernet 0/3", Some("eth3")),
+            ("cisco_iol", "eth1", None),
+            ("linux", "ethernet-1/1", None),
+        ];
+        for (kind, name, linux) in cases {
+            assert_eq!(linux_name(kind, name).as_deref(), linux, "{kind} {name}");
+        }
+    }
+}
