@@ -309,6 +309,10 @@ fn import_with_env(
             not_carried.add(format!("links: {key}"), format!("line {line}"));
         }
         let [a, b] = <[String; 2]>::try_from(ends).expect("a link has two ends");
+        if link.ends[0].0 == link.ends[1].0 {
+            let node = &link.ends[0].0;
+            bail!("line {line}: a link from node {node} to itself ({a} to {b}): a lab wire joins two different pods");
+        }
         lab_links.push(LinkOut {
             endpoints: [a, b],
             mtu: link.mtu,
@@ -600,6 +604,13 @@ topology:
         let e = import_with_env(&host, Path::new("x.yml"), 1, None, |_| None).unwrap_err();
         assert!(e.to_string().starts_with("line 15: "), "{e}");
         assert!(e.to_string().contains("`host` link"), "{e}");
+        let looped = CLAB.replace("\"client_1:eth1\"", "\"r2:eth3\"");
+        let e = import_with_env(&looped, Path::new("x.yml"), 1, None, |_| None).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("line 15: a link from node r2 to itself"),
+            "{e}"
+        );
         let bridge = CLAB.replace("client_1: {kind: linux,", "client_1: {kind: bridge,");
         let e = import_with_env(&bridge, Path::new("x.yml"), 1, None, |_| None).unwrap_err();
         assert!(e.to_string().contains("kind bridge"), "{e}");
