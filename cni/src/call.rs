@@ -302,7 +302,9 @@ fn string_at(config: &Value, pointer: &str) -> Option<String> {
 }
 
 /// `CNI_ARGS`: `K=V` pairs separated by `;`.
-fn parse_args(text: &str) -> Result<Vec<(String, String)>, CniError> {
+/// `CNI_ARGS` (`KEY=VALUE;KEY=VALUE`) as pairs: the one reading of it (the call log uses
+/// it too).
+pub(crate) fn parse_args(text: &str) -> Result<Vec<(String, String)>, CniError> {
     let mut args = Vec::new();
     for pair in text.split(';').filter(|p| !p.is_empty()) {
         let Some((key, value)) = pair.split_once('=') else {

@@ -38,12 +38,14 @@ pub fn entry(env: &[(String, String)], took: Duration, outcome: Result<(), &CniE
             .map(|(_, v)| v.as_str())
             .unwrap_or("")
     };
+    // A malformed CNI_ARGS is the call's error to report; its log line still names the
+    // call, with what the args would have given left empty.
+    let args = crate::call::parse_args(var("CNI_ARGS")).unwrap_or_default();
     let arg = |key: &str| {
-        var("CNI_ARGS")
-            .split(';')
-            .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
-            .unwrap_or("")
-            .to_owned()
+        args.iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
     };
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -145,6 +147,18 @@ mod tests {
         assert_eq!(line["code"], 11);
         assert_eq!(line["took_ms"], 7);
         assert_eq!(entry(&env(), Duration::ZERO, Ok(()))["result"], "ok");
+    }
+
+    #[test]
+    fn a_malformed_cni_args_leaves_the_pod_unnamed_in_the_line_and_nothing_else() {
+        let mut env = env();
+        env[4].1 = "K8S_POD_NAMESPACE=lab;garbage;K8S_POD_NAME=r1".into();
+        let line = entry(&env, Duration::ZERO, Ok(()));
+        assert_eq!(
+            (line["namespace"].as_str(), line["pod"].as_str()),
+            (Some(""), Some(""))
+        );
+        assert_eq!(line["command"], "ADD");
     }
 
     #[test]
