@@ -60,15 +60,29 @@ fn checked(command: &mut Command, what: &str) -> Result<String> {
 /// Makes every bind's relative host path absolute, from the directory of the lab file
 /// `file`.
 pub fn resolve_binds(lab: &mut Lab, file: &Path) {
-    let parent = file.parent().filter(|p| !p.as_os_str().is_empty());
-    let base = std::fs::canonicalize(parent.unwrap_or(Path::new(".")))
-        .unwrap_or_else(|_| parent.unwrap_or(Path::new(".")).to_path_buf());
+    let base = directory_of(file);
     for container in lab.containers.values_mut() {
         for bind in &mut container.binds {
-            if !bind.starts_with('/') {
-                *bind = format!("{}/{bind}", base.display());
-            }
+            *bind = absolute_bind(&base, bind);
         }
+    }
+}
+
+/// The directory `file` is in, absolute where it exists.
+pub fn directory_of(file: &Path) -> std::path::PathBuf {
+    let dir = file
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())
+}
+
+/// `bind` (`HOST:CONTAINER[:OPTIONS]`) with a relative host path taken from `base`.
+pub fn absolute_bind(base: &Path, bind: &str) -> String {
+    if bind.starts_with('/') {
+        bind.to_owned()
+    } else {
+        format!("{}/{bind}", base.display())
     }
 }
 
@@ -125,19 +139,12 @@ pub fn ensure_images(lab: &Lab) -> Result<()> {
 /// Each image of the lab once, with the policy that asks the most of it (Always over
 /// IfNotPresent over Never) and the pods that run it.
 fn images_to_have(lab: &Lab) -> Vec<(&str, PullPolicy, Vec<&str>)> {
-    let strength = |p: PullPolicy| match p {
-        PullPolicy::Never => 0,
-        PullPolicy::IfNotPresent => 1,
-        PullPolicy::Always => 2,
-    };
     let mut images: BTreeMap<&str, (PullPolicy, Vec<&str>)> = BTreeMap::new();
     for (pod, container) in &lab.containers {
         let entry = images
             .entry(container.image.as_str())
             .or_insert((container.image_pull_policy, Vec::new()));
-        if strength(container.image_pull_policy) > strength(entry.0) {
-            entry.0 = container.image_pull_policy;
-        }
+        entry.0 = entry.0.max(container.image_pull_policy);
         entry.1.push(pod);
     }
     images

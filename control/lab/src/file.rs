@@ -93,15 +93,17 @@ pub struct PodRouting {
 
 /// When `lab up` pulls a pod's image: the values (and spellings) of containerlab's and
 /// Kubernetes' `image-pull-policy`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Ordered by what each asks of `lab up`: pods that share an image pull it by the
+/// greatest of their policies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum PullPolicy {
+    /// Never pulled: the image must be in the local store.
+    Never,
     /// Pulled when the local store does not have it.
     #[default]
     IfNotPresent,
     /// Pulled at every `lab up`, for the registry's newest.
     Always,
-    /// Never pulled: the image must be in the local store.
-    Never,
 }
 
 impl PullPolicy {

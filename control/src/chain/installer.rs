@@ -193,7 +193,10 @@ impl Installer {
     }
 
     fn state_dir(&self) -> PathBuf {
-        (self.config.state_dir.clone()).unwrap_or_else(|| PathBuf::from("/var/lib/xwire/chain"))
+        self.config
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/var/lib/xwire/chain"))
     }
 
     fn file_names(&self) -> Result<Vec<String>, ChainError> {

@@ -103,7 +103,8 @@ impl PoolRole {
             if index == self.my_pool {
                 continue;
             }
-            for &cidr in &pool.cidrs {
+            for net in &pool.cidrs {
+                let cidr = (net.addr(), net.prefix_len());
                 want.rules.insert(Rule {
                     selector: Selector::To(cidr),
                     table,

@@ -41,7 +41,7 @@ pub struct Pools {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pool {
     pub name: String,
-    pub cidrs: Vec<(IpAddr, u8)>,
+    pub cidrs: Vec<IpNet>,
     pub gateways: Vec<GatewaySpec>,
     pub nat: bool,
 }
@@ -62,11 +62,12 @@ impl Pools {
             }
             let mut cidrs = Vec::new();
             for text in &spec.cidrs {
-                let cidr = parse_cidr(text)
-                    .ok_or_else(|| format!("pool {}: {text:?} is not a CIDR", spec.name))?;
+                let cidr: IpNet = text
+                    .parse()
+                    .map_err(|_| format!("pool {}: {text:?} is not a CIDR", spec.name))?;
                 if let Some(other) = pools
                     .iter()
-                    .find(|p| p.cidrs.iter().any(|c| overlaps(*c, cidr)))
+                    .find(|p| p.cidrs.iter().any(|c| overlaps(c, &cidr)))
                 {
                     return Err(format!(
                         "pool {}: {text} overlaps pool {}'s",
@@ -117,8 +118,8 @@ impl Pools {
             .iter()
             .enumerate()
             .flat_map(|(i, p)| p.cidrs.iter().map(move |c| (i, *c)))
-            .filter(|(_, c)| contains(*c, ip))
-            .max_by_key(|(_, c)| c.1)
+            .filter(|(_, c)| c.contains(&ip))
+            .max_by_key(|(_, c)| c.prefix_len())
             .map(|(i, _)| i)
     }
 
@@ -142,22 +143,7 @@ impl Pool {
     }
 }
 
-pub fn parse_cidr(text: &str) -> Option<(IpAddr, u8)> {
-    let net: IpNet = text.parse().ok()?;
-    Some((net.addr(), net.prefix_len()))
-}
-
-/// A parsed CIDR as ipnet's: `parse_cidr` checked its prefix length.
-fn net((address, prefix): (IpAddr, u8)) -> IpNet {
-    IpNet::new(address, prefix).expect("parse_cidr checked the prefix length")
-}
-
-fn contains(cidr: (IpAddr, u8), ip: IpAddr) -> bool {
-    net(cidr).contains(&ip)
-}
-
-fn overlaps(a: (IpAddr, u8), b: (IpAddr, u8)) -> bool {
-    let (a, b) = (net(a), net(b));
+fn overlaps(a: &IpNet, b: &IpNet) -> bool {
     a.contains(&b.network()) || b.contains(&a.network())
 }
 

@@ -207,11 +207,8 @@ fn link_name(message: &LinkMessage) -> Option<String> {
 }
 
 fn parse_cidr(cidr: &str) -> Option<(IpAddr, u8)> {
-    let (addr, prefix) = cidr.split_once('/')?;
-    let addr: IpAddr = addr.parse().ok()?;
-    let prefix: u8 = prefix.parse().ok()?;
-    let max = if addr.is_ipv4() { 32 } else { 128 };
-    (prefix <= max).then_some((addr, prefix))
+    let net: ipnet::IpNet = cidr.parse().ok()?;
+    Some((net.addr(), net.prefix_len()))
 }
 
 /// One end of a veth pair: the namespace it is in now, and its name.

@@ -166,11 +166,7 @@ fn import_with_env(
         (Some(named), None) => named.clone(),
         (None, None) => bail!("the file has no `name:`; give the lab one with --name"),
     };
-    let dir = file
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let base = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let base = super::containers::directory_of(file);
     let mut warnings = Vec::new();
     let mut not_carried = NotCarried::default();
     for key in clab.other.keys() {
@@ -237,13 +233,8 @@ fn import_with_env(
                 pod.binds = node
                     .binds
                     .iter()
-                    .map(|b| placeholders.replace_in_bind(b))
                     .map(|b| {
-                        if b.starts_with('/') {
-                            b
-                        } else {
-                            format!("{}/{b}", base.display())
-                        }
+                        super::containers::absolute_bind(&base, &placeholders.replace_in_bind(b))
                     })
                     .collect();
                 pod.exec = node.exec.iter().map(|e| placeholders.replace(e)).collect();

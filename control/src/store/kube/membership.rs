@@ -122,11 +122,9 @@ pub(super) fn watch_nodes(
 /// the daemon's own namespace: the one its ServiceAccount token names, which an overlay
 /// may have changed).
 pub(super) fn issue_identity(store: &KubeStore, secret: &str) -> Result<NodeIdentity, StoreError> {
-    let (namespace, name) = match secret.split_once('/') {
-        Some((namespace, name)) => (namespace.to_owned(), name),
-        None => (store.client.default_namespace().to_owned(), secret),
-    };
-    let namespace = namespace.as_str();
+    let (namespace, name) = secret
+        .split_once('/')
+        .unwrap_or((store.client.default_namespace(), secret));
     let api: Api<Secret> = Api::namespaced(store.client.clone(), namespace);
     store.count(1);
     let found = store
