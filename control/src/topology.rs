@@ -281,10 +281,12 @@ pub fn parse_mixed(text: &str) -> Result<(Vec<Topology>, Vec<String>), String> {
     let mut topologies = Vec::new();
     let mut others = Vec::new();
     for value in values.into_iter().flat_map(list_items) {
+        // Another kind is listed; a Topology with another apiVersion is checked (and
+        // refused with the version it has), not passed over as something else.
         let kind = value.get("kind").and_then(Value::as_str);
         let api_version = value.get("apiVersion").and_then(Value::as_str);
         if let (Some(kind), Some(api_version)) = (kind, api_version) {
-            if (kind, api_version) != (KIND, API_VERSION) {
+            if kind != KIND {
                 let name = value.pointer("/metadata/name").and_then(Value::as_str);
                 others.push(format!(
                     "{kind} {} ({api_version})",
@@ -635,6 +637,10 @@ spec:
         assert_eq!(others, ["Namespace lab (v1)"]);
         let err = parse_mixed(namespace).unwrap_err();
         assert!(err.contains("only Namespace lab (v1)"), "{err}");
+        // A Topology whose apiVersion is mistyped is an error, not something else.
+        let mistyped = KNE_PAIR.replacen("networkop.co.uk/v1beta1", "networkop.co.uk/v1", 1);
+        let err = parse_mixed(&mistyped).unwrap_err();
+        assert!(err.contains("apiVersion \"networkop.co.uk/v1\""), "{err}");
     }
 
     #[test]
