@@ -316,10 +316,10 @@ fn host_name() -> String {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}: {cause}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// toml's message names the field, the line and the column.
     #[error("{path}: {message}")]
@@ -336,7 +336,7 @@ impl DaemonConfig {
     pub fn load(path: &Path) -> Result<DaemonConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.into(),
-            source,
+            cause: source,
         })?;
         DaemonConfig::parse(&text, path)
     }

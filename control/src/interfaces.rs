@@ -210,7 +210,7 @@ pub fn configure(ns: &NetnsFd, end: &EndSettings) -> Result<(), NetnsError> {
             return Err(NetnsError::Io {
                 op,
                 ns: ns.label().into(),
-                source: std::io::Error::other(format!(
+                cause: std::io::Error::other(format!(
                     "xwire's label for it, {alias:?}, is {} bytes and the kernel keeps at most \
                      {MAX_ALIAS}: the namespace is too long (Kubernetes allows 63 bytes)",
                     alias.len()
@@ -223,7 +223,7 @@ pub fn configure(ns: &NetnsFd, end: &EndSettings) -> Result<(), NetnsError> {
                 .map_err(|source| NetnsError::Io {
                     op: format!("turn tx checksum off on {}", end.name),
                     ns: ns.label().into(),
-                    source,
+                    cause: source,
                 })?;
         }
         let ipv6 = end.ipv6.settings();

@@ -83,7 +83,7 @@ impl Endpoint {
         let program = RedirectProgram::load(1).map_err(|source| PortError::Socket {
             ifname: ifname.into(),
             mode: "load the XDP program",
-            source,
+            cause: source,
         })?;
         let mut port = XdpPort::open(
             ifname,

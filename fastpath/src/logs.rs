@@ -16,11 +16,19 @@ pub fn init(default: &str) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(colour_wanted(std::io::IsTerminal::is_terminal(
+            &std::io::stderr(),
+        )))
         .init();
     if let Some(problem) = problem {
         tracing::warn!("{problem}");
     }
+}
+
+/// Colour only on a terminal, and not when `NO_COLOR` is set to anything but the empty
+/// string (no-color.org).
+pub fn colour_wanted(to_terminal: bool) -> bool {
+    to_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 fn filter(default: &str) -> (EnvFilter, Option<String>) {

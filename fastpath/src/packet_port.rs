@@ -85,7 +85,7 @@ impl PacketPort {
         let fail = |what: &str, e: io::Error| PortError::Socket {
             ifname: ifname.into(),
             mode: "af_packet",
-            source: io::Error::new(e.kind(), format!("{what}: {e}")),
+            cause: io::Error::new(e.kind(), format!("{what}: {e}")),
         };
         // Protocol 0: a socket opened for ETH_P_ALL takes every interface's frames until
         // `bind` narrows it to one, and keeps them in its ring. A resize's bridge opened

@@ -66,23 +66,18 @@ pub enum PortError {
     BadName(String),
     #[error("no interface {0} in this network namespace")]
     NoSuchInterface(String),
-    #[error("{ifname}: AF_XDP socket refused in {mode} mode: {source}")]
+    #[error("{ifname}: AF_XDP socket refused in {mode} mode: {cause}")]
     Socket {
         ifname: String,
         mode: &'static str,
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
     #[error("{0}: another XDP program or AF_XDP socket holds this interface")]
     Busy(String),
     #[error("{0}: the UMEM already has rings on this interface (a port opened twice)")]
     AlreadyOpen(String),
-    #[error("{ifname}: the worker cannot watch the port's socket: {source}")]
-    Unwatched {
-        ifname: String,
-        #[source]
-        source: nix::Error,
-    },
+    #[error("{ifname}: the worker cannot watch the port's socket: {cause}")]
+    Unwatched { ifname: String, cause: nix::Error },
     #[error("{ifname}: cannot steer it through the switch: {reason}")]
     Unsteerable { ifname: String, reason: String },
     #[error("no room for another port (the worker has {0})")]
@@ -260,7 +255,7 @@ impl XdpPort {
                     .map_err(|source| PortError::Socket {
                         ifname: ifname.into(),
                         mode: XdpMode::Native.name(),
-                        source,
+                        cause: source,
                     })?;
                 (XdpMode::Native, rings, None)
             }
@@ -334,7 +329,7 @@ impl XdpPort {
                         .map_err(|source| PortError::Socket {
                             ifname: ifname.into(),
                             mode: mode.name(),
-                            source,
+                            cause: source,
                         })?;
                     let rings = (tx, rx, fill, completion);
                     return Ok((mode, rings, Some((ifindex, slot))));
@@ -344,7 +339,7 @@ impl XdpPort {
                     last_error = Some(PortError::Socket {
                         ifname: ifname.into(),
                         mode: mode.name(),
-                        source,
+                        cause: source,
                     });
                 }
             }
@@ -683,7 +678,7 @@ fn socket_error(ifname: &str, mode: &'static str, e: &dyn std::error::Error) -> 
         PortError::Socket {
             ifname: ifname.into(),
             mode,
-            source,
+            cause: source,
         }
     }
 }

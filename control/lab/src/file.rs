@@ -307,9 +307,13 @@ fn at(span: &Span, message: impl Into<String>) -> LabFileError {
 /// keeps the uids it assigned to links that have none in the file, so an unchanged link
 /// keeps its wire.
 pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
-    let options = marked_yaml::LoaderOptions::default().error_on_duplicate_keys(true);
-    let raw: RawLab =
-        marked_yaml::from_yaml_with_options(0, text, options).map_err(|e| yaml_error(&e, text))?;
+    let options = marked_yaml::LoaderOptions::default()
+        .error_on_duplicate_keys(true)
+        .prevent_coercion(true);
+    let mut root = marked_yaml::parse_yaml_with_options(0, text, options)
+        .map_err(|e| yaml_error(&e.into(), text))?;
+    drop_nulls(&mut root);
+    let raw: RawLab = marked_yaml::from_node(&root).map_err(|e| yaml_error(&e.into(), text))?;
     check_name(&raw.name, "lab name", MAX_LAB_NAME)?;
     let mut nodes: Vec<String> = Vec::new();
     for node in &raw.nodes {
@@ -853,6 +857,34 @@ fn name_rule(name: &str, what: &str, max: usize) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("{what} {name:?} must be lower-case letters, digits and '-', start with a letter, and be at most {max} long"))
+    }
+}
+
+/// YAML's null (a plain `~` or `null`) means the key was not written. marked-yaml reads
+/// every scalar as text (`exec: ~` would be the string "~") and has no null for an
+/// `Option` either, so each key whose value is null is taken out before the file is read;
+/// a null list item becomes an empty scalar. A quoted "~" stays text.
+fn drop_nulls(node: &mut marked_yaml::Node) {
+    let is_null = |node: &marked_yaml::Node| {
+        node.as_scalar()
+            .is_some_and(|s| s.may_coerce() && matches!(s.as_str(), "~" | "null" | "Null" | "NULL"))
+    };
+    match node {
+        marked_yaml::Node::Scalar(_) => {}
+        marked_yaml::Node::Mapping(mapping) => {
+            mapping.retain(|_, value| !is_null(value));
+            mapping.values_mut().for_each(drop_nulls);
+        }
+        marked_yaml::Node::Sequence(items) => {
+            for item in items.iter_mut() {
+                if is_null(item) {
+                    *item = marked_yaml::Node::Scalar(
+                        marked_yaml::types::MarkedScalarNode::new_empty(*item.span()),
+                    );
+                }
+                drop_nulls(item);
+            }
+        }
     }
 }
 

@@ -134,13 +134,20 @@ fn stop_all(daemons: &mut [Supervised]) {
 
 fn say(line: &str) {
     let mut err = std::io::stderr();
-    let _ = writeln!(err, "{} {line}", epoch_seconds());
+    let _ = writeln!(err, "{} {line}", timestamp(chrono::Utc::now()));
 }
 
-/// Seconds since the epoch, enough to order the log's lines.
-fn epoch_seconds() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    format!("{}.{:03}", now.as_secs(), now.subsec_millis())
+/// RFC 3339 in UTC to the millisecond, as the daemons' own lines start, so the two logs
+/// read and sort alike.
+fn timestamp(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_line_starts_with_a_date_a_person_can_read() {
+        let at = chrono::DateTime::from_timestamp_millis(1_796_000_000_123).unwrap();
+        assert_eq!(super::timestamp(at), "2026-11-30T00:53:20.123Z");
+    }
 }

@@ -24,11 +24,8 @@ pub struct NetnsFd {
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetnsError {
-    #[error("network namespace {path}: {source}")]
-    Open {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("network namespace {path}: {cause}")]
+    Open { path: String, cause: std::io::Error },
     #[error("{path} is not a network namespace")]
     NotNetns { path: String },
     /// The path names another namespace than the one recorded when it was first given
@@ -39,17 +36,17 @@ pub enum NetnsError {
         recorded: NetnsIdentity,
         found: NetnsIdentity,
     },
-    #[error("{op} in {ns}: {source}")]
+    #[error("{op} in {ns}: {cause}")]
     Io {
         op: String,
         ns: String,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("{op} in {ns}: {source}")]
+    #[error("{op} in {ns}: {cause}")]
     Netlink {
         op: String,
         ns: String,
-        source: rtnetlink::Error,
+        cause: rtnetlink::Error,
     },
 }
 
@@ -61,8 +58,8 @@ impl NetnsError {
     pub fn is_gone(&self) -> bool {
         match self {
             NetnsError::NotNetns { .. } | NetnsError::Replaced { .. } => true,
-            NetnsError::Open { source, .. } => matches!(
-                source.raw_os_error(),
+            NetnsError::Open { cause, .. } => matches!(
+                cause.raw_os_error(),
                 Some(libc::ENOENT) | Some(libc::ENOTDIR)
             ),
             _ => false,
@@ -74,8 +71,8 @@ impl NetnsError {
     pub fn is_shortage(&self) -> bool {
         matches!(
             self,
-            NetnsError::Open { source, .. } if matches!(
-                source.raw_os_error(),
+            NetnsError::Open { cause, .. } if matches!(
+                cause.raw_os_error(),
                 Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOMEM)
             )
         )
@@ -85,12 +82,10 @@ impl NetnsError {
     pub fn errno(&self) -> Option<i32> {
         match self {
             NetnsError::Netlink {
-                source: rtnetlink::Error::NetlinkError(m),
+                cause: rtnetlink::Error::NetlinkError(m),
                 ..
             } => m.code.map(|c| -c.get()),
-            NetnsError::Io { source, .. } | NetnsError::Open { source, .. } => {
-                source.raw_os_error()
-            }
+            NetnsError::Io { cause, .. } | NetnsError::Open { cause, .. } => cause.raw_os_error(),
             _ => None,
         }
     }
@@ -126,9 +121,9 @@ impl NetnsFd {
     /// have changed meanwhile). A namespace of another kind is refused too.
     pub fn open(path: &Path) -> Result<NetnsFd, NetnsError> {
         let label = path.display().to_string();
-        let open_error = |source: std::io::Error| NetnsError::Open {
+        let open_error = |cause: std::io::Error| NetnsError::Open {
             path: label.clone(),
-            source,
+            cause,
         };
         let handle = File::options()
             .read(true)
@@ -150,9 +145,9 @@ impl NetnsFd {
         let Some(recorded) = recorded else {
             return Ok(ns);
         };
-        let found = ns.identity().map_err(|source| NetnsError::Open {
+        let found = ns.identity().map_err(|cause| NetnsError::Open {
             path: path.display().to_string(),
-            source,
+            cause,
         })?;
         if found != recorded {
             return Err(NetnsError::Replaced {
@@ -169,9 +164,9 @@ impl NetnsFd {
     /// called `label`.
     pub fn from_handle(handle: std::os::fd::OwnedFd, label: &str) -> Result<NetnsFd, NetnsError> {
         let label = label.to_owned();
-        let open_error = |source: std::io::Error| NetnsError::Open {
+        let open_error = |cause: std::io::Error| NetnsError::Open {
             path: label.clone(),
-            source,
+            cause,
         };
         let fs = nix::sys::statfs::fstatfs(&handle).map_err(|e| open_error(e.into()))?;
         if fs.filesystem_type().0 as i64 != NSFS_MAGIC {
@@ -236,7 +231,7 @@ impl NetnsFd {
                         NetnsError::Io {
                             op: op.into(),
                             ns: self.label.clone(),
-                            source: e.into(),
+                            cause: e.into(),
                         }
                     })?;
                     Ok(f())
@@ -296,10 +291,10 @@ impl NetnsFd {
             }
             Ok(())
         })?;
-        written.map_err(|source| NetnsError::Io {
+        written.map_err(|cause| NetnsError::Io {
             op: op.into(),
             ns: self.label.clone(),
-            source,
+            cause,
         })
     }
 
@@ -333,10 +328,10 @@ impl NetnsFd {
         F: FnOnce(Handle) -> Fut + Send,
         Fut: Future<Output = Result<T, rtnetlink::Error>>,
     {
-        let io = |source| NetnsError::Io {
+        let io = |cause| NetnsError::Io {
             op: op.into(),
             ns: self.label.clone(),
-            source,
+            cause,
         };
         self.run(op, || {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -356,10 +351,10 @@ impl NetnsFd {
                 let driver = tokio::spawn(connection);
                 let result = f(handle).await;
                 driver.abort();
-                result.map_err(|source| NetnsError::Netlink {
+                result.map_err(|cause| NetnsError::Netlink {
                     op: op.into(),
                     ns: self.label.clone(),
-                    source,
+                    cause,
                 })
             })
         })?
@@ -431,7 +426,7 @@ mod tests {
         for errno in [libc::EMFILE, libc::EACCES, libc::ENFILE, libc::EIO] {
             let e = NetnsError::Open {
                 path: "p".into(),
-                source: std::io::Error::from_raw_os_error(errno),
+                cause: std::io::Error::from_raw_os_error(errno),
             };
             assert!(!e.is_gone(), "{errno}");
             assert_eq!(

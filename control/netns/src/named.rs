@@ -25,7 +25,7 @@ pub fn add(name: &str) -> Result<NetnsFd, NetnsError> {
     let fail = |op: &str, source: std::io::Error| NetnsError::Io {
         op: op.into(),
         ns: name.into(),
-        source,
+        cause: source,
     };
     fs::create_dir_all(NETNS_DIR).map_err(|e| fail("make /run/netns", e))?;
     share_dir().map_err(|e| fail("make /run/netns a shared mount", e.into()))?;
@@ -62,7 +62,7 @@ pub fn bind_current(path: &Path) -> Result<(), NetnsError> {
     let fail = |op: &str, source: std::io::Error| NetnsError::Io {
         op: op.into(),
         ns: path.display().to_string(),
-        source,
+        cause: source,
     };
     File::options()
         .write(true)

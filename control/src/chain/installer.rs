@@ -57,16 +57,16 @@ pub enum Ensured {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("{path}: {source}")]
+#[error("{path}: {cause}")]
 pub struct ChainError {
     path: PathBuf,
-    source: std::io::Error,
+    cause: std::io::Error,
 }
 
 fn at(path: &Path) -> impl FnOnce(std::io::Error) -> ChainError + '_ {
     move |source| ChainError {
         path: path.to_owned(),
-        source,
+        cause: source,
     }
 }
 

@@ -29,11 +29,8 @@ pub enum GatewayError {
     Identity(String),
     #[error("{0}")]
     Config(String),
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
-        source: std::io::Error,
-    },
+    #[error("{what}: {cause}")]
+    Io { what: String, cause: std::io::Error },
 }
 
 /// What a gateway needs to know.

@@ -115,7 +115,7 @@ pub(crate) fn start(
                 Err(source) => {
                     let _ = ready_tx.send(Err(GatewayError::Io {
                         what: "start the gateway's runtime".into(),
-                        source,
+                        cause: source,
                     }));
                     return;
                 }
@@ -131,7 +131,7 @@ pub(crate) fn start(
                     Err(e) => {
                         let _ = ready_tx.send(Err(GatewayError::Io {
                             what: format!("make the TUN device {}", config.tun_name),
-                            source: std::io::Error::other(e.to_string()),
+                            cause: std::io::Error::other(e.to_string()),
                         }));
                         return;
                     }
@@ -144,7 +144,7 @@ pub(crate) fn start(
                         })
                         .map_err(|source| GatewayError::Io {
                             what: format!("listen on {wan}"),
-                            source,
+                            cause: source,
                         })
                 });
                 let mut endpoint = match endpoint {
@@ -193,7 +193,7 @@ pub(crate) fn start(
         })
         .map_err(|source| GatewayError::Io {
             what: "start the gateway's thread".into(),
-            source,
+            cause: source,
         })?;
     match ready_rx.recv() {
         Ok(Ok(())) => Ok(Running {

@@ -34,7 +34,7 @@ impl NodeIdentity {
         let read = |path: &Path| {
             std::fs::read_to_string(path).map_err(|source| PkiError::Read {
                 path: path.display().to_string(),
-                source,
+                cause: source,
             })
         };
         Ok(NodeIdentity {

@@ -20,11 +20,8 @@ pub use identity::NodeIdentity;
 pub enum PkiError {
     #[error("{0}")]
     Name(String),
-    #[error("read {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("read {path}: {cause}")]
+    Read { path: String, cause: std::io::Error },
     #[error("making a certificate: {0}")]
     Certificate(String),
 }

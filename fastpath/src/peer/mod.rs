@@ -132,10 +132,10 @@ pub struct PeerCounters {
 pub enum PeerError {
     #[error("node identity: {0}")]
     Identity(String),
-    #[error("UDP socket on {addr}: {source}")]
+    #[error("UDP socket on {addr}: {cause}")]
     Socket {
         addr: SocketAddr,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("peer name {0:?} is not a valid DNS name")]
     BadName(String),

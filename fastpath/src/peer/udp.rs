@@ -37,7 +37,10 @@ pub(crate) struct Udp {
 
 impl Udp {
     pub(crate) fn bind(addr: SocketAddr) -> Result<Udp, PeerError> {
-        let error = |source| PeerError::Socket { addr, source };
+        let error = |source| PeerError::Socket {
+            addr,
+            cause: source,
+        };
         let socket = UdpSocket::bind(addr).map_err(error)?;
         socket.set_nonblocking(true).map_err(error)?;
         let state = UdpSocketState::new((&socket).into()).map_err(error)?;

@@ -586,7 +586,7 @@ impl Switch {
             let _ = self.remove_port(id);
             return Err(PortError::Unwatched {
                 ifname: ifname.into(),
-                source,
+                cause: source,
             }
             .into());
         }

@@ -242,3 +242,28 @@ fn frames_per_port_is_the_daemons_default_unless_given_and_within_its_range() {
     let error = refused("nodes:", "frames_per_port: many\nnodes:");
     assert!(error.message.contains("frames_per_port"), "{error:?}");
 }
+
+#[test]
+fn yaml_null_is_a_value_not_given_and_a_quoted_tilde_is_text() {
+    let text = "\
+name: nulls
+nodes: [a]
+pods:
+  r1: {node: a, image: alpine, env: {A: ~, B: null, C: \"~\"}, labels: ~, exec: ~, cmd: ~}
+  r2: {node: a}
+links:
+  - endpoints: [r1:eth1, r2:eth1]
+    ips: ~
+    mtu: null
+    impairment: ~
+";
+    let lab = parse(text, None).unwrap();
+    let r1 = &lab.containers["r1"];
+    assert!(!r1.env.contains_key("A") && !r1.env.contains_key("B"));
+    assert_eq!(r1.env["C"], "~");
+    assert!(r1.labels.is_empty());
+    assert!(r1.exec.is_empty());
+    assert_eq!(r1.cmd, None);
+    assert_eq!(lab.links[0].ips, None);
+    assert_eq!(lab.links[0].mtu, None);
+}

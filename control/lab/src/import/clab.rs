@@ -30,16 +30,16 @@ pub(super) struct Clab {
 
 #[derive(Deserialize, Default)]
 pub(super) struct Topology {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub(super) defaults: NodeDef,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub(super) kinds: BTreeMap<String, NodeDef>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub(super) groups: BTreeMap<String, NodeDef>,
     /// A node written with no settings (`r1:` or `r1: {}`) is a node all the same.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub(super) nodes: BTreeMap<String, Option<NodeDef>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub(super) links: Vec<Value>,
     #[serde(flatten)]
     pub(super) other: BTreeMap<String, Value>,
@@ -53,15 +53,15 @@ pub(super) struct NodeDef {
     pub(super) group: Option<String>,
     pub(super) image: Option<String>,
     pub(super) cmd: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub(super) env: BTreeMap<String, Scalar>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub(super) labels: BTreeMap<String, Scalar>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub(super) binds: Vec<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub(super) exec: Vec<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub(super) ports: Vec<String>,
     pub(super) startup_config: Option<String>,
     pub(super) image_pull_policy: Option<String>,
@@ -70,14 +70,34 @@ pub(super) struct NodeDef {
     pub(super) other: BTreeMap<String, Value>,
 }
 
+/// The keys of `other` that carry a value: `key: ~` sets nothing, so is not "not carried".
+pub(super) fn set_keys(other: &BTreeMap<String, Value>) -> impl Iterator<Item = &str> {
+    other
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, _)| k.as_str())
+}
+
+/// A list or map written as YAML's null (`binds: ~`) is an empty one, as containerlab
+/// (Go's YAML decoder) reads it.
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
 /// An environment or label value: containerlab's schema takes a string, a number or a
-/// boolean, and the container gets its text.
+/// boolean, and the container gets its text; a null is the empty text (Go's zero
+/// string), not "~".
 #[derive(Deserialize, Clone, Debug, PartialEq)]
 #[serde(untagged)]
 pub(super) enum Scalar {
     Text(String),
     Number(serde_yaml_ng::Number),
     Bool(bool),
+    Null,
 }
 
 impl Scalar {
@@ -86,6 +106,7 @@ impl Scalar {
             Scalar::Text(t) => t.clone(),
             Scalar::Number(n) => n.to_string(),
             Scalar::Bool(b) => b.to_string(),
+            Scalar::Null => String::new(),
         }
     }
 }
@@ -184,7 +205,7 @@ impl Topology {
                 .unwrap_or_default(),
             other: levels
                 .iter()
-                .flat_map(|(level, l)| l.other.keys().map(move |k| (*level, k.clone())))
+                .flat_map(|(level, l)| set_keys(&l.other).map(move |k| (*level, k.to_owned())))
                 .collect(),
             kind,
             group,
@@ -317,5 +338,19 @@ nodes:
     fn keys_no_field_carries_are_kept_with_their_level() {
         let leaf = topology(LEVELS).resolve("leaf");
         assert_eq!(leaf.other, [("nodes", "mystery".to_string())]);
+    }
+
+    #[test]
+    fn a_null_is_nothing_set_and_an_env_value_of_null_is_empty_text() {
+        let t = topology(
+            "defaults: ~\nkinds: ~\nnodes:\n  r1: {env: {A: ~, B: 1}, labels: ~, binds: ~, exec: ~, ports: ~, mgmt-ipv4: ~, cmd: ~}\nlinks: ~\n",
+        );
+        let r1 = t.resolve("r1");
+        assert_eq!(r1.env["A"], "");
+        assert_eq!(r1.env["B"], "1");
+        assert!(r1.labels.is_empty() && r1.binds.is_empty() && r1.exec.is_empty());
+        assert_eq!(r1.cmd, None);
+        assert!(r1.other.is_empty(), "{:?}", r1.other);
+        assert!(t.links.is_empty());
     }
 }

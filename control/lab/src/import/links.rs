@@ -46,7 +46,9 @@ pub(super) fn read(value: &Value, line: usize) -> Result<NodeLink> {
     let at = |message: String| anyhow::anyhow!("line {line}: {message}");
     let link: Link = serde_yaml_ng::from_value(value.clone())
         .map_err(|e| at(format!("not a containerlab link: {e}")))?;
-    let mut not_carried: Vec<String> = link.other.keys().cloned().collect();
+    let mut not_carried: Vec<String> = super::clab::set_keys(&link.other)
+        .map(str::to_owned)
+        .collect();
     let ends = match link.kind.as_deref() {
         None => {
             let endpoints = link.endpoints.unwrap_or_default();
@@ -73,7 +75,8 @@ pub(super) fn read(value: &Value, line: usize) -> Result<NodeLink> {
                         "a `type: veth` endpoint is {{node, interface}}: {e}"
                     ))
                 })?;
-                not_carried.extend(end.other.keys().map(|k| format!("endpoints.{k}")));
+                not_carried
+                    .extend(super::clab::set_keys(&end.other).map(|k| format!("endpoints.{k}")));
                 ends.push((end.node, end.interface));
             }
             ends

@@ -169,10 +169,10 @@ fn import_with_env(
     let base = super::containers::directory_of(file);
     let mut warnings = Vec::new();
     let mut not_carried = NotCarried::default();
-    for key in clab.other.keys() {
-        not_carried.add(key.clone(), "the file");
+    for key in clab::set_keys(&clab.other) {
+        not_carried.add(key.to_owned(), "the file");
     }
-    for key in topology.other.keys() {
+    for key in clab::set_keys(&topology.other) {
         not_carried.add(format!("topology.{key}"), "the file");
     }
     let lab_name = choose_name(&clab_name, name, &mut warnings)?;
