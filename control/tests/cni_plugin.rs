@@ -763,10 +763,11 @@ fn a_topology_list_over_what_one_call_takes_is_applied_whole() {
 
 #[test]
 fn a_kne_users_file_applies_its_topologies_and_lists_the_rest_and_a_host_link_is_refused() {
-    // The project's own KNE example: a Namespace, three Topology objects and three Pods.
+    // The project's own KNE example (a Namespace, three Topology objects and three
+    // Pods), given with -f as kubectl takes it.
     let node = start_node("n1", "");
     let kne = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kind/kne-lab.yaml");
-    let apply = |file: &std::path::Path| xwirectl_topology(&node.socket, &["apply"], file);
+    let apply = |file: &std::path::Path| xwirectl_topology(&node.socket, &["apply", "-f"], file);
     let out = apply(&kne);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);

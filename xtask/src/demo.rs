@@ -61,18 +61,18 @@ pub fn demo() -> Result<()> {
     if Path::new(LAB_DIR).exists() {
         if !started_here() {
             bail!(
-                "a lab named {LAB} is up that `cargo xtask demo` did not start: take it down yourself (xwirectl lab down {LAB}) and run the demo again"
+                "a lab named {LAB} is up that `cargo xtask demo` did not start: take it down yourself (xwirectl lab down --lab {LAB}) and run the demo again"
             );
         }
         println!("== taking down the {LAB} lab an earlier `cargo xtask demo` left up");
-        run(&mut lab(&["down", LAB]))?;
+        run(&mut lab(&["down", "--lab", LAB]))?;
     }
     println!("== xwirectl lab up {LAB_FILE}");
     run(&mut lab(&["up", LAB_FILE]))?;
     remember_start()?;
 
     println!("\n== a ping across every wire");
-    let out = lab(&["status", LAB, "--json"]).output()?;
+    let out = lab(&["status", "--lab", LAB, "--json"]).output()?;
     let status: Value = serde_json::from_slice(&out.stdout).context("read lab status")?;
     let mut failed = Vec::new();
     for wire in status["wires"].as_array().into_iter().flatten() {

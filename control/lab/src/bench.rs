@@ -17,6 +17,7 @@ use super::baseline::{self, VxlanBaseline};
 use super::file::{Lab, LabLink};
 use super::namespaces::netns_path;
 use super::paths::LabPaths;
+use super::table;
 use super::up::find_binary;
 
 #[derive(Debug, Clone)]
@@ -298,26 +299,25 @@ const DIRECTION_HEADER: [&str; 7] = [
     "LOSS",
 ];
 
-fn direction_header() -> String {
-    let [bytes, direction, lossless, gbps, p99, full, loss] = DIRECTION_HEADER;
-    format!("{bytes:>6} {direction:<13} {lossless:>10} {gbps:>8} {p99:>9}   {full:>10} {loss:>7}")
+/// The columns of `DIRECTION_HEADER` that hold numbers, counted after `before` others.
+fn direction_numbers(before: usize) -> Vec<usize> {
+    [0, 2, 3, 4, 5, 6].iter().map(|c| c + before).collect()
 }
 
-fn direction_cells(d: &DirectionBench) -> String {
-    format!(
-        "{:>6} {:<13} {:>10.0} {:>8.3} {:>9}   {:>10.0} {:>6.2}%",
-        d.frame_bytes,
+fn direction_cells(d: &DirectionBench) -> Vec<String> {
+    vec![
+        d.frame_bytes.to_string(),
         format!(
             "{} {}",
             d.direction,
             if d.at_once { "both" } else { "alone" }
         ),
-        d.lossfree_pps,
-        d.lossfree_gbps,
+        format!("{:.0}", d.lossfree_pps),
+        format!("{:.3}", d.lossfree_gbps),
         d.p99_us.map_or("-".to_owned(), |us| format!("{us:.1}")),
-        d.peak_delivered_pps,
-        d.peak_loss_ratio * 100.0,
-    )
+        format!("{:.0}", d.peak_delivered_pps),
+        format!("{:.2}%", d.peak_loss_ratio * 100.0),
+    ]
 }
 
 /// The first row of a group shows its label; the others leave it blank.
@@ -330,24 +330,23 @@ fn first(i: usize, label: impl FnOnce() -> String) -> String {
 }
 
 pub fn render(results: &[WireBench], chart: &Path, max_loss: f64) -> String {
-    let mut out = format!(
-        "{:>5}  {:<33} {:<7} {}\n",
-        "UID",
-        "WIRE (A -> B)",
-        "KIND",
-        direction_header()
-    );
+    let mut header = vec!["UID", "WIRE (A -> B)", "KIND"];
+    header.extend(DIRECTION_HEADER);
+    let mut numbers = vec![0];
+    numbers.extend(direction_numbers(3));
+    let mut rates = table::new(&header, &numbers);
     for r in results {
         for (i, d) in r.directions.iter().enumerate() {
-            out.push_str(&format!(
-                "{:>5}  {:<33} {:<7} {}\n",
+            let mut row = vec![
                 first(i, || r.uid.to_string()),
                 first(i, || format!("{} -> {}", r.endpoints[0], r.endpoints[1])),
                 first(i, || r.kind.to_owned()),
-                direction_cells(d),
-            ));
+            ];
+            row.extend(direction_cells(d));
+            rates.add_row(row);
         }
     }
+    let mut out = table::render(&rates);
     out.push_str(&format!(
         "\nLOSSLESS: the highest offered rate (pps) carried with loss at or below {}%, found by a \
          search over offered rates, with the p99 latency at it; FULL-RATE: what arrived when \
@@ -355,28 +354,33 @@ pub fn render(results: &[WireBench], chart: &Path, max_loss: f64) -> String {
         max_loss * 100.0
     ));
     out.push_str(&render_baselines(results));
-    out.push_str(&format!(
-        "\n{:>5}  {:<33} {:>9} {:>9}\n",
-        "UID", "LATENCY, 64 B FRAMES AT A LOW RATE", "P50 US", "P99 US"
-    ));
+    let mut latency = table::new(
+        &[
+            "UID",
+            "LATENCY, 64 B FRAMES AT A LOW RATE",
+            "P50 US",
+            "P99 US",
+        ],
+        &[0, 2, 3],
+    );
     for r in results {
-        out.push_str(&format!(
-            "{:>5}  {:<33} {:>9.1} {:>9.1}\n",
-            r.uid,
+        latency.add_row(vec![
+            r.uid.to_string(),
             format!("{} pps", r.latency.offered_pps.round()),
-            r.latency.p50_us,
-            r.latency.p99_us
-        ));
+            format!("{:.1}", r.latency.p50_us),
+            format!("{:.1}", r.latency.p99_us),
+        ]);
         if let Some(b) = &r.baseline {
-            out.push_str(&format!(
-                "{:>5}  {:<33} {:>9.1} {:>9.1}\n",
-                "",
+            latency.add_row(vec![
+                String::new(),
                 format!("  kernel VXLAN {} -> {}", b.nodes[0], b.nodes[1]),
-                b.latency.p50_us,
-                b.latency.p99_us
-            ));
+                format!("{:.1}", b.latency.p50_us),
+                format!("{:.1}", b.latency.p99_us),
+            ]);
         }
     }
+    out.push('\n');
+    out.push_str(&table::render(&latency));
     out.push_str(&format!("\nchart: {}\n", chart.display()));
     out
 }
@@ -384,23 +388,22 @@ pub fn render(results: &[WireBench], chart: &Path, max_loss: f64) -> String {
 /// Each remote wire's baseline rows, with the wire's loss-free rate over the baseline's
 /// in the same direction.
 fn render_baselines(results: &[WireBench]) -> String {
-    let mut out = String::new();
+    let mut missing = String::new();
+    let mut header = vec!["UID", "KERNEL VXLAN, SAME NODES (A -> B)"];
+    header.extend(DIRECTION_HEADER);
+    header.push("WIRE/VXLAN");
+    let mut numbers = vec![0, 9];
+    numbers.extend(direction_numbers(2));
+    let mut baselines = table::new(&header, &numbers);
+    let mut any = false;
     for r in results.iter().filter(|r| r.kind == "remote") {
         if let Some(why) = &r.baseline_missing {
-            out.push_str(&format!("{:>5}  no baseline: {why}\n", r.uid));
+            missing.push_str(&format!("wire {}: no baseline: {why}\n", r.uid));
         }
         let Some(b) = &r.baseline else {
             continue;
         };
-        if out.is_empty() {
-            out.push_str(&format!(
-                "\n{:>5}  {:<33} {}   {:>10}\n",
-                "UID",
-                "KERNEL VXLAN, SAME NODES (A -> B)",
-                direction_header(),
-                "WIRE/VXLAN"
-            ));
-        }
+        any = true;
         for (i, d) in b.directions.iter().enumerate() {
             let ratio = r
                 .directions
@@ -410,16 +413,23 @@ fn render_baselines(results: &[WireBench]) -> String {
                 .map_or("-".to_owned(), |w| {
                     format!("{:.2}x", w.lossfree_pps / d.lossfree_pps)
                 });
-            out.push_str(&format!(
-                "{:>5}  {:<33} {}   {:>10}\n",
+            let mut row = vec![
                 first(i, || r.uid.to_string()),
                 first(i, || format!("{} -> {}", b.nodes[0], b.nodes[1])),
-                direction_cells(d),
-                ratio,
-            ));
+            ];
+            row.extend(direction_cells(d));
+            row.push(ratio);
+            baselines.add_row(row);
         }
     }
-    if !out.is_empty() {
+    let mut out = String::new();
+    if !missing.is_empty() {
+        out.push('\n');
+        out.push_str(&missing);
+    }
+    if any {
+        out.push('\n');
+        out.push_str(&table::render(&baselines));
         out.push_str(
             "\nKERNEL VXLAN: a tunnel the bench builds between the remote wire's two nodes, over \
              the same underlay, with pods of its own, measured the same way and then removed; \

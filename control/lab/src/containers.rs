@@ -261,6 +261,17 @@ pub fn exec_command(lab: &Lab, pod: &str, command: &[String]) -> Command {
     podman
 }
 
+/// The command that runs `command` inside pod `pod`'s container with no terminal and no
+/// input (`lab exec` on several pods, `lab save`).
+pub fn exec_captured_command(lab: &Lab, pod: &str, command: &[String]) -> Command {
+    let mut podman = podman();
+    podman
+        .arg("exec")
+        .arg(container_name(&lab.name, pod))
+        .args(command);
+    podman
+}
+
 /// The container's state as podman says it (`running`, `exited`, ...), or `missing`.
 pub fn state(lab: &Lab, pod: &str) -> String {
     let out = output(

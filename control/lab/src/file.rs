@@ -68,6 +68,10 @@ pub struct Lab {
     /// default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frames_per_port: Option<usize>,
+    /// The names a pod's own software gives its interfaces (`ethernet-1/1`), by pod and
+    /// Linux name (`e1-1`): shown beside the Linux names by `lab status`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub interface_names: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// A pool of nodes with its own underlay, reached from the other pools only through
@@ -145,6 +149,10 @@ pub struct Container {
     /// Commands run in the container (with `sh -c`), in order, once its wires are up.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exec: Vec<String>,
+    /// The command (run with `sh -c`) that makes the container's running configuration
+    /// its startup one, for `lab save`; `None`: the image has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub save: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -258,6 +266,8 @@ struct RawPod {
     image_pull_policy: Option<Spanned<String>>,
     binds: Option<Spanned<Vec<Spanned<String>>>>,
     exec: Option<Spanned<Vec<String>>>,
+    save: Option<Spanned<String>>,
+    interface_names: Option<Spanned<BTreeMap<String, String>>>,
     routes: Option<Vec<Spanned<RawRoute>>>,
     policy_routing: Option<bool>,
 }
@@ -340,6 +350,7 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
     let mut pods = BTreeMap::new();
     let mut containers = BTreeMap::new();
     let mut routing = BTreeMap::new();
+    let mut interface_names = BTreeMap::new();
     for (name, pod) in &raw.pods {
         check_name(name, "pod name", 63)?;
         if !nodes.iter().any(|n| n == pod.node.as_str()) {
@@ -371,6 +382,18 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
         if pod_routing != PodRouting::default() {
             routing.insert(name.to_string(), pod_routing);
         }
+        if let Some(names) = &pod.interface_names {
+            if let Some(bad) = names.keys().find(|k| topology::check_ifname(k).is_err()) {
+                let message = format!(
+                    "pod {}: interface_names: {bad:?} is not a Linux interface name",
+                    name.as_str()
+                );
+                return Err(at(names.span(), message));
+            }
+            if !names.is_empty() {
+                interface_names.insert(name.to_string(), (**names).clone());
+            }
+        }
     }
     let links = check_links(&raw.links, &pods, previous)?;
     let mgmt = check_mgmt(raw.mgmt.as_ref(), &pods, &links, previous)?;
@@ -398,6 +421,7 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
         mgmt,
         pools,
         frames_per_port: raw.frames_per_port.as_ref().map(|f| **f),
+        interface_names,
     };
     // What the daemons will be given must pass their own checks too.
     for t in topologies(&lab) {
@@ -606,10 +630,11 @@ fn check_container(
             pod.image_pull_policy.as_ref().map(|p| p.span()),
             pod.binds.as_ref().map(|b| b.span()),
             pod.exec.as_ref().map(|e| e.span()),
+            pod.save.as_ref().map(|s| s.span()),
         ];
         if let Some(span) = stray.into_iter().flatten().next() {
             let message = format!(
-                "pod {} has no `image`: cmd, env, labels, image_pull_policy, binds and exec are for a pod that runs a container",
+                "pod {} has no `image`: cmd, env, labels, image_pull_policy, binds, exec and save are for a pod that runs a container",
                 name.as_str()
             );
             return Err(at(span, message));
@@ -702,6 +727,10 @@ fn check_container(
         image_pull_policy,
         binds,
         exec: pod.exec.as_ref().map(|e| (**e).clone()).unwrap_or_default(),
+        save: match &pod.save {
+            Some(line) if line.trim().is_empty() => return Err(at(line.span(), "`save` is empty")),
+            save => save.as_ref().map(|line| line.to_string()),
+        },
     }))
 }
 

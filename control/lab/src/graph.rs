@@ -123,6 +123,7 @@ links:
         let wire = |uid: u64, kind: &'static str, carrier: &str| WireStatus {
             uid,
             endpoints: [String::new(), String::new()],
+            interface_names: [None, None],
             kind,
             carrier: carrier.into(),
             ips: None,

@@ -25,8 +25,10 @@ pub mod namespaces;
 pub mod netdev;
 pub mod node_api;
 pub mod paths;
+pub mod save;
 pub mod status;
 pub mod supervisor;
+pub mod table;
 pub mod underlay;
 pub mod up;
 
@@ -87,6 +89,84 @@ pub fn exec(lab: &Lab, pod: &str, command: &[String]) -> Result<i32> {
     Ok(exit_code(status))
 }
 
+/// Runs `command` inside `pod` with no terminal and no input, and returns what it wrote
+/// (`lab exec` on several pods).
+pub fn exec_captured(lab: &Lab, pod: &str, command: &[String]) -> Result<std::process::Output> {
+    use std::process::{Command, Stdio};
+    let Some((program, args)) = command.split_first() else {
+        bail!("no command to run (xwirectl lab exec --all -- COMMAND ARGS...)");
+    };
+    if lab.containers.contains_key(pod) {
+        return containers::exec_captured_command(lab, pod, command)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| anyhow::anyhow!("cannot run podman exec in pod {pod}: {e}"));
+    }
+    let ns = namespaces::open(&LabPaths::of(lab).pod_netns(pod))?;
+    ns.run("run a command in a pod", || {
+        Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+    })?
+    .map_err(|e| anyhow::anyhow!("cannot run {program} in pod {pod}: {e}"))
+}
+
+/// Which pods `lab exec` runs in when it is not given one: all, or those whose
+/// container labels include every KEY=VALUE given (a pod without a container has none).
+#[derive(Debug, PartialEq)]
+pub enum PodSelector {
+    All,
+    Labels(Vec<(String, String)>),
+}
+
+impl PodSelector {
+    pub fn parse(all: bool, labels: &[String]) -> Result<PodSelector> {
+        if all {
+            return Ok(PodSelector::All);
+        }
+        let pairs = labels
+            .iter()
+            .map(|l| match l.split_once('=') {
+                Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+                _ => bail!("--label {l:?} is not KEY=VALUE"),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if pairs.is_empty() {
+            bail!("name a pod, or choose pods with --all or --label KEY=VALUE");
+        }
+        Ok(PodSelector::Labels(pairs))
+    }
+
+    /// The lab's pods it selects, by name.
+    pub fn pods(&self, lab: &Lab) -> Vec<String> {
+        lab.pods
+            .keys()
+            .filter(|pod| match self {
+                PodSelector::All => true,
+                PodSelector::Labels(pairs) => lab.containers.get(*pod).is_some_and(|c| {
+                    pairs
+                        .iter()
+                        .all(|(k, v)| c.labels.get(k).is_some_and(|have| have == v))
+                }),
+            })
+            .cloned()
+            .collect()
+    }
+}
+
+impl std::fmt::Display for PodSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PodSelector::All => write!(f, "any pod"),
+            PodSelector::Labels(pairs) => {
+                let pairs: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                write!(f, "the label(s) {}", pairs.join(", "))
+            }
+        }
+    }
+}
+
 fn exit_code(status: std::process::ExitStatus) -> i32 {
     status
         .code()
@@ -108,12 +188,17 @@ pub fn name_or_file(arg: &str) -> Result<String> {
 
 /// The one lab that is up, or the one named.
 pub fn pick_lab(name: Option<&str>) -> Result<Lab> {
+    let name = name.map(name_or_file).transpose()?;
+    let name = name.as_deref();
     match name {
         Some(name) => status::read_lab(name),
         None => match paths::labs_up().as_slice() {
             [one] => status::read_lab(one),
             [] => bail!("no lab is up"),
-            many => bail!("several labs are up ({}): name one", many.join(", ")),
+            many => bail!(
+                "several labs are up ({}): pick one with --lab",
+                many.join(", ")
+            ),
         },
     }
 }

@@ -57,22 +57,21 @@ pub fn render(labs: &[LabSummary]) -> String {
     if labs.is_empty() {
         return String::new();
     }
-    let mut out = format!(
-        "{:<24} {:>5} {:>5} {:>5} {:>6}  {}\n",
-        "NAME", "NODES", "PODS", "WIRES", "AGE", "STATE"
+    let mut table = super::table::new(
+        &["NAME", "NODES", "PODS", "WIRES", "AGE", "STATE"],
+        &[1, 2, 3, 4],
     );
     for lab in labs {
-        out.push_str(&format!(
-            "{:<24} {:>5} {:>5} {:>5} {:>6}  {}\n",
-            lab.name,
-            lab.nodes,
-            lab.pods,
-            lab.wires,
+        table.add_row(vec![
+            lab.name.clone(),
+            lab.nodes.to_string(),
+            lab.pods.to_string(),
+            lab.wires.to_string(),
             lab.age_seconds.map_or("-".to_owned(), age),
-            lab.state
-        ));
+            lab.state.to_string(),
+        ]);
     }
-    out
+    super::table::render(&table)
 }
 
 /// `45s`, `12m`, `3h`, `2d`: the largest unit that is at least one.

@@ -88,6 +88,10 @@ pub struct PodStatus {
 pub struct WireStatus {
     pub uid: u64,
     pub endpoints: [String; 2],
+    /// What each endpoint's pod calls the interface (the lab file's `interface_names`,
+    /// an imported kind's own names), where it names it.
+    #[serde(skip_serializing_if = "no_names")]
+    pub interface_names: [Option<String>; 2],
     /// `local` (both pods on one node: a veth pair) or `remote` (through the fast path
     /// and QUIC).
     pub kind: &'static str,
@@ -238,6 +242,20 @@ fn metrics_url(paths: &LabPaths, node: &str) -> String {
         .unwrap_or_default()
 }
 
+fn no_names(names: &[Option<String>; 2]) -> bool {
+    names.iter().all(Option::is_none)
+}
+
+impl WireStatus {
+    /// Endpoint `index` as `POD:IF`, with the pod's own name for it after, if it has one.
+    pub fn endpoint(&self, index: usize) -> String {
+        match &self.interface_names[index] {
+            Some(name) => format!("{} ({name})", self.endpoints[index]),
+            None => self.endpoints[index].clone(),
+        }
+    }
+}
+
 fn wire_status(
     lab: &Lab,
     paths: &LabPaths,
@@ -272,6 +290,12 @@ fn wire_status(
     WireStatus {
         uid: link.uid,
         endpoints: [a.to_string(), b.to_string()],
+        interface_names: [a, b].map(|end| {
+            lab.interface_names
+                .get(&end.pod)
+                .and_then(|names| names.get(&end.ifname))
+                .cloned()
+        }),
         kind: if local { "local" } else { "remote" },
         carrier: if local && end_states.iter().any(|s| s == "switched" || s == "steered") {
             "switch".into()
@@ -313,46 +337,45 @@ fn end_counters(netns: &str, ifname: &str) -> Option<EndCounters> {
 
 /// The status as a table, for people.
 pub fn render(status: &LabStatus) -> String {
+    use super::table::{self, count};
     let mut out = format!(
-        "lab {}: {} nodes, {} pods, {} wires\n\n",
+        "lab {}: {}, {}, {}\n\n",
         status.name,
-        status.nodes.len(),
-        status.pods.len(),
-        status.wires.len()
+        count(status.nodes.len(), "node"),
+        count(status.pods.len(), "pod"),
+        count(status.wires.len(), "wire")
     );
     let pools = status.nodes.iter().any(|n| n.pool.is_some());
-    out.push_str(&format!(
-        "{:<16} {:<14} {:<6} {:>5}  {:<34}{}\n",
-        "NODE",
-        "UNDERLAY",
-        "DAEMON",
-        "BUSY",
-        "METRICS",
-        if pools { "POOL" } else { "" }
-    ));
+    let mut header = vec!["NODE", "UNDERLAY", "DAEMON", "BUSY", "METRICS"];
+    if pools {
+        header.push("POOL");
+    }
+    let mut nodes = table::new(&header, &[3]);
     for n in &status.nodes {
         let daemon = if n.daemon_up { "up" } else { "DOWN" };
         let busy = n
             .worker_busy
             .map_or("-".to_owned(), |b| format!("{:.1}%", b * 100.0));
-        out.push_str(&format!(
-            "{:<16} {:<14} {daemon:<6} {busy:>5}  {:<34}{}\n",
-            n.name,
-            n.underlay_address,
-            n.metrics,
-            n.pool.as_ref().map(describe_pool).unwrap_or_default()
-        ));
+        let mut row = vec![
+            n.name.clone(),
+            n.underlay_address.clone(),
+            daemon.to_owned(),
+            busy,
+            n.metrics.clone(),
+        ];
+        if pools {
+            row.push(n.pool.as_ref().map(describe_pool).unwrap_or_default());
+        }
+        nodes.add_row(row);
     }
+    out.push_str(&table::render(&nodes));
     if let Some(m) = &status.mgmt {
         out.push_str(&format!(
             "\nmanagement network: {} {} on {} (this host: {}, {}; pods' interface {})\n",
             m.ipv4_subnet, m.ipv6_subnet, m.bridge, m.host.ipv4, m.host.ipv6, m.interface
         ));
     }
-    out.push_str(&format!(
-        "\n{:<16} {:<16} {:<24} {:<32} {}\n",
-        "POD", "NODE", "NETNS", "MGMT", "CONTAINER"
-    ));
+    let mut pods = table::new(&["POD", "NODE", "NETNS", "MGMT", "CONTAINER"], &[]);
     for p in &status.pods {
         let container = match (&p.image, &p.container) {
             (Some(image), Some(state)) => format!("{image} ({state})"),
@@ -362,30 +385,44 @@ pub fn render(status: &LabStatus) -> String {
             .mgmt
             .as_ref()
             .map_or("-".to_owned(), |a| format!("{} {}", a.ipv4, a.ipv6));
-        out.push_str(&format!(
-            "{:<16} {:<16} {:<24} {mgmt:<32} {container}\n",
-            p.name, p.node, p.netns
-        ));
+        pods.add_row(vec![
+            p.name.clone(),
+            p.node.clone(),
+            p.netns.clone(),
+            mgmt,
+            container,
+        ]);
     }
-    out.push_str(&format!(
-        "\n{:>5}  {:<33} {:<7} {:<9} {:>12} {:>12} {:>8}  {}\n",
-        "UID", "ENDPOINTS", "KIND", "CARRIER", "A->B FRAMES", "B->A FRAMES", "DROPS", "STATE"
-    ));
+    out.push('\n');
+    out.push_str(&table::render(&pods));
+    let mut wires = table::new(
+        &[
+            "UID",
+            "ENDPOINTS",
+            "KIND",
+            "CARRIER",
+            "A->B FRAMES",
+            "B->A FRAMES",
+            "DROPS",
+            "STATE",
+        ],
+        &[0, 4, 5, 6],
+    );
     for w in &status.wires {
         let [a, b] = &w.counters;
-        let drops = w.drops();
-        out.push_str(&format!(
-            "{:>5}  {:<33} {:<7} {:<9} {:>12} {:>12} {:>8}  {}\n",
-            w.uid,
-            format!("{} <-> {}", w.endpoints[0], w.endpoints[1]),
-            w.kind,
-            w.carrier,
+        wires.add_row(vec![
+            w.uid.to_string(),
+            format!("{} <-> {}", w.endpoint(0), w.endpoint(1)),
+            w.kind.to_owned(),
+            w.carrier.clone(),
             format!("{}/{}", a.tx_packets, b.rx_packets),
             format!("{}/{}", b.tx_packets, a.rx_packets),
-            drops,
-            w.state
-        ));
+            w.drops().to_string(),
+            w.state.clone(),
+        ]);
     }
+    out.push('\n');
+    out.push_str(&table::render(&wires));
     out.push_str(
         "\n(frames: sent at one end / received at the other, from the pod interfaces' counters; drops: the pod interfaces' and the switch's, every reason, the kernel's at its ports included)\n",
     );
@@ -396,14 +433,20 @@ pub fn render(status: &LabStatus) -> String {
         .filter(|w| w.impairments.iter().any(Option::is_some))
         .collect();
     if !impaired.is_empty() {
-        out.push_str(&format!("\n{:>5}  {:<5} {}\n", "UID", "DIR", "IMPAIRMENT"));
+        let mut impairments = table::new(&["UID", "DIR", "IMPAIRMENT"], &[0]);
         for w in impaired {
             for (direction, impairment) in ["A->B", "B->A"].iter().zip(&w.impairments) {
                 if let Some(impairment) = impairment {
-                    out.push_str(&format!("{:>5}  {direction:<5} {impairment}\n", w.uid));
+                    impairments.add_row(vec![
+                        w.uid.to_string(),
+                        direction.to_string(),
+                        impairment.to_string(),
+                    ]);
                 }
             }
         }
+        out.push('\n');
+        out.push_str(&table::render(&impairments));
     }
     out
 }
@@ -419,9 +462,9 @@ fn render_switch(status: &LabStatus) -> String {
     if ends.is_empty() {
         return String::new();
     }
-    let mut out = format!(
-        "\n{:>5}  {:<20} {:<9} {:>12} {:>12}  {}\n",
-        "UID", "END (SWITCH)", "PATH", "SENT", "RECEIVED", "DROPS"
+    let mut table = super::table::new(
+        &["UID", "END (SWITCH)", "PATH", "SENT", "RECEIVED", "DROPS"],
+        &[0, 3, 4],
     );
     for (uid, end) in ends {
         let mut drops: Vec<String> = [("out", &end.egress), ("in", &end.ingress)]
@@ -439,20 +482,20 @@ fn render_switch(status: &LabStatus) -> String {
                 .filter(|(_, n)| **n > 0)
                 .map(|(reason, n)| format!("kernel:{reason}={n}")),
         );
-        out.push_str(&format!(
-            "{uid:>5}  {:<20} {:<9} {:>12} {:>12}  {}\n",
+        table.add_row(vec![
+            uid.to_string(),
             format!("{}:{}", end.pod, end.interface),
-            end.path,
-            end.egress.frames,
-            end.ingress.frames,
+            end.path.to_string(),
+            end.egress.frames.to_string(),
+            end.ingress.frames.to_string(),
             if drops.is_empty() {
                 "0".to_owned()
             } else {
                 drops.join(" ")
-            }
-        ));
+            },
+        ]);
     }
-    out
+    format!("\n{}", super::table::render(&table))
 }
 
 /// `east (gateway; tunnels to b1, c1)` or `east (via a1)`.
@@ -507,6 +550,7 @@ mod tests {
         let wire = WireStatus {
             uid: 1,
             endpoints: ["r1:eth1".into(), "r2:eth1".into()],
+            interface_names: [Some("ethernet-1/1".into()), None],
             kind: "remote",
             carrier: "datagram".into(),
             ips: None,
@@ -526,5 +570,7 @@ mod tests {
             impairments: [None, None],
         };
         assert_eq!(wire.drops(), 1 + 2 + (5 + 7 + 56725) + (5 + 7));
+        assert_eq!(wire.endpoint(0), "r1:eth1 (ethernet-1/1)");
+        assert_eq!(wire.endpoint(1), "r2:eth1");
     }
 }

@@ -138,7 +138,7 @@ pub fn up(file: &Path, binaries: &Binaries, no_containers: bool) -> Result<(Lab,
     mgmt::pick_subnets(&mut lab)?;
     if paths.dir.exists() || namespaces::all().iter().any(|n| paths.owns_netns(n)) {
         bail!(
-            "a lab named {0} is already up (or was not cleared away): `xwirectl lab down {0}` first",
+            "a lab named {0} is already up (or was not cleared away): `xwirectl lab down --lab {0}` first",
             lab.name
         );
     }

@@ -139,7 +139,7 @@ fn pods_run_their_images_in_their_wired_namespaces_and_leave_nothing_behind() {
             nix::sys::signal::Signal::SIGKILL,
         );
     }
-    let out = run(&["lab", "down", &name]);
+    let out = run(&["lab", "down", "--lab", &name]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("3 containers"), "{}", text(&out));
     assert_eq!(lab_containers(&name), Vec::<String>::new());
@@ -354,7 +354,7 @@ fn a_containerlab_topology_imports_and_runs_as_it_is() {
             ("r2", "10.0.23.2"),
         ],
     );
-    let out = run(&["lab", "down", &name]);
+    let out = run(&["lab", "down", "--lab", &name]);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(lab_containers(&name), Vec::<String>::new());
 }

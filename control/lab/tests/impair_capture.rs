@@ -64,7 +64,7 @@ fn a_delay_from_the_lab_file_or_set_at_runtime_shows_in_pings_round_trip() {
     let delayed = rtts(&lab, "r1", "10.0.12.2", 5);
     assert_eq!(delayed.len(), 5, "{delayed:?}");
     assert!(delayed.iter().all(|&ms| ms >= 40.0), "{delayed:?}");
-    let table = text(&run(&["lab", "status", &name]));
+    let table = text(&run(&["lab", "status", "--lab", &name]));
     assert!(table.contains("A->B  delay 20ms"), "{table}");
 
     // A daemon killed leaves a plain pair; the one started again steers it again.

@@ -109,7 +109,12 @@ fn the_switch_counts_the_remote_wire_and_serves_it_as_metrics(lab: &Lab) {
 #[test]
 fn a_lab_comes_up_forwards_on_every_wire_and_goes_down_without_a_trace() {
     let name = unique("tup");
-    let lab = Lab::up(&name, &demo(&name));
+    // r1 calls its eth2 by a router's name, as an imported SR Linux node would.
+    let file = demo(&name).replace(
+        "r1: {node: node-a}",
+        "r1: {node: node-a, interface_names: {eth2: ethernet-1/2}}",
+    );
+    let lab = Lab::up(&name, &file);
     let status = lab.status();
     assert!(wires_up(&status), "{status:#}");
     assert!(status["nodes"]
@@ -148,8 +153,15 @@ fn a_lab_comes_up_forwards_on_every_wire_and_goes_down_without_a_trace() {
         counters[1]["rx_packets"].as_u64().unwrap() >= 3,
         "{counters}"
     );
-    let table = text(&run(&["lab", "status", &name]));
-    assert!(table.contains("r1:eth2 <-> r3:eth1"), "{table}");
+    let table = text(&run(&["lab", "status", "--lab", &name]));
+    assert!(
+        table.contains("r1:eth2 (ethernet-1/2) <-> r3:eth1"),
+        "{table}"
+    );
+    assert_eq!(
+        lab.status()["wires"][1]["interface_names"],
+        serde_json::json!(["ethernet-1/2", null])
+    );
     the_switch_counts_the_remote_wire_and_serves_it_as_metrics(&lab);
 
     // exec passes the command's exit code on.
@@ -164,6 +176,62 @@ fn a_lab_comes_up_forwards_on_every_wire_and_goes_down_without_a_trace() {
         "{}",
         text(&missing)
     );
+
+    // In several pods at once: each line after its pod's name, in the pods' order.
+    let everywhere = run(&[
+        "lab", "exec", "--lab", &name, "--all", "--", "sh", "-c", "echo hi",
+    ]);
+    assert!(everywhere.status.success(), "{}", text(&everywhere));
+    assert_eq!(
+        String::from_utf8_lossy(&everywhere.stdout),
+        "[r1] hi\n[r2] hi\n[r3] hi\n"
+    );
+    let failing = run(&[
+        "lab",
+        "exec",
+        "--lab",
+        &name,
+        "--all",
+        "--",
+        "sh",
+        "-c",
+        "test $(hostname) = nope",
+    ]);
+    assert_eq!(failing.status.code(), Some(1), "{}", text(&failing));
+    assert!(
+        text(&failing).contains("failed in r1"),
+        "{}",
+        text(&failing)
+    );
+    let nobody = run(&[
+        "lab",
+        "exec",
+        "--lab",
+        &name,
+        "--label",
+        "role=spine",
+        "--",
+        "true",
+    ]);
+    assert!(!nobody.status.success());
+    assert!(text(&nobody).contains("role=spine"), "{}", text(&nobody));
+    // Bare namespaces have no image, so nothing saves them, and save says so.
+    let saved = run(&["lab", "save", "--lab", &name]);
+    assert!(saved.status.success(), "{}", text(&saved));
+    assert!(
+        text(&saved).contains("no save command: r1, r2, r3"),
+        "{}",
+        text(&saved)
+    );
+
+    // A narrow terminal: the list's rows wrap, none is wider than the terminal.
+    let narrow = xwirectl()
+        .args(["lab", "list"])
+        .env("COLUMNS", "24")
+        .output()
+        .unwrap();
+    let listed = text(&narrow);
+    assert!(listed.lines().all(|l| l.chars().count() <= 24), "{listed}");
 
     // Listed, checked, and an object that is not there is an error.
     let listed = run(&["lab", "list"]);
@@ -182,13 +250,15 @@ fn a_lab_comes_up_forwards_on_every_wire_and_goes_down_without_a_trace() {
         (ours["nodes"].as_u64(), ours["state"].as_str()),
         (Some(2), Some("running"))
     );
-    assert!(run(&["lab", "status", &name, "--check"]).status.success());
-    let mermaid = text(&run(&["lab", "graph", &name]));
+    assert!(run(&["lab", "status", "--lab", &name, "--check"])
+        .status
+        .success());
+    let mermaid = text(&run(&["lab", "graph", "--lab", &name]));
     assert!(
         mermaid.contains("p_r1 ---|\"1: eth2 - eth1 (remote, datagram)\"| p_r3"),
         "{mermaid}"
     );
-    let dot = text(&run(&["lab", "graph", &name, "--format", "dot"]));
+    let dot = text(&run(&["lab", "graph", "--lab", &name, "--format", "dot"]));
     assert!(dot.contains("subgraph \"cluster_node-b\""), "{dot}");
     let socket = format!("/run/xwire/labs/{name}/nodes/node-a/api.sock");
     let missing = run(&["--socket", &socket, "topology", "get", "-n", &name, "r9"]);
@@ -227,7 +297,7 @@ fn a_lab_comes_up_forwards_on_every_wire_and_goes_down_without_a_trace() {
     );
 
     // Down by the lab's file.
-    let out = run(&["lab", "down", lab.file.to_str().unwrap()]);
+    let out = run(&["lab", "down", "--lab", lab.file.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(
         text(&out).contains(&format!("lab {name} is down")),
@@ -238,7 +308,7 @@ fn a_lab_comes_up_forwards_on_every_wire_and_goes_down_without_a_trace() {
     assert!(!text(&run(&["lab", "list"]))
         .lines()
         .any(|l| l.split_whitespace().next() == Some(name.as_str())));
-    let again = run(&["lab", "down", &name]);
+    let again = run(&["lab", "down", "--lab", &name]);
     assert!(!again.status.success());
     assert!(text(&again).contains("no lab named"), "{}", text(&again));
 }
@@ -311,7 +381,7 @@ fn two_labs_with_the_same_node_and_pod_names_run_side_by_side() {
     assert!(!out.status.success());
     assert!(text(&out).contains("several labs"), "{}", text(&out));
 
-    let out = run(&["lab", "down", &one]);
+    let out = run(&["lab", "down", "--lab", &one]);
     assert!(out.status.success(), "{}", text(&out));
     assert_gone(&one);
     assert!(
@@ -374,7 +444,7 @@ fn down_clears_a_lab_whose_supervisor_and_daemon_were_killed() {
         .unwrap();
     }
     std::thread::sleep(Duration::from_millis(200));
-    let out = run(&["lab", "down", &name]);
+    let out = run(&["lab", "down", "--lab", &name]);
     assert!(out.status.success(), "{}", text(&out));
     assert_gone(&name);
     assert!(lab.pids().is_empty());
@@ -392,7 +462,7 @@ fn a_lab_taken_down_comes_up_again_at_once_ten_times() {
     for round in 0..10 {
         let up = run(&["lab", "up", lab.file.to_str().unwrap()]);
         assert!(up.status.success(), "round {round}: up:\n{}", text(&up));
-        let down = run(&["lab", "down", &name]);
+        let down = run(&["lab", "down", "--lab", &name]);
         assert!(
             down.status.success(),
             "round {round}: down:\n{}",
@@ -528,6 +598,7 @@ fn bench_measures_every_wire_or_one_and_draws_the_chart() {
     let out = run(&[
         "lab",
         "bench",
+        "--lab",
         &name,
         "--seconds",
         "0.3",
@@ -630,6 +701,7 @@ fn bench_measures_every_wire_or_one_and_draws_the_chart() {
     let out = run(&[
         "lab",
         "bench",
+        "--lab",
         &name,
         "--link",
         "2",
@@ -657,7 +729,7 @@ fn bench_measures_every_wire_or_one_and_draws_the_chart() {
         "{table}"
     );
     assert!(one.exists());
-    let out = run(&["lab", "bench", &name, "--link", "99"]);
+    let out = run(&["lab", "bench", "--lab", &name, "--link", "99"]);
     assert!(!out.status.success());
     assert!(text(&out).contains("no link with uid 99"), "{}", text(&out));
     drop(lab);
@@ -757,10 +829,10 @@ fn lab_commands_refuse_names_that_leave_the_labs_directory_and_down_kills_only_t
     std::fs::write(scratch.0.join("keep"), "data").unwrap();
     let outside = scratch.0.to_str().unwrap();
     for args in [
-        vec!["lab", "down", outside],
-        vec!["lab", "down", ".."],
-        vec!["lab", "status", "../../tmp"],
-        vec!["lab", "bench", outside],
+        vec!["lab", "down", "--lab", outside],
+        vec!["lab", "down", "--lab", ".."],
+        vec!["lab", "status", "--lab", "../../tmp"],
+        vec!["lab", "bench", "--lab", outside],
         vec!["lab", "supervise", outside],
         vec!["lab", "exec", "--lab", outside, "r1", "--", "true"],
     ] {
@@ -778,7 +850,7 @@ fn lab_commands_refuse_names_that_leave_the_labs_directory_and_down_kills_only_t
     let stray_dir = Path::new("/run/xwire/labs").join(&stray);
     std::fs::create_dir_all(&stray_dir).unwrap();
     std::fs::write(stray_dir.join("keep"), "data").unwrap();
-    let out = run(&["lab", "down", &stray]);
+    let out = run(&["lab", "down", "--lab", &stray]);
     let kept = stray_dir.join("keep").exists();
     let _ = std::fs::remove_dir_all(&stray_dir);
     assert!(!out.status.success(), "{}", text(&out));
@@ -799,7 +871,7 @@ fn lab_commands_refuse_names_that_leave_the_labs_directory_and_down_kills_only_t
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let out = run(&["lab", "down", &name]);
+    let out = run(&["lab", "down", "--lab", &name]);
     let tail_alive = tail.try_wait().unwrap().is_none();
     let _ = tail.kill();
     let _ = tail.wait();

@@ -142,7 +142,7 @@ fn wires_cross_pools_through_their_gateways_and_move_to_the_standby() {
     let _ = back.kill();
     let _ = back.wait();
 
-    let down = run(&["lab", "down", &name]);
+    let down = run(&["lab", "down", "--lab", &name]);
     assert!(down.status.success(), "{}", text(&down));
     assert_eq!(namespaces_of(&name), Vec::<String>::new());
 }

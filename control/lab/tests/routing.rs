@@ -141,7 +141,7 @@ fn pods_are_on_the_management_network_and_static_routes_cross_a_router() {
         eventually(Duration::from_secs(5), || dropped() > earlier),
         "no MLD report of r1's was dropped at node-a's bridge"
     );
-    let table = text(&run(&["lab", "status", &name]));
+    let table = text(&run(&["lab", "status", "--lab", &name]));
     assert!(table.contains(&before[2].1), "{table}");
     assert!(
         table.contains(&format!("this host: {host_v4}, {host_v6}")),
@@ -180,7 +180,7 @@ fn pods_are_on_the_management_network_and_static_routes_cross_a_router() {
 
     // Down: the host's bridge and its ports go too.
     assert!(host_has_link(&bridge));
-    let down = run(&["lab", "down", &name]);
+    let down = run(&["lab", "down", "--lab", &name]);
     assert!(down.status.success(), "{}", text(&down));
     assert!(!host_has_link(&bridge), "{bridge} is left on the host");
 }

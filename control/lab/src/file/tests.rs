@@ -255,7 +255,7 @@ links:
   - endpoints: [r1:eth1, r2:eth1]
     ips: ~
     mtu: null
-    impairment: ~
+    impair: ~
 ";
     let lab = parse(text, None).unwrap();
     let r1 = &lab.containers["r1"];

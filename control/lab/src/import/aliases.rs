@@ -5,18 +5,66 @@
 //! - `nokia_srlinux` (`srl`): `ethernet-L/P` is `eL-P`, `ethernet-L/P/C` is `eL-P-C`;
 //! - `nokia_srsim`: `C/M/P` is `eC-M-P`, with `xX/` and `/cN` kept as `xX-` and `-cN`
 //!   (`1/1/c1/1` is `e1-1-c1-1`, `1/x2/1/3` is `e1-x2-1-3`);
-//! - `cisco_iol`: `EthernetS/P` (or `eS/P`) is `eth(4×S+P)`, four ports to a slot.
+//! - `cisco_iol`: `EthernetS/P` (or `eS/P`) is `eth(4×S+P)`, four ports to a slot;
+//! - `arista_ceos` (`ceos`): `EthernetN` is `ethN`;
+//! - `juniper_vmx`: `ge-0/0/X`, `xe-0/0/X` or `et-0/0/X` is `eth(X+1)`, ports counted
+//!   from 0; `juniper_vjunosswitch`: `ge-0/0/X` the same way;
+//! - `cisco_csr1000v`: `GigabitEthernetN` (or `GiN`) is `eth(N-1)`: `Gi1` is the
+//!   management port, so data ports start at `Gi2`;
+//! - `aruba_aoscx`: `1/1/N` is `ethN`.
 //!
 //! Names that are already Linux names pass through unchanged, as containerlab takes them.
 
-/// The Linux name of interface `name` of a node of kind `kind`, if the kind maps it.
-pub(super) fn linux_name(kind: &str, name: &str) -> Option<String> {
-    match kind {
+/// The Linux name of interface `name` of a node of kind `kind`, if the kind maps it; an
+/// error for a name the kind reserves.
+pub(super) fn linux_name(kind: &str, name: &str) -> Result<Option<String>, String> {
+    Ok(match kind {
         "nokia_srlinux" | "srl" => srlinux(name),
         "nokia_srsim" => srsim(name),
         "cisco_iol" => iol(name),
+        "arista_ceos" | "ceos" => name
+            .strip_prefix("Ethernet")
+            .and_then(index)
+            .map(|n| format!("eth{n}")),
+        "juniper_vmx" => junos(name, &["ge", "xe", "et"]),
+        "juniper_vjunosswitch" => junos(name, &["ge"]),
+        "cisco_csr1000v" => return csr(name),
+        "aruba_aoscx" => name
+            .strip_prefix("1/1/")
+            .and_then(index)
+            .map(|n| format!("eth{n}")),
         _ => None,
+    })
+}
+
+/// `TYPE-0/0/X` for one of `types`: `eth(X+1)`.
+fn junos(name: &str, types: &[&str]) -> Option<String> {
+    let (kind, rest) = name.split_once('-')?;
+    if !types.contains(&kind) {
+        return None;
     }
+    let port = rest.strip_prefix("0/0/")?;
+    if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let port: u32 = port.parse().ok()?;
+    Some(format!("eth{}", port + 1))
+}
+
+fn csr(name: &str) -> Result<Option<String>, String> {
+    let Some(n) = name
+        .strip_prefix("GigabitEthernet")
+        .or_else(|| name.strip_prefix("Gi"))
+        .and_then(index)
+    else {
+        return Ok(None);
+    };
+    if n == 1 {
+        return Err(format!(
+            "{name} is the management port of kind cisco_csr1000v; its data ports start at Gi2"
+        ));
+    }
+    Ok(Some(format!("eth{}", n - 1)))
 }
 
 /// Positive decimal numbers only (containerlab's indices start at 1).
@@ -90,9 +138,27 @@ mod tests {
             ("cisco_iol", "Ethernet 0/3", Some("eth3")),
             ("cisco_iol", "eth1", None),
             ("linux", "ethernet-1/1", None),
+            ("arista_ceos", "Ethernet1", Some("eth1")),
+            ("ceos", "Ethernet12", Some("eth12")),
+            ("ceos", "eth3", None),
+            ("juniper_vmx", "ge-0/0/0", Some("eth1")),
+            ("juniper_vmx", "et-0/0/4", Some("eth5")),
+            ("juniper_vmx", "ge-0/1/0", None),
+            ("juniper_vjunosswitch", "ge-0/0/2", Some("eth3")),
+            ("juniper_vjunosswitch", "xe-0/0/2", None),
+            ("cisco_csr1000v", "GigabitEthernet2", Some("eth1")),
+            ("cisco_csr1000v", "Gi4", Some("eth3")),
+            ("aruba_aoscx", "1/1/1", Some("eth1")),
+            ("aruba_aoscx", "1/2/1", None),
         ];
         for (kind, name, linux) in cases {
-            assert_eq!(linux_name(kind, name).as_deref(), linux, "{kind} {name}");
+            assert_eq!(
+                linux_name(kind, name).unwrap().as_deref(),
+                linux,
+                "{kind} {name}"
+            );
         }
+        let reserved = linux_name("cisco_csr1000v", "Gi1").unwrap_err();
+        assert!(reserved.contains("management"), "{reserved}");
     }
 }

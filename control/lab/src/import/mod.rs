@@ -13,6 +13,7 @@
 
 mod aliases;
 mod clab;
+mod kinds;
 mod kne;
 mod links;
 mod vars;
@@ -71,6 +72,10 @@ struct PodOut {
     binds: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     exec: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    save: Option<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    interface_names: BTreeMap<String, String>,
 }
 
 impl PodOut {
@@ -85,6 +90,8 @@ impl PodOut {
             image_pull_policy: None,
             binds: Vec::new(),
             exec: Vec::new(),
+            save: None,
+            interface_names: BTreeMap::new(),
         }
     }
 }
@@ -238,6 +245,7 @@ fn import_with_env(
                     })
                     .collect();
                 pod.exec = node.exec.iter().map(|e| placeholders.replace(e)).collect();
+                pod.save = kinds::save_command(&kind).map(str::to_owned);
                 warnings.extend(pod.binds.iter().filter(|b| binds_host_system(b)).map(|b| {
                     format!("pod {pod_name} binds the host's {b:?}: the container sees the host's own files, and may change them unless the bind is :ro")
                 }));
@@ -284,9 +292,14 @@ fn import_with_env(
                 bail!("line {line}: link endpoint {node}:{iface}: {node} is not a node of the topology");
             };
             let kind = node_kinds.get(node).map_or("linux", String::as_str);
-            let linux = match aliases::linux_name(kind, iface) {
+            let named = aliases::linux_name(kind, iface)
+                .map_err(|e| anyhow::anyhow!("line {line}: node {node} (kind {kind}): {e}"))?;
+            let linux = match named {
                 Some(linux) => {
                     mapped.push(format!("{node}:{iface} is {pod}:{linux}"));
+                    if let Some(pod_out) = pods.get_mut(pod) {
+                        pod_out.interface_names.insert(linux.clone(), iface.clone());
+                    }
                     linux
                 }
                 None => iface.clone(),

@@ -13,7 +13,10 @@ pub fn xwirectl() -> Command {
     // The lab finds the daemon and the plugin next to xwirectl.
     super::xwired();
     plugin_bin();
-    Command::new(env!("CARGO_BIN_EXE_xwirectl"))
+    let mut xwirectl = Command::new(env!("CARGO_BIN_EXE_xwirectl"));
+    // Tables wrap to COLUMNS when a shell exports it; the tests read whole rows.
+    xwirectl.env_remove("COLUMNS");
+    xwirectl
 }
 
 pub fn run(args: &[&str]) -> Output {
@@ -82,7 +85,7 @@ impl Lab {
     }
 
     pub fn status(&self) -> Value {
-        let out = run(&["lab", "status", &self.name, "--json"]);
+        let out = run(&["lab", "status", "--lab", &self.name, "--json"]);
         assert!(out.status.success(), "{}", text(&out));
         serde_json::from_slice(&out.stdout).unwrap()
     }
@@ -120,7 +123,7 @@ impl Drop for Lab {
             let logs = run(&["lab", "logs", "--lab", &self.name, "-n", "60"]);
             eprintln!("the logs of lab {}:\n{}", self.name, text(&logs));
         }
-        let _ = run(&["lab", "down", &self.name]);
+        let _ = run(&["lab", "down", "--lab", &self.name]);
     }
 }
 

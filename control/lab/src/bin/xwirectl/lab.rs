@@ -31,15 +31,33 @@ impl From<LinkDirection> for Directions {
     }
 }
 
-/// A direction seen from one end of a wire.
+/// The running lab a command works on: every lab command names it the same way.
+#[derive(Args)]
+pub struct LabChoice {
+    /// The lab, by its name or its lab file (needed only when several are up).
+    #[arg(long, value_name = "NAME|FILE")]
+    lab: Option<String>,
+}
+
+impl LabChoice {
+    /// The lab's name, read from its file when a file was given.
+    fn name(&self) -> anyhow::Result<Option<String>> {
+        self.lab.as_deref().map(lab::name_or_file).transpose()
+    }
+
+    /// The running lab.
+    fn pick(&self) -> anyhow::Result<lab::file::Lab> {
+        lab::pick_lab(self.name()?.as_deref())
+    }
+}
+
 /// A link of a running lab and the direction(s) of it a command works on.
 #[derive(Args)]
 pub struct LinkChoice {
     /// The link: its uid, or one endpoint as POD:IF.
     link: String,
-    /// The lab (needed only when several are up).
-    #[arg(long)]
-    lab: Option<String>,
+    #[command(flatten)]
+    lab: LabChoice,
     /// A to B (what endpoint A sends), B to A, or both.
     #[arg(long, value_enum, default_value_t = LinkDirection::Both)]
     direction: LinkDirection,
@@ -187,8 +205,8 @@ pub enum LabCommand {
     },
     /// Nodes, pods, and every wire with its state, carrier and counters.
     Status {
-        /// The lab (needed only when several are up).
-        name: Option<String>,
+        #[command(flatten)]
+        lab: LabChoice,
         /// Print JSON (the same fields) instead of tables.
         #[arg(long)]
         json: bool,
@@ -230,9 +248,8 @@ pub enum LabCommand {
     Logs {
         /// The node whose daemon's log to show (default: all, and the supervisor's).
         node: Option<String>,
-        /// The lab (needed only when several are up).
-        #[arg(long)]
-        lab: Option<String>,
+        #[command(flatten)]
+        lab: LabChoice,
         /// Only the last N lines of each log.
         #[arg(long, short = 'n', value_name = "N")]
         lines: Option<usize>,
@@ -244,29 +261,45 @@ pub enum LabCommand {
     /// its uid, interfaces, kind and carrier. Mermaid renders on GitHub and in many
     /// editors; `--format dot | dot -Tpng` draws it with Graphviz.
     Graph {
-        /// The lab (needed only when several are up).
-        name: Option<String>,
+        #[command(flatten)]
+        lab: LabChoice,
         /// Mermaid flowchart or Graphviz DOT.
         #[arg(long, value_enum, default_value_t = GraphFormat::Mermaid)]
         format: GraphFormat,
     },
-    /// Runs a command inside a pod's network namespace.
+    /// Runs a command in a pod (its container, or its network namespace for a pod that
+    /// runs none), or in several: every pod with --all, those whose labels match with
+    /// --label. With several, they run one after another, each line of their output
+    /// prefixed by the pod's name, and the status is 1 when any failed.
     Exec {
-        /// The lab (needed only when several labs have a pod of that name).
-        #[arg(long)]
-        lab: Option<String>,
+        #[command(flatten)]
+        lab: LabChoice,
         /// The pod.
-        pod: String,
+        #[arg(required_unless_present_any = ["all", "label"], conflicts_with_all = ["all", "label"])]
+        pod: Option<String>,
+        /// Every pod of the lab.
+        #[arg(long, conflicts_with = "label")]
+        all: bool,
+        /// The pods with this label (KEY=VALUE; given again, a pod must have each).
+        #[arg(long, short = 'l', value_name = "KEY=VALUE")]
+        label: Vec<String>,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
+    },
+    /// Makes each pod's running configuration its startup one, by the command its image
+    /// has for that (`save` in the lab file; an imported node gets its kind's, as
+    /// containerlab runs it). Pods without one are listed.
+    Save {
+        #[command(flatten)]
+        lab: LabChoice,
     },
     /// Runs xwire-pktgen across every wire (or one), one wire at a time: the loss-free
     /// rate of each direction, alone and both at once (a search over offered rates), then
     /// latency at a low rate. Prints a table and writes a PNG chart.
     Bench {
-        /// The lab (needed only when several are up).
-        name: Option<String>,
+        #[command(flatten)]
+        lab: LabChoice,
         /// Only the wire with this uid.
         #[arg(long)]
         link: Option<u64>,
@@ -308,8 +341,8 @@ pub enum LabCommand {
     /// Removes everything the lab made: processes, namespaces, interfaces, state. Works
     /// after a crash or a kill -9 of any part.
     Down {
-        /// The lab, by name or by its lab file (needed only when several are up).
-        name: Option<String>,
+        #[command(flatten)]
+        lab: LabChoice,
     },
     /// Applies a changed lab file to the running lab of that name: added links and pods
     /// appear, removed ones disappear, the other pods and wires carry on untouched.
@@ -343,6 +376,14 @@ pub enum LabCommand {
     Supervise { name: String },
 }
 
+/// Writes `output`'s lines, each after `[pod] `.
+fn print_prefixed(pod: &str, output: &[u8], out: &mut impl std::io::Write) -> std::io::Result<()> {
+    for line in String::from_utf8_lossy(output).lines() {
+        writeln!(out, "[{pod}] {line}")?;
+    }
+    out.flush()
+}
+
 /// Whether `command` only reads and prints (nothing to clean up if it ends mid-output).
 pub fn prints_only(command: &LabCommand) -> bool {
     matches!(
@@ -366,10 +407,10 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             let status = status::status(&lab);
             print!("{}", status::render(&status));
             println!("\n{}", phases.render());
-            println!("\nlook around:  xwirectl lab status {0}\n              xwirectl lab exec {1} -- ip addr\ntear down:    xwirectl lab down {0}", lab.name, lab.pods.keys().next().map(String::as_str).unwrap_or("POD"));
+            println!("\nlook around:  xwirectl lab status --lab {0}\n              xwirectl lab exec {1} --lab {0} -- ip addr\ntear down:    xwirectl lab down --lab {0}", lab.name, lab.pods.keys().next().map(String::as_str).unwrap_or("POD"));
         }
-        LabCommand::Status { name, json, check } => {
-            let lab = lab::pick_lab(name.as_deref())?;
+        LabCommand::Status { lab, json, check } => {
+            let lab = lab.pick()?;
             let status = status::status(&lab);
             if json {
                 println!("{}", serde_json::to_string_pretty(&status)?);
@@ -380,8 +421,8 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         }
-        LabCommand::Graph { name, format } => {
-            let lab = lab::pick_lab(name.as_deref())?;
+        LabCommand::Graph { lab, format } => {
+            let lab = lab.pick()?;
             let status = status::status(&lab);
             let format = match format {
                 GraphFormat::Mermaid => graph::Format::Mermaid,
@@ -391,11 +432,11 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
         }
         LabCommand::Logs {
             node,
-            lab: name,
+            lab,
             lines,
             follow,
         } => {
-            let lab = lab::pick_lab(name.as_deref())?;
+            let lab = lab.pick()?;
             logs::show(
                 &lab,
                 node.as_deref(),
@@ -432,17 +473,47 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             }
         }
         LabCommand::Exec {
-            lab: name,
+            lab: choice,
             pod,
+            all,
+            label,
             command,
         } => {
-            let lab = lab::lab_with_pod(name.as_deref(), &pod)?;
-            let code = lab::exec(&lab, &pod, &command)?;
-            return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
+            if let Some(pod) = pod {
+                let lab = lab::lab_with_pod(choice.name()?.as_deref(), &pod)?;
+                let code = lab::exec(&lab, &pod, &command)?;
+                return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
+            }
+            let lab = choice.pick()?;
+            let selector = lab::PodSelector::parse(all, &label)?;
+            let pods = selector.pods(&lab);
+            if pods.is_empty() {
+                anyhow::bail!("no pod of lab {} has {}", lab.name, selector);
+            }
+            let mut failed = Vec::new();
+            for pod in &pods {
+                let out = lab::exec_captured(&lab, pod, &command)?;
+                print_prefixed(pod, &out.stdout, &mut std::io::stdout().lock())?;
+                print_prefixed(pod, &out.stderr, &mut std::io::stderr().lock())?;
+                if !out.status.success() {
+                    failed.push(format!("{pod} ({})", out.status));
+                }
+            }
+            if !failed.is_empty() {
+                eprintln!("xwirectl: the command failed in {}", failed.join(", "));
+                return Ok(ExitCode::FAILURE);
+            }
         }
-        LabCommand::Down { name } => {
-            let name = name.map(|n| lab::name_or_file(&n)).transpose()?;
-            let (name, removed) = down::down(name.as_deref())?;
+        LabCommand::Save { lab } => {
+            let lab = lab.pick()?;
+            let report = lab::save::save(&lab)?;
+            print!("{}", report.render());
+            if !report.failed.is_empty() {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        LabCommand::Down { lab } => {
+            let (name, removed) = down::down(lab.name()?.as_deref())?;
             println!("lab {name} is down: {removed}");
         }
         LabCommand::Edit { file } => {
@@ -469,7 +540,7 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             }
         }
         LabCommand::Bench {
-            name,
+            lab,
             link,
             seconds,
             confirm_seconds,
@@ -481,7 +552,7 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             chart,
             json,
         } => {
-            let lab = lab::pick_lab(name.as_deref())?;
+            let lab = lab.pick()?;
             let chart = chart.unwrap_or_else(|| PathBuf::from(format!("{}-bench.png", lab.name)));
             let options = bench::BenchOptions {
                 link,
@@ -505,13 +576,13 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             which:
                 LinkChoice {
                     link,
-                    lab: name,
+                    lab,
                     direction,
                 },
             settings,
             clear,
         } => {
-            let running = lab::pick_lab(name.as_deref())?;
+            let running = lab.pick()?;
             let new = impair::changed(
                 &running,
                 &link,
@@ -530,13 +601,13 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             which:
                 LinkChoice {
                     link,
-                    lab: name,
+                    lab,
                     direction,
                 },
             output,
         } => {
             output.check_destination()?;
-            let running = lab::pick_lab(name.as_deref())?;
+            let running = lab.pick()?;
             let found = impair::find_link(&running, &link)?;
             let a = &found.endpoints[0];
             let node = &running.pods[&a.pod];

@@ -123,8 +123,16 @@ enum TopologyCommand {
     /// of other kinds in the file (a KNE user's Namespace and Pods) are listed as
     /// skipped.
     Apply {
-        /// The file of Topology objects.
-        file: PathBuf,
+        /// The file of Topology objects, as kubectl takes it (`-f deploy/kind/kne-lab.yaml`).
+        #[arg(short = 'f', long = "filename", value_name = "FILE")]
+        filename: Option<PathBuf>,
+        /// The same file, given without -f.
+        #[arg(
+            value_name = "FILE",
+            conflicts_with = "filename",
+            required_unless_present = "filename"
+        )]
+        file: Option<PathBuf>,
         /// Write into the store in this state directory instead of asking the daemon,
         /// for a node whose daemon is down; its next start joins the links. Refused
         /// while a daemon holds the store.
@@ -293,7 +301,14 @@ fn node_command(socket: &Path, command: NodeCommand) -> anyhow::Result<()> {
 
 fn topology_command(socket: &Path, command: TopologyCommand) -> anyhow::Result<()> {
     match command {
-        TopologyCommand::Apply { file, state_dir } => {
+        TopologyCommand::Apply {
+            filename,
+            file,
+            state_dir,
+        } => {
+            let file = filename
+                .or(file)
+                .expect("clap requires a file, with -f or without");
             let text = if file == Path::new("-") {
                 let mut text = String::new();
                 std::io::stdin().read_to_string(&mut text)?;

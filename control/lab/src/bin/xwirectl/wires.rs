@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use xwire_lab::table::{self, count};
 use xwire_proto::local::{LinkEndCounters, NodeCounters, NodeState};
 
 pub fn render(state: &NodeState, counters: &NodeCounters) -> String {
@@ -12,19 +13,24 @@ pub fn render(state: &NodeState, counters: &NodeCounters) -> String {
         .map(|end| ((end.namespace.as_str(), end.pod.as_str(), end.uid), end))
         .collect();
     let mut out = format!(
-        "node {}: {} attachments, {} wire ends\n\n{:<12} {:<14} {:<8} {:>5}  {:<14} {:<9} {:>10} {:>10} {:>7}\n",
+        "node {}: {}, {}\n\n",
         state.node,
-        state.attachments.len(),
-        state.wires.len(),
-        "NAMESPACE",
-        "POD",
-        "IFACE",
-        "UID",
-        "PEER",
-        "STATE",
-        "SENT",
-        "RECEIVED",
-        "DROPS"
+        count(state.attachments.len(), "attachment"),
+        count(state.wires.len(), "wire end"),
+    );
+    let mut wires = table::new(
+        &[
+            "NAMESPACE",
+            "POD",
+            "IFACE",
+            "UID",
+            "PEER",
+            "STATE",
+            "SENT",
+            "RECEIVED",
+            "DROPS",
+        ],
+        &[3, 6, 7, 8],
     );
     for wire in &state.wires {
         let text = |key: &str| wire[key].as_str().unwrap_or("").to_owned();
@@ -52,27 +58,36 @@ pub fn render(state: &NodeState, counters: &NodeCounters) -> String {
             }
             None => ("-".into(), "-".into(), "-".into()),
         };
-        out.push_str(&format!(
-            "{namespace:<12} {pod:<14} {:<8} {uid:>5}  {peer:<14} {state:<9} {sent:>10} {received:>10} {drops:>7}\n",
+        wires.add_row(vec![
+            namespace,
+            pod,
             text("local_pod_ifname"),
-        ));
+            uid.to_string(),
+            peer,
+            state,
+            sent,
+            received,
+            drops,
+        ]);
     }
+    out.push_str(&table::render(&wires));
     if !counters.peers.is_empty() {
-        out.push_str(&format!(
-            "\n{:<16} {:<5} {:>10} {:>12} {:>12} {:>6}\n",
-            "PEER", "UP", "RTT", "DGRAMS OUT", "DGRAMS IN", "LOST"
-        ));
+        let mut peers = table::new(
+            &["PEER", "UP", "RTT", "DGRAMS OUT", "DGRAMS IN", "LOST"],
+            &[2, 3, 4, 5],
+        );
         for peer in &counters.peers {
-            out.push_str(&format!(
-                "{:<16} {:<5} {:>10} {:>12} {:>12} {:>6}\n",
-                peer.node,
-                if peer.up { "yes" } else { "no" },
+            peers.add_row(vec![
+                peer.node.clone(),
+                if peer.up { "yes" } else { "no" }.to_owned(),
                 peer.rtt_us.map_or("-".into(), |us| format!("{us} µs")),
-                peer.udp_datagrams_sent,
-                peer.udp_datagrams_received,
-                peer.lost_packets
-            ));
+                peer.udp_datagrams_sent.to_string(),
+                peer.udp_datagrams_received.to_string(),
+                peer.lost_packets.to_string(),
+            ]);
         }
+        out.push('\n');
+        out.push_str(&table::render(&peers));
     }
     if counters.worker_running_seconds > 0.0 {
         out.push_str(&format!(
