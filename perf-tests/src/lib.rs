@@ -7,6 +7,7 @@ pub mod cni_scale;
 pub mod cni_steps;
 pub mod impair_accuracy;
 pub mod kube_scale;
+pub mod lab_size;
 pub mod local_fwd;
 pub mod measure;
 pub mod remote_wire;

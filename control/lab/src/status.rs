@@ -369,6 +369,7 @@ pub fn render(status: &LabStatus) -> String {
         nodes.add_row(row);
     }
     out.push_str(&table::render(&nodes));
+    out.push_str(&render_peers(status));
     if let Some(m) = &status.mgmt {
         out.push_str(&format!(
             "\nmanagement network: {} {} on {} (this host: {}, {}; pods' interface {})\n",
@@ -449,6 +450,45 @@ pub fn render(status: &LabStatus) -> String {
         out.push_str(&table::render(&impairments));
     }
     out
+}
+
+/// Each node's QUIC connections to its peers (one per worker), as `lab status --json`
+/// lists them.
+fn render_peers(status: &LabStatus) -> String {
+    let mut peers = super::table::new(
+        &[
+            "NODE",
+            "PEER",
+            "WORKER",
+            "UP",
+            "RTT",
+            "DGRAMS OUT",
+            "DGRAMS IN",
+            "LOST",
+        ],
+        &[2, 4, 5, 6, 7],
+    );
+    let mut any = false;
+    for node in &status.nodes {
+        for peer in &node.peers {
+            any = true;
+            peers.add_row(vec![
+                node.name.clone(),
+                peer.node.clone(),
+                peer.worker.to_string(),
+                if peer.up { "yes" } else { "no" }.to_owned(),
+                peer.rtt_us.map_or("-".into(), |us| format!("{us} µs")),
+                peer.udp_datagrams_sent.to_string(),
+                peer.udp_datagrams_received.to_string(),
+                peer.lost_packets.to_string(),
+            ]);
+        }
+    }
+    if any {
+        format!("\n{}", super::table::render(&peers))
+    } else {
+        String::new()
+    }
 }
 
 /// The switch's counters of the wire ends it carries: what each pod sent and received

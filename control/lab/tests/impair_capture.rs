@@ -127,6 +127,26 @@ fn a_delay_from_the_lab_file_or_set_at_runtime_shows_in_pings_round_trip() {
         wire(&lab.status(), 1)["impairments"],
         serde_json::json!([null, "delay 30ms"])
     );
+
+    // Loss in bursts, at runtime as in the lab file, laid over the delay.
+    let out = run(&[
+        "lab",
+        "impair",
+        "1",
+        "--lab",
+        &name,
+        "--direction",
+        "b-to-a",
+        "--loss-burst",
+        "1,25",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        wire(&lab.status(), 1)["impairments"][1],
+        "delay 30ms, loss bursts (p 1%, r 25%, 0%/100%)"
+    );
+    let out = run(&["lab", "impair", "1", "--lab", &name, "--loss-burst", "1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }
 
 #[test]

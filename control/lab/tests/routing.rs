@@ -107,6 +107,21 @@ fn host_has_link(name: &str) -> bool {
         .success()
 }
 
+/// The lab of docs/routing.md, as `examples/routing.yaml` has it (its comments aside), is
+/// the lab these tests bring up.
+#[test]
+fn the_routing_example_is_the_lab_tested_here() {
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/routing.yaml");
+    let example = std::fs::read_to_string(example).unwrap();
+    let without_comments: String = example
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(without_comments, lab_file("routing", false));
+}
+
 #[test]
 fn pods_are_on_the_management_network_and_static_routes_cross_a_router() {
     let name = unique("trt");

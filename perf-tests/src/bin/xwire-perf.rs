@@ -5,6 +5,7 @@
 //!   xwire-perf remote-wire [--seconds 5] [--reps 3] [--sizes 64,1514] [--paths ...] [--json]
 //!   xwire-perf cni-scale [--pods 50] [--callers 1] [--steps] [--bin-dir DIR] [--json]
 //!   xwire-perf impair [--reps 3] [--seconds 5] [--busy-poll] [--json]
+//!   xwire-perf lab-size [--pods 3000,5000,10000] [--nodes 3,5,5] [--json]
 //!   xwire-perf restart [--wires 10,100,1000] [--frames-per-port 256] [--bin-dir DIR] [--json]
 
 #![forbid(unsafe_code)]
@@ -243,6 +244,23 @@ enum Scenario {
         #[arg(long)]
         json: bool,
     },
+    /// Labs of the sizes given through the real CLI: a ring with an address pair on every
+    /// link and chords across it (3,000 pods: 3,300 links), `lab up` and `lab down` timed
+    /// and the daemons' memory once up (needs release builds of xwirectl, xwired, xwire
+    /// and the plugin, next to this program or in --bin-dir).
+    LabSize {
+        /// Pod counts, one lab each, in order.
+        #[arg(long, value_delimiter = ',', default_value = "3000")]
+        pods: Vec<usize>,
+        /// Emulated nodes, one value per pod count (the last repeats).
+        #[arg(long, value_delimiter = ',', default_value = "3")]
+        nodes: Vec<usize>,
+        /// Where xwirectl is (default: next to this program).
+        #[arg(long)]
+        bin_dir: Option<std::path::PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
     /// A KNE-sized ring (one Topology per pod, every link across two nodes) through a
     /// real kube-apiserver and etcd (found in KUBEBUILDER_ASSETS or on PATH): time from
     /// the first ADD until every wire forwards, and API requests per pod, next to the
@@ -377,6 +395,26 @@ fn run() -> Result<()> {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
                 xwire_perf::kube_scale::print(&report);
+            }
+            Ok(())
+        }
+        Scenario::LabSize {
+            pods,
+            nodes,
+            bin_dir,
+            json,
+        } => {
+            let xwirectl = bin_dir_or_own(bin_dir)?.join("xwirectl");
+            let mut reports = Vec::new();
+            for (i, &count) in pods.iter().enumerate() {
+                let node_count = nodes.get(i).or(nodes.last()).copied().unwrap_or(3);
+                eprintln!("lab-size: {count} pods on {node_count} nodes");
+                reports.push(xwire_perf::lab_size::run(&xwirectl, count, node_count)?);
+            }
+            if json {
+                println!("{}", serde_json::to_string(&reports)?);
+            } else {
+                print!("{}", xwire_perf::lab_size::render(&reports));
             }
             Ok(())
         }

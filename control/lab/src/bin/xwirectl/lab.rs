@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use xwire_control::impairment::Impairment;
+use xwire_control::impairment::{Impairment, LossBurst};
 use xwire_lab::impair::Directions;
 use xwire_lab::{
     self as lab, bench, capture, down, edit, graph, impair, import, logs, status, supervisor, up,
@@ -151,8 +151,13 @@ pub struct ImpairArgs {
     #[arg(long)]
     jitter_distribution: Option<String>,
     /// Percent of frames lost at random.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "loss_burst")]
     loss: Option<f64>,
+    /// Losses in bursts (Gilbert-Elliott), in place of --loss: P,R[,GOOD_LOSS,BAD_LOSS],
+    /// the percent chance per frame of going to the bad state (P) and back (R), and the
+    /// percent lost in each (0 and 100 by default): `--loss-burst 1,25`.
+    #[arg(long, value_name = "P,R[,GOOD,BAD]", value_parser = parse_loss_burst)]
+    loss_burst: Option<LossBurst>,
     /// Rate limit, e.g. 100mbit, 1gbit.
     #[arg(long)]
     rate: Option<String>,
@@ -173,6 +178,30 @@ pub struct ImpairArgs {
     reorder: Option<f64>,
 }
 
+/// `P,R` or `P,R,GOOD_LOSS,BAD_LOSS` (percentages; checked with the rest of the
+/// impairment).
+fn parse_loss_burst(text: &str) -> Result<LossBurst, String> {
+    let numbers = text
+        .split(',')
+        .map(|n| n.trim().parse::<f64>().map_err(|e| format!("{n:?}: {e}")))
+        .collect::<Result<Vec<f64>, String>>()?;
+    match numbers[..] {
+        [p, r] => Ok(LossBurst {
+            p,
+            r,
+            good_loss: 0.0,
+            bad_loss: 100.0,
+        }),
+        [p, r, good_loss, bad_loss] => Ok(LossBurst {
+            p,
+            r,
+            good_loss,
+            bad_loss,
+        }),
+        _ => Err("give P,R or P,R,GOOD_LOSS,BAD_LOSS".into()),
+    }
+}
+
 impl ImpairArgs {
     fn impairment(&self) -> Impairment {
         Impairment {
@@ -180,7 +209,7 @@ impl ImpairArgs {
             jitter: self.jitter.clone(),
             jitter_distribution: self.jitter_distribution.clone(),
             loss: self.loss,
-            loss_burst: None,
+            loss_burst: self.loss_burst.clone(),
             rate: self.rate.clone(),
             queue_frames: self.queue_frames,
             queue_bytes: self.queue_bytes,
@@ -359,7 +388,7 @@ pub enum LabCommand {
         #[command(flatten)]
         settings: ImpairArgs,
         /// Take every impairment of the direction(s) away.
-        #[arg(long, conflicts_with_all = ["delay", "jitter", "jitter_distribution", "loss", "rate", "queue_frames", "queue_bytes", "corrupt", "duplicate", "reorder"])]
+        #[arg(long, conflicts_with_all = ["delay", "jitter", "jitter_distribution", "loss", "loss_burst", "rate", "queue_frames", "queue_bytes", "corrupt", "duplicate", "reorder"])]
         clear: bool,
     },
     /// Captures a link's frames to pcapng until Ctrl-C (or for --seconds), taken at
