@@ -452,6 +452,30 @@ pub fn render(status: &LabStatus) -> String {
     out
 }
 
+/// The columns of a peer connection, for `lab status` and `xwirectl wires`.
+pub const PEER_HEADER: [&str; 7] = [
+    "PEER",
+    "WORKER",
+    "UP",
+    "RTT",
+    "DGRAMS OUT",
+    "DGRAMS IN",
+    "LOST",
+];
+
+/// A peer connection's cells, under `PEER_HEADER`.
+pub fn peer_cells(peer: &PeerCounters) -> Vec<String> {
+    vec![
+        peer.node.clone(),
+        peer.worker.to_string(),
+        if peer.up { "yes" } else { "no" }.to_owned(),
+        peer.rtt_us.map_or("-".into(), |us| format!("{us} µs")),
+        peer.udp_datagrams_sent.to_string(),
+        peer.udp_datagrams_received.to_string(),
+        peer.lost_packets.to_string(),
+    ]
+}
+
 /// Each node's QUIC connections to its peers (one per worker), as `lab status --json`
 /// lists them.
 fn render_peers(status: &LabStatus) -> String {

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use xwire_lab::status::{peer_cells, PEER_HEADER};
 use xwire_lab::table::{self, count};
 use xwire_proto::local::{LinkEndCounters, NodeCounters, NodeState};
 
@@ -72,19 +73,9 @@ pub fn render(state: &NodeState, counters: &NodeCounters) -> String {
     }
     out.push_str(&table::render(&wires));
     if !counters.peers.is_empty() {
-        let mut peers = table::new(
-            &["PEER", "UP", "RTT", "DGRAMS OUT", "DGRAMS IN", "LOST"],
-            &[2, 3, 4, 5],
-        );
+        let mut peers = table::new(&PEER_HEADER, &[1, 3, 4, 5, 6]);
         for peer in &counters.peers {
-            peers.add_row(vec![
-                peer.node.clone(),
-                if peer.up { "yes" } else { "no" }.to_owned(),
-                peer.rtt_us.map_or("-".into(), |us| format!("{us} µs")),
-                peer.udp_datagrams_sent.to_string(),
-                peer.udp_datagrams_received.to_string(),
-                peer.lost_packets.to_string(),
-            ]);
+            peers.add_row(peer_cells(peer));
         }
         out.push('\n');
         out.push_str(&table::render(&peers));
