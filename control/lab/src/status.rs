@@ -479,33 +479,16 @@ pub fn peer_cells(peer: &PeerCounters) -> Vec<String> {
 /// Each node's QUIC connections to its peers (one per worker), as `lab status --json`
 /// lists them.
 fn render_peers(status: &LabStatus) -> String {
-    let mut peers = super::table::new(
-        &[
-            "NODE",
-            "PEER",
-            "WORKER",
-            "UP",
-            "RTT",
-            "DGRAMS OUT",
-            "DGRAMS IN",
-            "LOST",
-        ],
-        &[2, 4, 5, 6, 7],
-    );
+    let mut header = vec!["NODE"];
+    header.extend(PEER_HEADER);
+    let mut peers = super::table::new(&header, &[2, 4, 5, 6, 7]);
     let mut any = false;
     for node in &status.nodes {
         for peer in &node.peers {
             any = true;
-            peers.add_row(vec![
-                node.name.clone(),
-                peer.node.clone(),
-                peer.worker.to_string(),
-                if peer.up { "yes" } else { "no" }.to_owned(),
-                peer.rtt_us.map_or("-".into(), |us| format!("{us} µs")),
-                peer.udp_datagrams_sent.to_string(),
-                peer.udp_datagrams_received.to_string(),
-                peer.lost_packets.to_string(),
-            ]);
+            let mut row = vec![node.name.clone()];
+            row.extend(peer_cells(peer));
+            peers.add_row(row);
         }
     }
     if any {
