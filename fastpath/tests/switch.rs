@@ -349,3 +349,43 @@ fn ports_closed_and_opened_again_many_times_keep_forwarding() {
         worker.remove_port(pb.id).unwrap();
     }
 }
+
+/// A worker with more ports than it peeks at in every pass (it then visits only those
+/// that are readable or have frames to send): the two ports linked last, among 70 idle
+/// ones, carry frames both ways unchanged and in order, AF_XDP and AF_PACKET alike.
+#[test]
+fn a_worker_with_many_ports_serves_the_ones_with_frames() {
+    const IDLE: usize = 70;
+    for (label, kinds) in [
+        ("xsw-many-x", [PortChoice::AfXdp; 2]),
+        ("xsw-many-p", [PortChoice::AfPacket; 2]),
+    ] {
+        let bed = Bed::new(label);
+        let idle_pods = Netns::new(&format!("{label}-idle")).unwrap();
+        let config = WorkerConfig {
+            max_ports: IDLE + 2,
+            frames_per_port: 64,
+            ..WorkerConfig::default()
+        };
+        let worker = bed.worker_with(config);
+        let idle: Vec<Veth<'_>> = (0..IDLE)
+            .map(|i| {
+                let veth =
+                    Veth::named(&idle_pods, &format!("e{i}"), &bed.node, &unique_ifname()).unwrap();
+                veth.set_up().unwrap();
+                worker
+                    .add_port_as(veth.b_name(), 1514, Some(kinds[0]))
+                    .unwrap();
+                veth
+            })
+            .collect();
+        let linked = switch_bed::link_on(&bed, worker, 1500, kinds);
+        assert!(
+            linked.ports[0].id.0 as usize >= IDLE,
+            "{:?}",
+            linked.ports[0].id
+        );
+        exchange(&bed, &linked, &standard_sizes());
+        drop(idle);
+    }
+}

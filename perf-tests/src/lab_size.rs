@@ -155,25 +155,20 @@ fn memory_of(name: &str) -> Result<(u64, u64, usize)> {
     Ok((total, largest, count))
 }
 
-pub fn render(reports: &[Report]) -> String {
-    let mut out = format!(
-        "{:>6} {:>5} {:>6} {:>8} {:>8} {:>10} {:>10} {:>6}\n",
+/// The table's header line.
+pub fn header() -> String {
+    format!(
+        "{:>6} {:>5} {:>6} {:>8} {:>8} {:>10} {:>10} {:>6}",
         "PODS", "NODES", "LINKS", "UP S", "DOWN S", "RSS MIB", "LARGEST", "PROCS"
-    );
-    for r in reports {
-        out.push_str(&format!(
-            "{:>6} {:>5} {:>6} {:>8.1} {:>8.1} {:>10.0} {:>10.0} {:>6}\n",
-            r.pods,
-            r.nodes,
-            r.links,
-            r.up_s,
-            r.down_s,
-            r.rss_mib_total,
-            r.rss_mib_largest,
-            r.processes
-        ));
-    }
-    out
+    )
+}
+
+/// One lab's line of the table.
+pub fn row(r: &Report) -> String {
+    format!(
+        "{:>6} {:>5} {:>6} {:>8.1} {:>8.1} {:>10.0} {:>10.0} {:>6}",
+        r.pods, r.nodes, r.links, r.up_s, r.down_s, r.rss_mib_total, r.rss_mib_largest, r.processes
+    )
 }
 
 #[cfg(test)]

@@ -8,7 +8,10 @@
 //! Names: on the host, the bridge `xmHHHHHHHH` (a hash of the lab's name; Linux allows 15
 //! characters, a lab name may have 24) and its ports `xmHHHHHHHH.I` to node I; in node
 //! I's namespace, `mgmt0` with the uplink `mgmt-up` and a port `mgN` per pod, N the pod's
-//! host number. Addresses: the host `.1`, pod P `.N`, where N is kept in the lab's
+//! host number. A bridge takes at most 1,024 ports, so pods numbered past the first
+//! thousand hang off further bridges `mgmtK` (K = (N-2)/1000), each made in the node when
+//! its first pod comes and joined to `mgmt0` by a veth (`mgmt-iK` on mgmt0, `mgmt-jK` on
+//! mgmtK). Addresses: the host `.1`, pod P `.N`, where N is kept in the lab's
 //! record, so a pod keeps its addresses across `lab edit` and daemon restarts.
 
 use std::collections::BTreeMap;
@@ -27,12 +30,15 @@ use xwire_control::topology::parse_cidr;
 
 use super::file::Lab;
 use super::namespaces;
-use super::netdev::{add_addresses, attach, make_bridge_with};
+use super::netdev::{add_addresses, attach, link_exists, make_bridge_with};
 use super::paths::LabPaths;
 
 pub const DEFAULT_INTERFACE: &str = "eth0";
 const NODE_BRIDGE: &str = "mgmt0";
 const NODE_UPLINK: &str = "mgmt-up";
+/// Pods per node bridge: the kernel refuses a bridge's 1,025th port (BR_MAX_PORTS, "Exchange
+/// full"), and mgmt0 also holds the uplink and a link to each further bridge.
+const PODS_PER_BRIDGE: u32 = 1000;
 /// The first host number a pod gets (1 is the host's).
 pub const FIRST_POD_HOST: u32 = 2;
 /// Where a lab without `ipv4_subnet` gets its /20 (4094 addresses): the first one of
@@ -364,7 +370,32 @@ pub fn add_pod(lab: &Lab, paths: &LabPaths, pod: &str) -> Result<()> {
     create_veth(&pod_ns, &pod_end, &node_ns, &node_end)
         .with_context(|| format!("pod {pod}: management interface"))?;
     add_addresses(&pod_ns, &mgmt.interface, &[(v6, p6)])?;
-    attach(&node_ns, &port, NODE_BRIDGE)
+    let bridge = node_bridge(n);
+    ensure_node_bridge(&node_ns, &bridge)?;
+    attach(&node_ns, &port, &bridge)
+}
+
+/// The node bridge that the pod with host number `n` hangs off.
+fn node_bridge(n: u32) -> String {
+    format!("mgmt{}", n.saturating_sub(FIRST_POD_HOST) / PODS_PER_BRIDGE)
+}
+
+/// Makes `bridge` in the node, joined to `mgmt0`, unless it is there (`mgmt0` always is).
+fn ensure_node_bridge(node_ns: &NetnsFd, bridge: &str) -> Result<()> {
+    if bridge == NODE_BRIDGE || link_exists(node_ns, bridge)? {
+        return Ok(());
+    }
+    let k = bridge.trim_start_matches("mgmt");
+    make_bridge_with(node_ns, bridge, None, None, multicast_off())?;
+    let (on_first, on_this) = (format!("mgmt-i{k}"), format!("mgmt-j{k}"));
+    let end = |name: &str| EndSettings {
+        ipv6: Ipv6::Off,
+        ..EndSettings::named(name)
+    };
+    create_veth(node_ns, &end(&on_first), node_ns, &end(&on_this))
+        .with_context(|| format!("join {bridge} to {NODE_BRIDGE}"))?;
+    attach(node_ns, &on_first, NODE_BRIDGE)?;
+    attach(node_ns, &on_this, bridge)
 }
 
 /// Takes `pod`'s management interface away (an edit that removes the pod: its number
@@ -492,6 +523,14 @@ mod tests {
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         assert_eq!(room((ip("10.0.0.0"), 24)), 253);
         assert_eq!(room((ip("10.0.0.0"), 20)), 4093);
+    }
+
+    #[test]
+    fn a_thousand_pods_hang_off_each_node_bridge() {
+        assert_eq!(node_bridge(FIRST_POD_HOST), "mgmt0");
+        assert_eq!(node_bridge(FIRST_POD_HOST + 999), "mgmt0");
+        assert_eq!(node_bridge(FIRST_POD_HOST + 1000), "mgmt1");
+        assert_eq!(node_bridge(20_001), "mgmt19");
     }
 
     #[test]

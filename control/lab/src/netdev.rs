@@ -22,6 +22,16 @@ pub async fn link_named(
         .await
 }
 
+/// Whether `ns` has a link named `name`.
+pub fn link_exists(ns: &NetnsFd, name: &str) -> Result<bool> {
+    let name = name.to_owned();
+    let found = ns.netlink(&format!("look for {name}"), |h| async move {
+        // The kernel answers a name it does not know with ENODEV, not an empty dump.
+        Ok::<_, rtnetlink::Error>(link_named(&h, &name).await.ok().flatten().is_some())
+    })?;
+    Ok(found)
+}
+
 pub fn make_bridge(ns: &NetnsFd, name: &str, mtu: Option<u32>, alias: Option<&str>) -> Result<()> {
     make_bridge_with(ns, name, mtu, alias, Vec::new())
 }

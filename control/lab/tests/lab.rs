@@ -880,3 +880,73 @@ fn lab_commands_refuse_names_that_leave_the_labs_directory_and_down_kills_only_t
     assert_gone(&name);
     drop(lab);
 }
+
+/// A ring of `pods` pods on one node, an address pair on every link.
+fn ring_on_one_node(name: &str, pods: usize) -> String {
+    use std::fmt::Write;
+    let mut yaml = format!("name: {name}\nnodes: [node-a]\npods:\n");
+    for i in 0..pods {
+        let _ = writeln!(yaml, "  p{i}: {{node: node-a}}");
+    }
+    yaml.push_str("links:\n");
+    for i in 0..pods {
+        let n = i * 4;
+        let prefix = format!("10.{}.{}", 100 + (n >> 16), (n >> 8) & 255);
+        let last = n & 255;
+        let _ = writeln!(
+            yaml,
+            "  - endpoints: [p{i}:eth1, p{}:eth2]\n    ips: [{prefix}.{}/30, {prefix}.{}/30]",
+            (i + 1) % pods,
+            last + 1,
+            last + 2
+        );
+    }
+    yaml
+}
+
+/// 1,100 pods on one node: the node's Topology list (about 1.1 MB) is over the 1 MiB a
+/// local API message may carry, so `lab up` sends it in pieces; and the node's management
+/// network needs a second bridge, a bridge taking at most 1,024 ports.
+#[test]
+fn a_lab_over_one_messages_cap_and_a_bridges_ports_comes_up_whole() {
+    let name = unique("tbig");
+    let lab = Lab::up(&name, &ring_on_one_node(&name, 1100));
+    let status = lab.status();
+    assert!(wires_up(&status));
+    assert_eq!(status["wires"].as_array().unwrap().len(), 1100);
+    // The pod with the highest management number hangs off the second bridge: the host
+    // reaches it over the management network, and it reaches its neighbour over its wire.
+    let (number, pod, address) = status["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let address = p["mgmt"]["ipv4"].as_str().unwrap().to_owned();
+            let ip: std::net::Ipv4Addr = address.parse().unwrap();
+            let number = u32::from(ip) & 0xfff;
+            (number, p["name"].as_str().unwrap().to_owned(), address)
+        })
+        .max()
+        .unwrap();
+    assert!(
+        number >= 1002,
+        "{pod} has number {number}: still on the first bridge"
+    );
+    let host_reaches = Command::new("ping")
+        .args(["-c", "1", "-W", "2", &address])
+        .status()
+        .unwrap();
+    assert!(
+        host_reaches.success(),
+        "the host does not reach {pod} at {address}"
+    );
+    let i: usize = pod[1..].parse().unwrap();
+    let n = i * 4;
+    let peer = format!(
+        "10.{}.{}.{}",
+        100 + (n >> 16),
+        (n >> 8) & 255,
+        (n & 255) + 2
+    );
+    assert!(lab.pings(&pod, &peer, 56), "{pod} -> {peer}");
+}

@@ -61,6 +61,9 @@ pub struct Node {
     remote_ends: HashMap<WireKey, RemoteEnd>,
     /// Fast-path ports of this node's remote and switched wire ends, by wire record key.
     ports: HashMap<String, OpenPort>,
+    /// Ends whose impairment could not be told yet (their remote link was not up): every
+    /// pass tries them, whatever pods it is about.
+    impairments_waiting: HashSet<String>,
     /// The wires listed so far by a peer's Sync that is still coming in parts.
     sync_in_progress: HashMap<String, HashSet<WireKey>>,
     /// Claims to a wire's far end refused since the start (see `peers::claim_refusal`).
@@ -198,6 +201,7 @@ impl Node {
             fastpath,
             remote_ends: HashMap::new(),
             ports: HashMap::new(),
+            impairments_waiting: HashSet::new(),
             sync_in_progress: HashMap::new(),
             refused_claims: 0,
             refusals: refusals::Refusals::default(),

@@ -144,7 +144,8 @@ impl Node {
         }
         // The pod's impaired ends are impaired from their first frame.
         let steering = self.sync_steering(&observation.desired);
-        for failure in steering.into_iter().chain(self.sync_impairments()) {
+        let impairing = self.sync_impairments(&observation.desired);
+        for failure in steering.into_iter().chain(impairing) {
             tracing::warn!("{failure}");
         }
         // Its routes, where its interfaces are up now (and those of a same-node peer
@@ -374,7 +375,8 @@ impl Node {
             self.announce_pod(&namespace, &pod);
         }
         let steering = self.sync_steering(&observation.desired);
-        for failure in steering.into_iter().chain(self.sync_impairments()) {
+        let impairing = self.sync_impairments(&observation.desired);
+        for failure in steering.into_iter().chain(impairing) {
             pass.report.failures.push(failure);
         }
         self.sync_pod_routing(

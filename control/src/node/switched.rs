@@ -274,18 +274,37 @@ impl Node {
         }
     }
 
-    /// Tells the worker the impairment of every end with a port whose link says other
-    /// than what it was told last. Returns the failures, one line each.
-    pub(super) fn sync_impairments(&mut self) -> Vec<String> {
+    /// Tells the worker the impairment of each end of the pods in `desired` (the pass's
+    /// or the ADD's) whose link says other than what it was told last, and of each end
+    /// left waiting for its link. Returns the failures, one line each.
+    ///
+    /// Only the pods the pass is about: every port of the node, after every ADD, made a
+    /// lab's bring-up grow with the square of its pods (a 3,000-pod lab spent most of its
+    /// node threads' time here, looking up each port's Topology).
+    pub(super) fn sync_impairments(&mut self, desired: &Desired) -> Vec<String> {
         let Some(fastpath) = &self.fastpath else {
             return Vec::new();
         };
+        let in_pass: HashSet<(&str, &str)> = desired
+            .pods
+            .iter()
+            .map(|p| {
+                (
+                    p.attachment.pod.namespace.as_str(),
+                    p.attachment.pod.name.as_str(),
+                )
+            })
+            .collect();
         let mut failures = Vec::new();
         let mut told: Vec<(String, Option<ImpairSpec>)> = Vec::new();
+        let mut waiting = Vec::new();
         let steered = self.steered.values().flatten().map(|(k, p)| (k, p));
         for (key, port) in self.ports.iter().chain(steered) {
-            // Runs after every call, over every port of the node: the link is looked at
-            // in place, not copied.
+            let of_pass = in_pass.contains(&(port.wire.namespace.as_str(), port.pod.as_str()));
+            if !of_pass && !self.impairments_waiting.contains(key) {
+                continue;
+            }
+            // The link is looked at in place, not copied.
             let wanted = match self.topology(&port.wire.namespace, &port.pod) {
                 Ok(topology) => topology.and_then(|t| {
                     let link = t.links.iter().find(|l| l.uid == port.wire.link_uid);
@@ -305,10 +324,22 @@ impl Node {
                 .set_impairment(wire, port.id, wanted)
             {
                 Ok(()) => told.push((key.clone(), wanted)),
-                // A remote end whose link waits for its peer: told once it is up.
-                Err(WorkerError::NoSuchLink(..)) => {}
+                // A remote end whose link waits for its peer: told by a later pass, of
+                // whatever pods, once it is up.
+                Err(WorkerError::NoSuchLink(..)) => waiting.push(key.clone()),
                 Err(e) => failures.push(format!("{key}: impairment not set: {e}")),
             }
+        }
+        for (key, _) in &told {
+            self.impairments_waiting.remove(key);
+        }
+        self.impairments_waiting.extend(waiting);
+        if !self.impairments_waiting.is_empty() {
+            // Ends that went away wait no more.
+            let (ports, steered) = (&self.ports, &self.steered);
+            self.impairments_waiting.retain(|key| {
+                ports.contains_key(key) || steered.values().flatten().any(|(k, _)| k == key)
+            });
         }
         for (key, spec) in told {
             if let Some(port) = self.end_port_mut(&key) {

@@ -146,6 +146,14 @@ pub(crate) struct Switch {
     keeper: Option<keeper::Keeper>,
     /// The last resize's number.
     tickets: u64,
+    /// Ports frames were queued to in this pass (see `forward::OtherSlots`).
+    touched: Vec<u16>,
+    /// A sparse pass's ports (`forward::poll_sparse`), those the last one left with
+    /// work, each port's number of the last pass it was noted in, and the pass's.
+    visit: Vec<usize>,
+    carry: Vec<usize>,
+    visited: Vec<u32>,
+    pass_number: u32,
 }
 
 impl Switch {
@@ -157,7 +165,7 @@ impl Switch {
             )));
         }
         let sleeper = Sleeper::new()
-            .and_then(|s| s.watch(woken.as_fd()).map(|()| s))
+            .and_then(|s| s.watch(woken.as_fd(), sleep::NOT_A_PORT).map(|()| s))
             .map_err(|e| WorkerError::Start(format!("an epoll set to sleep on: {e}")))?;
         Ok(Switch {
             sleeper,
@@ -193,6 +201,11 @@ impl Switch {
                 .map_err(|e| tracing::warn!(error = %e, "no keeper thread: ports keep their size"))
                 .ok(),
             tickets: 0,
+            touched: Vec::new(),
+            visit: Vec::new(),
+            carry: Vec::new(),
+            visited: Vec::new(),
+            pass_number: 0,
         })
     }
 
@@ -566,7 +579,7 @@ impl Switch {
             Port::Packet(_) => {}
         }
         let id = PortId(index as u16);
-        let watched = self.sleeper.watch(port.as_fd());
+        let watched = self.sleeper.watch(port.as_fd(), index as u64);
         // Resized only where the worker's program steers the frames (a bridge needs its
         // socket map).
         let resizable = matches!(&port, Port::Xdp(p) if p.redirect().is_some());

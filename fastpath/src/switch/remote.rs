@@ -9,7 +9,7 @@ use crate::peer::{Flush, NotSent, PeerCounters, PeerEvent, PeerTransport, Receiv
 
 use super::extras::LinkExtras;
 use super::forward::{count_drop, deliver, Pass};
-use super::{Slot, Switch};
+use super::{sleep, Slot, Switch};
 
 /// Hands one frame with a `Verdict::Remote` to the transport, counted on its link.
 pub(super) fn send(
@@ -58,6 +58,7 @@ fn deliver_remote(
     table: &LinkTable,
     slots: &mut [Option<Slot>],
     extras: &mut LinkExtras,
+    touched: &mut Vec<u16>,
     received: ReceivedFrame<'_>,
 ) -> bool {
     let ReceivedFrame { peer, wire, frame } = received;
@@ -71,6 +72,7 @@ fn deliver_remote(
             if extras.has(link) {
                 extras.tap(link, direction, frame);
             }
+            touched.push(out.0);
             let slot = slots.get_mut(usize::from(out.0)).and_then(Option::as_mut);
             deliver(table, slot, frame, (link, direction));
             true
@@ -95,6 +97,7 @@ impl Switch {
             table,
             slots,
             extras,
+            touched,
             ..
         } = self;
         let Some(peers) = peers.as_mut() else {
@@ -103,7 +106,7 @@ impl Switch {
         let polled = peers.poll(flush);
         let endpoint = peers.endpoint_mut();
         while let Some(frame) = endpoint.poll_frame() {
-            if !deliver_remote(table, slots, extras, frame) {
+            if !deliver_remote(table, slots, extras, touched, frame) {
                 endpoint.count_unknown_link();
             }
         }
@@ -116,7 +119,7 @@ impl Switch {
     /// Takes the transport, or gives it back when the worker cannot watch its socket
     /// (it would then hear peers only while it spins).
     pub(super) fn attach_peers(&mut self, transport: PeerTransport) -> nix::Result<()> {
-        self.sleeper.watch(transport.as_fd())?;
+        self.sleeper.watch(transport.as_fd(), sleep::NOT_A_PORT)?;
         self.peers = Some(transport);
         Ok(())
     }

@@ -350,7 +350,7 @@ impl Switch {
             Stage::Leaving { bridge, .. } => {
                 slot.make_room(table);
                 sleeper.unwatch(slot.port.as_fd());
-                let _ = sleeper.watch(bridge.as_fd());
+                let _ = sleeper.watch(bridge.as_fd(), index as u64);
                 let old = std::mem::replace(&mut slot.port, Port::Packet(bridge));
                 if let Port::Xdp(old) = old {
                     slot.drops_before += old.kernel_drops().unwrap_or_default();
@@ -370,7 +370,7 @@ impl Switch {
             Stage::Settling { port, .. } => {
                 slot.flush(table);
                 sleeper.unwatch(slot.port.as_fd());
-                let _ = sleeper.watch(port.as_fd());
+                let _ = sleeper.watch(port.as_fd(), index as u64);
                 let bridge = std::mem::replace(&mut slot.port, Port::Xdp(*port));
                 if let Port::Packet(mut bridge) = bridge {
                     slot.drops_before += bridge.kernel_drops().unwrap_or_default();

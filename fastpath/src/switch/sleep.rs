@@ -20,6 +20,16 @@ use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFl
 /// wait anyway, so this only bounds the copy out of the kernel.
 const EVENTS: usize = 16;
 
+/// How many ready ports one look (`ready_now`) reports; the rest are reported by the
+/// next, the set being level-triggered.
+const READY_EVENTS: usize = 256;
+
+/// The token of a watched socket that is not a port's (the peer transport, the command
+/// socket); a port's token is its index.
+pub(super) const NOT_A_PORT: u64 = u64::MAX;
+/// The timer's token.
+const TIMER: u64 = u64::MAX - 1;
+
 pub(super) struct Sleeper {
     epoll: Epoll,
     /// A one-shot timer in the set, armed for each sleep: epoll's own timeout counts
@@ -38,14 +48,33 @@ impl Sleeper {
             ClockId::CLOCK_MONOTONIC,
             TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
         )?;
-        epoll.add(timer.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
+        epoll.add(timer.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, TIMER))?;
         Ok(Sleeper { epoll, timer })
     }
 
-    /// Wakes the sleeper whenever `fd` has something to read. The caller unwatches it
-    /// before closing it (the epoll set refers to the open file, not the number).
-    pub(super) fn watch(&self, fd: BorrowedFd<'_>) -> nix::Result<()> {
-        self.epoll.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, 0))
+    /// Wakes the sleeper whenever `fd` has something to read; `token` is the port's
+    /// index, or `NOT_A_PORT`. The caller unwatches it before closing it (the epoll set
+    /// refers to the open file, not the number).
+    pub(super) fn watch(&self, fd: BorrowedFd<'_>, token: u64) -> nix::Result<()> {
+        self.epoll
+            .add(fd, EpollEvent::new(EpollFlags::EPOLLIN, token))
+    }
+
+    /// Appends the indexes of the ports readable now, without waiting; true when there
+    /// may be more than one look reports.
+    pub(super) fn ready_now(&self, ready: &mut Vec<usize>) -> bool {
+        let mut events = [EpollEvent::empty(); READY_EVENTS];
+        let Ok(n) = self.epoll.wait(&mut events, EpollTimeout::ZERO) else {
+            return false;
+        };
+        ready.extend(
+            events[..n]
+                .iter()
+                .map(EpollEvent::data)
+                .filter(|&token| token < TIMER)
+                .map(|token| token as usize),
+        );
+        n == READY_EVENTS
     }
 
     pub(super) fn unwatch(&self, fd: BorrowedFd<'_>) {
@@ -95,7 +124,10 @@ mod tests {
             );
         }
         let (a, b) = std::os::unix::net::UnixDatagram::pair().unwrap();
-        sleeper.watch(b.as_fd()).unwrap();
+        sleeper.watch(b.as_fd(), 7).unwrap();
+        let mut ready = Vec::new();
+        assert!(!sleeper.ready_now(&mut ready));
+        assert!(ready.is_empty());
         a.send(&[1]).unwrap();
         let start = Instant::now();
         sleeper.sleep(Duration::from_secs(5));
@@ -104,5 +136,11 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+        // Readable until read: reported by every look, by its token.
+        for _ in 0..2 {
+            sleeper.ready_now(&mut ready);
+            assert_eq!(ready, [7]);
+            ready.clear();
+        }
     }
 }

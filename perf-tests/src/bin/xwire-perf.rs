@@ -406,15 +406,22 @@ fn run() -> Result<()> {
         } => {
             let xwirectl = bin_dir_or_own(bin_dir)?.join("xwirectl");
             let mut reports = Vec::new();
+            if !json {
+                println!("{}", xwire_perf::lab_size::header());
+            }
+            // Each lab's line as soon as it is measured: a later size that fails keeps
+            // the earlier ones.
             for (i, &count) in pods.iter().enumerate() {
                 let node_count = nodes.get(i).or(nodes.last()).copied().unwrap_or(3);
                 eprintln!("lab-size: {count} pods on {node_count} nodes");
-                reports.push(xwire_perf::lab_size::run(&xwirectl, count, node_count)?);
+                let report = xwire_perf::lab_size::run(&xwirectl, count, node_count)?;
+                if !json {
+                    println!("{}", xwire_perf::lab_size::row(&report));
+                }
+                reports.push(report);
             }
             if json {
                 println!("{}", serde_json::to_string(&reports)?);
-            } else {
-                print!("{}", xwire_perf::lab_size::render(&reports));
             }
             Ok(())
         }
