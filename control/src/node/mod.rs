@@ -61,8 +61,8 @@ pub struct Node {
     remote_ends: HashMap<WireKey, RemoteEnd>,
     /// Fast-path ports of this node's remote and switched wire ends, by wire record key.
     ports: HashMap<String, OpenPort>,
-    /// Ends whose impairment could not be told yet (their remote link was not up): every
-    /// pass tries them, whatever pods it is about.
+    /// Ends whose impairment the next sync tells whatever pods its pass is about: those
+    /// opened since the last, and those whose remote link was not up yet.
     impairments_waiting: HashSet<String>,
     /// The wires listed so far by a peer's Sync that is still coming in parts.
     sync_in_progress: HashMap<String, HashSet<WireKey>>,

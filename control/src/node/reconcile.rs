@@ -64,6 +64,8 @@ pub(super) struct Observation {
     pub(super) desired: Desired,
     pub(super) observed: Observed,
     pub(super) namespaces: HashMap<String, NetnsFd>,
+    /// The pods looked at (every pod of the node, for a whole-node pass).
+    pub(super) looked_at: HashSet<(String, String)>,
 }
 
 impl Node {
@@ -144,7 +146,7 @@ impl Node {
         }
         // The pod's impaired ends are impaired from their first frame.
         let steering = self.sync_steering(&observation.desired);
-        let impairing = self.sync_impairments(&observation.desired);
+        let impairing = self.sync_impairments(&observation.looked_at);
         for failure in steering.into_iter().chain(impairing) {
             tracing::warn!("{failure}");
         }
@@ -311,6 +313,7 @@ impl Node {
             desired,
             observed,
             namespaces,
+            looked_at: looked_at_pods,
         })
     }
 
@@ -375,7 +378,7 @@ impl Node {
             self.announce_pod(&namespace, &pod);
         }
         let steering = self.sync_steering(&observation.desired);
-        let impairing = self.sync_impairments(&observation.desired);
+        let impairing = self.sync_impairments(&observation.looked_at);
         for failure in steering.into_iter().chain(impairing) {
             pass.report.failures.push(failure);
         }
@@ -431,6 +434,7 @@ impl Node {
             desired,
             observed,
             namespaces,
+            ..
         } = observation;
         let record = |key: &str| {
             observed

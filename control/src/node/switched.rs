@@ -167,6 +167,8 @@ impl Node {
             fastpath.worker_of(wire_id).add_port(ifname, max_frame)
         })
         .map_err(|e| fastpath_error(format!("open a port on {ifname}"), e))?;
+        // Its impairment is told by the next sync, whatever pods that pass is about.
+        self.impairments_waiting.insert(key.to_owned());
         self.ports.insert(
             key.to_owned(),
             OpenPort {
@@ -274,36 +276,41 @@ impl Node {
         }
     }
 
-    /// Tells the worker the impairment of each end of the pods in `desired` (the pass's
-    /// or the ADD's) whose link says other than what it was told last, and of each end
-    /// left waiting for its link. Returns the failures, one line each.
+    /// Tells the worker the impairment of each end of `pods` (those the pass or the ADD
+    /// looked at) whose link says other than what it was told last, of each end opened
+    /// since the last sync or left waiting for its link, and of every steered end.
+    /// Returns the failures, one line each.
     ///
-    /// Only the pods the pass is about: every port of the node, after every ADD, made a
-    /// lab's bring-up grow with the square of its pods (a 3,000-pod lab spent most of its
-    /// node threads' time here, looking up each port's Topology).
-    pub(super) fn sync_impairments(&mut self, desired: &Desired) -> Vec<String> {
+    /// Only the pods the pass is about, their ends found by key: every port of the node,
+    /// after every ADD, made a lab's bring-up grow with the square of its pods.
+    pub(super) fn sync_impairments(&mut self, pods: &HashSet<(String, String)>) -> Vec<String> {
         let Some(fastpath) = &self.fastpath else {
             return Vec::new();
         };
-        let in_pass: HashSet<(&str, &str)> = desired
-            .pods
-            .iter()
-            .map(|p| {
-                (
-                    p.attachment.pod.namespace.as_str(),
-                    p.attachment.pod.name.as_str(),
-                )
-            })
-            .collect();
+        let mut keys: Vec<String> = Vec::new();
+        for (namespace, pod) in pods {
+            if let Ok(Some(topology)) = self.topology(namespace, pod) {
+                keys.extend(
+                    topology
+                        .links
+                        .iter()
+                        .map(|l| wire_key(namespace, pod, l.uid)),
+                );
+            }
+        }
+        keys.extend(self.impairments_waiting.iter().cloned());
+        keys.sort_unstable();
+        keys.dedup();
         let mut failures = Vec::new();
         let mut told: Vec<(String, Option<ImpairSpec>)> = Vec::new();
         let mut waiting = Vec::new();
+        let open = keys
+            .iter()
+            .filter_map(|key| self.ports.get_key_value(key.as_str()));
+        // Steered ends are few (only impaired or captured same-node wires): all looked
+        // at, as a pod's ADD may steer the wire of a pod it is not.
         let steered = self.steered.values().flatten().map(|(k, p)| (k, p));
-        for (key, port) in self.ports.iter().chain(steered) {
-            let of_pass = in_pass.contains(&(port.wire.namespace.as_str(), port.pod.as_str()));
-            if !of_pass && !self.impairments_waiting.contains(key) {
-                continue;
-            }
+        for (key, port) in open.chain(steered) {
             // The link is looked at in place, not copied.
             let wanted = match self.topology(&port.wire.namespace, &port.pod) {
                 Ok(topology) => topology.and_then(|t| {
@@ -330,17 +337,9 @@ impl Node {
                 Err(e) => failures.push(format!("{key}: impairment not set: {e}")),
             }
         }
-        for (key, _) in &told {
-            self.impairments_waiting.remove(key);
-        }
+        // Every waiting end was looked at: those that still wait are waiting again.
+        self.impairments_waiting.clear();
         self.impairments_waiting.extend(waiting);
-        if !self.impairments_waiting.is_empty() {
-            // Ends that went away wait no more.
-            let (ports, steered) = (&self.ports, &self.steered);
-            self.impairments_waiting.retain(|key| {
-                ports.contains_key(key) || steered.values().flatten().any(|(k, _)| k == key)
-            });
-        }
         for (key, spec) in told {
             if let Some(port) = self.end_port_mut(&key) {
                 port.impairment = spec;

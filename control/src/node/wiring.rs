@@ -453,6 +453,8 @@ impl Node {
             id: port.id,
         });
         journal.record(Step::RemoteLink { wire: spec.wire });
+        // Its impairment is told by the next sync, whatever pods that pass is about.
+        self.impairments_waiting.insert(record.key());
         self.ports.insert(
             record.key(),
             super::OpenPort {
