@@ -258,6 +258,7 @@ enum Scenario {
         /// Where xwirectl is (default: next to this program).
         #[arg(long)]
         bin_dir: Option<std::path::PathBuf>,
+        /// One JSON array instead of the table.
         #[arg(long)]
         json: bool,
     },
