@@ -113,6 +113,7 @@ pub fn demo() -> Result<()> {
     let chart = Path::new("target").join("demo-bench.png");
     run(&mut lab(&[
         "bench",
+        "--lab",
         LAB,
         "--seconds",
         "0.5",
