@@ -226,10 +226,7 @@ pub fn start(lab: &Lab, pod: &str, container: &Container) -> Result<()> {
 pub fn run_exec(lab: &Lab, pod: &str, container: &Container) -> Result<()> {
     for line in &container.exec {
         let out = output(
-            podman()
-                .arg("exec")
-                .arg(container_name(&lab.name, pod))
-                .args(["sh", "-c", line]),
+            &mut exec_command(lab, pod, &["sh", "-c", line], false),
             "exec",
         )?;
         if !out.status.success() {
@@ -248,27 +245,25 @@ pub fn run_exec(lab: &Lab, pod: &str, container: &Container) -> Result<()> {
     Ok(())
 }
 
-/// The command that runs `command` inside pod `pod`'s container (`lab exec`), with a
-/// terminal when this process has one.
-pub fn exec_command(lab: &Lab, pod: &str, command: &[String]) -> Command {
+/// The command that runs `command` inside pod `pod`'s container. `interactive` (`lab
+/// exec` on one pod): with this process's input, and a terminal when it has one;
+/// otherwise with neither (exec lines, `lab exec` on several pods, `lab save`).
+pub fn exec_command<S: AsRef<std::ffi::OsStr>>(
+    lab: &Lab,
+    pod: &str,
+    command: &[S],
+    interactive: bool,
+) -> Command {
     use std::io::IsTerminal;
     let mut podman = podman();
-    podman.arg("exec").arg("--interactive");
-    if std::io::stdin().is_terminal() && std::io::stdout().is_terminal() {
-        podman.arg("--tty");
+    podman.arg("exec");
+    if interactive {
+        podman.arg("--interactive");
+        if std::io::stdin().is_terminal() && std::io::stdout().is_terminal() {
+            podman.arg("--tty");
+        }
     }
     podman.arg(container_name(&lab.name, pod)).args(command);
-    podman
-}
-
-/// The command that runs `command` inside pod `pod`'s container with no terminal and no
-/// input (`lab exec` on several pods, `lab save`).
-pub fn exec_captured_command(lab: &Lab, pod: &str, command: &[String]) -> Command {
-    let mut podman = podman();
-    podman
-        .arg("exec")
-        .arg(container_name(&lab.name, pod))
-        .args(command);
     podman
 }
 

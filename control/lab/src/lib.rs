@@ -75,7 +75,7 @@ pub fn exec(lab: &Lab, pod: &str, command: &[String]) -> Result<i32> {
         bail!("no command to run (xwirectl lab exec POD -- COMMAND ARGS...)");
     };
     if lab.containers.contains_key(pod) {
-        let status = containers::exec_command(lab, pod, command)
+        let status = containers::exec_command(lab, pod, command, true)
             .status()
             .map_err(|e| anyhow::anyhow!("cannot run podman exec in pod {pod}: {e}"))?;
         return Ok(exit_code(status));
@@ -97,7 +97,7 @@ pub fn exec_captured(lab: &Lab, pod: &str, command: &[String]) -> Result<std::pr
         bail!("no command to run (xwirectl lab exec --all -- COMMAND ARGS...)");
     };
     if lab.containers.contains_key(pod) {
-        return containers::exec_captured_command(lab, pod, command)
+        return containers::exec_command(lab, pod, command, false)
             .stdin(Stdio::null())
             .output()
             .map_err(|e| anyhow::anyhow!("cannot run podman exec in pod {pod}: {e}"));

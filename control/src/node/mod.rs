@@ -63,7 +63,7 @@ pub struct Node {
     ports: HashMap<String, OpenPort>,
     /// Ends whose impairment the next sync tells whatever pods its pass is about: those
     /// opened since the last, and those whose remote link was not up yet.
-    impairments_waiting: HashSet<String>,
+    impairments_unsynced: HashSet<String>,
     /// The wires listed so far by a peer's Sync that is still coming in parts.
     sync_in_progress: HashMap<String, HashSet<WireKey>>,
     /// Claims to a wire's far end refused since the start (see `peers::claim_refusal`).
@@ -201,7 +201,7 @@ impl Node {
             fastpath,
             remote_ends: HashMap::new(),
             ports: HashMap::new(),
-            impairments_waiting: HashSet::new(),
+            impairments_unsynced: HashSet::new(),
             sync_in_progress: HashMap::new(),
             refused_claims: 0,
             refusals: refusals::Refusals::default(),

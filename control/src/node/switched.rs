@@ -168,7 +168,7 @@ impl Node {
         })
         .map_err(|e| fastpath_error(format!("open a port on {ifname}"), e))?;
         // Its impairment is told by the next sync, whatever pods that pass is about.
-        self.impairments_waiting.insert(key.to_owned());
+        self.impairments_unsynced.insert(key.to_owned());
         self.ports.insert(
             key.to_owned(),
             OpenPort {
@@ -298,7 +298,7 @@ impl Node {
                 );
             }
         }
-        keys.extend(self.impairments_waiting.iter().cloned());
+        keys.extend(self.impairments_unsynced.iter().cloned());
         keys.sort_unstable();
         keys.dedup();
         let mut failures = Vec::new();
@@ -338,8 +338,8 @@ impl Node {
             }
         }
         // Every waiting end was looked at: those that still wait are waiting again.
-        self.impairments_waiting.clear();
-        self.impairments_waiting.extend(waiting);
+        self.impairments_unsynced.clear();
+        self.impairments_unsynced.extend(waiting);
         for (key, spec) in told {
             if let Some(port) = self.end_port_mut(&key) {
                 port.impairment = spec;

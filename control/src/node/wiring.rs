@@ -454,7 +454,7 @@ impl Node {
         });
         journal.record(Step::RemoteLink { wire: spec.wire });
         // Its impairment is told by the next sync, whatever pods that pass is about.
-        self.impairments_waiting.insert(record.key());
+        self.impairments_unsynced.insert(record.key());
         self.ports.insert(
             record.key(),
             super::OpenPort {

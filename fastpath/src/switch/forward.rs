@@ -40,6 +40,11 @@ const MAX_KICKS_PER_PASS: usize = 16;
 /// which have frames, and a wire's frames take the path measured in `remote-wire`.
 const SPARSE_FROM: usize = 64;
 
+/// Whether a worker with `ports` ports passes only over those with work.
+pub(super) fn sparse(ports: usize) -> bool {
+    ports > SPARSE_FROM
+}
+
 /// What one pass did.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Pass {
@@ -55,7 +60,7 @@ impl Switch {
     /// pass to share their datagram when this one took frames from the ports (a worker
     /// that passes without pause); otherwise they leave at the end of the pass.
     pub(super) fn poll_once(&mut self, config: &WorkerConfig, hold_when_busy: bool) -> Pass {
-        if self.slots.len() > SPARSE_FROM {
+        if sparse(self.slots.len()) {
             return self.poll_sparse(config, hold_when_busy);
         }
         let mut pass = Pass::default();
@@ -86,7 +91,6 @@ impl Switch {
             sender.drain_tx(MAX_KICKS_PER_PASS);
             receiver.refill();
         }
-        self.touched.clear();
         pass
     }
 
@@ -107,13 +111,13 @@ impl Switch {
         pass.backlog |= self.sleeper.ready_now(&mut ready);
         self.note(&mut visit, ready.drain(..));
         self.carry = ready;
-        let mut more = Vec::new();
         for &index in &visit {
             let (taken, backlog) = self.receive_all(index, config.batch);
             pass.moved += taken;
             if backlog {
+                // Visited again next pass (`note` drops a second mention).
                 pass.backlog = true;
-                more.push(index);
+                self.carry.push(index);
             }
         }
         let hold = pass.backlog || (hold_when_busy && pass.moved > 0);
@@ -148,7 +152,6 @@ impl Switch {
                 self.carry.push(index);
             }
         }
-        self.carry.extend(more);
         self.visit = visit;
         pass
     }
@@ -200,6 +203,7 @@ impl Switch {
             touched,
             ..
         } = self;
+        let touched = sparse(slots.len()).then_some(touched);
         let (this, mut others) = split_slot(slots, index, touched);
         let Some(slot) = this.as_mut() else {
             return 0;
@@ -284,6 +288,7 @@ impl Switch {
         if extras.next_due().is_none_or(|due| due > *now) {
             return 0;
         }
+        let touched = sparse(slots.len()).then_some(touched);
         let mut others = OtherSlots {
             before: slots,
             after: &mut [],
@@ -370,15 +375,18 @@ impl Slot {
 pub(super) struct OtherSlots<'a> {
     before: &'a mut [Option<Slot>],
     after: &'a mut [Option<Slot>],
-    /// The ports frames were queued to: a sparse pass serves only those it visits.
-    touched: &'a mut Vec<u16>,
+    /// Where the ports frames are queued to are noted, in a sparse pass (which serves
+    /// only the ports it visits); `None` in a pass over every port.
+    touched: Option<&'a mut Vec<u16>>,
 }
 
 impl OtherSlots<'_> {
-    /// The slot of port `id`, if it is open (and not the one held apart), noted as one
-    /// that frames go out of.
+    /// The slot of port `id`, if it is open (and not the one held apart), noted (in a
+    /// sparse pass) as one that frames go out of.
     pub(super) fn get_mut(&mut self, id: PortId) -> Option<&mut Slot> {
-        self.touched.push(id.0);
+        if let Some(touched) = self.touched.as_mut() {
+            touched.push(id.0);
+        }
         let index = usize::from(id.0);
         match index.checked_sub(self.before.len()) {
             None => self.before[index].as_mut(),
@@ -392,7 +400,7 @@ impl OtherSlots<'_> {
 fn split_slot<'a>(
     slots: &'a mut [Option<Slot>],
     index: usize,
-    touched: &'a mut Vec<u16>,
+    touched: Option<&'a mut Vec<u16>>,
 ) -> (&'a mut Option<Slot>, OtherSlots<'a>) {
     let (before, rest) = slots.split_at_mut(index);
     let (this, after) = rest.split_first_mut().expect("index is a slot");

@@ -58,7 +58,7 @@ fn deliver_remote(
     table: &LinkTable,
     slots: &mut [Option<Slot>],
     extras: &mut LinkExtras,
-    touched: &mut Vec<u16>,
+    touched: Option<&mut Vec<u16>>,
     received: ReceivedFrame<'_>,
 ) -> bool {
     let ReceivedFrame { peer, wire, frame } = received;
@@ -72,7 +72,9 @@ fn deliver_remote(
             if extras.has(link) {
                 extras.tap(link, direction, frame);
             }
-            touched.push(out.0);
+            if let Some(touched) = touched {
+                touched.push(out.0);
+            }
             let slot = slots.get_mut(usize::from(out.0)).and_then(Option::as_mut);
             deliver(table, slot, frame, (link, direction));
             true
@@ -105,7 +107,9 @@ impl Switch {
         };
         let polled = peers.poll(flush);
         let endpoint = peers.endpoint_mut();
+        let sparse = super::forward::sparse(slots.len());
         while let Some(frame) = endpoint.poll_frame() {
+            let touched = sparse.then_some(&mut *touched);
             if !deliver_remote(table, slots, extras, touched, frame) {
                 endpoint.count_unknown_link();
             }

@@ -22,17 +22,11 @@ pub(super) fn linux_name(kind: &str, name: &str) -> Result<Option<String>, Strin
         "nokia_srlinux" | "srl" => srlinux(name),
         "nokia_srsim" => srsim(name),
         "cisco_iol" => iol(name),
-        "arista_ceos" | "ceos" => name
-            .strip_prefix("Ethernet")
-            .and_then(index)
-            .map(|n| format!("eth{n}")),
+        "arista_ceos" | "ceos" => eth_after(name, "Ethernet"),
         "juniper_vmx" => junos(name, &["ge", "xe", "et"]),
         "juniper_vjunosswitch" => junos(name, &["ge"]),
         "cisco_csr1000v" => return csr(name),
-        "aruba_aoscx" => name
-            .strip_prefix("1/1/")
-            .and_then(index)
-            .map(|n| format!("eth{n}")),
+        "aruba_aoscx" => eth_after(name, "1/1/"),
         _ => None,
     })
 }
@@ -43,12 +37,14 @@ fn junos(name: &str, types: &[&str]) -> Option<String> {
     if !types.contains(&kind) {
         return None;
     }
-    let port = rest.strip_prefix("0/0/")?;
-    if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let port: u32 = port.parse().ok()?;
+    let port = decimal(rest.strip_prefix("0/0/")?)?;
     Some(format!("eth{}", port + 1))
+}
+
+/// `PREFIX` and an index N: `ethN`.
+fn eth_after(name: &str, prefix: &str) -> Option<String> {
+    let n = index(name.strip_prefix(prefix)?)?;
+    Some(format!("eth{n}"))
 }
 
 fn csr(name: &str) -> Result<Option<String>, String> {
@@ -67,10 +63,17 @@ fn csr(name: &str) -> Result<Option<String>, String> {
     Ok(Some(format!("eth{}", n - 1)))
 }
 
+/// Digits only (no sign, no blanks), as a number.
+fn decimal(text: &str) -> Option<u32> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
 /// Positive decimal numbers only (containerlab's indices start at 1).
 fn index(text: &str) -> Option<u32> {
-    let n: u32 = text.parse().ok()?;
-    (n >= 1 && text.bytes().all(|b| b.is_ascii_digit())).then_some(n)
+    decimal(text).filter(|&n| n >= 1)
 }
 
 fn srlinux(name: &str) -> Option<String> {
@@ -109,11 +112,7 @@ fn iol(name: &str) -> Option<String> {
         .or_else(|| name.strip_prefix('e'))?
         .trim_start();
     let (slot, port) = rest.split_once('/')?;
-    let all_digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
-    if !all_digits(slot) || !all_digits(port) {
-        return None;
-    }
-    let (slot, port): (u32, u32) = (slot.parse().ok()?, port.parse().ok()?);
+    let (slot, port) = (decimal(slot)?, decimal(port)?);
     Some(format!("eth{}", slot * 4 + port))
 }
 
