@@ -41,6 +41,12 @@ pub struct Traffic {
 pub struct Sent {
     pub frames: u64,
     pub seconds: f64,
+    /// The most frames that were due at once: a paced generator held off its CPU sends
+    /// what it owes in one burst when it runs again, and a device that loses frames at
+    /// a rate it otherwise carries may be losing that burst.
+    pub largest_backlog: u64,
+    /// When that was, from the start.
+    pub largest_backlog_at: Duration,
 }
 
 /// What a sink received.
@@ -139,6 +145,8 @@ pub(crate) struct Generator<'a> {
     limit: u64,
     start: Instant,
     seq: u64,
+    largest_backlog: u64,
+    largest_backlog_at: Duration,
 }
 
 impl<'a> Generator<'a> {
@@ -153,6 +161,8 @@ impl<'a> Generator<'a> {
             limit: traffic.count.unwrap_or(u64::MAX),
             start: Instant::now(),
             seq: 0,
+            largest_backlog: 0,
+            largest_backlog_at: Duration::ZERO,
         }
     }
 
@@ -164,7 +174,16 @@ impl<'a> Generator<'a> {
     pub(crate) fn step(&mut self, endpoint: &mut Endpoint) -> usize {
         let allowed = match self.traffic.rate {
             0 => u64::MAX,
-            rate => (self.start.elapsed().as_secs_f64() * rate as f64) as u64 + 1,
+            rate => {
+                let elapsed = self.start.elapsed();
+                let allowed = (elapsed.as_secs_f64() * rate as f64) as u64 + 1;
+                let due = allowed.min(self.limit).saturating_sub(self.seq);
+                if due > self.largest_backlog {
+                    self.largest_backlog = due;
+                    self.largest_backlog_at = elapsed;
+                }
+                allowed
+            }
         };
         let mut queued = 0;
         while queued < self.traffic.batch && self.seq < self.limit && self.seq < allowed {
@@ -182,6 +201,8 @@ impl<'a> Generator<'a> {
         Sent {
             frames: self.seq,
             seconds: self.start.elapsed().as_secs_f64().max(1e-9),
+            largest_backlog: self.largest_backlog,
+            largest_backlog_at: self.largest_backlog_at,
         }
     }
 }

@@ -295,7 +295,11 @@ pub fn paced(
     let ((sent, received), sink_drops) = result??;
     bed.report(setup, &format!("{} {size} B at {rate} pps", path.name()));
     if setup.verbose {
-        eprintln!("  sink: {sink_drops:?}");
+        eprintln!(
+            "  sink: {sink_drops:?}\n  generator: at most {} frames due at once ({:.3} s in)",
+            sent.largest_backlog,
+            sent.largest_backlog_at.as_secs_f64()
+        );
     }
     let report = received.stats.report(size, sent.frames, sent.seconds);
     let mut row = Row::paced(format!("{}@{rate}pps", path.name()), size, &report, usage);

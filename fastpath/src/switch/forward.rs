@@ -176,11 +176,13 @@ impl Switch {
     /// at 1514 B). Returns how many it took, and whether more may wait.
     pub(super) fn receive_all(&mut self, index: usize, batch: usize) -> (usize, bool) {
         let mut total = 0;
+        let mut more = true;
         for _ in 0..MAX_BATCHES_PER_PASS {
             let taken = self.receive_from(index, batch);
             total += taken;
             if taken < batch {
-                return (total, false);
+                more = false;
+                break;
             }
             // More waits: the frames this batch gave back go to the fill ring now, not
             // at the end of the pass, so the kernel has room while the rest is taken.
@@ -188,7 +190,10 @@ impl Switch {
                 slot.refill();
             }
         }
-        (total, true)
+        if total > 0 {
+            self.look_early(index);
+        }
+        (total, more)
     }
 
     fn receive_from(&mut self, index: usize, batch: usize) -> usize {

@@ -58,6 +58,10 @@ pub(super) struct Sizing {
     /// the ACKs back) stayed small, and dropped data as TxFull and NoBuffer.
     pub(super) carried: u64,
     last_look: Instant,
+    /// When frames were first taken from the port since the last look: its rate is
+    /// what it carried over the time since then. Over the whole round, a flow that
+    /// began late in it read as a fraction of its rate, and the port grew too little.
+    busy_since: Option<Instant>,
     /// Since when the port has needed less than a quarter of its frames.
     calm_since: Option<Instant>,
     /// The kernel's count of frames it found no fill buffer for, at the last look.
@@ -65,10 +69,24 @@ pub(super) struct Sizing {
 }
 
 impl Sizing {
+    /// The stretch the port's rate is measured over: from its first frames since the
+    /// last look (no shorter than `EARLIEST_LOOK`, so a burst is not read as a rate), or
+    /// from the last look for a port that only sent.
+    fn window(&self, now: Instant) -> Duration {
+        let since_look = now.saturating_duration_since(self.last_look);
+        match self.busy_since {
+            Some(since) => now
+                .saturating_duration_since(since)
+                .max(sizing::EARLIEST_LOOK.min(since_look)),
+            None => since_look,
+        }
+    }
+
     pub(super) fn new(now: Instant) -> Sizing {
         Sizing {
             carried: 0,
             last_look: now,
+            busy_since: None,
             calm_since: None,
             fill_empty_seen: 0,
         }
@@ -145,42 +163,85 @@ impl Switch {
     /// Looks at every resizable port's traffic, and starts the resizes it calls for.
     pub(super) fn look_at_sizes(&mut self, now: Instant) {
         for index in 0..self.slots.len() {
-            let Some(slot) = self.slots[index].as_mut() else {
-                continue;
-            };
-            let (Some(sizing), None, Port::Xdp(port)) =
-                (&mut slot.sizing, &slot.resize, &mut slot.port)
-            else {
-                continue;
-            };
-            let elapsed = now.saturating_duration_since(sizing.last_look);
-            let (lowest_fill, fill_target) = port.take_low_water();
-            // The kernel's count costs a system call: read only for a port with traffic.
-            let ran_empty = sizing.carried > 0
-                && port.kernel_drops().is_ok_and(|d| {
-                    let seen = std::mem::replace(&mut sizing.fill_empty_seen, d.rx_fill_ring_empty);
-                    d.rx_fill_ring_empty > seen
-                });
-            let traffic = Traffic {
-                frames: port.frames(),
-                rate: sizing.carried as f64 / elapsed.as_secs_f64().max(1e-3),
-                lowest_fill,
-                fill_target,
-                ran_empty,
-                calm_for: sizing
-                    .calm_since
-                    .map_or(Duration::ZERO, |since| now.saturating_duration_since(since)),
-            };
-            sizing.carried = 0;
-            sizing.last_look = now;
-            let look = sizing::look(traffic, self.limits);
-            sizing.calm_since = match (look.calm, sizing.calm_since) {
-                (true, since) => since.or(Some(now)),
-                (false, _) => None,
-            };
-            if let Some(frames) = look.resize {
-                self.start_resize(index, frames);
-            }
+            self.look_at_size(index, now);
+        }
+    }
+
+    /// After frames were taken from port `index`: looks at its size now if its traffic
+    /// since the last look already asks for more frames (`sizing::outgrown`), rather
+    /// than at the next round.
+    pub(super) fn look_early(&mut self, index: usize) {
+        let now = self.now;
+        let Some(Slot {
+            sizing: Some(sizing),
+            resize: None,
+            port: Port::Xdp(port),
+            ..
+        }) = self.slots[index].as_mut()
+        else {
+            return;
+        };
+        let busy_since = *sizing.busy_since.get_or_insert(now);
+        if sizing::outgrown(
+            sizing.carried,
+            now.saturating_duration_since(busy_since),
+            port.frames(),
+            port.low_water(),
+            self.limits,
+        ) {
+            self.look_at_size(index, now);
+        }
+    }
+
+    /// Looks at port `index`'s traffic since its last look, and starts the resize it
+    /// calls for.
+    fn look_at_size(&mut self, index: usize, now: Instant) {
+        let Some(slot) = self.slots[index].as_mut() else {
+            return;
+        };
+        let (Some(sizing), None, Port::Xdp(port)) =
+            (&mut slot.sizing, &slot.resize, &mut slot.port)
+        else {
+            return;
+        };
+        let window = sizing.window(now);
+        let (lowest_fill, fill_target) = port.take_low_water();
+        // The kernel's count costs a system call: read only for a port with traffic.
+        let ran_empty = sizing.carried > 0
+            && port.kernel_drops().is_ok_and(|d| {
+                let seen = std::mem::replace(&mut sizing.fill_empty_seen, d.rx_fill_ring_empty);
+                if d.rx_fill_ring_empty > seen {
+                    tracing::debug!(
+                        ifname = port.ifname(),
+                        frames = port.frames(),
+                        dropped = d.rx_fill_ring_empty - seen,
+                        lowest_fill,
+                        fill_target,
+                        "the kernel found the port's fill ring empty"
+                    );
+                }
+                d.rx_fill_ring_empty > seen
+            });
+        let traffic = Traffic {
+            frames: port.frames(),
+            rate: sizing.carried as f64 / window.as_secs_f64().max(1e-3),
+            lowest_fill,
+            fill_target,
+            ran_empty,
+            calm_for: sizing
+                .calm_since
+                .map_or(Duration::ZERO, |since| now.saturating_duration_since(since)),
+        };
+        sizing.carried = 0;
+        sizing.last_look = now;
+        sizing.busy_since = None;
+        let look = sizing::look(traffic, self.limits);
+        sizing.calm_since = match (look.calm, sizing.calm_since) {
+            (true, since) => since.or(Some(now)),
+            (false, _) => None,
+        };
+        if let Some(frames) = look.resize {
+            self.start_resize(index, frames);
         }
     }
 
@@ -353,7 +414,9 @@ impl Switch {
                 let _ = sleeper.watch(bridge.as_fd(), index as u64);
                 let old = std::mem::replace(&mut slot.port, Port::Packet(bridge));
                 if let Port::Xdp(old) = old {
-                    slot.drops_before += old.kernel_drops().unwrap_or_default();
+                    let drops = old.kernel_drops().unwrap_or_default();
+                    tracing::debug!(ifname = %resize.ifname, frames = old.frames(), ?drops, "the old socket is out");
+                    slot.drops_before += drops;
                     keeper.close(Closing::Xdp(Box::new(old)));
                 }
                 slot.pending.clear();
@@ -373,7 +436,9 @@ impl Switch {
                 let _ = sleeper.watch(port.as_fd(), index as u64);
                 let bridge = std::mem::replace(&mut slot.port, Port::Xdp(*port));
                 if let Port::Packet(mut bridge) = bridge {
-                    slot.drops_before += bridge.kernel_drops().unwrap_or_default();
+                    let drops = bridge.kernel_drops().unwrap_or_default();
+                    tracing::debug!(ifname = %resize.ifname, ?drops, "the bridge is out");
+                    slot.drops_before += drops;
                     keeper.close(Closing::Packet(bridge));
                 }
                 if let Some(sizing) = slot.sizing.as_mut() {

@@ -13,6 +13,14 @@
 //! the floor and the ceiling; a fill ring that ran low, or empty, since the last look
 //! grows it four times; and a port whose need has stayed below a quarter of its size for
 //! `shrink_after` gives its memory back.
+//!
+//! The worker looks at every port each `LOOK_EVERY`, and at a port it takes frames from
+//! as soon as `outgrown` says that port's traffic already asks for more (no sooner than
+//! `EARLIEST_LOOK` after its last look). With looks only on the round, a port at the
+//! floor carried a new flow for up to a round at 92 frames of fill ring, and the first
+//! look, over a round that the flow had filled only in part, sized it for a fraction of
+//! the flow's rate: `remote-wire` at 50 kpps lost 140 to 1,226 frames per run, every one
+//! in that first tenth of a second, to a generator catching up on 300 to 1,500 frames.
 
 use std::time::Duration;
 
@@ -21,6 +29,9 @@ use std::time::Duration;
 pub(super) const ABSORB: Duration = Duration::from_millis(20);
 /// How often the worker looks at its ports' traffic.
 pub(super) const LOOK_EVERY: Duration = Duration::from_millis(100);
+/// The soonest a port is looked at again because of its traffic: long enough that its
+/// rate over the stretch means something (500 frames at 50 kpps).
+pub(super) const EARLIEST_LOOK: Duration = Duration::from_millis(10);
 /// A fill ring that fell below this share of its target between two looks grows.
 const LOW_WATER: usize = 4;
 /// How many times larger a port grows when its fill ring ran low.
@@ -83,6 +94,25 @@ pub(super) fn needed(rate: f64, limits: Limits) -> usize {
 
 fn clamp(frames: usize, limits: Limits) -> usize {
     frames.clamp(limits.floor, limits.ceiling)
+}
+
+/// Whether a port that carried `carried` frames (received and to send) over `elapsed`,
+/// and whose fill ring went as low as `lowest_fill` of `fill_target`, needs more than its
+/// `frames` now: a look need not wait for the round.
+pub(super) fn outgrown(
+    carried: u64,
+    elapsed: Duration,
+    frames: usize,
+    (lowest_fill, fill_target): (usize, usize),
+    limits: Limits,
+) -> bool {
+    if frames >= limits.ceiling || elapsed < EARLIEST_LOOK {
+        return false;
+    }
+    let ran_low = lowest_fill * LOW_WATER < fill_target;
+    // `needed(rate) > frames`, without a division: frames for ABSORB of this rate.
+    let wanted = carried as u128 * ABSORB.as_nanos();
+    ran_low || wanted > frames as u128 * elapsed.as_nanos()
 }
 
 pub(super) fn look(traffic: Traffic, limits: Limits) -> Look {
@@ -189,6 +219,21 @@ mod tests {
                 calm: false
             }
         );
+    }
+
+    #[test]
+    fn a_port_is_looked_at_early_once_its_rate_or_its_fill_ring_asks_for_more() {
+        let ms = Duration::from_millis;
+        // 50 kpps for 10 ms, at the floor: 20 ms of it needs 1000 frames.
+        assert!(outgrown(500, ms(10), 128, (92, 92), LIMITS));
+        // The same rate fits a port of 1024 frames.
+        assert!(!outgrown(500, ms(10), 1024, (900, 900), LIMITS));
+        // A trickle does not, but a fill ring that ran below a quarter does.
+        assert!(!outgrown(20, ms(10), 128, (80, 92), LIMITS));
+        assert!(outgrown(20, ms(10), 128, (22, 92), LIMITS));
+        // Not sooner than EARLIEST_LOOK after the last look, nor past the ceiling.
+        assert!(!outgrown(500, ms(5), 128, (0, 92), LIMITS));
+        assert!(!outgrown(50_000, ms(50), 4096, (0, 3584), LIMITS));
     }
 
     #[test]
