@@ -12,7 +12,7 @@
 // path, so boxing it would buy nothing.
 #![allow(clippy::result_large_err)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -48,6 +48,10 @@ pub struct EmbeddedStore {
 struct Mirror {
     wires: BTreeMap<String, WireRecord>,
     attachments: BTreeMap<String, AttachmentRecord>,
+    /// The keys of each pod's attachments, by `pod_key`: finding a pod's attachment
+    /// (every ADD does, and every pass for the peers of the pods it looks at) went
+    /// through all of a node's thousands.
+    attachments_by_pod: BTreeMap<String, BTreeSet<String>>,
     topologies: BTreeMap<String, Topology>,
 }
 
@@ -55,6 +59,8 @@ struct Mirror {
 trait Kind: Serialize + DeserializeOwned + Clone {
     const TABLE: TableDefinition<'static, &'static str, &'static [u8]>;
     fn mirrored(mirror: &mut Mirror) -> &mut BTreeMap<String, Self>;
+    /// Keeps the mirror's indexes of this kind, after `key` went from `old` to `new`.
+    fn reindex(_mirror: &mut Mirror, _key: &str, _old: Option<&Self>, _new: Option<&Self>) {}
 }
 
 impl Kind for WireRecord {
@@ -68,6 +74,24 @@ impl Kind for AttachmentRecord {
     const TABLE: TableDefinition<'static, &'static str, &'static [u8]> = ATTACHMENTS;
     fn mirrored(mirror: &mut Mirror) -> &mut BTreeMap<String, Self> {
         &mut mirror.attachments
+    }
+    fn reindex(mirror: &mut Mirror, key: &str, old: Option<&Self>, new: Option<&Self>) {
+        if let Some(old) = old {
+            let pod = pod_key(&old.pod.namespace, &old.pod.name);
+            if let Some(keys) = mirror.attachments_by_pod.get_mut(&pod) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    mirror.attachments_by_pod.remove(&pod);
+                }
+            }
+        }
+        if let Some(new) = new {
+            mirror
+                .attachments_by_pod
+                .entry(pod_key(&new.pod.namespace, &new.pod.name))
+                .or_default()
+                .insert(key.to_owned());
+        }
     }
 }
 
@@ -138,7 +162,11 @@ impl EmbeddedStore {
         {
             let mut mirror = store.mirror();
             mirror.wires = store.load()?;
-            mirror.attachments = store.load()?;
+            let attachments: BTreeMap<String, AttachmentRecord> = store.load()?;
+            for (key, attachment) in &attachments {
+                AttachmentRecord::reindex(&mut mirror, key, None, Some(attachment));
+            }
+            mirror.attachments = attachments;
             mirror.topologies = store.load()?;
         }
         Ok(store)
@@ -218,9 +246,9 @@ impl EmbeddedStore {
             })?;
         }
         let mut mirror = self.mirror();
-        let mirrored = T::mirrored(&mut mirror);
         for (key, value) in entries {
-            mirrored.insert(key.clone(), (*value).clone());
+            let old = T::mirrored(&mut mirror).insert(key.clone(), (*value).clone());
+            T::reindex(&mut mirror, key, old.as_ref(), Some(value));
         }
         Ok(())
     }
@@ -238,7 +266,10 @@ impl EmbeddedStore {
                 })
             })?;
         }
-        Ok(T::mirrored(&mut self.mirror()).remove(key).is_some())
+        let mut mirror = self.mirror();
+        let old = T::mirrored(&mut mirror).remove(key);
+        T::reindex(&mut mirror, key, old.as_ref(), None);
+        Ok(old.is_some())
     }
 
     fn get<T: Kind>(&self, key: &str) -> Option<T> {
@@ -356,9 +387,10 @@ impl WireStore for EmbeddedStore {
     ) -> Result<Option<AttachmentRecord>, StoreError> {
         let mirror = self.mirror();
         Ok(mirror
-            .attachments
-            .values()
-            .find(|a| a.pod.namespace == namespace && a.pod.name == pod)
+            .attachments_by_pod
+            .get(&pod_key(namespace, pod))
+            .and_then(|keys| keys.first())
+            .and_then(|key| mirror.attachments.get(key))
             .cloned())
     }
 
@@ -457,6 +489,52 @@ mod tests {
         assert!(store.topology("lab", "r1").unwrap().is_some());
         assert!(store.remove_topology("lab", "r1").unwrap());
         assert!(store.topologies().unwrap().is_empty());
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_pods_attachment_is_found_by_its_pod_as_it_is_added_replaced_removed_and_reread() {
+        let dir = temp_dir("by-pod");
+        let first = crate::store::tests::attachment_c1();
+        let again = AttachmentRecord {
+            container_id: "c2".into(),
+            ..first.clone()
+        };
+        let moved = AttachmentRecord {
+            pod: crate::store::PodRef {
+                namespace: "lab".into(),
+                name: "r9".into(),
+            },
+            ..again.clone()
+        };
+        {
+            let store = EmbeddedStore::open(&dir).unwrap();
+            assert_eq!(store.attachment_of_pod("lab", "r1").unwrap(), None);
+            store.put_attachment(&first).unwrap();
+            store.put_attachment(&again).unwrap();
+            // Two of one pod: the first by key, as a search through all of them found.
+            assert_eq!(
+                store.attachment_of_pod("lab", "r1").unwrap(),
+                Some(first.clone())
+            );
+            assert!(store.remove_attachment(&first.key()).unwrap());
+            assert_eq!(
+                store.attachment_of_pod("lab", "r1").unwrap(),
+                Some(again.clone())
+            );
+            // The same key, now another pod's.
+            store.put_attachment(&moved).unwrap();
+            assert_eq!(store.attachment_of_pod("lab", "r1").unwrap(), None);
+            assert_eq!(
+                store.attachment_of_pod("lab", "r9").unwrap(),
+                Some(moved.clone())
+            );
+            assert_eq!(store.attachment_of_pod("other", "r9").unwrap(), None);
+        }
+        let store = EmbeddedStore::open(&dir).unwrap();
+        assert_eq!(store.attachment_of_pod("lab", "r9").unwrap(), Some(moved));
+        assert_eq!(store.attachment_of_pod("lab", "r1").unwrap(), None);
         drop(store);
         std::fs::remove_dir_all(&dir).unwrap();
     }
