@@ -171,9 +171,58 @@ pub fn row(r: &Report) -> String {
     )
 }
 
+/// The spread of one size's runs: on a noisy machine the same build's `lab up` of 3,000
+/// pods took anywhere from 40 to 122 s, so one run says little.
+pub fn spread(runs: &[Report]) -> Option<String> {
+    let first = runs.first()?;
+    let of = |pick: fn(&Report) -> f64| {
+        let mut values: Vec<f64> = runs.iter().map(pick).collect();
+        values.sort_by(f64::total_cmp);
+        let middle = values.len() / 2;
+        let median = if values.len() % 2 == 0 {
+            (values[middle - 1] + values[middle]) / 2.0
+        } else {
+            values[middle]
+        };
+        (values[0], median, values[values.len() - 1])
+    };
+    let (up_min, up_median, up_max) = of(|r| r.up_s);
+    let (down_min, down_median, down_max) = of(|r| r.down_s);
+    Some(format!(
+        "{} pods on {} nodes, {} runs: up {up_min:.1} / {up_median:.1} / {up_max:.1} s, \
+         down {down_min:.1} / {down_median:.1} / {down_max:.1} s (least / median / most)",
+        first.pods,
+        first.nodes,
+        runs.len()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_spread_of_runs_is_their_least_median_and_most() {
+        let run = |up_s, down_s| Report {
+            pods: 3000,
+            nodes: 3,
+            links: 3300,
+            up_s,
+            down_s,
+            rss_mib_total: 0.0,
+            rss_mib_largest: 0.0,
+            processes: 4,
+        };
+        assert_eq!(spread(&[]), None);
+        assert_eq!(
+            spread(&[run(98.1, 9.7), run(42.3, 9.4), run(56.3, 9.2)]).unwrap(),
+            "3000 pods on 3 nodes, 3 runs: up 42.3 / 56.3 / 98.1 s, \
+             down 9.2 / 9.4 / 9.7 s (least / median / most)"
+        );
+        assert!(spread(&[run(40.0, 9.0), run(50.0, 10.0)])
+            .unwrap()
+            .contains("up 40.0 / 45.0 / 50.0 s"));
+    }
 
     #[test]
     fn three_thousand_pods_make_a_ring_and_three_hundred_chords() {

@@ -258,6 +258,10 @@ enum Scenario {
         /// Where xwirectl is (default: next to this program).
         #[arg(long)]
         bin_dir: Option<std::path::PathBuf>,
+        /// Runs of each size, one line each, then their least, median and most (on
+        /// standard error, with --json)
+        #[arg(long, default_value_t = 1)]
+        reps: usize,
         /// One JSON array instead of the table.
         #[arg(long)]
         json: bool,
@@ -403,6 +407,7 @@ fn run() -> Result<()> {
             pods,
             nodes,
             bin_dir,
+            reps,
             json,
         } => {
             let xwirectl = bin_dir_or_own(bin_dir)?.join("xwirectl");
@@ -414,12 +419,25 @@ fn run() -> Result<()> {
             // the earlier ones.
             for (i, &count) in pods.iter().enumerate() {
                 let node_count = nodes.get(i).or(nodes.last()).copied().unwrap_or(3);
-                eprintln!("lab-size: {count} pods on {node_count} nodes");
-                let report = xwire_perf::lab_size::run(&xwirectl, count, node_count)?;
-                if !json {
-                    println!("{}", xwire_perf::lab_size::row(&report));
+                let mut runs = Vec::new();
+                for rep in 1..=reps.max(1) {
+                    eprintln!("lab-size: {count} pods on {node_count} nodes, run {rep} of {reps}");
+                    let report = xwire_perf::lab_size::run(&xwirectl, count, node_count)?;
+                    if !json {
+                        println!("{}", xwire_perf::lab_size::row(&report));
+                    }
+                    runs.push(report);
                 }
-                reports.push(report);
+                if runs.len() > 1 {
+                    if let Some(spread) = xwire_perf::lab_size::spread(&runs) {
+                        if json {
+                            eprintln!("{spread}");
+                        } else {
+                            println!("{spread}");
+                        }
+                    }
+                }
+                reports.extend(runs);
             }
             if json {
                 println!("{}", serde_json::to_string(&reports)?);
