@@ -449,16 +449,22 @@ impl XdpPort {
         if self.scratch.len() < max {
             self.scratch.resize(max, FrameDesc::default());
         }
+        // SAFETY: `scratch` is this port's buffer, only written; the ring yields
+        // descriptors of this port's UMEM, which pass from the kernel to the caller.
+        let n = unsafe { self.rx.consume(&mut self.scratch[..max]) };
         // The fill ring's level is what was put in it less what the kernel has taken
         // out, which includes frames still waiting in the RX ring. Counted after this
         // batch alone, a burst taken in batches (with refills between them) read as a
         // fill ring never below its target less one batch, while the kernel had found
         // it empty (96 frames lost by a 2048-frame port whose low water read 1728).
-        let waiting = self.rx.nb_avail_exact() as usize;
+        // Only a full batch can leave frames waiting, so only then is the ring read
+        // again (two peeks at its producer).
+        let waiting = if n == max {
+            n + self.rx.nb_avail_exact() as usize
+        } else {
+            n
+        };
         self.low_water = self.low_water.min(self.in_fill.saturating_sub(waiting));
-        // SAFETY: `scratch` is this port's buffer, only written; the ring yields
-        // descriptors of this port's UMEM, which pass from the kernel to the caller.
-        let n = unsafe { self.rx.consume(&mut self.scratch[..max]) };
         self.in_fill -= n;
         let port = self.serial;
         into.extend(self.scratch[..n].iter().map(|&desc| Lent { desc, port }));
@@ -601,14 +607,14 @@ impl XdpPort {
         }
     }
 
-    /// The fewest frames the fill ring held since the last call, and what it is kept
-    /// topped up to.
     /// The fewest frames the fill ring held since `take_low_water`, and its target,
     /// left as they are.
     pub(crate) fn low_water(&self) -> (usize, usize) {
         (self.low_water, self.fill_target)
     }
 
+    /// The fewest frames the fill ring held since the last call, and what it is kept
+    /// topped up to.
     pub(crate) fn take_low_water(&mut self) -> (usize, usize) {
         let lowest = self.low_water;
         self.low_water = self.in_fill;

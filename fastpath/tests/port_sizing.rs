@@ -97,8 +97,8 @@ fn ports_grow_with_what_they_receive_and_send_lose_nothing_meanwhile_and_shrink_
     // (two spinning threads beside the test, or a noisy CI host) the worker's core is
     // taken from it for longer than even a grown fill ring holds (1 run in 8 lost
     // 100-600 frames that way, every one counted as `rx_fill_ring_empty`), and how fast
-    // the switch is belongs to the benchmarks.
-    // Port a's: the frames of pod a the kernel had no room for.
+    // the switch is belongs to the benchmarks. Port a's count is of pod a's frames the
+    // kernel had no room for.
     let kernel_lost = after.kernel_drops[0]
         .map(|d| d.rx_fill_ring_empty + d.rx_ring_full + d.rx_other)
         .unwrap_or_default();

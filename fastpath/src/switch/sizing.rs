@@ -15,8 +15,8 @@
 //! `shrink_after` gives its memory back.
 //!
 //! The worker looks at every port each `LOOK_EVERY`, and at a port it takes frames from
-//! as soon as `outgrown` says that port's traffic already asks for more (no sooner than
-//! `EARLIEST_LOOK` after its last look). With looks only on the round, a port at the
+//! as soon as `outgrown` says that port's traffic already asks for more (once
+//! `EARLIEST_LOOK` of that traffic has come since its last look). With looks only on the round, a port at the
 //! floor carried a new flow for up to a round at 92 frames of fill ring, and the first
 //! look, over a round that the flow had filled only in part, sized it for a fraction of
 //! the flow's rate: `remote-wire` at 50 kpps lost 140 to 1,226 frames per run, every one

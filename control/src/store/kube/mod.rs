@@ -481,6 +481,20 @@ impl WireStore for KubeStore {
         Ok(all.values().find_map(|r| r.attachments.get(key)).cloned())
     }
 
+    /// Looks in the pod's namespace alone, without copying every attachment: a pass
+    /// asks this for each local peer of the pods it looks at.
+    fn attachment_of_pod(
+        &self,
+        namespace: &str,
+        pod: &str,
+    ) -> Result<Option<AttachmentRecord>, StoreError> {
+        let all = self.records.lock().expect("not poisoned");
+        Ok(all
+            .get(namespace)
+            .and_then(|r| r.attachments.values().find(|a| a.pod.name == pod))
+            .cloned())
+    }
+
     fn remove_attachment(&self, key: &str) -> Result<bool, StoreError> {
         let namespace = {
             let all = self.records.lock().expect("not poisoned");
