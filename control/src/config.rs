@@ -47,17 +47,23 @@ pub struct DaemonConfig {
     pub max_ports: usize,
     /// The most UMEM frames a fast-path port grows to, pinned while the port has them:
     /// 2 KiB each where the wire's frames fit in one (MTUs up to 1774), 4 KiB otherwise.
-    /// A port opens with `min_frames_per_port` and is resized while it runs, without
+    /// A port opens at its resting size (`resting_frames_per_worker`) and is resized
+    /// while it runs, without
     /// losing a frame, to 20 ms of the traffic it carries (all but an eighth of its
     /// frames wait in its fill ring for a burst). Default 4096 (8 MiB for a port that
     /// carries 200 kpps or more).
     pub frames_per_port: usize,
-    /// The UMEM frames a port opens with, and shrinks back to after 30 s of little
-    /// traffic: what an idle wire end pins. Default 128 (256 KiB); above
-    /// `frames_per_port`, it is `frames_per_port` (ports are then never resized). The
-    /// kernel zeroes and pins every frame as a port opens, so a restart takes longer
-    /// with more.
+    /// The fewest UMEM frames a port rests at: what an idle wire end pins on a node
+    /// with many. Default 128 (256 KiB); above `frames_per_port`, it is
+    /// `frames_per_port` (ports are then never resized). The kernel zeroes and pins
+    /// every frame as a port opens, so a restart takes longer with more.
     pub min_frames_per_port: usize,
+    /// The UMEM frames a data-plane worker's idle ports share: a port opens with, and
+    /// shrinks back to after 30 s of little traffic, this divided by the worker's open
+    /// ports (a power of two between `min_frames_per_port` and `frames_per_port`).
+    /// Default 16384 (32 MiB at 2 KiB): up to 4 ports rest at 4096 frames, 128 or more
+    /// at 128. 0 rests every port at `min_frames_per_port`.
+    pub resting_frames_per_worker: usize,
     /// Seconds between reconciliation passes when nothing else triggers one (a pass also
     /// runs at start and whenever the daemon is idle after requests or peer messages).
     /// Default 10; 0 turns the timer off.
@@ -293,6 +299,7 @@ impl Default for DaemonConfig {
             max_ports: 4096,
             frames_per_port: worker.frames_per_port,
             min_frames_per_port: worker.min_frames_per_port,
+            resting_frames_per_worker: worker.resting_frames_per_worker,
             certs: None,
             topology: TopologySource::default(),
             peers: Vec::new(),
@@ -442,6 +449,12 @@ impl DaemonConfig {
                 ));
             }
         }
+        if config.resting_frames_per_worker > 1 << 24 {
+            return Err(invalid(
+                "resting_frames_per_worker",
+                format!("{} is above 16777216", config.resting_frames_per_worker),
+            ));
+        }
         let kubernetes_identity =
             config.topology.source == "kubernetes" && !config.topology.ca_secret.is_empty();
         if !config.peers.is_empty() && config.certs.is_none() && !kubernetes_identity {
@@ -486,8 +499,16 @@ mod tests {
         assert_eq!(config.coalesce_us as u128, worker.coalesce.as_micros());
         assert_eq!(config.idle_spin_us as u128, worker.idle_spin.as_micros());
         assert_eq!(
-            (config.min_frames_per_port, config.frames_per_port),
-            (worker.min_frames_per_port, worker.frames_per_port)
+            (
+                config.min_frames_per_port,
+                config.frames_per_port,
+                config.resting_frames_per_worker
+            ),
+            (
+                worker.min_frames_per_port,
+                worker.frames_per_port,
+                worker.resting_frames_per_worker
+            )
         );
     }
 
@@ -498,6 +519,10 @@ mod tests {
             ("max_ports = 70000", "max_ports"),
             ("frames_per_port = 1", "frames_per_port"),
             ("min_frames_per_port = 1", "min_frames_per_port"),
+            (
+                "resting_frames_per_worker = 20000000",
+                "resting_frames_per_worker",
+            ),
         ] {
             match parse(text) {
                 Err(ConfigError::Invalid { field: f, .. }) => assert_eq!(f, field, "{text}"),

@@ -62,6 +62,7 @@ pub const DEFAULT_COALESCE: Duration = Duration::from_micros(50);
 /// `WorkerConfig`'s port sizes by default (see `frames_per_port`).
 pub const DEFAULT_FRAMES_PER_PORT: usize = 4096;
 pub const DEFAULT_MIN_FRAMES_PER_PORT: usize = 128;
+pub const DEFAULT_RESTING_FRAMES_PER_WORKER: usize = 16_384;
 pub const DEFAULT_SHRINK_AFTER: Duration = Duration::from_secs(30);
 
 /// How a worker is set up.
@@ -89,16 +90,23 @@ pub struct WorkerConfig {
     pub batch: usize,
     /// The most ports this worker serves. Ports take memory only while open.
     pub max_ports: usize,
-    /// The most UMEM frames an AF_XDP port grows to. Ports open with
-    /// `min_frames_per_port` and are resized, while they run and without losing a frame,
+    /// The most UMEM frames an AF_XDP port grows to. Ports open at their resting size
+    /// (`resting_frames_per_worker`) and are resized, while they run and without losing a frame,
     /// to 20 ms of what they carry (`switch::sizing`); all but an eighth of a port's
     /// frames wait in its fill ring for a burst. A frame pins 2 KiB (4 KiB for frames
     /// above 1792 bytes), so the default, 4096, is 8 MiB for a port that carries 200 kpps
     /// or more.
     pub frames_per_port: usize,
-    /// The UMEM frames a port opens with, and shrinks back to once its traffic has been
-    /// calm for `shrink_after`: what an idle wire end pins (256 KiB at the default, 128).
+    /// The fewest UMEM frames a port rests at: what an idle wire end pins where the
+    /// worker has many ports (256 KiB at the default, 128).
     pub min_frames_per_port: usize,
+    /// The UMEM frames the worker's idle ports share: a port opens with, and shrinks
+    /// back to once its traffic has been calm for `shrink_after`, this divided by the
+    /// worker's open ports (a power of two, no less than `min_frames_per_port` and no
+    /// more than `frames_per_port`). The default, 16,384 (32 MiB of 2-KiB frames), rests
+    /// up to 4 ports at 4,096 frames and 128 or more at 128: a small lab's wires take
+    /// a new flow's first burst whole, and a lab of thousands of wire ends pins little.
+    pub resting_frames_per_worker: usize,
     /// How long a port needs less than a quarter of its frames before it shrinks.
     pub shrink_after: Duration,
     /// Force an XDP mode instead of native-then-generic.
@@ -118,6 +126,7 @@ impl Default for WorkerConfig {
             max_ports: 8,
             frames_per_port: DEFAULT_FRAMES_PER_PORT,
             min_frames_per_port: DEFAULT_MIN_FRAMES_PER_PORT,
+            resting_frames_per_worker: DEFAULT_RESTING_FRAMES_PER_WORKER,
             shrink_after: DEFAULT_SHRINK_AFTER,
             xdp_mode: None,
             ports: PortChoice::Auto,

@@ -138,7 +138,10 @@ pub fn run(
         let cores: Vec<String> = (0..workers).map(|i| (i % cpus).to_string()).collect();
         format!("data_cores = [{}]", cores.join(", "))
     };
-    let extra_config = format!("{data_cores}\nmin_frames_per_port = {frames_per_port}");
+    // Every port opens with the frames asked for, whatever the number of wires.
+    let extra_config = format!(
+        "{data_cores}\nmin_frames_per_port = {frames_per_port}\nresting_frames_per_worker = 0"
+    );
     let per_pair = wires.min(LINKS_PER_POD);
     let pairs = wires.div_ceil(per_pair);
     let certs = TempDir::new("restart-certs");

@@ -14,6 +14,7 @@ pub struct WorkerSettings {
     pub coalesce: Duration,
     pub frames_per_port: usize,
     pub min_frames_per_port: usize,
+    pub resting_frames_per_worker: usize,
 }
 
 impl Default for WorkerSettings {
@@ -25,6 +26,7 @@ impl Default for WorkerSettings {
             coalesce: daemon.coalesce,
             frames_per_port: daemon.frames_per_port,
             min_frames_per_port: daemon.min_frames_per_port,
+            resting_frames_per_worker: daemon.resting_frames_per_worker,
         }
     }
 }
@@ -40,6 +42,7 @@ impl WorkerSettings {
             coalesce: self.coalesce,
             frames_per_port: self.frames_per_port,
             min_frames_per_port: self.min_frames_per_port,
+            resting_frames_per_worker: self.resting_frames_per_worker,
             ports: PortChoice::AfXdp,
             ..WorkerConfig::default()
         }
@@ -62,9 +65,11 @@ impl WorkerSettings {
             "not the daemon's defaults"
         };
         format!(
-            "xwire workers {polling}, {} to {} UMEM frames per port by traffic ({ours})",
+            "xwire workers {polling}, {} to {} UMEM frames per port by traffic, resting at \
+             a share of {} per worker ({ours})",
             self.min_frames_per_port.min(self.frames_per_port),
-            self.frames_per_port
+            self.frames_per_port,
+            self.resting_frames_per_worker
         )
     }
 }

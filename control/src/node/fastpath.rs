@@ -73,6 +73,7 @@ impl Fastpath {
                 max_ports: config.max_ports,
                 frames_per_port: config.frames_per_port,
                 min_frames_per_port: config.min_frames_per_port,
+                resting_frames_per_worker: config.resting_frames_per_worker,
                 ..WorkerConfig::default()
             })
             .map_err(|e| fail(&format!("start worker {index}"), &e))?;

@@ -95,6 +95,8 @@ struct Slot {
     /// The worker's program is still attached for this port, which a resize left an
     /// AF_PACKET port: its interface, slot and mode, to release on removal.
     stranded: Option<(u32, u32, XdpMode)>,
+    /// Opened as a resizable port: one of those that share the worker's resting frames.
+    rests: bool,
 }
 
 /// A port to open on an interface whose last port the kernel is still releasing; the
@@ -141,6 +143,8 @@ pub(crate) struct Switch {
     limits: sizing::Limits,
     next_look: Instant,
     resizing: usize,
+    /// The open ports that share the worker's resting frames (`Slot::rests`).
+    resting_ports: usize,
     /// Opens and closes the sockets of resizes (`None`: it could not start, and ports
     /// keep the size they open with).
     keeper: Option<keeper::Keeper>,
@@ -193,10 +197,12 @@ impl Switch {
             limits: sizing::Limits::new(
                 config.min_frames_per_port,
                 config.frames_per_port,
+                config.resting_frames_per_worker,
                 config.shrink_after,
             ),
             next_look: Instant::now(),
             resizing: 0,
+            resting_ports: 0,
             keeper: keeper::Keeper::spawn(config.core)
                 .map_err(|e| tracing::warn!(error = %e, "no keeper thread: ports keep their size"))
                 .ok(),
@@ -514,8 +520,9 @@ impl Switch {
             Some(program) => Steering::Worker(program, slot as u32),
             None => Steering::Libxdp,
         };
-        // Small to begin with; traffic grows it (see `sizing`).
-        let frames = self.limits.floor();
+        // Its share of the resting frames, with itself among the ports; traffic grows
+        // it (see `sizing`).
+        let frames = self.limits.resting(self.resting_ports + 1);
         let opened = XdpPort::open(ifname, config.xdp_mode, max_frame, frames, steering)
             .map(|p| (PortKind::AfXdp(p.mode()), p))
             .map(|(kind, p)| (Port::Xdp(p), kind));
@@ -592,7 +599,9 @@ impl Switch {
             resize: None,
             drops_before: KernelDrops::default(),
             stranded: None,
+            rests: resizable,
         });
+        self.resting_ports += usize::from(resizable);
         self.table.set_max_frame(id, max_frame);
         // A port the worker could not wake for would be served only while it spins.
         if let Err(source) = watched {
@@ -616,6 +625,7 @@ impl Switch {
         }
         self.table.remove_port(id);
         self.sleeper.unwatch(slot.port.as_fd());
+        self.resting_ports -= usize::from(slot.rests);
         // A port in the middle of a resize, or left an AF_PACKET port by one, still has
         // the worker's program on its interface.
         let attachment = match slot.resize {

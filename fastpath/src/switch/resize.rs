@@ -235,7 +235,11 @@ impl Switch {
         sizing.carried = 0;
         sizing.last_look = now;
         sizing.busy_since = None;
-        let look = sizing::look(traffic, self.limits);
+        let look = sizing::look(
+            traffic,
+            self.limits,
+            self.limits.resting(self.resting_ports),
+        );
         sizing.calm_since = match (look.calm, sizing.calm_since) {
             (true, since) => since.or(Some(now)),
             (false, _) => None,

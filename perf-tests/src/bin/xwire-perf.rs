@@ -118,9 +118,13 @@ struct WorkerArgs {
     /// The most UMEM frames an xwire port grows to (the daemon's `frames_per_port`).
     #[arg(long)]
     frames_per_port: Option<usize>,
-    /// The UMEM frames an xwire port opens with (the daemon's `min_frames_per_port`).
+    /// The fewest UMEM frames an xwire port rests at (the daemon's `min_frames_per_port`).
     #[arg(long)]
     min_frames_per_port: Option<usize>,
+    /// The UMEM frames a worker's resting ports share (the daemon's
+    /// `resting_frames_per_worker`; 0: every port rests at `min_frames_per_port`).
+    #[arg(long)]
+    resting_frames_per_worker: Option<usize>,
 }
 
 impl WorkerArgs {
@@ -138,6 +142,9 @@ impl WorkerArgs {
             min_frames_per_port: self
                 .min_frames_per_port
                 .unwrap_or(daemon.min_frames_per_port),
+            resting_frames_per_worker: self
+                .resting_frames_per_worker
+                .unwrap_or(daemon.resting_frames_per_worker),
         }
     }
 }

@@ -15,8 +15,9 @@ use xwire_proto::local::{NodeState, Request, Response, TopologyApply};
 use super::{ChildGuard, Netns};
 
 /// The most UMEM frames a fast-path port of a test daemon grows to (`frames_per_port`;
-/// ports open with the daemon's `min_frames_per_port`): written out so that a change of
-/// the daemon's default does not change what the tests and scenarios pin.
+/// ports open with their share of the daemon's `resting_frames_per_worker`, no more
+/// than this): written out so that a change of the daemon's default does not change
+/// what the tests and scenarios pin.
 pub const TEST_FRAMES_PER_PORT: usize = 256;
 
 /// Another package's binary, which cargo does not build for a package's tests by itself:
