@@ -51,8 +51,8 @@ impl Hosts {
 /// The wires of one measurement and the device between them. Field order matters: the
 /// device stops before its interfaces go.
 struct Bed<'a> {
-    _device: devices::Running,
-    _wires: (Veth<'a>, Option<Veth<'a>>),
+    device: devices::Running,
+    wires: (Veth<'a>, Option<Veth<'a>>),
     gen: &'a Netns,
     sink: &'a Netns,
     gen_if: String,
@@ -88,8 +88,8 @@ impl<'a> Bed<'a> {
             ((inbound, Some(outbound)), running, names.0, names.1)
         };
         let bed = Bed {
-            _device: running,
-            _wires: wires,
+            device: running,
+            wires,
             gen,
             sink,
             gen_if,
@@ -109,6 +109,30 @@ impl<'a> Bed<'a> {
             &self.sink_if,
             device.name(),
         )
+    }
+
+    /// Where frames went, for `--verbose` (stderr): every veth end's drops, and the
+    /// device's own counters (xwire's).
+    fn report(&self, what: &str) {
+        let mut drops = Vec::new();
+        let (inbound, outbound) = &self.wires;
+        for veth in std::iter::once(inbound).chain(outbound) {
+            for (ns, ifname) in [(veth.a_ns(), veth.a_name()), (veth.b_ns(), veth.b_name())] {
+                if let Ok(stats) = ns.link_stats(ifname) {
+                    drops.push(format!(
+                        "{}/{ifname} rx_dropped={} tx_dropped={}",
+                        ns.name(),
+                        stats.rx_dropped,
+                        stats.tx_dropped
+                    ));
+                }
+            }
+        }
+        eprintln!(
+            "{what}:\n{}  veths: {}",
+            self.device.counters(),
+            drops.join(", ")
+        );
     }
 
     /// Runs `f` on a thread pinned to the generator's CPU, inside the generator's
@@ -152,7 +176,15 @@ pub fn peak(device: Device, size: usize, seconds: f64) -> Result<Row> {
 
 /// `rate` frames per second for `seconds`, received by a sink in the generator's thread,
 /// which waits between frames as `wait` says (`Wait::Sleep` for the cost of a frame).
-pub fn paced(device: Device, size: usize, seconds: f64, rate: u64, wait: Wait) -> Result<Row> {
+/// `verbose`: where frames went, on stderr (`Bed::report`, the sink socket's kernel
+/// drops, and the most frames the generator owed at once).
+pub fn paced(
+    device: Device,
+    size: usize,
+    seconds: f64,
+    (rate, wait): (u64, Wait),
+    verbose: bool,
+) -> Result<Row> {
     let hosts = Hosts::new()?;
     let bed = Bed::new(&hosts, device, size)?;
     let (result, usage) = usage_while(DUT_CPU, || {
@@ -161,16 +193,25 @@ pub fn paced(device: Device, size: usize, seconds: f64, rate: u64, wait: Wait) -
                 .sink
                 .run(|| traffic::open(&bed.sink_if, size, PortOptions::default()))??;
             let mut gen = traffic::open(&bed.gen_if, size, PortOptions::default())?;
-            traffic::send_and_sink(
+            let run = traffic::send_and_sink(
                 &mut gen,
                 &mut sink,
                 &traffic(size, seconds, rate),
                 Duration::from_millis(200),
                 wait,
-            )
+            )?;
+            Ok((run, sink.kernel_drops()))
         })
     });
-    let (sent, received) = result??;
+    let ((sent, received), sink_drops) = result??;
+    if verbose {
+        bed.report(&format!("{} {size} B at {rate} pps", device.name()));
+        eprintln!(
+            "  sink: {sink_drops:?}\n  generator: at most {} frames due at once ({:.3} s in)",
+            sent.largest_backlog,
+            sent.largest_backlog_at.as_secs_f64()
+        );
+    }
     let report = received.stats.report(size, sent.frames, sent.seconds);
     Ok(Row::paced(
         format!("{}@{rate}pps", device.name()),

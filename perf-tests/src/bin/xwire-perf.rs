@@ -167,6 +167,11 @@ enum Scenario {
         /// Skip the idle pass (idle CPU, first frame after a silence).
         #[arg(long)]
         no_idle: bool,
+        /// Print where frames went after each paced measurement (stderr): every veth
+        /// end's drops, the sink socket's kernel drops, the most frames the generator
+        /// owed at once, and xwire's link and port counters.
+        #[arg(long)]
+        verbose: bool,
         #[command(flatten)]
         worker: WorkerArgs,
     },
@@ -542,6 +547,7 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
         run,
         devices,
         no_idle,
+        verbose,
         worker,
     } = scenario
     else {
@@ -588,7 +594,7 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
         let rate = ((xwire.delivered_pps / 2.0) as u64).max(1);
         for &device in devices.iter().filter(fits) {
             rows.push(run.median(
-                || paced(device, size, seconds, rate, Wait::Yield),
+                || paced(device, size, seconds, (rate, Wait::Yield), verbose),
                 |r| r.p99_us.unwrap_or(0.0),
             )?);
         }
@@ -610,7 +616,7 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
             let mut costs = Vec::new();
             for &device in devices.iter().filter(fits) {
                 costs.push(run.median(
-                    || paced(device, size, seconds, run.cost_rate, Wait::Sleep),
+                    || paced(device, size, seconds, (run.cost_rate, Wait::Sleep), verbose),
                     |r| r.cpu_ns_per_frame.unwrap_or(0.0),
                 )?);
             }

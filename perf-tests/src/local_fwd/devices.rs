@@ -78,7 +78,30 @@ pub enum Running {
     Kernel,
     Process { _guard: ChildGuard },
     Ovs { _ovs: Ovs },
-    Xwire { _worker: Worker },
+    Xwire { worker: Worker },
+}
+
+impl Running {
+    /// xwire's counters (the link's frames and drops each way, each port's kernel drops
+    /// and UMEM frames), to say where frames went; empty for the other devices.
+    pub fn counters(&self) -> String {
+        let Running::Xwire { worker } = self else {
+            return String::new();
+        };
+        match worker.stats() {
+            Ok(stats) => stats
+                .links
+                .iter()
+                .map(|link| {
+                    format!(
+                        "  xwire link {}: in {:?}\n    back {:?}\n    kernel drops {:?}, port frames {:?}\n",
+                        link.wire.0, link.a_to_b, link.b_to_a, link.kernel_drops, link.umem_frames
+                    )
+                })
+                .collect(),
+            Err(e) => format!("  xwire: no statistics: {e}\n"),
+        }
+    }
 }
 
 /// Brings `device` up between `in_if` and `out_if` of `dut` (unused for `Direct`).
@@ -109,7 +132,7 @@ pub fn start(
             let a = worker.add_port_as(in_if, max_frame.max(1514), choice)?;
             let b = worker.add_port_as(out_if, max_frame.max(1514), choice)?;
             worker.add_link(xwire_fastpath::WireId(1), a.id, b.id)?;
-            Ok(Running::Xwire { _worker: worker })
+            Ok(Running::Xwire { worker })
         }
         Device::Testpmd => {
             let prefix = format!("xwt-{}", unique_ifname());
