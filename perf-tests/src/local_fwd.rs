@@ -23,8 +23,8 @@ pub use crate::measure::{median_by, IdleRow, Row, SearchLength};
 pub use devices::Device;
 
 use crate::measure::{
-    busy_while, lossfree_rows, on_cpu, probe_traffic, usage_while, wait_until_forwarding,
-    LossfreeRow,
+    busy_while, lossfree_rows, on_cpu, probe_traffic, usage_while, veth_drops,
+    wait_until_forwarding, LossfreeRow,
 };
 use crate::testbed::{Netns, Veth};
 
@@ -114,24 +114,11 @@ impl<'a> Bed<'a> {
     /// Where frames went, for `--verbose` (stderr): every veth end's drops, and the
     /// device's own counters (xwire's).
     fn report(&self, what: &str) {
-        let mut drops = Vec::new();
         let (inbound, outbound) = &self.wires;
-        for veth in std::iter::once(inbound).chain(outbound) {
-            for (ns, ifname) in [(veth.a_ns(), veth.a_name()), (veth.b_ns(), veth.b_name())] {
-                if let Ok(stats) = ns.link_stats(ifname) {
-                    drops.push(format!(
-                        "{}/{ifname} rx_dropped={} tx_dropped={}",
-                        ns.name(),
-                        stats.rx_dropped,
-                        stats.tx_dropped
-                    ));
-                }
-            }
-        }
         eprintln!(
             "{what}:\n{}  veths: {}",
             self.device.counters(),
-            drops.join(", ")
+            veth_drops(std::iter::once(inbound).chain(outbound))
         );
     }
 

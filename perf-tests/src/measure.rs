@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use xwire_bench::traffic::Traffic;
 
-use crate::testbed::{Error, LinkStats, Netns};
+use crate::testbed::{Error, LinkStats, Netns, Veth};
 
 /// One throughput or latency measurement, in the fields the issue names.
 #[derive(Debug, Clone, Serialize)]
@@ -275,6 +275,25 @@ pub fn probe_traffic(size: usize, seconds: f64, rate: u64, dst_mac: [u8; 6]) -> 
         dst_mac,
         batch: 64,
     }
+}
+
+/// Both ends' `rx_dropped` and `tx_dropped` of each of `veths`, for `--verbose`: where a
+/// frame that reached no socket was lost.
+pub fn veth_drops<'v, 'n: 'v>(veths: impl IntoIterator<Item = &'v Veth<'n>>) -> String {
+    let mut drops = Vec::new();
+    for veth in veths {
+        for (ns, ifname) in [(veth.a_ns(), veth.a_name()), (veth.b_ns(), veth.b_name())] {
+            if let Ok(stats) = ns.link_stats(ifname) {
+                drops.push(format!(
+                    "{}/{ifname} rx_dropped={} tx_dropped={}",
+                    ns.name(),
+                    stats.rx_dropped,
+                    stats.tx_dropped
+                ));
+            }
+        }
+    }
+    drops.join(", ")
 }
 
 /// Runs `f` inside `ns` on a thread pinned to `cpu`.

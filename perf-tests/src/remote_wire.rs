@@ -30,8 +30,8 @@ use xwire_bench::trial::{End, Flow, Wire};
 pub use paths::WirePath;
 
 use crate::measure::{
-    busy_while, cpu_stages, lossfree_rows, on_cpu, probe_traffic, usage_while, LossfreeRow, Row,
-    SearchLength, Stage,
+    busy_while, cpu_stages, lossfree_rows, on_cpu, probe_traffic, usage_while, veth_drops,
+    LossfreeRow, Row, SearchLength, Stage,
 };
 use crate::testbed::{unique_ifname, Mac, Netns, Veth};
 use crate::worker_settings::WorkerSettings;
@@ -198,25 +198,12 @@ impl<'a> Bed<'a> {
         if !setup.verbose {
             return;
         }
-        let mut drops = Vec::new();
-        for veth in &self._veths {
-            for (ns, ifname) in [(veth.a_ns(), veth.a_name()), (veth.b_ns(), veth.b_name())] {
-                if let Ok(stats) = ns.link_stats(ifname) {
-                    drops.push(format!(
-                        "{}/{ifname} rx_dropped={} tx_dropped={}",
-                        ns.name(),
-                        stats.rx_dropped,
-                        stats.tx_dropped
-                    ));
-                }
-            }
-        }
         eprintln!(
             "{what}:\n{}  udp node a: {}\n  udp node b: {}\n  veths: {}",
             self.wire.counters(),
             paths::udp_counters(&self.hosts.nodes[0]),
             paths::udp_counters(&self.hosts.nodes[1]),
-            drops.join(", ")
+            veth_drops(&self._veths)
         );
     }
 
