@@ -91,8 +91,8 @@ pub struct WorkerConfig {
     /// The most ports this worker serves. Ports take memory only while open.
     pub max_ports: usize,
     /// The most UMEM frames an AF_XDP port grows to. Ports open at their resting size
-    /// (`resting_frames_per_worker`) and are resized, while they run and without losing a frame,
-    /// to 20 ms of what they carry (`switch::sizing`); all but an eighth of a port's
+    /// (`resting_frames_per_worker`) and are resized, while they run and without losing
+    /// a frame, to 20 ms of what they carry (`switch::sizing`); all but an eighth of a port's
     /// frames wait in its fill ring for a burst. A frame pins 2 KiB (4 KiB for frames
     /// above 1792 bytes), so the default, 4096, is 8 MiB for a port that carries 200 kpps
     /// or more.

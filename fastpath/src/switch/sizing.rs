@@ -25,10 +25,10 @@
 //!
 //! The worker looks at every port each `LOOK_EVERY`, and at a port it takes frames from
 //! as soon as `outgrown` says that port's traffic already asks for more (once
-//! `EARLIEST_LOOK` of that traffic has come since its last look). With looks only on the round, a port at the
-//! floor carried a new flow for up to a round at 92 frames of fill ring, and the first
-//! look, over a round that the flow had filled only in part, sized it for a fraction of
-//! the flow's rate: `remote-wire` at 50 kpps lost 140 to 1,226 frames per run, every one
+//! `EARLIEST_LOOK` of that traffic has come since its last look). With looks only on the
+//! round, a port at the floor carried a new flow for up to a round at 92 frames of fill
+//! ring, and the first look, over a round that the flow had filled only in part, sized it
+//! for a fraction of the flow's rate: `remote-wire` at 50 kpps lost 140 to 1,226 frames per run, every one
 //! in that first tenth of a second, to a generator catching up on 300 to 1,500 frames.
 
 use std::time::Duration;
@@ -76,11 +76,7 @@ impl Limits {
     /// the budget, rounded down to a power of two, between the floor and the ceiling.
     pub(super) fn resting(&self, ports: usize) -> usize {
         let share = self.budget / ports.max(1);
-        let share = match share {
-            0 => 0,
-            n => 1 << n.ilog2(),
-        };
-        clamp(share, *self)
+        clamp(share.checked_ilog2().map_or(0, |bits| 1 << bits), *self)
     }
 }
 
