@@ -28,8 +28,9 @@
 //! `EARLIEST_LOOK` of that traffic has come since its last look). With looks only on the
 //! round, a port at the floor carried a new flow for up to a round at 92 frames of fill
 //! ring, and the first look, over a round that the flow had filled only in part, sized it
-//! for a fraction of the flow's rate: `remote-wire` at 50 kpps lost 140 to 1,226 frames per run, every one
-//! in that first tenth of a second, to a generator catching up on 300 to 1,500 frames.
+//! for a fraction of the flow's rate: `remote-wire` at 50 kpps lost 140 to 1,226 frames
+//! per run, every one in that first tenth of a second, to a generator catching up on 300
+//! to 1,500 frames.
 
 use std::time::Duration;
 
