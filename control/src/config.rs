@@ -199,8 +199,21 @@ pub struct TopologySource {
     pub sync_timeout_secs: u64,
     /// With `kubernetes` and no `[certs]`: the Secret (`namespace/name`) holding the
     /// cluster CA (`ca.crt`, `ca.key`), from which the node issues its own certificate at
-    /// start. Default `xwire-system/xwire-ca`.
+    /// start: every node then holds the CA key. Default empty: the node asks
+    /// `certificate_signer` instead.
     pub ca_secret: String,
+    /// With `kubernetes`, no `[certs]` and no `ca_secret`: the node makes its key and asks
+    /// for its certificate with a CertificateSigningRequest of this signer name, which
+    /// `xwire-signer` signs for the node that the daemon's token names. Default
+    /// `xwire.dev/node`; empty: no certificate from the cluster.
+    pub certificate_signer: String,
+    /// With `certificate_signer`: the ConfigMap (`namespace/name`, or `name` in the
+    /// daemon's own namespace) whose `ca.crt` holds the CA certificates the node trusts.
+    /// Default `xwire-system/xwire-ca-bundle`.
+    pub ca_bundle: String,
+    /// With `certificate_signer`: how long the start waits for the certificate. Default
+    /// 120.
+    pub certificate_timeout_secs: u64,
     /// With `kubernetes`: the other Node objects are the node's peers (at their
     /// InternalIP and this node's `node_address` port), followed as nodes join and
     /// leave. Default true.
@@ -220,6 +233,9 @@ impl TopologySource {
             namespace_label: self.namespace_label.clone(),
             sync_timeout_secs: self.sync_timeout_secs,
             ca_secret: self.ca_secret.clone(),
+            certificate_signer: self.certificate_signer.clone(),
+            ca_bundle: self.ca_bundle.clone(),
+            certificate_timeout_secs: self.certificate_timeout_secs,
             discover_peers: self.discover_peers,
             peer_port,
         }
@@ -234,6 +250,10 @@ impl Default for TopologySource {
             namespace_label: crate::store::KubeSettings::default().namespace_label,
             sync_timeout_secs: crate::store::KubeSettings::default().sync_timeout_secs,
             ca_secret: crate::store::KubeSettings::default().ca_secret,
+            certificate_signer: crate::store::KubeSettings::default().certificate_signer,
+            ca_bundle: crate::store::KubeSettings::default().ca_bundle,
+            certificate_timeout_secs: crate::store::KubeSettings::default()
+                .certificate_timeout_secs,
             discover_peers: true,
             pools_from_labels: false,
         }
@@ -455,8 +475,9 @@ impl DaemonConfig {
                 format!("{} is above 16777216", config.resting_frames_per_worker),
             ));
         }
-        let kubernetes_identity =
-            config.topology.source == "kubernetes" && !config.topology.ca_secret.is_empty();
+        let kubernetes_identity = config.topology.source == "kubernetes"
+            && !(config.topology.ca_secret.is_empty()
+                && config.topology.certificate_signer.is_empty());
         if !config.peers.is_empty() && config.certs.is_none() && !kubernetes_identity {
             return Err(invalid(
                 "certs",
@@ -596,8 +617,11 @@ carrier = "stream"
         assert_eq!(settings.kubeconfig.as_deref(), Some(Path::new("/k")));
         assert_eq!(settings.namespace_label, "");
         assert!(!settings.discover_peers);
-        // Peers need no certificate files: the node's comes from the CA Secret.
-        assert_eq!(settings.ca_secret, "xwire-system/xwire-ca");
+        // Peers need no certificate files: the node asks the cluster's signer.
+        assert_eq!(settings.ca_secret, "");
+        assert_eq!(settings.certificate_signer, "xwire.dev/node");
+        assert_eq!(settings.ca_bundle, "xwire-system/xwire-ca-bundle");
+        assert_eq!(settings.certificate_timeout_secs, 120);
         let chain = config.chain.unwrap();
         assert_eq!(chain.conf_dir, Path::new("/etc/cni/net.d"));
         assert_eq!(chain.entry["socket"], "/s");

@@ -6,6 +6,7 @@
 
 mod accept_failures;
 pub mod api_server;
+pub mod ca_secret;
 pub mod capture_stream;
 pub mod chain;
 pub mod config;
@@ -18,6 +19,7 @@ pub use xwire_netns as netns;
 pub mod node;
 pub mod private_file;
 pub mod routing;
+pub mod signer;
 pub mod step_times;
 pub mod store;
 pub mod topology;

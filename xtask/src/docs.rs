@@ -1,6 +1,7 @@
 //! `cargo xtask docs [DIR]`: man pages and shell completions (bash, zsh, fish) of
-//! xwirectl, xwired, xwire-pktgen and xwire-perf, generated from their own command-line
-//! definitions, under DIR (default `target/cli-docs`): `man/` and `completions/`.
+//! xwirectl, xwired, xwire-signer, xwire-pktgen and xwire-perf, generated from their own
+//! command-line definitions, under DIR (default `target/cli-docs`): `man/` and
+//! `completions/`.
 
 use std::path::PathBuf;
 
@@ -9,9 +10,10 @@ use anyhow::{Context, Result};
 use crate::system::run;
 
 /// Each binary, and the package it is in.
-const BINARIES: [(&str, &str); 4] = [
+const BINARIES: [(&str, &str); 5] = [
     ("xwire-lab", "xwirectl"),
     ("xwire-control", "xwired"),
+    ("xwire-control", "xwire-signer"),
     ("xwire-bench", "xwire-pktgen"),
     ("xwire-perf", "xwire-perf"),
 ];

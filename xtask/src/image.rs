@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use crate::system::run;
 
 pub const TAG: &str = "localhost/xwire:latest";
-const BINARIES: [&str; 3] = ["xwired", "xwire", "xwirectl"];
+const BINARIES: [&str; 4] = ["xwired", "xwire-signer", "xwire", "xwirectl"];
 
 /// The files `binary` loads: every path `ldd` prints (the loader included).
 fn shared_libraries(binary: &Path) -> Result<BTreeSet<PathBuf>> {

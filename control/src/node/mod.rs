@@ -156,8 +156,9 @@ impl Node {
             "kubernetes" => {
                 let mut settings = config.topology.kube_settings(config.node_address.port());
                 if config.certs.is_some() {
-                    // Files named in the configuration win over the cluster's CA.
+                    // Files named in the configuration win over the cluster's CA and signer.
                     settings.ca_secret.clear();
+                    settings.certificate_signer.clear();
                 }
                 Box::new(KubeStore::open(
                     &config.node_name,

@@ -41,15 +41,19 @@ impl ClusterCa {
         Ok(ClusterCa { cert, key })
     }
 
+    pub(crate) fn cert(&self) -> &rcgen::Certificate {
+        &self.cert
+    }
+
+    pub(crate) fn key(&self) -> &KeyPair {
+        &self.key
+    }
+
     /// A certificate for `node_name` (its DNS subject alternative name, which peers check
     /// when they dial it), signed by this CA. The name must be a node name
     /// (`xwire_proto::control::check_node_name`): no wildcard, no path.
     pub fn issue(&self, node_name: &str) -> Result<NodeIdentity, PkiError> {
-        xwire_proto::control::check_node_name(node_name).map_err(PkiError::Name)?;
-        let mut params = CertificateParams::new(vec![node_name.to_owned()]).map_err(pki)?;
-        params
-            .distinguished_name
-            .push(DnType::CommonName, node_name);
+        let params = node_params(node_name)?;
         let key = KeyPair::generate().map_err(pki)?;
         let cert = params.signed_by(&key, &self.cert, &self.key).map_err(pki)?;
         Ok(NodeIdentity {
@@ -61,6 +65,17 @@ impl ClusterCa {
     }
 }
 
-fn pki(e: rcgen::Error) -> PkiError {
+/// What every node certificate says: the node's name as its common name and its one DNS
+/// name. The name must be a node name (`xwire_proto::control::check_node_name`).
+pub(crate) fn node_params(node_name: &str) -> Result<CertificateParams, PkiError> {
+    xwire_proto::control::check_node_name(node_name).map_err(PkiError::Name)?;
+    let mut params = CertificateParams::new(vec![node_name.to_owned()]).map_err(pki)?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, node_name);
+    Ok(params)
+}
+
+pub(crate) fn pki(e: rcgen::Error) -> PkiError {
     PkiError::Certificate(e.to_string())
 }

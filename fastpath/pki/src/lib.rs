@@ -9,12 +9,16 @@
 #[cfg(feature = "ca")]
 mod ca;
 mod identity;
+#[cfg(feature = "ca")]
+mod request;
 #[cfg(feature = "tls")]
 pub mod tls;
 
 #[cfg(feature = "ca")]
 pub use ca::ClusterCa;
 pub use identity::NodeIdentity;
+#[cfg(feature = "ca")]
+pub use request::{NodeRequest, MAX_VALIDITY};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {
@@ -24,4 +28,6 @@ pub enum PkiError {
     Read { path: String, cause: std::io::Error },
     #[error("making a certificate: {0}")]
     Certificate(String),
+    #[error("the signing request: {0}")]
+    Request(String),
 }

@@ -17,6 +17,7 @@ use xwire_fastpath::peer::NodeIdentity;
 
 use super::pools::{pools_from_nodes, NodeSeat};
 use super::{backend, KubeStore};
+use crate::ca_secret::object_ref;
 use crate::store::{LabelledPools, Membership, PeerChange, StoreError};
 
 /// The address peers dial a node at: its InternalIP, else its ExternalIP.
@@ -122,9 +123,7 @@ pub(super) fn watch_nodes(
 /// the daemon's own namespace: the one its ServiceAccount token names, which an overlay
 /// may have changed).
 pub(super) fn issue_identity(store: &KubeStore, secret: &str) -> Result<NodeIdentity, StoreError> {
-    let (namespace, name) = secret
-        .split_once('/')
-        .unwrap_or((store.client.default_namespace(), secret));
+    let (namespace, name) = object_ref(secret, store.client.default_namespace());
     let api: Api<Secret> = Api::namespaced(store.client.clone(), namespace);
     store.count(1);
     let found = store
@@ -137,27 +136,12 @@ pub(super) fn issue_identity(store: &KubeStore, secret: &str) -> Result<NodeIden
                  `xwirectl ca-secret --namespace {namespace} --name {name} | kubectl apply -f -`"
             ))
         })?;
-    let field = |key: &str| {
-        found
-            .data
-            .as_ref()
-            .and_then(|d| d.get(key))
-            .and_then(|b| String::from_utf8(b.0.clone()).ok())
-            .ok_or_else(|| backend(format!("Secret {secret} has no {key}")))
-    };
-    let (ca_cert, ca_key) = (field("ca.crt")?, field("ca.key")?);
-    // ca.crt may hold more than one certificate while the CA is rotated: the first is
-    // the one ca.key belongs to, and every one is trusted.
-    let signing = ca_cert
-        .split_inclusive("-----END CERTIFICATE-----")
-        .next()
-        .unwrap_or_default();
-    let ca = xwire_pki::ClusterCa::from_pem(signing, &ca_key)
-        .map_err(|e| backend(format!("Secret {secret}: {e}")))?;
-    let mut identity = ca
+    let read = crate::ca_secret::from_secret(&found, secret).map_err(backend)?;
+    let mut identity = read
+        .ca
         .issue(&store.node)
         .map_err(|e| backend(format!("issuing this node's certificate: {e}")))?;
-    identity.ca_pem = ca_cert;
+    identity.ca_pem = read.trusted_pem;
     Ok(identity)
 }
 
@@ -175,10 +159,20 @@ impl Membership for KubeStore {
     }
 
     fn node_identity(&self) -> Result<Option<NodeIdentity>, StoreError> {
-        match self.settings.ca_secret.as_str() {
-            "" => Ok(None),
-            secret => issue_identity(self, secret).map(Some),
+        let settings = &self.settings;
+        if !settings.ca_secret.is_empty() {
+            return issue_identity(self, &settings.ca_secret).map(Some);
         }
+        if settings.certificate_signer.is_empty() {
+            return Ok(None);
+        }
+        super::certificate::request_identity(
+            self,
+            &settings.certificate_signer,
+            &settings.ca_bundle,
+            std::time::Duration::from_secs(settings.certificate_timeout_secs),
+        )
+        .map(Some)
     }
 }
 

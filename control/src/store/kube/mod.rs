@@ -8,6 +8,7 @@
 //! reported, not overwritten). A Topology's status, which other writers share, is
 //! replaced with its resourceVersion and retried on a conflict.
 
+mod certificate;
 mod gwire;
 mod membership;
 mod placement;
@@ -43,9 +44,18 @@ pub struct KubeSettings {
     pub kubeconfig: Option<PathBuf>,
     pub namespace_label: String,
     pub sync_timeout_secs: u64,
-    /// `namespace/name` of the Secret with the cluster CA; empty: the node's certificate
-    /// comes from `[certs]` files.
+    /// `namespace/name` of a Secret with the cluster CA, from which the node issues its
+    /// own certificate (the node then holds the CA key); empty: not so.
     pub ca_secret: String,
+    /// The `signerName` of the CertificateSigningRequest by which the node asks
+    /// `xwire-signer` for its certificate, when `ca_secret` is empty; empty: the node's
+    /// certificate comes from `[certs]` files.
+    pub certificate_signer: String,
+    /// `namespace/name` of the ConfigMap whose `ca.crt` the node trusts, with
+    /// `certificate_signer`.
+    pub ca_bundle: String,
+    /// How long the start waits for the signer.
+    pub certificate_timeout_secs: u64,
     /// Peers are the other Node objects; false: only `[[peers]]` from the file.
     pub discover_peers: bool,
     /// The UDP port every node's peers listen on (this node's own).
@@ -58,12 +68,19 @@ impl Default for KubeSettings {
             kubeconfig: None,
             namespace_label: "xwire.dev/wire".into(),
             sync_timeout_secs: 30,
-            ca_secret: "xwire-system/xwire-ca".into(),
+            ca_secret: String::new(),
+            certificate_signer: SIGNER_NAME.into(),
+            ca_bundle: "xwire-system/xwire-ca-bundle".into(),
+            certificate_timeout_secs: 120,
             discover_peers: true,
             peer_port: 7470,
         }
     }
 }
+
+/// The signer name of xwire's node certificates (a CertificateSigningRequest's
+/// `signerName`), which `xwire-signer` answers.
+pub const SIGNER_NAME: &str = "xwire.dev/node";
 
 /// What a namespace label must say for its pods to be wired.
 pub const LABEL_VALUE: &str = "enabled";

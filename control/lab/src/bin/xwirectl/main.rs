@@ -98,18 +98,22 @@ enum NodeCommand {
         #[arg(required = true)]
         nodes: Vec<String>,
     },
-    /// Prints a Kubernetes Secret holding a new cluster CA (ca.crt, ca.key), for
-    /// `kubectl apply -f -`. Each xwired of the cluster issues its own node certificate
-    /// from it at start. To rotate, give the CA in use with --also-trust: ca.crt then
+    /// Prints a Kubernetes Secret holding a new cluster CA (ca.crt, ca.key) and a
+    /// ConfigMap with its certificate alone (ca.crt), for `kubectl apply -f -`.
+    /// xwire-signer reads the Secret and signs each node's certificate; the nodes read
+    /// only the ConfigMap. To rotate, give the CA in use with --also-trust: ca.crt then
     /// holds the new certificate first and the old one after it, so that nodes on either
     /// CA keep trusting each other while the DaemonSet rolls.
     CaSecret {
-        /// The Secret's namespace.
+        /// The namespace of both objects.
         #[arg(long, default_value = "xwire-system")]
         namespace: String,
         /// The Secret's name.
         #[arg(long, default_value = "xwire-ca")]
         name: String,
+        /// The ConfigMap's name (the nodes' `ca_bundle`).
+        #[arg(long, default_value = "xwire-ca-bundle")]
+        bundle_name: String,
         /// A PEM file of CA certificates to keep trusting (the current ca.crt).
         #[arg(long)]
         also_trust: Option<PathBuf>,
@@ -274,6 +278,7 @@ fn node_command(socket: &Path, command: NodeCommand) -> anyhow::Result<()> {
         NodeCommand::CaSecret {
             namespace,
             name,
+            bundle_name,
             also_trust,
         } => {
             let ca = ClusterCa::generate("xwire cluster CA")?;
@@ -293,7 +298,17 @@ fn node_command(socket: &Path, command: NodeCommand) -> anyhow::Result<()> {
                 "type": "Opaque",
                 "stringData": {"ca.crt": trusted, "ca.key": ca.key_pem()},
             });
-            print!("{}", serde_yaml_ng::to_string(&secret)?);
+            let bundle = serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": bundle_name, "namespace": namespace},
+                "data": {"ca.crt": trusted},
+            });
+            print!(
+                "{}---\n{}",
+                serde_yaml_ng::to_string(&secret)?,
+                serde_yaml_ng::to_string(&bundle)?
+            );
             Ok(())
         }
     }
