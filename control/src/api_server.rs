@@ -1,7 +1,10 @@
 //! The local API: a Unix stream socket (mode 0600) speaking `wire_proto::local`. Each
 //! connection may carry several requests, answered in order. Requests go to the node's
-//! thread one at a time; a malformed one is answered with a CNI error and the connection
-//! stays usable, unless its framing is lost.
+//! thread one at a time, but for calls of one kind queued together: DELs have their
+//! pods' interfaces deleted at once, and, where the store is a server's, ADDs have their
+//! records written at once (one store write, then each is answered). A malformed request
+//! is answered with a CNI error and the connection stays usable, unless its framing is
+//! lost.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -68,8 +71,18 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
         match next {
             Ok(job) => {
                 let mut batch = vec![job];
-                if matches!(batch[0].request, local::Request::Del(_)) {
-                    held = gather_dels(&jobs, &mut batch);
+                match batch[0].request {
+                    local::Request::Del(_) => {
+                        held = gather(&jobs, &mut batch, DELS_AT_ONCE, |r| {
+                            matches!(r, local::Request::Del(_))
+                        })
+                    }
+                    local::Request::Add(_) if node.shares_batches() => {
+                        held = gather(&jobs, &mut batch, ADDS_AT_ONCE, |r| {
+                            matches!(r, local::Request::Add(_))
+                        })
+                    }
+                    _ => {}
                 }
                 // Its caller is gone (the daemon is stopping, or the caller gave up): a
                 // stopping daemon does not work through a queue nobody waits for.
@@ -107,14 +120,23 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
 
 /// The most DELs taken together.
 const DELS_AT_ONCE: usize = 64;
+/// The most ADDs taken together, where the store shares batches: their records are
+/// written at once, after the last (a server's store costs a request whose time grows
+/// with the records, whatever the change), and each is answered then.
+const ADDS_AT_ONCE: usize = 16;
 
-/// Adds to `batch` (a DEL) the DELs queued right behind it, up to `DELS_AT_ONCE`, and
-/// returns the first other job it took from the queue, to be answered after them: the
-/// order of the calls is kept.
-fn gather_dels(jobs: &Receiver<Job>, batch: &mut Vec<Job>) -> Option<Job> {
-    while batch.len() < DELS_AT_ONCE {
+/// Adds to `batch` the jobs of its kind (`same`) queued right behind it, up to `most`,
+/// and returns the first other job it took from the queue, to be answered after them:
+/// the order of the calls is kept.
+fn gather(
+    jobs: &Receiver<Job>,
+    batch: &mut Vec<Job>,
+    most: usize,
+    same: impl Fn(&local::Request) -> bool,
+) -> Option<Job> {
+    while batch.len() < most {
         let job = jobs.try_recv().ok()?;
-        if !matches!(job.request, local::Request::Del(_)) {
+        if !same(&job.request) {
             return Some(job);
         }
         batch.push(job);
@@ -123,8 +145,12 @@ fn gather_dels(jobs: &Receiver<Job>, batch: &mut Vec<Job>) -> Option<Job> {
 }
 
 /// Answers the jobs in order; DELs that came together first have their pods' interfaces
-/// deleted at once (`Node::begin_dels`). Whether any of them may have changed something.
+/// deleted at once (`Node::begin_dels`), and ADDs that came together have their records
+/// written at once, after the last. Whether any of them may have changed something.
 fn answer_all(node: &mut Node, batch: Vec<Job>) -> bool {
+    if batch.len() > 1 && matches!(batch[0].request, local::Request::Add(_)) {
+        return answer_adds(node, batch);
+    }
     // What the node did between calls is not these calls'.
     step_times::take();
     let started = Instant::now();
@@ -166,6 +192,36 @@ fn answer_all(node: &mut Node, batch: Vec<Job>) -> bool {
         changed |= !reads_only;
     }
     changed
+}
+
+/// Answers ADDs that came together: each is handled in turn within one store batch, the
+/// batch is written once, and then each is answered (a failed write fails every ADD that
+/// succeeded, as it fails a lone one). The write's time is each call's, as it waited for
+/// it.
+fn answer_adds(node: &mut Node, batch: Vec<Job>) -> bool {
+    step_times::take();
+    node.begin_batch();
+    let mut handled = Vec::with_capacity(batch.len());
+    for job in batch {
+        let handling = Instant::now();
+        let response = node.handle_about(job.request, job.netns);
+        let steps = step_times::take();
+        handled.push((job.reply, job.queued, steps, handling.elapsed(), response));
+    }
+    let commit_started = Instant::now();
+    let responses = node.commit(handled.iter().map(|h| (true, h.4.clone())).collect());
+    let commit = step_times::take();
+    let commit_took = commit_started.elapsed();
+    for ((reply, queued, mut steps, took, _), response) in handled.into_iter().zip(responses) {
+        steps.extend(commit.iter().cloned());
+        // Waiting: in the queue, and for the ADDs handled after it in the batch.
+        let spent = took + commit_took;
+        let waited = queued.elapsed().saturating_sub(spent);
+        node.metrics()
+            .observe_cni_steps("ADD", waited, &steps, spent);
+        let _ = reply.send((response, node.take_started_capture()));
+    }
+    true
 }
 
 /// Binds the socket at `path`: its directory is made if missing, a stale socket (nobody

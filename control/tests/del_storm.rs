@@ -15,21 +15,6 @@ use support::{call, eventually, Node, Pod, TempDir};
 
 const PODS: usize = 12;
 
-/// Pod i's eth1 is wired to pod i+1's eth2, round the ring; even pods on n1, odd on n2.
-fn ring() -> String {
-    (0..PODS)
-        .map(|i| {
-            let (next, prev) = ((i + 1) % PODS, (i + PODS - 1) % PODS);
-            format!(
-                "apiVersion: networkop.co.uk/v1beta1\nkind: Topology\nmetadata: {{name: p{i}, namespace: lab}}\nspec:\n  links:\n  - {{uid: {i}, peer_pod: p{next}, local_intf: eth1, peer_intf: eth2}}\n  - {{uid: {prev}, peer_pod: p{prev}, local_intf: eth2, peer_intf: eth1}}\nstatus: {{src_ip: {}}}\n",
-                // Even pods run on n1, odd ones on n2.
-                if i % 2 == 0 { support::N1_IP } else { support::N2_IP }
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("---\n")
-}
-
 /// xwire's interfaces in the node's namespace (their alias says so).
 fn xwire_interfaces(node: &Node) -> Vec<String> {
     let out = node
@@ -53,7 +38,7 @@ fn a_daemon_killed_during_a_del_storm_leaves_nothing_behind() {
     let certs = TempDir::new("certs-storm");
     let (mut n1, n2) = support::two_nodes(&certs);
     for node in [&n1, &n2] {
-        node.apply(&ring());
+        node.apply(&support::ring_topology("p", PODS));
     }
     let pods: Vec<Pod> = (0..PODS).map(|i| Pod::new(&format!("p{i}"))).collect();
     let configs = [n1.net_config("1.1.0"), n2.net_config("1.1.0")];

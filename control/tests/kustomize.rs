@@ -82,6 +82,17 @@ fn each_overlay_renders_the_whole_install_and_a_users_overlay_moves_its_namespac
     };
     assert_eq!(pull(&plain), "IfNotPresent");
     assert_eq!(pull(&kind), "Never");
+    let signer_pull = |yaml: &str| {
+        let objects = objects(yaml);
+        let signer = objects
+            .iter()
+            .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "xwire-signer")
+            .expect("the signer's Deployment")
+            .clone();
+        signer["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"].clone()
+    };
+    assert_eq!(signer_pull(&plain), "IfNotPresent");
+    assert_eq!(signer_pull(&kind), "Never");
 
     // An overlay of the user's own: one line moves everything, the Namespace object and
     // the bindings' subjects included; no manifest names the old namespace elsewhere.

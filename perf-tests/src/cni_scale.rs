@@ -113,7 +113,7 @@ fn topology(pods: usize) -> Vec<Value> {
 
 /// Runs `call` on every item, from `callers` threads that take the items in turn (as a
 /// runtime that starts many pods at once does); each call's time, in no particular order.
-fn timed_calls<T: Sync>(
+pub(crate) fn timed_calls<T: Sync>(
     items: &[T],
     callers: usize,
     call: impl Fn(usize, &T) -> Result<()> + Sync,

@@ -245,35 +245,65 @@ impl Node {
         request: Request,
         caller_netns: Option<std::os::fd::OwnedFd>,
     ) -> Response {
+        self.store.begin_batch();
+        let changes = changes(&request);
+        let response = self.handle_about(request, caller_netns);
+        self.commit(vec![(changes, response)]).pop().expect("one")
+    }
+
+    /// Answers `request` within the store batch the caller began (`begin_batch`), with
+    /// the caller's view of the namespace it is about; `commit` ends the batch.
+    pub fn handle_about(
+        &mut self,
+        request: Request,
+        caller_netns: Option<std::os::fd::OwnedFd>,
+    ) -> Response {
         self.caller_netns = caller_netns.map(|fd| {
             NetnsFd::from_handle(fd, "the caller's CNI_NETNS").map_err(|e| e.to_string())
         });
-        let response = self.handle_batched(request);
+        let response = self.handle(request);
         self.caller_netns = None;
         response
     }
 
-    /// Answers `request` with the store's writes made together at its end (one request
-    /// to a server's store, not one per record). A change that could not be written
-    /// turns a success into the store's error: the call is retried, and the write with
-    /// it.
-    pub fn handle_batched(&mut self, request: Request) -> Response {
-        let changes = !matches!(
-            request,
-            Request::State | Request::Counters | Request::TopologyGet(_) | Request::Status(_)
-        );
-        self.store.begin_batch();
-        let response = self.handle(request);
-        match step_times::time(step_times::STORE_COMMIT, || self.store.end_batch()) {
-            Err(e) if changes && !matches!(response, Response::Error(_)) => {
-                Response::Error(NodeError::from(e).to_cni())
-            }
-            Err(e) => {
-                tracing::error!("writing the store: {e}");
-                response
-            }
-            Ok(()) => response,
+    /// Writes the store's batch (one request to a server's store, not one per record)
+    /// and returns the responses of the calls made in it, each with whether it changes
+    /// anything (`changes`). A batch that could not be written turns each success of a
+    /// changing call into the store's error: the calls are retried, and the writes with
+    /// them.
+    pub fn commit(&mut self, responses: Vec<(bool, Response)>) -> Vec<Response> {
+        let written = step_times::time(step_times::STORE_COMMIT, || self.store.end_batch());
+        let Err(e) = written else {
+            return responses.into_iter().map(|(_, r)| r).collect();
+        };
+        let error = NodeError::from(e).to_cni();
+        let failed = responses
+            .into_iter()
+            .map(|(changes, response)| match response {
+                Response::Error(_) => response,
+                _ if changes => Response::Error(error.clone()),
+                _ => response,
+            })
+            .collect::<Vec<_>>();
+        if !failed
+            .iter()
+            .any(|r| matches!(r, Response::Error(e) if *e == error))
+        {
+            tracing::error!("writing the store: {}", error.msg);
         }
+        failed
+    }
+
+    /// Answers `request` with the store's writes made together at its end (see
+    /// `commit`).
+    pub fn handle_batched(&mut self, request: Request) -> Response {
+        self.handle_batched_about(request, None)
+    }
+
+    /// Whether ADDs that queue together should share one store batch (see
+    /// `WireStore::shares_batches`).
+    pub fn shares_batches(&self) -> bool {
+        self.store.shares_batches()
     }
 
     /// See `handle_batched`: for the node's own work between requests.
@@ -417,4 +447,12 @@ impl Node {
 
 fn to_json<T: serde::Serialize>(record: &T) -> serde_json::Value {
     serde_json::to_value(record).expect("records serialize to JSON")
+}
+
+/// Whether answering `request` may change the node's records.
+pub fn changes(request: &Request) -> bool {
+    !matches!(
+        request,
+        Request::State | Request::Counters | Request::TopologyGet(_) | Request::Status(_)
+    )
 }

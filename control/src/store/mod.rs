@@ -165,6 +165,13 @@ pub trait WireStore {
     fn end_batch(&self) -> Result<(), StoreError> {
         Ok(())
     }
+    /// Whether calls that queue together should share one batch (each answered after
+    /// its end): worth it where a batch's write costs much more than a call's work (a
+    /// server's store, whose write time grows with the records), not where it is cheap
+    /// (holding answers back then only adds to each call's time).
+    fn shares_batches(&self) -> bool {
+        false
+    }
 }
 
 /// Where pods' links come from.
@@ -229,7 +236,8 @@ pub struct LabelledPools {
 }
 
 /// Who the node's peers are and who it is, where the store knows (a cluster's Node
-/// objects and CA Secret); the embedded store knows neither, and the configuration says.
+/// objects, and its signer or CA Secret); the embedded store knows neither, and the
+/// configuration says.
 pub trait Membership {
     /// Nodes that joined or left since the last call; the first call lists every node.
     fn take_peer_changes(&self) -> Vec<PeerChange> {

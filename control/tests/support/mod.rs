@@ -167,3 +167,18 @@ pub fn build_cnitool(dir: &Path) -> PathBuf {
     );
     binary
 }
+
+/// `pods` pods named `<prefix>0`, `<prefix>1`, ... in a ring in namespace `lab`: pod i's
+/// eth1 is wired to pod i+1's eth2; even pods run on node 1 (`N1_IP`), odd ones on node 2.
+pub fn ring_topology(prefix: &str, pods: usize) -> String {
+    (0..pods)
+        .map(|i| {
+            let (next, prev) = ((i + 1) % pods, (i + pods - 1) % pods);
+            format!(
+                "apiVersion: networkop.co.uk/v1beta1\nkind: Topology\nmetadata: {{name: {prefix}{i}, namespace: lab}}\nspec:\n  links:\n  - {{uid: {i}, peer_pod: {prefix}{next}, local_intf: eth1, peer_intf: eth2}}\n  - {{uid: {prev}, peer_pod: {prefix}{prev}, local_intf: eth2, peer_intf: eth1}}\nstatus: {{src_ip: {}}}\n",
+                if i % 2 == 0 { N1_IP } else { N2_IP }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}

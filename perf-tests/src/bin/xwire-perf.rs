@@ -278,15 +278,25 @@ enum Scenario {
         #[arg(long)]
         json: bool,
     },
-    /// A KNE-sized ring (one Topology per pod, every link across two nodes) through a
-    /// real kube-apiserver and etcd (found in KUBEBUILDER_ASSETS or on PATH): time from
-    /// the first ADD until every wire forwards, and API requests per pod, next to the
-    /// same ring on the embedded store (needs release builds of xwired, xwire, xwirectl).
+    /// A KNE-sized ring (one Topology per pod, every link across two nodes, or on one)
+    /// through a real kube-apiserver and etcd (found in KUBEBUILDER_ASSETS or on PATH):
+    /// time from the first ADD until every wire forwards, and API requests per pod (the
+    /// daemons' count and the server's), next to the same ring on the embedded store
+    /// (needs release builds of xwired, xwire-signer, xwire, xwirectl).
     KubeScale {
         /// Pods in the ring.
         #[arg(long, default_value_t = 150)]
         pods: usize,
-        /// Where xwired, xwire and xwirectl are (default: next to this program).
+        /// Nodes the ring's pods alternate between: 2 (every link crosses nodes) or 1
+        /// (every link a veth wire).
+        #[arg(long, default_value_t = 2)]
+        nodes: usize,
+        /// ADD calls in flight at once, as a kubelet starting many pods makes them (both
+        /// stores alike); 1: one after another.
+        #[arg(long, default_value_t = 1)]
+        callers: usize,
+        /// Where xwired, xwire-signer, xwire and xwirectl are (default: next to this
+        /// program).
         #[arg(long)]
         bin_dir: Option<std::path::PathBuf>,
         /// One JSON object instead of a table.
@@ -402,12 +412,20 @@ fn run() -> Result<()> {
         }
         Scenario::KubeScale {
             pods,
+            nodes,
+            callers,
             bin_dir,
             json,
         } => {
             let dir = bin_dir_or_own(bin_dir)?;
             let binaries = xwire_perf::cni_scale::Binaries::in_dir(&dir)?;
-            let report = xwire_perf::kube_scale::run(&binaries, &dir.join("xwirectl"), pods)?;
+            let report = xwire_perf::kube_scale::run(
+                &binaries,
+                &dir.join("xwirectl"),
+                pods,
+                nodes,
+                callers,
+            )?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {

@@ -386,6 +386,20 @@ impl ApiServer {
         );
     }
 
+    /// Requests the server has served since it started, by its own count (the sum of
+    /// `apiserver_request_total` on its metrics endpoint, read as the admin: that read
+    /// is not counted in it until the next).
+    pub fn requests_served(&self) -> Result<u64, String> {
+        let request = http::Request::get("/metrics")
+            .body(Vec::new())
+            .map_err(|e| e.to_string())?;
+        let text = self
+            .runtime
+            .block_on(self.client.request_text(request))
+            .map_err(|e| e.to_string())?;
+        Ok(request_total(&text))
+    }
+
     /// What the signer logged.
     pub fn signer_log(&self) -> String {
         std::fs::read_to_string(self.dir.0.join("signer.log")).unwrap_or_default()
@@ -404,6 +418,15 @@ impl ApiServer {
         .unwrap();
         path
     }
+}
+
+/// The sum of every `apiserver_request_total` series in a Prometheus text exposition.
+fn request_total(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|line| line.starts_with("apiserver_request_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }
 
 fn kubeconfig(server: &str, token: &str) -> String {
@@ -430,5 +453,18 @@ pub fn start_or_skip() -> Option<ApiServer> {
             crate::skip(&reason);
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_series_of_the_request_counter_is_summed_and_nothing_else() {
+        let metrics = "# HELP apiserver_request_total Counter\n\
+            # TYPE apiserver_request_total counter\n\
+            apiserver_request_total{code=\"200\",verb=\"GET\"} 12\n\
+            apiserver_request_total{code=\"201\",verb=\"POST\"} 3\n\
+            apiserver_request_duration_seconds_count{verb=\"GET\"} 99\n";
+        assert_eq!(super::request_total(metrics), 15);
     }
 }
