@@ -7,7 +7,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Parser;
 use xwire_control::ca_secret::object_ref;
 use xwire_control::signer::{Policy, Signer};
@@ -56,16 +55,7 @@ fn run() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let config = match &args.kubeconfig {
-            Some(path) => {
-                let file = kube::config::Kubeconfig::read_from(path)
-                    .with_context(|| path.display().to_string())?;
-                kube::Config::from_custom_kubeconfig(file, &Default::default()).await?
-            }
-            None => kube::Config::infer().await?,
-        };
-        xwire_pki::tls::install_process_default();
-        let client = kube::Client::try_from(config)?;
+        let client = xwire_control::store::kube_client(args.kubeconfig.as_deref()).await?;
         let own = client.default_namespace().to_owned();
         let (namespace, account) = object_ref(&args.node_account, &own);
         let signer = Signer {

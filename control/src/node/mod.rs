@@ -277,19 +277,20 @@ impl Node {
             return responses.into_iter().map(|(_, r)| r).collect();
         };
         let error = NodeError::from(e).to_cni();
+        let mut reported = false;
         let failed = responses
             .into_iter()
             .map(|(changes, response)| match response {
                 Response::Error(_) => response,
-                _ if changes => Response::Error(error.clone()),
+                _ if changes => {
+                    reported = true;
+                    Response::Error(error.clone())
+                }
                 _ => response,
             })
-            .collect::<Vec<_>>();
-        if !failed
-            .iter()
-            .any(|r| matches!(r, Response::Error(e) if *e == error))
-        {
-            tracing::error!("writing the store: {}", error.msg);
+            .collect();
+        if !reported {
+            tracing::error!("writing the store: {}: {}", error.msg, error.details);
         }
         failed
     }
@@ -450,7 +451,7 @@ fn to_json<T: serde::Serialize>(record: &T) -> serde_json::Value {
 }
 
 /// Whether answering `request` may change the node's records.
-pub fn changes(request: &Request) -> bool {
+fn changes(request: &Request) -> bool {
     !matches!(
         request,
         Request::State | Request::Counters | Request::TopologyGet(_) | Request::Status(_)

@@ -93,15 +93,39 @@ pub fn judge(csr: &CertificateSigningRequest, policy: &Policy) -> Verdict {
 
 /// Whether the request has a certificate, or was denied or failed: nothing is left to do.
 fn answered(csr: &CertificateSigningRequest) -> bool {
-    let Some(status) = &csr.status else {
-        return false;
-    };
-    status.certificate.as_ref().is_some_and(|c| !c.0.is_empty())
-        || status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| matches!(c.type_.as_str(), "Denied" | "Failed") && c.status == "True")
+    outcome(csr) != Outcome::Pending
+}
+
+/// Where a request stands, as the requesting node and the signer both read it.
+#[derive(Debug, PartialEq)]
+pub enum Outcome {
+    Pending,
+    Issued(String),
+    Refused(String),
+}
+
+pub fn outcome(csr: &CertificateSigningRequest) -> Outcome {
+    let status = csr.status.as_ref();
+    for condition in status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        if matches!(condition.type_.as_str(), "Denied" | "Failed") && condition.status == "True" {
+            let why = condition
+                .message
+                .clone()
+                .or_else(|| condition.reason.clone())
+                .unwrap_or_else(|| condition.type_.clone());
+            return Outcome::Refused(why);
+        }
+    }
+    match status.and_then(|s| s.certificate.as_ref()) {
+        Some(cert) if !cert.0.is_empty() => {
+            Outcome::Issued(String::from_utf8_lossy(&cert.0).into_owned())
+        }
+        _ => Outcome::Pending,
+    }
 }
 
 #[cfg(test)]
@@ -138,6 +162,53 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    fn with(status: CertificateSigningRequestStatus) -> CertificateSigningRequest {
+        CertificateSigningRequest {
+            status: Some(status),
+            ..Default::default()
+        }
+    }
+
+    fn condition(type_: &str, message: &str) -> CertificateSigningRequestCondition {
+        CertificateSigningRequestCondition {
+            type_: type_.into(),
+            status: "True".into(),
+            message: Some(message.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_request_is_pending_until_it_has_a_certificate_or_is_refused() {
+        assert_eq!(
+            outcome(&CertificateSigningRequest::default()),
+            Outcome::Pending
+        );
+        let approved = with(CertificateSigningRequestStatus {
+            conditions: Some(vec![condition("Approved", "ok")]),
+            ..Default::default()
+        });
+        assert_eq!(outcome(&approved), Outcome::Pending);
+        let issued = with(CertificateSigningRequestStatus {
+            conditions: Some(vec![condition("Approved", "ok")]),
+            certificate: Some(ByteString(b"PEM".to_vec())),
+        });
+        assert_eq!(outcome(&issued), Outcome::Issued("PEM".into()));
+        let denied = with(CertificateSigningRequestStatus {
+            conditions: Some(vec![condition("Denied", "names node-2")]),
+            ..Default::default()
+        });
+        assert_eq!(outcome(&denied), Outcome::Refused("names node-2".into()));
+        let failed = with(CertificateSigningRequestStatus {
+            conditions: Some(vec![
+                condition("Approved", "ok"),
+                condition("Failed", "no CA"),
+            ]),
+            ..Default::default()
+        });
+        assert_eq!(outcome(&failed), Outcome::Refused("no CA".into()));
     }
 
     #[test]

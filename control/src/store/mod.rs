@@ -7,7 +7,7 @@ mod embedded;
 pub mod kube;
 
 pub use embedded::EmbeddedStore;
-pub use kube::{KubeSettings, KubeStore, PodReport, SIGNER_NAME};
+pub use kube::{client as kube_client, KubeSettings, KubeStore, PodReport, SIGNER_NAME};
 
 use serde::{Deserialize, Serialize};
 use xwire_netns::NetnsIdentity;

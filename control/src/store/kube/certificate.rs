@@ -14,12 +14,14 @@ use k8s_openapi::ByteString;
 use kube::api::{Api, ObjectMeta, PostParams};
 use xwire_pki::{NodeIdentity, NodeRequest};
 
+use super::gwire::NODE_LABEL;
 use super::{backend, KubeStore};
 use crate::ca_secret::object_ref;
+use crate::signer::judge::{outcome, Outcome};
 use crate::store::StoreError;
 
 /// The usages the request asks for: a node both dials its peers and is dialed.
-pub const USAGES: [&str; 3] = ["digital signature", "server auth", "client auth"];
+const USAGES: [&str; 3] = ["digital signature", "server auth", "client auth"];
 
 /// How often the node looks whether its request was answered.
 const POLL: Duration = Duration::from_millis(250);
@@ -41,14 +43,13 @@ pub(super) fn request_identity(
         metadata: ObjectMeta {
             // The server completes the name: a node asks anew at every start.
             generate_name: Some(format!("xwire-{}-", truncated(&store.node, 200))),
-            labels: Some([("xwire.dev/node".to_owned(), store.node.clone())].into()),
+            labels: Some([(NODE_LABEL.to_owned(), store.node.clone())].into()),
             ..Default::default()
         },
         spec: CertificateSigningRequestSpec {
             request: ByteString(request.csr_pem.clone().into_bytes()),
             signer_name: signer.to_owned(),
             usages: Some(USAGES.iter().map(|u| (*u).to_owned()).collect()),
-            expiration_seconds: None,
             ..Default::default()
         },
         status: None,
@@ -72,18 +73,18 @@ pub(super) fn request_identity(
             .block_on(api.get_opt(&name))
             .map_err(|e| backend(format!("CertificateSigningRequest {name}: {e}")))?
             .ok_or_else(|| backend(format!("CertificateSigningRequest {name} was deleted")))?;
-        match answer(&now) {
-            Answer::Issued(cert_pem) => {
+        match outcome(&now) {
+            Outcome::Issued(cert_pem) => {
                 return request
                     .identity(&cert_pem, &ca_pem)
                     .map_err(|e| backend(format!("CertificateSigningRequest {name}: {e}")));
             }
-            Answer::Refused(why) => {
+            Outcome::Refused(why) => {
                 return Err(backend(format!(
                     "the signer {signer} refused CertificateSigningRequest {name}: {why}"
                 )))
             }
-            Answer::Pending => {}
+            Outcome::Pending => {}
         }
         if start.elapsed() >= timeout {
             return Err(backend(format!(
@@ -93,38 +94,6 @@ pub(super) fn request_identity(
             )));
         }
         std::thread::sleep(POLL);
-    }
-}
-
-/// Where a request stands.
-#[derive(Debug, PartialEq)]
-enum Answer {
-    Pending,
-    Issued(String),
-    Refused(String),
-}
-
-fn answer(csr: &CertificateSigningRequest) -> Answer {
-    let status = csr.status.as_ref();
-    for condition in status
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-    {
-        if matches!(condition.type_.as_str(), "Denied" | "Failed") && condition.status == "True" {
-            let why = condition
-                .message
-                .clone()
-                .or_else(|| condition.reason.clone())
-                .unwrap_or_else(|| condition.type_.clone());
-            return Answer::Refused(why);
-        }
-    }
-    match status.and_then(|s| s.certificate.as_ref()) {
-        Some(cert) if !cert.0.is_empty() => {
-            Answer::Issued(String::from_utf8_lossy(&cert.0).into_owned())
-        }
-        _ => Answer::Pending,
     }
 }
 
@@ -165,56 +134,6 @@ fn truncated(name: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::certificates::v1::{
-        CertificateSigningRequestCondition, CertificateSigningRequestStatus,
-    };
-
-    fn with(status: CertificateSigningRequestStatus) -> CertificateSigningRequest {
-        CertificateSigningRequest {
-            status: Some(status),
-            ..Default::default()
-        }
-    }
-
-    fn condition(type_: &str, message: &str) -> CertificateSigningRequestCondition {
-        CertificateSigningRequestCondition {
-            type_: type_.into(),
-            status: "True".into(),
-            message: Some(message.into()),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_request_is_pending_until_it_has_a_certificate_or_is_refused() {
-        assert_eq!(
-            answer(&CertificateSigningRequest::default()),
-            Answer::Pending
-        );
-        let approved = with(CertificateSigningRequestStatus {
-            conditions: Some(vec![condition("Approved", "ok")]),
-            ..Default::default()
-        });
-        assert_eq!(answer(&approved), Answer::Pending);
-        let issued = with(CertificateSigningRequestStatus {
-            conditions: Some(vec![condition("Approved", "ok")]),
-            certificate: Some(ByteString(b"PEM".to_vec())),
-        });
-        assert_eq!(answer(&issued), Answer::Issued("PEM".into()));
-        let denied = with(CertificateSigningRequestStatus {
-            conditions: Some(vec![condition("Denied", "names node-2")]),
-            ..Default::default()
-        });
-        assert_eq!(answer(&denied), Answer::Refused("names node-2".into()));
-        let failed = with(CertificateSigningRequestStatus {
-            conditions: Some(vec![
-                condition("Approved", "ok"),
-                condition("Failed", "no CA"),
-            ]),
-            ..Default::default()
-        });
-        assert_eq!(answer(&failed), Answer::Refused("no CA".into()));
-    }
 
     #[test]
     fn a_long_node_name_is_cut_for_the_request_name() {

@@ -420,7 +420,13 @@ fn watched(
 }
 
 async fn connect(settings: &KubeSettings) -> Result<Client, StoreError> {
-    let config = match &settings.kubeconfig {
+    client(settings.kubeconfig.as_deref()).await
+}
+
+/// A client of the API server that `kubeconfig` names; none: the in-cluster service
+/// account (or `KUBECONFIG`).
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, StoreError> {
+    let config = match kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path)
                 .map_err(|e| backend(format!("{}: {e}", path.display())))?;
