@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use support::TestNode;
@@ -475,5 +476,74 @@ fn a_peer_that_speaks_another_version_gets_an_error_and_a_closed_connection() {
                 || reason.contains("7..=9")
         )),
         "{events_n:?}"
+    );
+}
+
+/// How often the slow receiver of the overload test reads its socket.
+const SLOW_READS: Duration = Duration::from_millis(50);
+
+/// Offered far more than the far end reads, a datagram wire stops overflowing the far
+/// end's socket once its loss is sustained: the sender's window closes (`congestion.rs`),
+/// and what the receiver cannot take is dropped at the sender, before it is encrypted and
+/// sent. Without that response node-b's socket kept losing most of what node-a sent.
+#[test]
+fn a_receiver_that_falls_behind_stops_overflowing_and_the_sender_drops_instead() {
+    let net = Underlay::new("pov");
+    let mut pair = Pair::connected(&net);
+    let overflowed = || net.b.udp_counter("RcvbufErrors").unwrap();
+    let window = |pair: &mut Pair| pair.a.endpoint_mut().peer_stats()[0].congestion_window;
+    let frame = test_frame(1000, 0xa, 0);
+    let received = Cell::new(0u64);
+    // node-a offers all it can; node-b reads one poll's worth every SLOW_READS.
+    let flood = |pair: &mut Pair, limit: Duration| {
+        let start = Instant::now();
+        let mut read_at = start;
+        while start.elapsed() < limit {
+            for _ in 0..64 {
+                pair.a.send_frame(pair.to_b, 7, &frame);
+            }
+            pair.a.poll_frames(Flush::Now, &mut |_, _, _| true);
+            if read_at.elapsed() >= SLOW_READS {
+                let b = pair.b.as_mut().expect("node-b is up");
+                b.poll_frames(Flush::Now, &mut |_, uid, _| {
+                    received.set(received.get() + 1);
+                    uid == 7
+                });
+                read_at = Instant::now();
+            }
+        }
+    };
+    // The overload, until the window answers it (a round trip here is hundreds of
+    // milliseconds: node-b acknowledges only when it reads), and a second for the losses
+    // of what was sent before the cap to be counted.
+    let start = Instant::now();
+    while window(&mut pair) > u64::from(u32::MAX) && start.elapsed() < Duration::from_secs(15) {
+        flood(&mut pair, Duration::from_millis(100));
+    }
+    flood(&mut pair, Duration::from_secs(1));
+    let (lost_before, a_before, received_before) =
+        (overflowed(), pair.a.counters(), received.get());
+    flood(&mut pair, Duration::from_secs(2));
+    let (lost_after, a_after, received_after) = (overflowed(), pair.a.counters(), received.get());
+
+    assert!(
+        lost_before > 0,
+        "node-b fell behind far enough to overflow its socket"
+    );
+    let (lost, delivered) = (lost_after - lost_before, received_after - received_before);
+    assert!(delivered > 0, "node-b still got frames");
+    assert!(
+        lost * 100 <= delivered,
+        "once the window closed, node-b's socket lost {lost} datagrams while it took \
+         {delivered} frames (before: {lost_before} lost)"
+    );
+    assert!(
+        a_after.dropped_blocked > a_before.dropped_blocked,
+        "node-a dropped what node-b could not take: {a_before:?} then {a_after:?}"
+    );
+    let window = window(&mut pair);
+    assert!(
+        window <= u64::from(u32::MAX),
+        "node-a's window closed under the overload: {window}"
     );
 }

@@ -9,7 +9,7 @@ use quinn_proto::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn_proto::{AckFrequencyConfig, ClientConfig, ServerConfig, TransportConfig, VarInt};
 use rustls::server::WebPkiClientVerifier;
 
-use super::congestion::Unthrottled;
+use super::congestion::OverloadResponse;
 use super::PeerError;
 use xwire_pki::NodeIdentity;
 
@@ -37,14 +37,15 @@ fn parts(identity: &NodeIdentity) -> Result<xwire_pki::tls::TlsParts, PeerError>
 
 /// Timers and windows for a wire: keep-alives so that a silent wire stays up, an idle
 /// timeout that notices a peer gone within seconds, room for DATAGRAM frames and for
-/// stream-carried frames in flight, no congestion window or pacing (`congestion.rs`
-/// says why), and acknowledgements every `ACK_EVERY` packets.
+/// stream-carried frames in flight, no congestion window or pacing until the far end
+/// loses a sustained share of what it is sent (`congestion.rs` says why), and
+/// acknowledgements every `ACK_EVERY` packets.
 fn transport(initial_mtu: u16) -> Arc<TransportConfig> {
     let mut t = TransportConfig::default();
     let mut acks = AckFrequencyConfig::default();
     acks.ack_eliciting_threshold(VarInt::from_u32(ACK_EVERY))
         .max_ack_delay(Some(MAX_ACK_DELAY));
-    t.congestion_controller_factory(Arc::new(Unthrottled))
+    t.congestion_controller_factory(Arc::new(OverloadResponse))
         .ack_frequency_config(Some(acks));
     // The underlay's MTU is configured, not guessed: packets start at it, no probes look
     // for more, and none are made smaller after loss. QUIC's black-hole detection took

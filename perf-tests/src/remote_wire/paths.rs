@@ -82,22 +82,12 @@ pub enum Running {
 
 /// The UDP line of the node's /proc/net/snmp: where the kernel dropped datagrams.
 pub fn udp_counters(ns: &Netns) -> String {
-    let snmp = ns
-        .run(|| std::fs::read_to_string("/proc/thread-self/net/snmp"))
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
-    let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
-    match udp.as_slice() {
-        [names, values] => names
-            .split_whitespace()
-            .zip(values.split_whitespace())
-            .skip(1)
-            .map(|(n, v)| format!("{n}={v}"))
-            .collect::<Vec<_>>()
-            .join(" "),
-        _ => String::new(),
-    }
+    ns.udp_counters()
+        .unwrap_or_default()
+        .iter()
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 impl Running {

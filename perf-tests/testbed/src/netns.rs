@@ -102,6 +102,35 @@ impl Netns {
             .map_err(|e| Error::io(what, e))
     }
 
+    /// The namespace's UDP counters in `/proc/net/snmp`, by name: where the kernel
+    /// dropped datagrams (`RcvbufErrors`: a socket's receive buffer was full).
+    pub fn udp_counters(&self) -> Result<Vec<(String, u64)>, Error> {
+        let what = format!("read the UDP counters of {}", self.name);
+        // /proc/self/net is the main thread's namespace; thread-self is this thread's.
+        let snmp = self
+            .run(|| fs::read_to_string("/proc/thread-self/net/snmp"))?
+            .map_err(|e| Error::io(&what, e))?;
+        let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+        let (Some(names), Some(values)) = (udp.next(), udp.next()) else {
+            return Err(Error::invalid(what, "no Udp lines in /proc/net/snmp"));
+        };
+        Ok(names
+            .split_whitespace()
+            .zip(values.split_whitespace())
+            .skip(1)
+            .filter_map(|(n, v)| Some((n.to_owned(), v.parse().ok()?)))
+            .collect())
+    }
+
+    /// One of `udp_counters`, e.g. `"RcvbufErrors"`.
+    pub fn udp_counter(&self, name: &str) -> Result<u64, Error> {
+        self.udp_counters()?
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .ok_or_else(|| Error::invalid(format!("read UDP counter {name}"), "no such counter"))
+    }
+
     /// Steers the receive work of `ifname` (its RPS mask) to `cpu`: a veth's receive
     /// otherwise runs in the sender's softirq, on the sender's CPU.
     pub fn steer_receive_to_cpu(&self, ifname: &str, cpu: usize) -> Result<(), Error> {
