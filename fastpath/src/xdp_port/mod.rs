@@ -9,7 +9,8 @@
 //! frames, and the switch copies a frame once from one port's UMEM into the other's (the
 //! kernel copies it on the way in and out anyway: veth has no zero-copy AF_XDP).
 //!
-//! Every `unsafe` call into xsk-rs in the crate is in this file. xsk-rs leaves one thing to
+//! Every `unsafe` call into xsk-rs in the crate is in this file (`umem.rs` makes the UMEM,
+//! which xsk-rs does safely). xsk-rs leaves one thing to
 //! the caller: a descriptor handed to a ring must belong to the ring's UMEM and must not be
 //! in any other ring or in use elsewhere. A port's descriptors are in exactly one place:
 //! its free list, one of its kernel rings, or lent out (by `receive` and `take_free`) as a
@@ -17,107 +18,26 @@
 //! to the port it came from, so the rest of the crate holds no `unsafe` for frames and
 //! cannot put one frame in two places.
 
-use std::error::Error as _;
+mod error;
+mod kernel_drops;
+mod mode;
+mod umem;
+
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::xdp_redirect::RedirectProgram;
 
-use xsk_rs::config::{
-    BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig, XdpFlags,
-};
+use xsk_rs::config::{BindFlags, Interface, LibxdpFlags, SocketConfig, XdpFlags};
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, TxQueue, Umem};
 
-/// How the XDP program runs on the interface.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum XdpMode {
-    /// In the driver (veth supports it for MTUs up to about 3.5 KB).
-    Native,
-    /// On the kernel's generic path, after the skb is built: works on any interface.
-    Generic,
-}
-
-impl XdpMode {
-    pub fn name(self) -> &'static str {
-        match self {
-            XdpMode::Native => "native",
-            XdpMode::Generic => "generic",
-        }
-    }
-
-    fn flags(self) -> XdpFlags {
-        match self {
-            XdpMode::Native => XdpFlags::XDP_FLAGS_DRV_MODE,
-            XdpMode::Generic => XdpFlags::XDP_FLAGS_SKB_MODE,
-        }
-    }
-}
-
-/// The largest frame native XDP on a veth takes: a 4 KiB page less XDP's headroom
-/// (258 bytes) and the skb's shared info (320 bytes), as the kernel's veth driver computes
-/// its XDP MTU limit. Larger frames (jumbo MTUs) need generic mode.
-pub const NATIVE_MAX_FRAME: usize = 4096 - 258 - 320;
-
-/// Why a port could not be opened.
-#[derive(Debug, thiserror::Error)]
-pub enum PortError {
-    #[error("interface name {0:?} is not valid")]
-    BadName(String),
-    #[error("no interface {0} in this network namespace")]
-    NoSuchInterface(String),
-    #[error("{ifname}: AF_XDP socket refused in {mode} mode: {cause}")]
-    Socket {
-        ifname: String,
-        mode: &'static str,
-        cause: io::Error,
-    },
-    #[error("{0}: another XDP program or AF_XDP socket holds this interface")]
-    Busy(String),
-    #[error("{0}: the UMEM already has rings on this interface (a port opened twice)")]
-    AlreadyOpen(String),
-    #[error("{ifname}: the worker cannot watch the port's socket: {cause}")]
-    Unwatched { ifname: String, cause: nix::Error },
-    #[error("{ifname}: cannot steer it through the switch: {reason}")]
-    Unsteerable { ifname: String, reason: String },
-    #[error("no room for another port (the worker has {0})")]
-    NoRoom(usize),
-    #[error("{ifname}: no UMEM of {frames} frames: {reason}")]
-    Umem {
-        ifname: String,
-        frames: usize,
-        reason: String,
-    },
-}
-
-/// Frames the kernel dropped at a port before the worker could see them: the drops that
-/// the link counters cannot count, read from the socket's own statistics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct KernelDrops {
-    /// The RX ring was full: the worker fell behind.
-    pub rx_ring_full: u64,
-    /// No buffer in the fill ring (AF_XDP) or a full RX ring (AF_PACKET).
-    pub rx_fill_ring_empty: u64,
-    /// Other receive drops.
-    pub rx_other: u64,
-    /// Descriptors the kernel refused to send.
-    pub tx_invalid: u64,
-}
-
-impl std::ops::AddAssign for KernelDrops {
-    fn add_assign(&mut self, other: KernelDrops) {
-        self.rx_ring_full += other.rx_ring_full;
-        self.rx_fill_ring_empty += other.rx_fill_ring_empty;
-        self.rx_other += other.rx_other;
-        self.tx_invalid += other.tx_invalid;
-    }
-}
-
-impl KernelDrops {
-    pub fn total(&self) -> u64 {
-        self.rx_ring_full + self.rx_fill_ring_empty + self.rx_other + self.tx_invalid
-    }
-}
+use error::socket_error;
+pub use error::PortError;
+pub use kernel_drops::KernelDrops;
+pub use mode::{XdpMode, NATIVE_MAX_FRAME};
+pub(crate) use umem::MAX_FRAME_ROOM;
+use umem::{new_umem, tx_reserve, UmemLayout};
 
 /// One UMEM frame lent out by a port: received data to read, or a free frame to write
 /// and send. It is in one place at a time (not `Copy`, not `Clone`), and a port takes
@@ -656,105 +576,6 @@ impl XdpPort {
             let _ = self.fill.wakeup(self.rx.fd_mut(), 0);
         }
     }
-}
-
-/// A UMEM of `frames` 4 KiB frames (the free list holds them all).
-fn new_umem(ifname: &str, layout: &UmemLayout) -> Result<(Umem, Vec<FrameDesc>), PortError> {
-    let fail = |reason: String| PortError::Umem {
-        ifname: ifname.into(),
-        frames: layout.frames,
-        reason,
-    };
-    let config = UmemConfig::builder()
-        .frame_size(FrameSize::new(layout.frame_size).map_err(|e| fail(e.to_string()))?)
-        .fill_queue_size(layout.ring)
-        .comp_queue_size(layout.ring)
-        .build()
-        .map_err(|e| fail(e.to_string()))?;
-    let count = u32::try_from(layout.frames)
-        .ok()
-        .and_then(std::num::NonZeroU32::new)
-        .ok_or_else(|| fail("too many frames".into()))?;
-    let (umem, free) = Umem::new(config, count, false).map_err(|e| {
-        let detail = e.source().map(|s| format!(": {s}")).unwrap_or_default();
-        fail(format!("{e}{detail}"))
-    })?;
-    Ok((umem, free))
-}
-
-/// The port error for a socket xsk-rs could not make or bind.
-fn socket_error(ifname: &str, mode: &'static str, e: &dyn std::error::Error) -> PortError {
-    let source = e
-        .source()
-        .and_then(|s| s.downcast_ref::<io::Error>())
-        .map(|s| io::Error::new(s.kind(), s.to_string()))
-        .unwrap_or_else(|| io::Error::other(e.to_string()));
-    tracing::info!(ifname, mode, error = %source, "AF_XDP socket refused");
-    if source.kind() == io::ErrorKind::ResourceBusy {
-        PortError::Busy(ifname.into())
-    } else {
-        PortError::Socket {
-            ifname: ifname.into(),
-            mode,
-            cause: source,
-        }
-    }
-}
-
-/// The kernel's headroom before the data in every UMEM frame (XDP_PACKET_HEADROOM).
-const XDP_HEADROOM: usize = 256;
-/// The UMEM frame sizes: the kernel's smallest, for frames up to a 1500-byte MTU and a
-/// few tags, and a page for larger ones. The kernel pins and the daemon faults in every
-/// byte of a UMEM when the port opens, so at a restart of a node with many ports the
-/// smaller frame halves the time spent there (and the memory).
-const SMALL_FRAME: usize = 2048;
-const LARGE_FRAME: usize = 4096;
-/// The most frame data one UMEM frame holds, in the larger frame size.
-pub(crate) const MAX_FRAME_ROOM: usize = LARGE_FRAME - XDP_HEADROOM;
-
-/// The shape of one port's UMEM and rings.
-struct UmemLayout {
-    frames: usize,
-    frame_size: u32,
-    /// The size of all four rings: no ring ever holds more than the port's frames.
-    ring: QueueSize,
-}
-
-impl UmemLayout {
-    fn for_port(ifname: &str, max_frame: usize, frames: usize) -> Result<UmemLayout, PortError> {
-        let frames = frames.max(2);
-        let frame_size = if max_frame <= SMALL_FRAME - XDP_HEADROOM {
-            SMALL_FRAME
-        } else {
-            LARGE_FRAME
-        };
-        let ring = u32::try_from(frames.next_power_of_two())
-            .ok()
-            .and_then(|n| QueueSize::new(n).ok())
-            .ok_or_else(|| PortError::Umem {
-                ifname: ifname.into(),
-                frames,
-                reason: "too many frames for a ring".into(),
-            })?;
-        Ok(UmemLayout {
-            frames,
-            frame_size: frame_size as u32,
-            ring,
-        })
-    }
-
-    fn frame_room(&self) -> usize {
-        self.frame_size as usize - XDP_HEADROOM
-    }
-}
-/// The frames of a port of `frames` kept out of its fill ring, for frames on their way
-/// out. The fill ring takes the rest: what it holds is the burst a port absorbs while
-/// its worker is not looking, the kernel having nowhere else to put a frame, while a
-/// burst out of a port is sent in pieces as it is written (`Slot::make_room`), a kick
-/// sending and completing up to 32 frames in copy mode. An eighth, and at least two of
-/// the longest chains (a jumbo frame takes up to `MAX_CHAIN` descriptors).
-fn tx_reserve(frames: usize) -> usize {
-    (frames / 8).max(36).min(frames / 2)
 }
 
 /// Completions read from the ring at once.
