@@ -289,6 +289,8 @@ fn register_peers(registry: &mut Registry, counters: &NodeCounters) {
     let datagrams = Family::<PeerDirectionLabels, Counter>::default();
     let bytes = Family::<PeerDirectionLabels, Counter>::default();
     let lost = Family::<PeerLabels, Counter>::default();
+    let congestion_events = Family::<PeerLabels, Counter>::default();
+    let window_cap = Family::<PeerLabels, Gauge>::default();
     for peer in &counters.peers {
         let labels = PeerLabels {
             peer: peer.node.clone(),
@@ -299,6 +301,13 @@ fn register_peers(registry: &mut Registry, counters: &NodeCounters) {
             rtt.get_or_create(&labels).set(us as f64 / 1e6);
         }
         lost.get_or_create(&labels).inc_by(peer.lost_packets);
+        congestion_events
+            .get_or_create(&labels)
+            .inc_by(peer.congestion_events);
+        let cap = peer.window_cap.unwrap_or(0);
+        window_cap
+            .get_or_create(&labels)
+            .set(i64::try_from(cap).unwrap_or(i64::MAX));
         for (direction, count, size) in [
             ("egress", peer.udp_datagrams_sent, peer.udp_bytes_sent),
             (
@@ -353,6 +362,17 @@ fn register_peers(registry: &mut Registry, counters: &NodeCounters) {
         lost,
     );
     registry.register(
+        "peer_congestion_events",
+        "Times QUIC told the connection to a peer node of loss",
+        congestion_events,
+    );
+    registry.register_with_unit(
+        "peer_window_cap",
+        "The connection's window while sustained loss holds it capped; 0 while it is open",
+        Unit::Bytes,
+        window_cap,
+    );
+    registry.register(
         "peer_transport_drops",
         "Frames and messages the peer transport dropped, by reason",
         transport_drops,
@@ -391,6 +411,8 @@ mod tests {
                 up: true,
                 rtt_us: Some(250),
                 udp_datagrams_sent: 9,
+                congestion_events: 4,
+                window_cap: Some(4 << 20),
                 ..PeerCounters::default()
             }],
             worker_busy_seconds: 1.0,
@@ -409,6 +431,8 @@ mod tests {
             format!(r#"xwire_port_umem_frames{{{labels},direction="egress"}} 1024"#),
             r#"xwire_peer_up{peer="n2",worker="1"} 1"#.into(),
             r#"xwire_peer_udp_datagrams_total{peer="n2",worker="1",direction="egress"} 9"#.into(),
+            r#"xwire_peer_congestion_events_total{peer="n2",worker="1"} 4"#.into(),
+            r#"xwire_peer_window_cap_bytes{peer="n2",worker="1"} 4194304"#.into(),
             "xwire_worker_busy_ratio 0.25".into(),
             r#"xwire_cni_call_duration_seconds_count{command="add"} 1"#.into(),
             "xwire_reconcile_pass_duration_seconds_count 1".into(),

@@ -53,11 +53,20 @@ pub struct PeerStats {
     pub udp_datagrams_received: u64,
     pub udp_bytes_received: u64,
     pub lost_packets: u64,
-    /// The congestion controller's window, in bytes, and how many times it has reacted to
+    /// The congestion controller's window, in bytes, and how many times QUIC told it of
     /// loss (a wire should see none on a healthy underlay).
     pub congestion_window: u64,
     pub congestion_events: u64,
     /// QUIC DATAGRAM frames sent and received (the datagram carrier's frames, batched).
     pub datagram_frames_sent: u64,
     pub datagram_frames_received: u64,
+}
+
+impl PeerStats {
+    /// The window while sustained loss holds it capped (`peer/congestion.rs`); `None`
+    /// while it is open, as it is unless the far end loses what it is sent.
+    pub fn window_cap(&self) -> Option<u64> {
+        (self.up && self.congestion_window < crate::peer::UNTHROTTLED_WINDOW)
+            .then_some(self.congestion_window)
+    }
 }

@@ -285,6 +285,13 @@ pub struct PeerCounters {
     pub lost_packets: u64,
     pub datagram_frames_sent: u64,
     pub datagram_frames_received: u64,
+    /// Times QUIC told the connection's congestion controller of loss.
+    #[serde(default)]
+    pub congestion_events: u64,
+    /// The connection's window in bytes while sustained loss holds it capped; absent while
+    /// it is open (frames leave as they come).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_cap: Option<u64>,
 }
 
 /// What `Request::State` answers: the store's records, as JSON.

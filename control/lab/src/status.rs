@@ -453,7 +453,7 @@ pub fn render(status: &LabStatus) -> String {
 }
 
 /// The columns of a peer connection, for `lab status` and `xwirectl wires`.
-pub const PEER_HEADER: [&str; 7] = [
+pub const PEER_HEADER: [&str; 8] = [
     "PEER",
     "WORKER",
     "UP",
@@ -461,6 +461,7 @@ pub const PEER_HEADER: [&str; 7] = [
     "DGRAMS OUT",
     "DGRAMS IN",
     "LOST",
+    "WINDOW",
 ];
 
 /// A peer connection's cells, under `PEER_HEADER`.
@@ -473,6 +474,9 @@ pub fn peer_cells(peer: &PeerCounters) -> Vec<String> {
         peer.udp_datagrams_sent.to_string(),
         peer.udp_datagrams_received.to_string(),
         peer.lost_packets.to_string(),
+        // Open unless the far end has been losing what it is sent (`peer/congestion.rs`).
+        peer.window_cap
+            .map_or("open".into(), |bytes| format!("{} KiB", bytes >> 10)),
     ]
 }
 
@@ -481,7 +485,7 @@ pub fn peer_cells(peer: &PeerCounters) -> Vec<String> {
 fn render_peers(status: &LabStatus) -> String {
     let mut header = vec!["NODE"];
     header.extend(PEER_HEADER);
-    let mut peers = super::table::new(&header, &[2, 4, 5, 6, 7]);
+    let mut peers = super::table::new(&header, &[2, 4, 5, 6, 7, 8]);
     let mut any = false;
     for node in &status.nodes {
         for peer in &node.peers {

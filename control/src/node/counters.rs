@@ -191,6 +191,8 @@ fn peer_counters(peer: &PeerStats, worker: usize) -> PeerCounters {
         lost_packets: peer.lost_packets,
         datagram_frames_sent: peer.datagram_frames_sent,
         datagram_frames_received: peer.datagram_frames_received,
+        congestion_events: peer.congestion_events,
+        window_cap: peer.window_cap(),
     }
 }
 

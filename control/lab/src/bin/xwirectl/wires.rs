@@ -73,7 +73,7 @@ pub fn render(state: &NodeState, counters: &NodeCounters) -> String {
     }
     out.push_str(&table::render(&wires));
     if !counters.peers.is_empty() {
-        let mut peers = table::new(&PEER_HEADER, &[1, 3, 4, 5, 6]);
+        let mut peers = table::new(&PEER_HEADER, &[1, 3, 4, 5, 6, 7]);
         for peer in &counters.peers {
             peers.add_row(peer_cells(peer));
         }
