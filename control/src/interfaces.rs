@@ -50,7 +50,10 @@ fn pod_part(namespace: &str, pod: &str) -> String {
 }
 
 fn hashed_pod_part(namespace: &str, pod: &str) -> String {
-    format!("{namespace}/~{:016x}/", fnv1a64(pod.as_bytes()))
+    format!(
+        "{namespace}/~{:016x}/",
+        xwire_proto::fnv1a64(pod.as_bytes())
+    )
 }
 
 /// The alias of a pod's end of wire `uid` in topology namespace `namespace`.
@@ -67,7 +70,10 @@ pub fn node_alias_prefix(node: &str) -> String {
     if written.len() + REST <= MAX_ALIAS {
         return written;
     }
-    format!("{NODE_ALIAS_PREFIX}~{:016x}:", fnv1a64(node.as_bytes()))
+    format!(
+        "{NODE_ALIAS_PREFIX}~{:016x}:",
+        xwire_proto::fnv1a64(node.as_bytes())
+    )
 }
 
 /// The alias of `node`'s end of a remote wire of `pod`.
@@ -79,14 +85,6 @@ pub fn node_alias(node: &str, namespace: &str, pod: &str, uid: u64) -> String {
     }
     // A namespace and pod that fit a pod's alias but not with a node's name before them.
     format!("{prefix}{}{uid}", hashed_pod_part(namespace, pod))
-}
-
-/// FNV-1a, 64 bits: the same value on every start, whichever build computes it (the
-/// standard library's hashers make no such promise), for names the kernel keeps.
-pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 /// How one end of a wire is set up in its namespace.

@@ -15,9 +15,11 @@ pub mod control;
 pub mod data;
 pub mod framing;
 pub mod local;
+mod stable_hash;
 mod wire_id;
 
-pub use wire_id::{fnv1a32, WireId};
+pub use stable_hash::{fnv1a32, fnv1a64};
+pub use wire_id::WireId;
 
 /// Why bytes could not be decoded. Every decoder in this crate returns this, never panics,
 /// and allocates at most in proportion to the bytes it was given.

@@ -230,14 +230,7 @@ pub fn plan(mode: &VethMode, pod_ips: &[IpAddr], node_addresses: &[IpAddr]) -> P
 
 /// The node end's name: `xv` and a hash of the attachment (Linux allows 15 characters).
 pub fn node_interface(container_id: &str, ifname: &str) -> String {
-    // FNV-1a, 64 bits: a stable hash that needs no crate.
-    let hash = container_id
-        .bytes()
-        .chain(std::iter::once(b'/'))
-        .chain(ifname.bytes())
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
+    let hash = xwire_proto::fnv1a64(format!("{container_id}/{ifname}").as_bytes());
     format!("xv{:012x}", hash & 0xffff_ffff_ffff)
 }
 
@@ -340,6 +333,8 @@ mod tests {
 
     #[test]
     fn node_interface_names_fit_and_differ() {
+        // The name of an interface that exists on a node must not change with a build.
+        assert_eq!(node_interface("abc123", "eth1"), "xv17d26ad50f3c");
         let a = node_interface("abc", "eth0");
         assert_eq!(a.len(), 14);
         assert_ne!(a, node_interface("abd", "eth0"));
