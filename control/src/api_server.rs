@@ -202,17 +202,18 @@ fn answer_adds(node: &mut Node, batch: Vec<Job>) -> bool {
     step_times::take();
     node.begin_batch();
     let mut handled = Vec::with_capacity(batch.len());
+    let mut responses = Vec::with_capacity(batch.len());
     for job in batch {
         let handling = Instant::now();
-        let response = node.handle_about(job.request, job.netns);
+        responses.push((true, node.handle_about(job.request, job.netns)));
         let steps = step_times::take();
-        handled.push((job.reply, job.queued, steps, handling.elapsed(), response));
+        handled.push((job.reply, job.queued, steps, handling.elapsed()));
     }
     let commit_started = Instant::now();
-    let responses = node.commit(handled.iter().map(|h| (true, h.4.clone())).collect());
+    let responses = node.commit(responses);
     let commit = step_times::take();
     let commit_took = commit_started.elapsed();
-    for ((reply, queued, mut steps, took, _), response) in handled.into_iter().zip(responses) {
+    for ((reply, queued, mut steps, took), response) in handled.into_iter().zip(responses) {
         steps.extend(commit.iter().cloned());
         // Waiting: in the queue, and for the ADDs handled after it in the batch.
         let spent = took + commit_took;

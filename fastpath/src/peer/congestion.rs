@@ -56,7 +56,7 @@ use quinn_proto::RttEstimator;
 
 /// The window while nothing is lost: above `u32::MAX`, where quinn-proto stops pacing,
 /// and far above any bytes in flight (a terabyte).
-pub const UNTHROTTLED: u64 = 1 << 40;
+pub(crate) const UNTHROTTLED: u64 = 1 << 40;
 
 /// The window that sustained loss first closes to. The receiver's socket holds 32 MiB as
 /// the kernel counts it (`udp::SOCKET_BUFFER`, doubled by the kernel), and a packet costs

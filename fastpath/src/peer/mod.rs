@@ -27,7 +27,7 @@ use std::ops::RangeInclusive;
 
 use xwire_proto::control::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
-pub use congestion::UNTHROTTLED as UNTHROTTLED_WINDOW;
+pub(crate) use congestion::UNTHROTTLED as UNTHROTTLED_WINDOW;
 pub use endpoint::{NotSent, PeerEndpoint};
 pub use inbox::ReceivedFrame;
 pub use transmit::{Flush, Transmit};

@@ -22,7 +22,7 @@ const MAX_RECV_BUFFERS: usize = 8 * RECV_BATCH;
 /// Each UDP socket buffer (receive and send): the kernel doubles it, to 32 MiB. It is
 /// four times the congestion response's cap (`congestion::FIRST_CAP`), so that a capped
 /// window never overflows the receiver, with room for each packet's overhead.
-pub(crate) const SOCKET_BUFFER: usize = 16 << 20;
+const SOCKET_BUFFER: usize = 16 << 20;
 
 pub(crate) struct Udp {
     socket: UdpSocket,
