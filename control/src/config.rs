@@ -72,7 +72,7 @@ pub struct DaemonConfig {
     /// only same-node wires.
     pub certs: Option<CertPaths>,
     /// Where pods' links come from.
-    pub topology: TopologySource,
+    pub topology: TopologySettings,
     /// The other nodes this node may share wires with.
     pub peers: Vec<PeerNode>,
     /// Where to serve Prometheus metrics (`GET /metrics`), e.g. `"127.0.0.1:9470"`.
@@ -181,9 +181,10 @@ pub struct CertPaths {
     pub key: PathBuf,
 }
 
+/// The `[topology]` table: where Topology objects and the wire records come from.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct TopologySource {
+pub struct TopologySettings {
     /// `embedded` (the default: the redb store under `state_dir`, fed by `xwirectl
     /// topology apply`) or `kubernetes` (Topology objects from the API server, and the
     /// wire store in GWireKObj objects).
@@ -225,7 +226,7 @@ pub struct TopologySource {
     pub pools_from_labels: bool,
 }
 
-impl TopologySource {
+impl TopologySettings {
     /// The Kubernetes store's settings; `peer_port` is the node's own (`node_address`).
     pub fn kube_settings(&self, peer_port: u16) -> crate::store::KubeSettings {
         crate::store::KubeSettings {
@@ -242,9 +243,9 @@ impl TopologySource {
     }
 }
 
-impl Default for TopologySource {
+impl Default for TopologySettings {
     fn default() -> Self {
-        TopologySource {
+        TopologySettings {
             source: "embedded".into(),
             kubeconfig: None,
             namespace_label: crate::store::KubeSettings::default().namespace_label,
@@ -321,7 +322,7 @@ impl Default for DaemonConfig {
             min_frames_per_port: worker.min_frames_per_port,
             resting_frames_per_worker: worker.resting_frames_per_worker,
             certs: None,
-            topology: TopologySource::default(),
+            topology: TopologySettings::default(),
             peers: Vec::new(),
             chain: None,
             routing: RoutingConfig::default(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::counters::DirectionSnapshot;
 use crate::link_table::PortId;
-use crate::peer::PeerCounters;
+use crate::peer::TransportCounters;
 use crate::xdp_port::KernelDrops;
 use xwire_proto::WireId;
 
@@ -16,7 +16,7 @@ use xwire_proto::WireId;
 pub struct WorkerStats {
     pub links: Vec<LinkStats>,
     /// `None` when the worker has no peer transport.
-    pub transport: Option<PeerCounters>,
+    pub transport: Option<TransportCounters>,
     pub peers: Vec<PeerStats>,
     /// Time spent in passes that moved at least one frame, and time since the worker
     /// started: their ratio is how busy the worker is (a poll-mode worker's CPU time says

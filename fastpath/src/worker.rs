@@ -16,7 +16,7 @@ use crate::counters::LinkCounters;
 use crate::impair::ImpairSpec;
 use crate::link_table::{LinkError, PortId};
 use crate::peer::{
-    Carrier, ControlMessage, PeerConfig, PeerCounters, PeerError, PeerEvent, PeerId,
+    Carrier, ControlMessage, PeerConfig, PeerError, PeerEvent, PeerId, TransportCounters,
 };
 use crate::stats::WorkerStats;
 use crate::steered_port::SteeredEnd;
@@ -247,7 +247,7 @@ pub(crate) enum Command {
         reply: Sender<Result<Arc<LinkCounters>, WorkerError>>,
     },
     PeerStatus {
-        reply: Sender<Result<(PeerCounters, Vec<PeerEvent>), WorkerError>>,
+        reply: Sender<Result<(TransportCounters, Vec<PeerEvent>), WorkerError>>,
     },
     SendControl {
         peer: PeerId,
@@ -499,7 +499,7 @@ impl Worker {
     }
 
     /// The transport's counters and the peer events since the last call.
-    pub fn peer_status(&self) -> Result<(PeerCounters, Vec<PeerEvent>), WorkerError> {
+    pub fn peer_status(&self) -> Result<(TransportCounters, Vec<PeerEvent>), WorkerError> {
         self.ask(|reply| Command::PeerStatus { reply })?
     }
 

@@ -262,7 +262,7 @@ mod tests {
                     umem_frames: [None, None],
                 },
             ],
-            transport: Some(xwire_fastpath::peer::PeerCounters {
+            transport: Some(xwire_fastpath::peer::TransportCounters {
                 frames_sent: 5,
                 ..Default::default()
             }),
@@ -280,7 +280,7 @@ mod tests {
                 kernel_drops: [None, None],
                 umem_frames: [Some(128), None],
             }],
-            transport: Some(xwire_fastpath::peer::PeerCounters {
+            transport: Some(xwire_fastpath::peer::TransportCounters {
                 frames_sent: 2,
                 ..Default::default()
             }),

@@ -44,10 +44,23 @@
 //! counted again. The stream carrier keeps QUIC's retransmission of what is lost, and its
 //! flow-control windows (16 MiB a stream, 64 MiB a connection, `tls::transport`).
 //!
+//! A capped window counts only what can be at the receiver. Bytes in flight, as QUIC
+//! counts them, include those the receiver has taken and acknowledged while the
+//! acknowledgement waits in this node's own UDP socket, behind the other direction's
+//! frames when both run at full rate. Counted against the cap, that wait halved a wire
+//! both ways at once: each direction's acknowledgements queued behind the other's
+//! frames, round trips stretched to tens of milliseconds, and a capped wire carried a
+//! cap a round trip (59–82k pps in one direction where 117–148k were loss-free,
+//! `lab bench --flows both`). So a capped window is widened by what arrives in the time
+//! this node's socket holds datagrams (`OwnQueue`, from the kernel's receive timestamps:
+//! the delivery rate of the last epoch times that wait), and that wait is taken out of
+//! the round trip that judges whether a queue builds at the receiver.
+//!
 //! Written here because quinn-proto has no controller that stays out of the way until
 //! loss; it is the trait's smallest implementation with a loss response.
 
 use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -82,14 +95,53 @@ const MIN_LOST_BYTES: u64 = 64 << 10;
 /// A smoothed round trip this much over twice the least one means a queue is building.
 const QUEUE_SLACK: Duration = Duration::from_millis(1);
 
-/// Builds the controller of every connection.
+/// A wait in this node's socket longer than this is taken for a stale reading.
+const LONGEST_OWN_WAIT: Duration = Duration::from_secs(1);
+
+/// How long datagrams wait in this node's UDP socket before its worker reads them:
+/// written by the socket's driver, read by every connection's controller.
 #[derive(Debug, Default)]
-pub(crate) struct OverloadResponse;
+pub(crate) struct OwnQueue {
+    wait_nanos: AtomicU64,
+}
+
+impl OwnQueue {
+    pub(crate) fn set_wait(&self, wait: Duration) {
+        let wait = wait.min(LONGEST_OWN_WAIT).as_nanos() as u64;
+        self.wait_nanos.store(wait, Ordering::Relaxed);
+    }
+
+    pub(crate) fn wait(&self) -> Duration {
+        Duration::from_nanos(self.wait_nanos.load(Ordering::Relaxed))
+    }
+}
+
+/// Builds the controller of every connection of one endpoint.
+#[derive(Debug, Default)]
+pub(crate) struct OverloadResponse {
+    own_queue: Arc<OwnQueue>,
+}
+
+impl OverloadResponse {
+    pub(crate) fn new(own_queue: Arc<OwnQueue>) -> OverloadResponse {
+        OverloadResponse { own_queue }
+    }
+}
 
 impl ControllerFactory for OverloadResponse {
     fn build(self: Arc<Self>, now: Instant, _current_mtu: u16) -> Box<dyn Controller> {
-        Box::new(Window::new(now))
+        Box::new(Controlled {
+            window: Window::new(now),
+            own_queue: self.own_queue.clone(),
+        })
     }
+}
+
+/// A connection's controller: the window, and where to read this node's own wait.
+#[derive(Debug, Clone)]
+struct Controlled {
+    window: Window,
+    own_queue: Arc<OwnQueue>,
 }
 
 /// The window and what the current epoch has seen. Pure: quinn-proto's calls come in,
@@ -97,6 +149,11 @@ impl ControllerFactory for OverloadResponse {
 #[derive(Debug, Clone)]
 struct Window {
     window: u64,
+    /// Acknowledged bytes that may still wait in this node's own socket: added to a
+    /// capped window, so that the cap counts only what can be at the receiver.
+    behind_own_queue: u64,
+    /// Bytes a second that the last epoch delivered.
+    delivery_rate: u64,
     epoch_start: Instant,
     acked_bytes: u64,
     lost_bytes: u64,
@@ -112,6 +169,8 @@ impl Window {
     fn new(now: Instant) -> Self {
         Window {
             window: UNTHROTTLED,
+            behind_own_queue: 0,
+            delivery_rate: 0,
             epoch_start: now,
             acked_bytes: 0,
             lost_bytes: 0,
@@ -121,11 +180,25 @@ impl Window {
         }
     }
 
-    fn acked(&mut self, now: Instant, bytes: u64, app_limited: bool, queue_building: bool) {
+    /// `rtts.own_wait` is how long acknowledgements now wait in this node's socket: it
+    /// widens a capped window, and it is no queue at the receiver.
+    fn acked(&mut self, now: Instant, bytes: u64, app_limited: bool, rtts: Rtts) {
         self.acked_bytes += bytes;
         self.window_limited |= !app_limited;
-        self.queue_building = queue_building;
+        let beyond_own = rtts.smoothed.saturating_sub(rtts.own_wait);
+        self.queue_building = beyond_own > rtts.least * 2 + QUEUE_SLACK;
+        let behind = u128::from(self.delivery_rate) * rtts.own_wait.as_nanos() / 1_000_000_000;
+        self.behind_own_queue = behind.min(u128::from(LARGEST_CAP)) as u64;
         self.judge(now);
+    }
+
+    /// The window quinn sees.
+    fn window(&self) -> u64 {
+        if self.window == UNTHROTTLED {
+            UNTHROTTLED
+        } else {
+            self.window + self.behind_own_queue
+        }
     }
 
     fn lost(&mut self, now: Instant, sent: Instant, bytes: u64) {
@@ -140,6 +213,8 @@ impl Window {
         if now.saturating_duration_since(self.epoch_start) < EPOCH {
             return;
         }
+        let elapsed = now.saturating_duration_since(self.epoch_start).as_nanos();
+        self.delivery_rate = (u128::from(self.acked_bytes) * 1_000_000_000 / elapsed.max(1)) as u64;
         let sent = self.acked_bytes + self.lost_bytes;
         let sustained_loss =
             self.lost_bytes >= MIN_LOST_BYTES && self.lost_bytes * 100 >= sent * LOSS_PERCENT;
@@ -168,7 +243,15 @@ impl Window {
     }
 }
 
-impl Controller for Window {
+/// The round trips an acknowledgement judges by.
+#[derive(Debug, Clone, Copy, Default)]
+struct Rtts {
+    smoothed: Duration,
+    least: Duration,
+    own_wait: Duration,
+}
+
+impl Controller for Controlled {
     fn on_ack(
         &mut self,
         now: Instant,
@@ -177,8 +260,12 @@ impl Controller for Window {
         app_limited: bool,
         rtt: &RttEstimator,
     ) {
-        let queue_building = rtt.get() > rtt.min() * 2 + QUEUE_SLACK;
-        self.acked(now, bytes, app_limited, queue_building);
+        let rtts = Rtts {
+            smoothed: rtt.get(),
+            least: rtt.min(),
+            own_wait: self.own_queue.wait(),
+        };
+        self.window.acked(now, bytes, app_limited, rtts);
     }
 
     fn on_congestion_event(
@@ -189,13 +276,13 @@ impl Controller for Window {
         lost_bytes: u64,
     ) {
         // ECN marks come with no lost bytes; nothing on a lab's underlay sets them.
-        self.lost(now, sent, lost_bytes);
+        self.window.lost(now, sent, lost_bytes);
     }
 
     fn on_mtu_update(&mut self, _new_mtu: u16) {}
 
     fn window(&self) -> u64 {
-        self.window
+        self.window.window()
     }
 
     fn clone_box(&self) -> Box<dyn Controller> {
@@ -217,6 +304,23 @@ mod tests {
 
     const MB: u64 = 1 << 20;
 
+    /// Round trips of a path with no queue anywhere.
+    fn quiet() -> Rtts {
+        Rtts {
+            smoothed: Duration::from_millis(1),
+            least: Duration::from_millis(1),
+            own_wait: Duration::ZERO,
+        }
+    }
+
+    /// Round trips of a path whose receiver holds a queue.
+    fn queued() -> Rtts {
+        Rtts {
+            smoothed: Duration::from_millis(10),
+            ..quiet()
+        }
+    }
+
     /// Runs one epoch: `acked` bytes delivered (window-limited or not), `lost` bytes of
     /// packets sent in the epoch lost, and the epoch judged at its end.
     fn epoch(
@@ -227,18 +331,27 @@ mod tests {
         window_limited: bool,
     ) -> Instant {
         let sent = start + Duration::from_millis(1);
-        w.acked(sent, acked, !window_limited, false);
+        w.acked(sent, acked, !window_limited, quiet());
         if lost > 0 {
             w.lost(start + Duration::from_millis(2), sent, lost);
         }
         let end = start + EPOCH;
-        w.acked(end, 0, true, false);
+        w.acked(end, 0, true, quiet());
         end
+    }
+
+    /// A window that an epoch of sustained loss has just capped, and the epoch's end.
+    fn capped() -> (Window, Instant) {
+        let start = Instant::now();
+        let mut w = Window::new(start);
+        let t = epoch(&mut w, start, 10 * MB, 5 * MB, true);
+        assert_eq!(w.window(), FIRST_CAP);
+        (w, t)
     }
 
     #[test]
     fn a_new_connection_is_unthrottled_above_what_quinn_paces() {
-        let controller = Arc::new(OverloadResponse).build(Instant::now(), 1200);
+        let controller = Arc::new(OverloadResponse::default()).build(Instant::now(), 1200);
         assert!(controller.window() > u64::from(u32::MAX));
         assert_eq!(controller.initial_window(), controller.window());
     }
@@ -276,15 +389,12 @@ mod tests {
 
     #[test]
     fn losses_of_packets_sent_before_the_cap_do_not_close_it_again() {
-        let start = Instant::now();
-        let mut w = Window::new(start);
-        let t = epoch(&mut w, start, 10 * MB, 5 * MB, true);
-        assert_eq!(w.window(), FIRST_CAP);
+        let (mut w, t) = capped();
         // The next epoch learns of losses from before the cap, sent at the epoch's start.
         let before_cap = t - Duration::from_millis(5);
-        w.acked(t + Duration::from_millis(1), 10 * MB, false, false);
+        w.acked(t + Duration::from_millis(1), 10 * MB, false, quiet());
         w.lost(t + Duration::from_millis(2), before_cap, 5 * MB);
-        w.acked(t + EPOCH, 0, true, false);
+        w.acked(t + EPOCH, 0, true, quiet());
         assert_eq!(w.window(), FIRST_CAP + 10 * MB / 4);
     }
 
@@ -324,28 +434,70 @@ mod tests {
         let start = Instant::now();
         let mut w = Window::new(start);
         let t = start;
-        w.acked(t + Duration::from_millis(1), MB, false, false);
+        w.acked(t + Duration::from_millis(1), MB, false, quiet());
         w.lost(
             t + Duration::from_millis(2),
             t + Duration::from_millis(1),
             50 * MB,
         );
         assert_eq!(w.window(), UNTHROTTLED);
-        w.acked(t + EPOCH, 0, true, false);
+        w.acked(t + EPOCH, 0, true, quiet());
         assert_eq!(w.window(), FIRST_CAP);
     }
 
     #[test]
     fn a_cap_holds_while_a_queue_builds_at_the_receiver() {
-        let start = Instant::now();
-        let mut w = Window::new(start);
-        let t = epoch(&mut w, start, 10 * MB, 5 * MB, true);
-        assert_eq!(w.window(), FIRST_CAP);
-        w.acked(t + Duration::from_millis(1), 10 * MB, false, true);
-        w.acked(t + EPOCH, 0, false, true);
+        let (mut w, t) = capped();
+        w.acked(t + Duration::from_millis(1), 10 * MB, false, queued());
+        w.acked(t + EPOCH, 0, false, queued());
         assert_eq!(w.window(), FIRST_CAP, "held, not grown");
         // The queue drained and the sender wants no more than the window: open.
-        w.acked(t + EPOCH * 2, MB, true, false);
+        w.acked(t + EPOCH * 2, MB, true, quiet());
         assert_eq!(w.window(), UNTHROTTLED);
+    }
+
+    #[test]
+    fn a_capped_window_widens_by_what_waits_in_its_own_socket() {
+        let (mut w, t) = capped();
+        // The capping epoch delivered 10 MiB in 50 ms: 200 MiB a second, so 20 ms in
+        // this node's socket hold 4 MiB of acknowledged bytes.
+        let waiting = Rtts {
+            own_wait: Duration::from_millis(20),
+            ..quiet()
+        };
+        w.acked(t + Duration::from_millis(1), 1500, false, waiting);
+        assert_eq!(w.window(), FIRST_CAP + 4 * MB);
+        // Read at once again: the cap alone.
+        w.acked(t + Duration::from_millis(2), 1500, false, quiet());
+        assert_eq!(w.window(), FIRST_CAP);
+    }
+
+    #[test]
+    fn a_round_trip_stretched_by_its_own_socket_is_no_queue_at_the_receiver() {
+        let (mut w, t) = capped();
+        let own = Rtts {
+            smoothed: Duration::from_millis(30),
+            least: Duration::from_millis(1),
+            own_wait: Duration::from_millis(29),
+        };
+        w.acked(t + Duration::from_millis(1), 10 * MB, false, own);
+        w.acked(t + EPOCH, 0, false, own);
+        assert!(w.window > FIRST_CAP, "grown, not held: {}", w.window);
+    }
+
+    #[test]
+    fn the_wait_in_its_own_socket_reaches_every_connection_of_the_endpoint() {
+        let own_queue = Arc::new(OwnQueue::default());
+        let factory = Arc::new(OverloadResponse::new(own_queue.clone()));
+        let controller = factory.build(Instant::now(), 1200);
+        let controlled = controller.into_any().downcast::<Controlled>().unwrap();
+        own_queue.set_wait(Duration::from_millis(7));
+        assert_eq!(controlled.own_queue.wait(), Duration::from_millis(7));
+        own_queue.set_wait(Duration::from_secs(30));
+        assert_eq!(
+            controlled.own_queue.wait(),
+            LONGEST_OWN_WAIT,
+            "a stale reading is bounded"
+        );
     }
 }

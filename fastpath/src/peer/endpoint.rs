@@ -24,12 +24,13 @@ use xwire_proto::control::{
 };
 use xwire_proto::{DecodeError, WireId};
 
+use super::congestion::OwnQueue;
 use super::hello::{self, Opened, Verdict, CLOSE_PROTOCOL};
 use super::inbox::{Inbox, ReceivedFrame};
 use super::session::{Delivery, Inbound, Session};
 use super::state::{Due, Ended, Peer};
 use super::transmit::{Flush, Transmit, MAX_HOLD};
-use super::{tls, Carrier, PeerConfig, PeerCounters, PeerError, PeerEvent, PeerId};
+use super::{tls, Carrier, PeerConfig, PeerError, PeerEvent, PeerId, TransportCounters};
 
 /// QUIC application close codes (the refusals' are in `hello`).
 const CLOSE_SHUTDOWN: u32 = 3;
@@ -95,7 +96,7 @@ pub struct PeerEndpoint {
     next_to_transmit: usize,
     /// Answers of the endpoint itself (stateless resets, refusals) not yet polled.
     responses: VecDeque<(Transmit, Vec<u8>)>,
-    counters: PeerCounters,
+    counters: TransportCounters,
     /// With the bytes of the record a control message came in (0 for other events).
     events: VecDeque<(PeerEvent, usize)>,
     /// The sum of `events`' record bytes.
@@ -103,6 +104,9 @@ pub struct PeerEndpoint {
     inbox: Inbox,
     /// Handshakes refused since the last log line about them, and when that was.
     refusals: (u64, Option<Instant>),
+    /// How long datagrams wait in the socket before they are handled: every
+    /// connection's congestion controller reads it.
+    own_queue: Arc<OwnQueue>,
 }
 
 impl PeerEndpoint {
@@ -110,8 +114,9 @@ impl PeerEndpoint {
     /// driver's business).
     pub fn new(config: &PeerConfig) -> Result<PeerEndpoint, PeerError> {
         let mtu = config.underlay_mtu.saturating_sub(IP_UDP_OVERHEAD);
-        let server = tls::server_config(&config.identity, mtu)?;
-        let client = tls::client_config(&config.identity, mtu)?;
+        let own_queue = Arc::new(OwnQueue::default());
+        let server = tls::server_config(&config.identity, mtu, &own_queue)?;
+        let client = tls::client_config(&config.identity, mtu, &own_queue)?;
         // The stateless-reset key is derived from the node's private key, so that it is
         // the same after a restart: a node that restarts answers its peers' packets for
         // the old connection with a reset they accept, and they redial at once instead
@@ -143,15 +148,22 @@ impl PeerEndpoint {
             order: Vec::new(),
             next_to_transmit: 0,
             responses: VecDeque::new(),
-            counters: PeerCounters::default(),
+            counters: TransportCounters::default(),
             events: VecDeque::new(),
             held_control: 0,
             inbox: Inbox::default(),
             refusals: (0, None),
+            own_queue,
         })
     }
 
-    pub fn counters(&self) -> PeerCounters {
+    /// Tells the connections' congestion controllers how long datagrams now wait in the
+    /// socket before they reach `handle_datagram` (the driver measures it).
+    pub fn set_socket_wait(&self, wait: Duration) {
+        self.own_queue.set_wait(wait);
+    }
+
+    pub fn counters(&self) -> TransportCounters {
         self.counters
     }
 

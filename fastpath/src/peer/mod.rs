@@ -88,7 +88,7 @@ pub enum PeerEvent {
 
 /// What the transport counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PeerCounters {
+pub struct TransportCounters {
     pub frames_sent: u64,
     /// Frames received from peers, those for a link the switch does not know included.
     pub frames_received: u64,

@@ -16,7 +16,7 @@ use xwire_proto::framing::split_record;
 use xwire_proto::{DecodeError, WireId};
 
 use super::inbox::Inbox;
-use super::{Carrier, PeerCounters, PeerId};
+use super::{Carrier, PeerId, TransportCounters};
 
 /// Bytes a stream may hold back (flow control) before frames for it are dropped.
 const MAX_STREAM_BACKLOG: usize = 8 << 20;
@@ -143,7 +143,7 @@ impl Session {
         carrier: Carrier,
         wire: WireId,
         frame: &[u8],
-        counters: &mut PeerCounters,
+        counters: &mut TransportCounters,
         now: Instant,
     ) -> bool {
         if self.held_since.is_none() {
@@ -188,14 +188,14 @@ impl Session {
     }
 
     /// Hands everything queued to the connection: the DATAGRAM batch and stream bytes.
-    pub(crate) fn flush(&mut self, counters: &mut PeerCounters) {
+    pub(crate) fn flush(&mut self, counters: &mut TransportCounters) {
         self.flush_datagrams(counters);
         self.flush_streams();
         self.held_since = None;
     }
 
     /// Sends the DATAGRAM batch, if any.
-    fn flush_datagrams(&mut self, counters: &mut PeerCounters) {
+    fn flush_datagrams(&mut self, counters: &mut TransportCounters) {
         let frames = self.batch.frame_count() as u64;
         if let Some(datagram) = self.batch.take() {
             match self.conn.datagrams().send(datagram, false) {
@@ -233,7 +233,11 @@ impl Session {
     }
 
     /// Takes the datagrams that arrived into `to`.
-    pub(crate) fn read_datagrams(&mut self, counters: &mut PeerCounters, to: &mut Delivery<'_>) {
+    pub(crate) fn read_datagrams(
+        &mut self,
+        counters: &mut TransportCounters,
+        to: &mut Delivery<'_>,
+    ) {
         while let Some(datagram) = self.conn.datagrams().recv() {
             counters.datagrams_received += 1;
             match Datagram::new_checked(datagram) {
@@ -261,7 +265,7 @@ impl Session {
     pub(crate) fn read_stream(
         &mut self,
         id: StreamId,
-        counters: &mut PeerCounters,
+        counters: &mut TransportCounters,
         to: &mut Delivery<'_>,
         inbound: &mut Vec<Inbound>,
         mut control_room: usize,
@@ -454,7 +458,7 @@ pub(crate) struct Delivery<'a> {
 }
 
 impl Delivery<'_> {
-    fn stream_frame(&mut self, counters: &mut PeerCounters, wire: WireId, frame: Bytes) {
+    fn stream_frame(&mut self, counters: &mut TransportCounters, wire: WireId, frame: Bytes) {
         counters.frames_received += 1;
         match self.peer {
             Some(peer) if self.inbox.push_stream_frame(peer, wire, frame) => {}

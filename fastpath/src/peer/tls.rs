@@ -9,7 +9,7 @@ use quinn_proto::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn_proto::{AckFrequencyConfig, ClientConfig, ServerConfig, TransportConfig, VarInt};
 use rustls::server::WebPkiClientVerifier;
 
-use super::congestion::OverloadResponse;
+use super::congestion::{OverloadResponse, OwnQueue};
 use super::PeerError;
 use xwire_pki::NodeIdentity;
 
@@ -40,12 +40,12 @@ fn parts(identity: &NodeIdentity) -> Result<xwire_pki::tls::TlsParts, PeerError>
 /// stream-carried frames in flight, no congestion window or pacing until the far end
 /// loses a sustained share of what it is sent (`congestion.rs` says why), and
 /// acknowledgements every `ACK_EVERY` packets.
-fn transport(initial_mtu: u16) -> Arc<TransportConfig> {
+fn transport(initial_mtu: u16, own_queue: &Arc<OwnQueue>) -> Arc<TransportConfig> {
     let mut t = TransportConfig::default();
     let mut acks = AckFrequencyConfig::default();
     acks.ack_eliciting_threshold(VarInt::from_u32(ACK_EVERY))
         .max_ack_delay(Some(MAX_ACK_DELAY));
-    t.congestion_controller_factory(Arc::new(OverloadResponse))
+    t.congestion_controller_factory(Arc::new(OverloadResponse::new(own_queue.clone())))
         .ack_frequency_config(Some(acks));
     // The underlay's MTU is configured, not guessed: packets start at it, no probes look
     // for more, and none are made smaller after loss. QUIC's black-hole detection took
@@ -80,6 +80,7 @@ fn transport(initial_mtu: u16) -> Arc<TransportConfig> {
 pub(crate) fn server_config(
     identity: &NodeIdentity,
     initial_mtu: u16,
+    own_queue: &Arc<OwnQueue>,
 ) -> Result<Arc<ServerConfig>, PeerError> {
     let p = parts(identity)?;
     let verifier = WebPkiClientVerifier::builder_with_provider(p.roots, p.provider.clone())
@@ -95,7 +96,7 @@ pub(crate) fn server_config(
     tls.max_early_data_size = 0;
     let quic = QuicServerConfig::try_from(tls).map_err(|e| identity_error("QUIC TLS", e))?;
     let mut config = ServerConfig::with_crypto(Arc::new(quic));
-    config.transport_config(transport(initial_mtu));
+    config.transport_config(transport(initial_mtu, own_queue));
     Ok(Arc::new(config))
 }
 
@@ -103,6 +104,7 @@ pub(crate) fn server_config(
 pub(crate) fn client_config(
     identity: &NodeIdentity,
     initial_mtu: u16,
+    own_queue: &Arc<OwnQueue>,
 ) -> Result<ClientConfig, PeerError> {
     let p = parts(identity)?;
     let mut tls = rustls::ClientConfig::builder_with_provider(p.provider)
@@ -114,7 +116,7 @@ pub(crate) fn client_config(
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let quic = QuicClientConfig::try_from(tls).map_err(|e| identity_error("QUIC TLS", e))?;
     let mut config = ClientConfig::new(Arc::new(quic));
-    config.transport_config(transport(initial_mtu));
+    config.transport_config(transport(initial_mtu, own_queue));
     Ok(config)
 }
 

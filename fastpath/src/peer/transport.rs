@@ -3,15 +3,18 @@
 //! every decision is the endpoint's.
 
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::endpoint::PeerEndpoint;
 use super::transmit::{Flush, Transmit};
 use super::udp::Udp;
-use super::{PeerConfig, PeerCounters, PeerError};
+use super::{PeerConfig, PeerError, TransportCounters};
 
 /// Receive batches per `poll`: a few, so that sending gets its turn under load.
 const RECV_ROUNDS: usize = 4;
+
+/// How often the wait of datagrams in the socket is read (a system call) while they come.
+const WAIT_READING_INTERVAL: Duration = Duration::from_millis(1);
 
 /// What one `PeerTransport::poll` took.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -28,6 +31,8 @@ pub struct PeerTransport {
     transmit_buf: Vec<u8>,
     /// QUIC packets the socket would not take (its buffer full).
     udp_send_failed: u64,
+    /// When the socket's wait is next read.
+    next_wait_reading: Instant,
 }
 
 impl PeerTransport {
@@ -40,6 +45,7 @@ impl PeerTransport {
             endpoint,
             transmit_buf: Vec::with_capacity(64 * 1024),
             udp_send_failed: 0,
+            next_wait_reading: Instant::now(),
         })
     }
 
@@ -69,8 +75,8 @@ impl PeerTransport {
     }
 
     /// The endpoint's counters, and the socket's.
-    pub fn counters(&self) -> PeerCounters {
-        PeerCounters {
+    pub fn counters(&self) -> TransportCounters {
+        TransportCounters {
             udp_send_failed: self.udp_send_failed,
             recv_buffers_made: self.udp.buffers_made,
             ..self.endpoint.counters()
@@ -90,6 +96,9 @@ impl PeerTransport {
                 endpoint.handle_datagram(now, meta.addr, meta.dst_ip, ecn, data);
             });
             polled.datagrams += n;
+            if round == 0 && n > 0 && now >= self.next_wait_reading {
+                self.read_socket_wait(now);
+            }
             // A receive that did not fill its buffers emptied the socket: asking again
             // would only cost a system call (half of a receiving worker's, at 50 kpps).
             if drained {
@@ -101,6 +110,15 @@ impl PeerTransport {
         self.endpoint.drive(now, flush);
         self.transmit(now);
         polled
+    }
+
+    /// Reads how long the first batch's datagrams waited in the socket, for the
+    /// congestion controllers: the head of the queue shows how far behind this node is.
+    fn read_socket_wait(&mut self, now: Instant) {
+        self.next_wait_reading = now + WAIT_READING_INTERVAL;
+        if let Some(wait) = self.udp.last_datagram_wait() {
+            self.endpoint.set_socket_wait(wait);
+        }
     }
 
     /// How long the owner may sleep before `poll` is due with nothing arriving.

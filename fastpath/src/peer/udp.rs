@@ -3,6 +3,7 @@
 
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::BytesMut;
 
@@ -23,6 +24,11 @@ const MAX_RECV_BUFFERS: usize = 8 * RECV_BATCH;
 /// four times the congestion response's cap (`congestion::FIRST_CAP`), so that a capped
 /// window never overflows the receiver, with room for each packet's overhead.
 const SOCKET_BUFFER: usize = 16 << 20;
+
+/// The ioctl that reads when the kernel received the datagram a socket last returned
+/// (`SIOCGSTAMPNS` of `asm-generic/sockios.h`, a `struct timespec`); the libc crate does
+/// not name it.
+const SIOCGSTAMPNS: u32 = 0x8907;
 
 pub(crate) struct Udp {
     socket: UdpSocket,
@@ -61,6 +67,9 @@ impl Udp {
         if !(recv && send) {
             tracing::debug!(%addr, "cannot size the UDP socket's buffers");
         }
+        // The first reading turns on the kernel's receive timestamps for this socket (and
+        // finds none yet); every datagram received from now on is stamped.
+        let _ = last_received_at(&socket);
         Ok(Udp {
             socket,
             state,
@@ -161,10 +170,69 @@ impl Udp {
         }
     }
 
+    /// How long the datagram that the last `recv` returned waited in this socket: how far
+    /// behind the socket this node's worker is.
+    pub(crate) fn last_datagram_wait(&self) -> Option<Duration> {
+        let received = last_received_at(&self.socket)?;
+        SystemTime::now().duration_since(received).ok()
+    }
+
     /// Sends one transmit (possibly several GSO segments). A full socket buffer drops
     /// it, which QUIC's loss recovery treats as a lost packet; the error is returned so
     /// that the drop is counted.
     pub(crate) fn send(&self, transmit: &Transmit<'_>) -> io::Result<()> {
         self.state.try_send((&self.socket).into(), transmit)
+    }
+}
+
+/// When the kernel received the datagram that `socket` last returned; `None` before the
+/// first.
+fn last_received_at(socket: &UdpSocket) -> Option<SystemTime> {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(socket);
+    let mut stamp = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: SIOCGSTAMPNS writes one `struct timespec` through its argument, which points
+    // at `stamp`, a `timespec` that outlives the call; `fd` is the open socket `socket`
+    // borrows.
+    let rc = unsafe { libc::ioctl(fd, SIOCGSTAMPNS as _, &mut stamp as *mut libc::timespec) };
+    if rc != 0 {
+        return None;
+    }
+    let since_epoch = Duration::new(
+        u64::try_from(stamp.tv_sec).ok()?,
+        u32::try_from(stamp.tv_nsec).ok()?,
+    );
+    Some(UNIX_EPOCH + since_epoch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn the_wait_of_a_datagram_in_the_socket_is_read_from_the_kernel() {
+        let loopback = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        let mut udp = Udp::bind(loopback).unwrap();
+        let to = udp.local_addr().unwrap();
+        let sender = UdpSocket::bind(loopback).unwrap();
+        assert_eq!(udp.last_datagram_wait(), None, "nothing received yet");
+
+        sender.send_to(b"waits", to).unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+        let (datagrams, _) = udp.recv(|_, _| {});
+        assert_eq!(datagrams, 1);
+        let waited = udp.last_datagram_wait().unwrap();
+        assert!(waited >= Duration::from_millis(50), "{waited:?}");
+
+        sender.send_to(b"read at once", to).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while udp.recv(|_, _| {}).0 == 0 {
+            assert!(std::time::Instant::now() < deadline, "never arrived");
+        }
+        let waited = udp.last_datagram_wait().unwrap();
+        assert!(waited < Duration::from_millis(50), "{waited:?}");
     }
 }

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use crate::counters::DropReason;
 use crate::link_table::{LinkTable, Verdict};
-use crate::peer::{Flush, NotSent, PeerCounters, PeerEvent, PeerTransport, ReceivedFrame};
+use crate::peer::{Flush, NotSent, PeerEvent, PeerTransport, ReceivedFrame, TransportCounters};
 
 use super::extras::LinkExtras;
 use super::forward::{count_drop, deliver, Pass};
@@ -132,7 +132,7 @@ impl Switch {
         self.peers.as_mut()
     }
 
-    pub(super) fn peer_status(&mut self) -> Option<(PeerCounters, Vec<PeerEvent>)> {
+    pub(super) fn peer_status(&mut self) -> Option<(TransportCounters, Vec<PeerEvent>)> {
         let peers = self.peers.as_mut()?;
         Some((peers.counters(), peers.endpoint_mut().take_events()))
     }

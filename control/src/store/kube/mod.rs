@@ -38,7 +38,7 @@ use super::{
 use crate::topology::{self, Topology};
 
 /// Where the API server is and which namespaces are wired (`[topology]` in
-/// `xwired.toml`, see `config::TopologySource`).
+/// `xwired.toml`, see `config::TopologySettings`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct KubeSettings {
     pub kubeconfig: Option<PathBuf>,
