@@ -58,154 +58,187 @@ impl Invocation {
                 .map(|(_, v)| v.as_str())
                 .unwrap_or("")
         };
-        let newest = newest_version;
         let command_name = var("CNI_COMMAND");
         if command_name == "VERSION" {
             // VERSION answers in the newest version, whatever stdin holds (a runtime may
             // send nothing at all).
             return Ok(Invocation {
                 command: Command::Version,
-                cni_version: newest(),
+                cni_version: newest_version(),
                 socket: String::new(),
                 prev_result: None,
                 report_ips: false,
                 veth_mode: None,
             });
         }
-        let config: Value = match serde_json::from_slice(stdin) {
-            Ok(Value::Object(map)) => Value::Object(map),
-            Ok(_) => {
-                return Err((
-                    newest(),
-                    error(
-                        codes::DECODE_FAILURE,
-                        "the network configuration is not a JSON object",
-                    ),
-                ))
-            }
-            Err(e) => {
-                return Err((
-                    newest(),
-                    CniError {
-                        code: codes::DECODE_FAILURE,
-                        msg: "the network configuration on stdin is not JSON".into(),
-                        details: e.to_string(),
-                    },
-                ))
-            }
-        };
-        let version = match config.get("cniVersion") {
-            Some(Value::String(v)) => v.clone(),
-            _ => {
-                return Err((
-                    newest(),
-                    error(
-                        codes::INVALID_CONFIG,
-                        "the configuration has no string \"cniVersion\"",
-                    ),
-                ))
-            }
-        };
+        let (config, version) = read_config(stdin)?;
         let fail = |e: CniError| (version.clone(), e);
-        if !supports(&version) {
-            return Err(fail(CniError {
-                code: codes::INCOMPATIBLE_VERSION,
-                msg: format!("cniVersion {version} is not supported"),
-                details: format!("supported: {}", crate::SUPPORTED_VERSIONS.join(", ")),
-            }));
+        let options = Options::read(&config).map_err(fail)?;
+        let veth_mode = crate::veth_mode::plan::parse(&config).map_err(fail)?;
+        let command = command(command_name, env, &config, &version).map_err(fail)?;
+        Ok(Invocation {
+            command,
+            cni_version: version,
+            socket: options.socket,
+            prev_result: options.prev_result,
+            report_ips: options.report_ips,
+            veth_mode,
+        })
+    }
+}
+
+/// The network configuration on stdin, and its version once the plugin speaks it: a
+/// JSON object with string `cniVersion`, `name` and `type`. An error comes with the
+/// version to print it in.
+fn read_config(stdin: &[u8]) -> Result<(Value, String), (String, CniError)> {
+    let config: Value = match serde_json::from_slice(stdin) {
+        Ok(Value::Object(map)) => Value::Object(map),
+        Ok(_) => {
+            return Err((
+                newest_version(),
+                error(
+                    codes::DECODE_FAILURE,
+                    "the network configuration is not a JSON object",
+                ),
+            ))
         }
-        for key in ["name", "type"] {
-            if !config.get(key).is_some_and(Value::is_string) {
-                return Err(fail(error(
-                    codes::INVALID_CONFIG,
-                    format!("the configuration has no string \"{key}\""),
-                )));
-            }
+        Err(e) => {
+            return Err((
+                newest_version(),
+                CniError {
+                    code: codes::DECODE_FAILURE,
+                    msg: "the network configuration on stdin is not JSON".into(),
+                    details: e.to_string(),
+                },
+            ))
         }
+    };
+    let Some(Value::String(version)) = config.get("cniVersion") else {
+        return Err((
+            newest_version(),
+            error(
+                codes::INVALID_CONFIG,
+                "the configuration has no string \"cniVersion\"",
+            ),
+        ));
+    };
+    let version = version.clone();
+    if !supports(&version) {
+        let unsupported = CniError {
+            code: codes::INCOMPATIBLE_VERSION,
+            msg: format!("cniVersion {version} is not supported"),
+            details: format!("supported: {}", crate::SUPPORTED_VERSIONS.join(", ")),
+        };
+        return Err((version, unsupported));
+    }
+    for key in ["name", "type"] {
+        if !config.get(key).is_some_and(Value::is_string) {
+            let missing = error(
+                codes::INVALID_CONFIG,
+                format!("the configuration has no string \"{key}\""),
+            );
+            return Err((version, missing));
+        }
+    }
+    Ok((config, version))
+}
+
+/// The plugin's own keys of the configuration, and the chained result it was given.
+struct Options {
+    socket: String,
+    prev_result: Option<Value>,
+    report_ips: bool,
+}
+
+impl Options {
+    fn read(config: &Value) -> Result<Options, CniError> {
         let socket = match config.get("socket") {
             None => DEFAULT_SOCKET.to_owned(),
             Some(Value::String(s)) if !s.is_empty() => s.clone(),
             Some(_) => {
-                return Err(fail(error(
+                return Err(error(
                     codes::INVALID_CONFIG,
                     "\"socket\" must be the path of the daemon's socket",
-                )))
+                ))
             }
         };
         let prev_result = match config.get("prevResult") {
             None | Some(Value::Null) => None,
             Some(Value::Object(map)) => Some(Value::Object(map.clone())),
             Some(_) => {
-                return Err(fail(error(
+                return Err(error(
                     codes::INVALID_CONFIG,
                     "\"prevResult\" must be an object",
-                )))
+                ))
             }
         };
         let report_ips = match config.get("reportIPs") {
             None => false,
             Some(Value::Bool(b)) => *b,
             Some(_) => {
-                return Err(fail(error(
+                return Err(error(
                     codes::INVALID_CONFIG,
                     "\"reportIPs\" must be true or false",
-                )))
+                ))
             }
         };
-        let veth_mode = crate::veth_mode::plan::parse(&config).map_err(fail)?;
-        let command = match command_name {
-            "ADD" | "DEL" | "CHECK" => {
-                if command_name == "CHECK" && !version_at_least(&version, "0.4.0") {
-                    return Err(fail(error(
-                        codes::INCOMPATIBLE_VERSION,
-                        format!("CHECK needs cniVersion 0.4.0 or later, the configuration has {version}"),
-                    )));
-                }
-                let call = cni_call(command_name, env, &config, &version).map_err(fail)?;
-                match command_name {
-                    "ADD" => Command::Add(call),
-                    "DEL" => Command::Del(call),
-                    _ => Command::Check(call),
-                }
-            }
-            "STATUS" | "GC" => {
-                if !version_at_least(&version, "1.1.0") {
-                    return Err(fail(error(
-                        codes::INCOMPATIBLE_VERSION,
-                        format!("{command_name} needs cniVersion 1.1.0, the configuration has {version}"),
-                    )));
-                }
-                if command_name == "STATUS" {
-                    Command::Status(config.clone())
-                } else {
-                    Command::Gc(GcCall {
-                        cni_version: version.clone(),
-                        valid_attachments: valid_attachments(&config).map_err(fail)?,
-                        config: config.clone(),
-                    })
-                }
-            }
-            "" => {
-                return Err(fail(error(
-                    codes::INVALID_ENVIRONMENT,
-                    "CNI_COMMAND is not set",
-                )))
-            }
-            other => {
-                return Err(fail(error(
-                    codes::INVALID_ENVIRONMENT,
-                    format!("CNI_COMMAND {other:?} is not a CNI command"),
-                )))
-            }
-        };
-        Ok(Invocation {
-            command,
-            cni_version: version,
+        Ok(Options {
             socket,
             prev_result,
             report_ips,
-            veth_mode,
         })
+    }
+}
+
+/// The command `CNI_COMMAND` names, with what it needs of the environment and the
+/// configuration, once the configuration's version allows it.
+fn command(
+    command_name: &str,
+    env: &[(String, String)],
+    config: &Value,
+    version: &str,
+) -> Result<Command, CniError> {
+    match command_name {
+        "ADD" | "DEL" | "CHECK" => {
+            if command_name == "CHECK" && !version_at_least(version, "0.4.0") {
+                return Err(error(
+                    codes::INCOMPATIBLE_VERSION,
+                    format!(
+                        "CHECK needs cniVersion 0.4.0 or later, the configuration has {version}"
+                    ),
+                ));
+            }
+            let call = cni_call(command_name, env, config, version)?;
+            Ok(match command_name {
+                "ADD" => Command::Add(call),
+                "DEL" => Command::Del(call),
+                _ => Command::Check(call),
+            })
+        }
+        "STATUS" | "GC" => {
+            if !version_at_least(version, "1.1.0") {
+                return Err(error(
+                    codes::INCOMPATIBLE_VERSION,
+                    format!(
+                        "{command_name} needs cniVersion 1.1.0, the configuration has {version}"
+                    ),
+                ));
+            }
+            if command_name == "STATUS" {
+                Ok(Command::Status(config.clone()))
+            } else {
+                Ok(Command::Gc(GcCall {
+                    cni_version: version.to_owned(),
+                    valid_attachments: valid_attachments(config)?,
+                    config: config.clone(),
+                }))
+            }
+        }
+        "" => Err(error(codes::INVALID_ENVIRONMENT, "CNI_COMMAND is not set")),
+        other => Err(error(
+            codes::INVALID_ENVIRONMENT,
+            format!("CNI_COMMAND {other:?} is not a CNI command"),
+        )),
     }
 }
 

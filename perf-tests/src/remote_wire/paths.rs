@@ -191,19 +191,25 @@ pub fn start(
                 listening.push(worker.attach_peers(peers)?);
                 workers.push(worker);
             }
-            let mut links = Vec::new();
-            for i in 0..2 {
+            // Of two nodes, the one whose name sorts first dials: the other learns of its
+            // peer first, or it refuses the first handshake ("not a peer's address"),
+            // and the dialler's redial waits out a timeout.
+            let mut order = [0, 1];
+            order.sort_by_key(|&i| std::cmp::Reverse(nodes[i].name));
+            let mut links = [None, None];
+            for i in order {
                 let other = 1 - i;
                 let peer = workers[i].add_peer(nodes[other].name, listening[other], carrier)?;
-                links.push(workers[i].add_remote_link(UID, ports[i].id, peer, None)?);
+                links[i] = Some(workers[i].add_remote_link(UID, ports[i].id, peer, None)?);
             }
+            let links = links.map(|link| link.expect("both nodes were joined"));
             for (worker, node) in workers.iter().zip(&nodes) {
                 wait_for_peer(worker, node.name)?;
             }
             let two = || anyhow::anyhow!("two nodes");
             Ok(Running::Xwire {
                 workers: workers.try_into().map_err(|_| two())?,
-                links: links.try_into().map_err(|_| two())?,
+                links,
                 ports: [ports[0].id, ports[1].id],
             })
         }
