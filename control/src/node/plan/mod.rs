@@ -12,7 +12,10 @@ use xwire_proto::local::PodRef;
 
 use crate::interfaces::{self, InterfaceState};
 use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
-use crate::topology::{format_cidr, format_mac, LinkSpec};
+use crate::topology::LinkSpec;
+
+mod end;
+use end::End;
 
 /// An attached pod and the links its topology gives it.
 #[derive(Debug, Clone, PartialEq)]
@@ -204,215 +207,266 @@ impl Action {
 
 /// The actions that bring `observed` to `desired`, in the order to apply them.
 pub(crate) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
-    let mut actions = Vec::new();
-    // Pods whose records stay (reconciled, or not looked at).
-    let mut kept: HashSet<(&str, &str)> = HashSet::new();
-    // Ends a join of their far end (a same-node veth) makes along with it.
-    let mut covered: HashSet<String> = HashSet::new();
-    // Records that this plan removes, whose interfaces and ports go with them.
-    let mut removed: HashSet<&str> = HashSet::new();
-    // Node ends of half-made remote ends (see `Action::Join`), which no record names.
-    let mut kept_node_ends: HashSet<String> = HashSet::new();
-    // Pods attached here whose namespace is not gone: a link's far end in one of them
-    // is joined with a same-node veth.
-    let attached: HashMap<(&str, &str), &AttachmentRecord> = desired
-        .pods
-        .iter()
-        .map(|p| &p.attachment)
-        .filter(|a| !matches!(observed.pods.get(&a.key()), Some(PodNetns::Gone)))
-        .map(|a| ((a.pod.namespace.as_str(), a.pod.name.as_str()), a))
-        .collect();
+    let mut planner = Planner::new(desired, observed);
     if let Some(reason) = &observed.node_unreadable {
-        actions.push(Action::Unreachable {
+        planner.actions.push(Action::Unreachable {
             pod: format!("node {}", observed.node_name),
             reason: reason.clone(),
         });
     }
     for pod in &desired.pods {
+        planner.pod(pod);
+    }
+    if let Some(pod) = &observed.detached {
+        for (key, _) in records_of(observed, &pod.namespace, &pod.name) {
+            planner.actions.push(Action::RemoveWire {
+                key: key.clone(),
+                why: "no attachment: removed",
+            });
+        }
+    }
+    if observed.whole_node {
+        planner.sweep();
+    }
+    planner.actions
+}
+
+/// One pass of `plan`: what it has decided, and what it has learned on the way that
+/// later decisions need.
+struct Planner<'a> {
+    desired: &'a Desired,
+    observed: &'a Observed,
+    actions: Vec<Action>,
+    /// Pods whose records stay (reconciled, or not looked at).
+    kept: HashSet<(&'a str, &'a str)>,
+    /// Ends a join of their far end (a same-node veth) makes along with it.
+    covered: HashSet<String>,
+    /// Records that this plan removes, whose interfaces and ports go with them.
+    removed: HashSet<&'a str>,
+    /// Node ends of half-made remote ends (see `Action::Join`), which no record names.
+    kept_node_ends: HashSet<String>,
+    /// Pods attached here whose namespace is not gone: a link's far end in one of them
+    /// is joined with a same-node veth.
+    attached: HashMap<(&'a str, &'a str), &'a AttachmentRecord>,
+}
+
+impl<'a> Planner<'a> {
+    fn new(desired: &'a Desired, observed: &'a Observed) -> Planner<'a> {
+        let attached = desired
+            .pods
+            .iter()
+            .map(|p| &p.attachment)
+            .filter(|a| !matches!(observed.pods.get(&a.key()), Some(PodNetns::Gone)))
+            .map(|a| ((a.pod.namespace.as_str(), a.pod.name.as_str()), a))
+            .collect();
+        Planner {
+            desired,
+            observed,
+            actions: Vec::new(),
+            kept: HashSet::new(),
+            covered: HashSet::new(),
+            removed: HashSet::new(),
+            kept_node_ends: HashSet::new(),
+            attached,
+        }
+    }
+
+    /// An attached pod: forgotten when its namespace is gone, left when it cannot be
+    /// looked at, else its records of links it no longer has removed and each link's
+    /// end planned.
+    fn pod(&mut self, pod: &'a DesiredPod) {
+        let observed = self.observed;
         let attachment = &pod.attachment;
         let (namespace, name) = (&attachment.pod.namespace, &attachment.pod.name);
         let interfaces = match observed.pods.get(&attachment.key()) {
             Some(PodNetns::Open(interfaces)) => interfaces,
             None if !observed.whole_node => {
-                kept.insert((namespace, name));
-                continue;
+                self.kept.insert((namespace, name));
+                return;
             }
             Some(PodNetns::Unreadable(reason)) => {
-                kept.insert((namespace, name));
-                actions.push(Action::Unreachable {
+                self.kept.insert((namespace, name));
+                self.actions.push(Action::Unreachable {
                     pod: format!("{namespace}/{name}"),
                     reason: reason.clone(),
                 });
-                continue;
+                return;
             }
             Some(PodNetns::Gone) | None => {
-                actions.push(Action::ForgetPod {
+                self.actions.push(Action::ForgetPod {
                     attachment: attachment.key(),
                 });
-                removed.extend(records_of(observed, namespace, name).map(|r| r.0.as_str()));
-                continue;
+                let records = records_of(observed, namespace, name);
+                self.removed.extend(records.map(|r| r.0.as_str()));
+                return;
             }
         };
-        kept.insert((namespace, name));
+        self.kept.insert((namespace, name));
         for (key, record) in records_of(observed, namespace, name) {
             if !pod.links.iter().any(|l| l.uid == record.link_uid) {
-                removed.insert(key);
-                actions.push(Action::RemoveWire {
+                self.removed.insert(key);
+                self.actions.push(Action::RemoveWire {
                     key: key.clone(),
                     why: "not in the topology any more: removed",
                 });
             }
         }
         for link in pod.links.iter() {
-            let key = wire_key(namespace, name, link.uid);
-            if covered.contains(&key) {
-                continue;
+            self.link(attachment, link, interfaces);
+        }
+    }
+
+    /// One link's end in a pod whose namespace is open.
+    fn link(
+        &mut self,
+        attachment: &'a AttachmentRecord,
+        link: &'a LinkSpec,
+        interfaces: &'a Interfaces,
+    ) {
+        let (desired, observed) = (self.desired, self.observed);
+        let namespace = &attachment.pod.namespace;
+        let key = wire_key(namespace, &attachment.pod.name, link.uid);
+        if self.covered.contains(&key) {
+            return;
+        }
+        let local_peer = self
+            .attached
+            .get(&(namespace.as_str(), link.peer_pod.as_str()))
+            .filter(|peer| peer.key() != attachment.key())
+            .copied();
+        let wire = WireKey {
+            namespace: namespace.clone(),
+            link_uid: link.uid,
+        };
+        let unjoined = observed
+            .records
+            .get(&key)
+            .is_none_or(|r| r.state == WireState::Pending);
+        let half_made = (local_peer.is_none() && unjoined)
+            .then(|| half_made_node_end(attachment, link, interfaces, observed))
+            .flatten();
+        if let Some(node_end) = &half_made {
+            self.kept_node_ends.insert(node_end.clone());
+        }
+        let end = End {
+            attachment,
+            link,
+            interfaces,
+            half_made: half_made.is_some(),
+        };
+        let action = match observed.records.get(&key) {
+            None => Some(end.join("joined")),
+            Some(record)
+                if record.state == WireState::Remote
+                    && desired.withdrawn.get(&wire) == record.peer_node.as_ref() =>
+            {
+                Some(Action::Unjoin { key: key.clone() })
             }
-            let local_peer = attached
-                .get(&(namespace.as_str(), link.peer_pod.as_str()))
-                .filter(|peer| peer.key() != attachment.key());
-            let wire = WireKey {
-                namespace: namespace.clone(),
-                link_uid: link.uid,
-            };
-            let unjoined = observed
-                .records
-                .get(&key)
-                .is_none_or(|r| r.state == WireState::Pending);
-            let half_made = (local_peer.is_none() && unjoined)
-                .then(|| half_made_node_end(attachment, link, interfaces, observed))
-                .flatten();
-            if let Some(node_end) = &half_made {
-                kept_node_ends.insert(node_end.clone());
+            Some(record)
+                if record.state != WireState::Pending
+                    && (desired.rebuild.contains(&key)
+                        || !made_for(record, link, desired.switched.contains(&wire))) =>
+            {
+                Some(Action::Rebuild {
+                    attachment: attachment.key(),
+                    uid: link.uid,
+                })
             }
-            let end = End {
-                attachment,
-                link,
-                interfaces,
-                half_made: half_made.is_some(),
-            };
-            let action = match observed.records.get(&key) {
-                None => Some(end.join("joined")),
-                Some(record)
-                    if record.state == WireState::Remote
-                        && desired.withdrawn.get(&wire) == record.peer_node.as_ref() =>
-                {
-                    Some(Action::Unjoin { key: key.clone() })
+            Some(record) => match record.state {
+                WireState::Pending => {
+                    let remote_peer = desired
+                        .remote_ends
+                        .get(&wire)
+                        .is_some_and(|pod| *pod == link.peer_pod);
+                    (local_peer.is_some() || remote_peer).then(|| end.join("joined"))
                 }
-                Some(record)
-                    if record.state != WireState::Pending
-                        && (desired.rebuild.contains(&key)
-                            || !made_for(record, link, desired.switched.contains(&wire))) =>
-                {
-                    Some(Action::Rebuild {
+                WireState::Veth if !interfaces.contains_key(&record.local_pod_ifname) => {
+                    Some(Action::RemakeVeth {
                         attachment: attachment.key(),
                         uid: link.uid,
                     })
                 }
-                Some(record) => match record.state {
-                    WireState::Pending => {
-                        let remote_peer = desired
-                            .remote_ends
-                            .get(&WireKey {
-                                namespace: namespace.clone(),
-                                link_uid: link.uid,
-                            })
-                            .is_some_and(|pod| *pod == link.peer_pod);
-                        (local_peer.is_some() || remote_peer).then(|| end.join("joined"))
-                    }
-                    WireState::Veth if !interfaces.contains_key(&record.local_pod_ifname) => {
-                        Some(Action::RemakeVeth {
-                            attachment: attachment.key(),
-                            uid: link.uid,
-                        })
-                    }
-                    WireState::Veth => end.configure(),
-                    WireState::Remote | WireState::Switched
-                        if observed.node_unreadable.is_some() =>
-                    {
-                        None
-                    }
-                    WireState::Remote => end.remote(observed, record, &key),
-                    WireState::Switched => end.switched(observed, record, &key),
-                },
-            };
-            // A join with the far end's pod attached here makes that end too (one veth).
-            if matches!(
-                action,
-                Some(Action::Join { .. } | Action::RemakeVeth { .. } | Action::Rebuild { .. })
-            ) {
-                if let Some(peer) = local_peer {
-                    covered.insert(wire_key(namespace, &peer.pod.name, link.uid));
+                WireState::Veth => end.configure(),
+                WireState::Remote | WireState::Switched if observed.node_unreadable.is_some() => {
+                    None
                 }
-            }
-            actions.extend(action);
-        }
-    }
-    if let Some(pod) = &observed.detached {
-        for (key, _) in records_of(observed, &pod.namespace, &pod.name) {
-            actions.push(Action::RemoveWire {
-                key: key.clone(),
-                why: "no attachment: removed",
-            });
-        }
-    }
-    if !observed.whole_node {
-        return actions;
-    }
-    // Records of pods not attached go.
-    for (key, record) in &observed.records {
-        let pod = (
-            record.topo_namespace.as_str(),
-            record.local_pod_name.as_str(),
-        );
-        if !kept.contains(&pod) && !removed.contains(key.as_str()) {
-            removed.insert(key);
-            actions.push(Action::RemoveWire {
-                key: key.clone(),
-                why: "no attachment: removed",
-            });
-        }
-    }
-    let staying_remote: HashMap<&str, &WireRecord> = observed
-        .records
-        .iter()
-        .filter(|(key, r)| r.state.has_node_end() && !removed.contains(key.as_str()))
-        .map(|(key, r)| (key.as_str(), r))
-        .collect();
-    let mut stray_ports: Vec<&String> = observed
-        .ports
-        .iter()
-        .filter(|key| !staying_remote.contains_key(key.as_str()) && !removed.contains(key.as_str()))
-        .collect();
-    stray_ports.sort();
-    for key in stray_ports {
-        actions.push(Action::ClosePort { key: key.clone() });
-    }
-    let named: HashSet<&str> = observed
-        .records
-        .values()
-        .filter(|r| r.state.has_node_end())
-        .map(|r| r.wire_ifname.as_str())
-        .collect();
-    if observed.node_unreadable.is_some() {
-        return actions;
-    }
-    let mine = interfaces::node_alias_prefix(&observed.node_name);
-    for (name, interface) in &observed.node_interfaces {
-        let Some(alias) = interface.alias.as_deref() else {
-            continue;
+                WireState::Remote => end.remote(observed, record, &key),
+                WireState::Switched => end.switched(observed, record, &key),
+            },
         };
-        if alias.starts_with(&mine)
-            && !named.contains(name.as_str())
-            && !kept_node_ends.contains(name)
-        {
-            actions.push(Action::RemoveNodeInterface {
-                name: name.clone(),
-                alias: alias.to_owned(),
-            });
+        // A join with the far end's pod attached here makes that end too (one veth).
+        if matches!(
+            action,
+            Some(Action::Join { .. } | Action::RemakeVeth { .. } | Action::Rebuild { .. })
+        ) {
+            if let Some(peer) = local_peer {
+                self.covered
+                    .insert(wire_key(namespace, &peer.pod.name, link.uid));
+            }
+        }
+        self.actions.extend(action);
+    }
+
+    /// What no attached pod accounts for, where the whole node was looked at: records of
+    /// pods not attached, ports of no staying record, and interfaces with this node's
+    /// mark that no record names.
+    fn sweep(&mut self) {
+        let observed = self.observed;
+        for (key, record) in &observed.records {
+            let pod = (
+                record.topo_namespace.as_str(),
+                record.local_pod_name.as_str(),
+            );
+            if !self.kept.contains(&pod) && !self.removed.contains(key.as_str()) {
+                self.removed.insert(key);
+                self.actions.push(Action::RemoveWire {
+                    key: key.clone(),
+                    why: "no attachment: removed",
+                });
+            }
+        }
+        let staying_remote: HashSet<&str> = observed
+            .records
+            .iter()
+            .filter(|(key, r)| r.state.has_node_end() && !self.removed.contains(key.as_str()))
+            .map(|(key, _)| key.as_str())
+            .collect();
+        let mut stray_ports: Vec<&String> = observed
+            .ports
+            .iter()
+            .filter(|key| {
+                !staying_remote.contains(key.as_str()) && !self.removed.contains(key.as_str())
+            })
+            .collect();
+        stray_ports.sort();
+        for key in stray_ports {
+            self.actions.push(Action::ClosePort { key: key.clone() });
+        }
+        if observed.node_unreadable.is_some() {
+            return;
+        }
+        let named: HashSet<&str> = observed
+            .records
+            .values()
+            .filter(|r| r.state.has_node_end())
+            .map(|r| r.wire_ifname.as_str())
+            .collect();
+        let mine = interfaces::node_alias_prefix(&observed.node_name);
+        for (name, interface) in &observed.node_interfaces {
+            let Some(alias) = interface.alias.as_deref() else {
+                continue;
+            };
+            if alias.starts_with(&mine)
+                && !named.contains(name.as_str())
+                && !self.kept_node_ends.contains(name)
+            {
+                self.actions.push(Action::RemoveNodeInterface {
+                    name: name.clone(),
+                    alias: alias.to_owned(),
+                });
+            }
         }
     }
-    actions
 }
 
 /// Whether a joined end's record is of `link` as it is: the same interface, to the same
@@ -461,107 +515,6 @@ fn half_made_node_end(
         .iter()
         .find(|(_, i)| i.alias.as_deref() == Some(node_alias.as_str()))
         .map(|(name, _)| name.clone())
-}
-
-/// One link's end in an attached pod whose namespace is open.
-struct End<'a> {
-    attachment: &'a AttachmentRecord,
-    link: &'a LinkSpec,
-    interfaces: &'a Interfaces,
-    half_made: bool,
-}
-
-impl End<'_> {
-    fn join(&self, why: &'static str) -> Action {
-        Action::Join {
-            attachment: self.attachment.key(),
-            uid: self.link.uid,
-            why,
-            half_made: self.half_made,
-        }
-    }
-
-    /// A remote end: in place and open, or its port to open again, or to be made again
-    /// (unless an interface of its name is someone else's).
-    fn remote(&self, observed: &Observed, record: &WireRecord, key: &str) -> Option<Action> {
-        let in_pod = self.interfaces.get(&record.local_pod_ifname);
-        let in_place =
-            in_pod.is_some() && observed.node_interfaces.contains_key(&record.wire_ifname);
-        let uid = self.link.uid;
-        let attachment = self.attachment.key();
-        match (in_place, observed.ports.contains(key)) {
-            (true, true) => self.configure(),
-            (true, false) => Some(Action::Reattach { attachment, uid }),
-            (false, _) => {
-                let ours = interfaces::pod_alias(
-                    &record.topo_namespace,
-                    &record.local_pod_name,
-                    record.link_uid,
-                );
-                match in_pod {
-                    Some(seen) if seen.alias.as_deref() != Some(ours.as_str()) => {
-                        Some(Action::Foreign {
-                            key: key.to_owned(),
-                            ifname: record.local_pod_ifname.clone(),
-                            alias: seen.alias.clone(),
-                        })
-                    }
-                    _ => Some(Action::RepairRemote { attachment, uid }),
-                }
-            }
-        }
-    }
-
-    /// A same-node end through the fast path: in place and open, its port to open again,
-    /// or (a part gone) both ends made again.
-    fn switched(&self, observed: &Observed, record: &WireRecord, key: &str) -> Option<Action> {
-        let in_place = self.interfaces.contains_key(&record.local_pod_ifname)
-            && observed.node_interfaces.contains_key(&record.wire_ifname);
-        let uid = self.link.uid;
-        let attachment = self.attachment.key();
-        match (in_place, observed.ports.contains(key)) {
-            (true, true) => self.configure(),
-            (true, false) => Some(Action::Reattach { attachment, uid }),
-            (false, _) => Some(Action::Rebuild { attachment, uid }),
-        }
-    }
-
-    /// The end's interface against the link's settings.
-    fn configure(&self) -> Option<Action> {
-        let name = &self.link.local_intf;
-        let seen = self.interfaces.get(name)?;
-        let mut differs = Vec::new();
-        if !seen.up {
-            differs.push(format!("{name} is down"));
-        }
-        if let Some(mtu) = self.link.mtu {
-            if seen.mtu != mtu {
-                differs.push(format!(
-                    "{name} has MTU {}, the topology says {mtu}",
-                    seen.mtu
-                ));
-            }
-        }
-        if let Some(mac) = self.link.local_mac {
-            if seen.mac != mac {
-                differs.push(format!(
-                    "{name} has MAC {}, the topology says {}",
-                    format_mac(seen.mac),
-                    format_mac(mac)
-                ));
-            }
-        }
-        if let Some(address) = self.link.local_ip {
-            if !seen.addresses.contains(&address) {
-                differs.push(format!("{name} lacks the address {}", format_cidr(address)));
-            }
-        }
-        (!differs.is_empty()).then(|| Action::Configure {
-            attachment: self.attachment.key(),
-            uid: self.link.uid,
-            differs,
-        })
-    }
 }
 
 #[cfg(test)]
