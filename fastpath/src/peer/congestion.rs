@@ -23,22 +23,22 @@
 //! kept spending the core both share on encrypting and sending what the receiver would
 //! drop (the kernel's delivery into the receiver's socket runs on the sender's time, too).
 //! So once a measured share of what is sent is lost, over an epoch, the window closes to
-//! a cap well below the receiver's buffer (`FIRST_CAP`), where nothing overflows it: what the receiver
-//! cannot take then waits, and is dropped, in the sender's DATAGRAM queue, before any
-//! work is spent on it (`dropped_blocked`). A cap grown past that which loses goes back to
-//! it, and it goes no lower: the cap is sized from the receiver's buffer, which every
-//! node sets alike, so a loss under it is not that buffer overflowing (most often a round
-//! trip stretched by a busy core, taken for loss). Halving on such losses, down to a floor
-//! of 256 KiB, starved the demo's datagram wire when both directions ran at full rate at
-//! once: it delivered 154–172k pps both ways together against the old build's 199–231k
-//! (`lab bench --flows both`, alternated). A cap that loses nothing holds while a queue
-//! builds at the receiver (the smoothed round trip over
-//! twice the least, plus `QUEUE_SLACK`): the receiver is what limits, and more window
-//! would only fill its buffer until it overflows again (in a test with a slow receiver,
-//! growing anyway lost a datagram for every frame delivered). Without that queue the cap
-//! is what limits (a long round trip), and it grows each epoch by a quarter of what the
-//! epoch delivered. It opens fully after an epoch in which the sender never had more to
-//! send than the window let out (the overload has passed).
+//! a cap well below the receiver's buffer (`FIRST_CAP`), where nothing overflows it:
+//! what the receiver cannot take then waits, and is dropped, in the sender's DATAGRAM
+//! queue, before any work is spent on it (`dropped_blocked`). A cap grown past that
+//! which loses goes back to it, and it goes no lower: the cap is sized from the
+//! receiver's buffer, which every node sets alike, so a loss under it is not that buffer
+//! overflowing (most often a round trip stretched by a busy core, taken for loss).
+//! Halving on such losses, down to a floor of 256 KiB, starved the demo's datagram wire
+//! when both directions ran at full rate at once: it delivered 154–172k pps both ways
+//! together against the old build's 199–231k (`lab bench --flows both`, alternated). A
+//! cap that loses nothing holds while a queue builds at the receiver (the smoothed round
+//! trip over twice the least, plus `QUEUE_SLACK`): the receiver is what limits, and more
+//! window would only fill its buffer until it overflows again (in a test with a slow
+//! receiver, growing anyway lost a datagram for every frame delivered). Without that
+//! queue the cap is what limits (a long round trip), and it grows each epoch by a quarter
+//! of what the epoch delivered. It opens fully after an epoch in which the sender never
+//! had more to send than the window let out (the overload has passed).
 //! Isolated losses (less than `LOSS_PERCENT` of an epoch, or less than `MIN_LOST_BYTES`)
 //! move nothing, and losses of packets sent before the last change of window are not
 //! counted again. The stream carrier keeps QUIC's retransmission of what is lost, and its
@@ -187,8 +187,11 @@ impl Window {
         self.window_limited |= !app_limited;
         let beyond_own = rtts.smoothed.saturating_sub(rtts.own_wait);
         self.queue_building = beyond_own > rtts.least * 2 + QUEUE_SLACK;
-        let behind = u128::from(self.delivery_rate) * rtts.own_wait.as_nanos() / 1_000_000_000;
-        self.behind_own_queue = behind.min(u128::from(LARGEST_CAP)) as u64;
+        // Whole microseconds keep this in u64 (it runs on every acknowledgement): a rate
+        // of 10 GB/s times a second's wait is 10^16.
+        let wait_micros = rtts.own_wait.as_micros() as u64;
+        let behind = self.delivery_rate.saturating_mul(wait_micros) / 1_000_000;
+        self.behind_own_queue = behind.min(LARGEST_CAP);
         self.judge(now);
     }
 
@@ -244,7 +247,7 @@ impl Window {
 }
 
 /// The round trips an acknowledgement judges by.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct Rtts {
     smoothed: Duration,
     least: Duration,
