@@ -3,8 +3,9 @@
 //! Unsafe code, each use with a `// SAFETY:` comment: the AF_XDP rings and UMEM that
 //! the kernel shares with the worker (`xdp_port.rs`, `xdp_redirect.rs`,
 //! `steered_port.rs`), AF_PACKET's mapped rings (`packet_port.rs`), a clock read
-//! (`endpoint.rs`), a receive buffer's length once the kernel has filled it
-//! (`peer/udp.rs`), and a sysconf call (`switch/keeper.rs`).
+//! (`endpoint.rs`), a receive buffer's length once the kernel has filled it and the
+//! ioctl that reads a datagram's receive timestamp (`peer/udp.rs`), and a sysconf call
+//! (`switch/keeper.rs`). The ethtool ioctl that steering needs is `xwire-ethtool`'s.
 
 pub mod capture;
 pub mod counters;

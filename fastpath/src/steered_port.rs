@@ -20,9 +20,10 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use nix::sched::{setns, CloneFlags};
+use xwire_ethtool::EthtoolChannels;
 
 use crate::xdp_port::{KernelDrops, PortError, Steering, XdpMode, XdpPort};
 use crate::xdp_redirect::RedirectProgram;
@@ -183,44 +184,18 @@ impl Drop for InNetns {
     }
 }
 
-/// `struct ethtool_channels`.
-#[repr(C)]
-#[derive(Default)]
-struct EthtoolChannels {
-    cmd: u32,
-    max_rx: u32,
-    max_tx: u32,
-    max_other: u32,
-    max_combined: u32,
-    rx_count: u32,
-    tx_count: u32,
-    other_count: u32,
-    combined_count: u32,
-}
-
 const ETHTOOL_GCHANNELS: u32 = 0x3c;
 const ETHTOOL_SCHANNELS: u32 = 0x3d;
 
 /// Puts a second receive and transmit queue of interface `ifname` (in the calling
 /// thread's namespace) in use: a socket binds to queue 1 only then, and sends from it
 /// only if it is a transmit queue in use.
-///
-/// By hand: two ioctls; the ethtool netlink crate is async and would need a runtime on
-/// the worker's thread for them.
 fn use_two_queues(ifname: &str) -> Result<(), String> {
-    let socket = nix::sys::socket::socket(
-        nix::sys::socket::AddressFamily::Inet,
-        nix::sys::socket::SockType::Datagram,
-        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .map_err(|e| format!("a socket for ethtool: {e}"))?;
     let mut channels = EthtoolChannels {
         cmd: ETHTOOL_GCHANNELS,
         ..EthtoolChannels::default()
     };
-    ethtool(socket.as_raw_fd(), ifname, &mut channels)
-        .map_err(|e| format!("read its channels: {e}"))?;
+    xwire_ethtool::request(ifname, &mut channels).map_err(|e| format!("read its channels: {e}"))?;
     if channels.max_rx < 2 || channels.max_tx < 2 {
         return Err(format!(
             "it has {} receive and {} transmit queues, and steering needs two of each \
@@ -234,8 +209,7 @@ fn use_two_queues(ifname: &str) -> Result<(), String> {
     channels.cmd = ETHTOOL_SCHANNELS;
     channels.rx_count = channels.rx_count.max(2);
     channels.tx_count = channels.tx_count.max(2);
-    ethtool(socket.as_raw_fd(), ifname, &mut channels)
-        .map_err(|e| format!("use a second queue: {e}"))
+    xwire_ethtool::request(ifname, &mut channels).map_err(|e| format!("use a second queue: {e}"))
 }
 
 /// Maps every CPU to transmit queue 0 of `ifname` in `netns` (XPS), so that the pod's
@@ -290,24 +264,4 @@ fn every_cpu_mask() -> Result<String, String> {
         .map(|w| format!("{w:08x}"))
         .collect::<Vec<_>>()
         .join(","))
-}
-
-fn ethtool(socket: i32, ifname: &str, channels: &mut EthtoolChannels) -> io::Result<()> {
-    // SAFETY: an all-zero `ifreq` is valid (a name of NULs and a null data pointer).
-    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
-    let name = ifname.as_bytes();
-    if name.len() >= request.ifr_name.len() {
-        return Err(io::Error::from(io::ErrorKind::InvalidInput));
-    }
-    for (to, &from) in request.ifr_name.iter_mut().zip(name) {
-        *to = from as libc::c_char;
-    }
-    request.ifr_ifru.ifru_data = (channels as *mut EthtoolChannels).cast();
-    // SAFETY: SIOCETHTOOL reads the name and the `ethtool_channels` the request points to,
-    // both alive and of the kernel's layout for the call, and writes only the latter.
-    let rc = unsafe { libc::ioctl(socket, libc::SIOCETHTOOL, &mut request) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }

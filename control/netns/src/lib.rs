@@ -9,7 +9,7 @@
 //!   namespace, with `NetnsFd::run`).
 //!
 //! Unsafe code: asking the kernel what a namespace descriptor is (`NS_GET_NSTYPE`,
-//! `handle.rs`) and the ethtool ioctl, which netlink cannot do (`offload.rs`).
+//! `handle.rs`). The ethtool ioctl of `offload.rs` is `xwire-ethtool`'s.
 
 mod handle;
 pub mod named;

@@ -6,11 +6,11 @@
 //! AF_XDP or AF_PACKET and re-enters elsewhere is dropped by the receiver. Pod interfaces
 //! behind the switch therefore have it off, as labs do (`ethtool -K eth1 tx off`).
 //!
-//! Set with the SIOCETHTOOL ioctl: rtnetlink has no call for it, and the ethtool netlink
-//! family would pull in a second netlink stack for one flag.
+//! Set with the SIOCETHTOOL ioctl (`xwire-ethtool`): rtnetlink has no call for it.
 
 use std::io;
-use std::os::fd::AsRawFd;
+
+use xwire_ethtool::EthtoolValue;
 
 /// An offload that can be turned on or off, as `ethtool -K` names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,52 +46,11 @@ impl Offload {
     }
 }
 
-#[repr(C)]
-struct EthtoolValue {
-    cmd: u32,
-    data: u32,
-}
-
-#[repr(C)]
-struct IfreqData {
-    name: [libc::c_char; libc::IFNAMSIZ],
-    data: *mut EthtoolValue,
-    _pad: [u8; 16],
-}
-
 /// Turns `offload` on `ifname` (in this thread's network namespace) on or off.
 pub fn set_offload(ifname: &str, offload: Offload, on: bool) -> io::Result<()> {
-    if ifname.len() >= libc::IFNAMSIZ {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("interface name {ifname:?} too long"),
-        ));
-    }
-    // SAFETY: socket(2) with constant arguments; the result is checked before use.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a socket this function just opened and owns.
-    let socket = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
     let mut value = EthtoolValue {
         cmd: offload.command(),
         data: u32::from(on),
     };
-    let mut request = IfreqData {
-        name: [0; libc::IFNAMSIZ],
-        data: &mut value,
-        _pad: [0; 16],
-    };
-    for (dst, src) in request.name.iter_mut().zip(ifname.bytes()) {
-        *dst = src as libc::c_char;
-    }
-    // SAFETY: `request` is an ifreq-shaped struct (name, then the ifr_data pointer, padded
-    // to the size of ifreq) whose pointer refers to `value`, alive for the call.
-    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCETHTOOL, &mut request) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    xwire_ethtool::request(ifname, &mut value)
 }
