@@ -224,6 +224,39 @@ pub(crate) enum Command {
         wire: WireId,
         reply: Sender<bool>,
     },
+    /// About the worker's peers: the peer transport, its connections and its links.
+    Peer(PeerCommand),
+    KernelDrops {
+        id: PortId,
+        reply: Sender<Result<KernelDrops, WorkerError>>,
+    },
+    /// Impairs (or with `None`, clears) the frames that link `wire` receives on `from`.
+    SetImpairment {
+        wire: WireId,
+        from: PortId,
+        spec: Option<ImpairSpec>,
+        reply: Sender<Result<(), WorkerError>>,
+    },
+    /// Taps link `wire`; the tap's `AToB` is the frames received on `from`.
+    Capture {
+        wire: WireId,
+        from: PortId,
+        tap: Tap,
+        reply: Sender<Result<(), WorkerError>>,
+    },
+    HeldFrames {
+        wire: WireId,
+        from: PortId,
+        reply: Sender<Result<usize, WorkerError>>,
+    },
+    Stats {
+        reply: Sender<WorkerStats>,
+    },
+    Stop,
+}
+
+/// The commands about a worker's peers.
+pub(crate) enum PeerCommand {
     AttachPeers {
         config: Box<PeerConfig>,
         reply: Sender<Result<SocketAddr, WorkerError>>,
@@ -254,33 +287,6 @@ pub(crate) enum Command {
         message: Box<ControlMessage>,
         reply: Sender<Result<bool, WorkerError>>,
     },
-    KernelDrops {
-        id: PortId,
-        reply: Sender<Result<KernelDrops, WorkerError>>,
-    },
-    /// Impairs (or with `None`, clears) the frames that link `wire` receives on `from`.
-    SetImpairment {
-        wire: WireId,
-        from: PortId,
-        spec: Option<ImpairSpec>,
-        reply: Sender<Result<(), WorkerError>>,
-    },
-    /// Taps link `wire`; the tap's `AToB` is the frames received on `from`.
-    Capture {
-        wire: WireId,
-        from: PortId,
-        tap: Tap,
-        reply: Sender<Result<(), WorkerError>>,
-    },
-    HeldFrames {
-        wire: WireId,
-        from: PortId,
-        reply: Sender<Result<usize, WorkerError>>,
-    },
-    Stats {
-        reply: Sender<WorkerStats>,
-    },
-    Stop,
 }
 
 /// The control plane's handle on a worker; dropping it stops the worker.
@@ -454,9 +460,11 @@ impl Worker {
     /// worker's network namespace; returns the bound address. The worker drives it
     /// between batches, so remote frames take no thread hand-off.
     pub fn attach_peers(&self, config: PeerConfig) -> Result<SocketAddr, WorkerError> {
-        self.ask(|reply| Command::AttachPeers {
-            config: Box::new(config),
-            reply,
+        self.ask(|reply| {
+            Command::Peer(PeerCommand::AttachPeers {
+                config: Box::new(config),
+                reply,
+            })
         })?
     }
 
@@ -467,18 +475,20 @@ impl Worker {
         addr: SocketAddr,
         carrier: Carrier,
     ) -> Result<PeerId, WorkerError> {
-        self.ask(|reply| Command::AddPeer {
-            name: name.into(),
-            addr,
-            carrier,
-            reply,
+        self.ask(|reply| {
+            Command::Peer(PeerCommand::AddPeer {
+                name: name.into(),
+                addr,
+                carrier,
+                reply,
+            })
         })?
     }
 
     /// The peer node left the cluster: closes its connection and stops dialing it until
     /// `add_peer` declares it again. False for an unknown peer.
     pub fn retire_peer(&self, peer: PeerId) -> Result<bool, WorkerError> {
-        self.ask(|reply| Command::RetirePeer { peer, reply })?
+        self.ask(|reply| Command::Peer(PeerCommand::RetirePeer { peer, reply }))?
     }
 
     /// Joins a port to a peer node by wire id; returns the link's counters.
@@ -489,27 +499,31 @@ impl Worker {
         peer: PeerId,
         carrier: Option<Carrier>,
     ) -> Result<Arc<LinkCounters>, WorkerError> {
-        self.ask(|reply| Command::AddRemoteLink {
-            wire,
-            port,
-            peer,
-            carrier,
-            reply,
+        self.ask(|reply| {
+            Command::Peer(PeerCommand::AddRemoteLink {
+                wire,
+                port,
+                peer,
+                carrier,
+                reply,
+            })
         })?
     }
 
     /// The transport's counters and the peer events since the last call.
     pub fn peer_status(&self) -> Result<(TransportCounters, Vec<PeerEvent>), WorkerError> {
-        self.ask(|reply| Command::PeerStatus { reply })?
+        self.ask(|reply| Command::Peer(PeerCommand::PeerStatus { reply }))?
     }
 
     /// Sends a control message on the peer's control stream; false when the peer is not
     /// up (the caller sends what it must again when the peer's `Up` event arrives).
     pub fn send_control(&self, peer: PeerId, message: ControlMessage) -> Result<bool, WorkerError> {
-        self.ask(|reply| Command::SendControl {
-            peer,
-            message: Box::new(message),
-            reply,
+        self.ask(|reply| {
+            Command::Peer(PeerCommand::SendControl {
+                peer,
+                message: Box::new(message),
+                reply,
+            })
         })?
     }
 

@@ -14,13 +14,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, TryRecvError};
+use xwire_proto::WireId;
 
-use crate::counters::LinkCounters;
+use crate::counters::{Direction, LinkCounters};
 use crate::link_table::{LinkTable, PortId};
 use crate::packet_port::PacketPort;
-use crate::peer::PeerTransport;
+use crate::peer::{PeerEndpoint, PeerTransport};
 use crate::steered_port::SteeredPort;
-use crate::worker::{Command, Join, PortChoice, PortInfo, PortKind, WorkerConfig, WorkerError};
+use crate::worker::{
+    Command, Join, PeerCommand, PortChoice, PortInfo, PortKind, WorkerConfig, WorkerError,
+};
 use crate::xdp_port::{KernelDrops, Lent, PortError, Steering, XdpMode, XdpPort};
 use crate::xdp_redirect::RedirectProgram;
 
@@ -35,6 +38,7 @@ mod sleep;
 mod stats;
 mod steer;
 
+use extras::LinkExtras;
 use forward::{Outgoing, MAX_CHAIN};
 use sleep::Sleeper;
 
@@ -368,13 +372,9 @@ impl Switch {
                 spec,
                 reply,
             } => {
-                let result = match self.table.direction_from(wire, from) {
-                    Some((link, direction)) => {
-                        self.extras.set_impairment(link, wire, direction, spec);
-                        Ok(())
-                    }
-                    None => Err(WorkerError::NoSuchLink(wire, from)),
-                };
+                let result = self.on_direction(wire, from, |extras, link, direction| {
+                    extras.set_impairment(link, wire, direction, spec)
+                });
                 let _ = reply.send(result);
             }
             Command::Capture {
@@ -383,23 +383,31 @@ impl Switch {
                 tap,
                 reply,
             } => {
-                let result = match self.table.direction_from(wire, from) {
-                    Some((link, direction)) => {
-                        self.extras.set_tap(link, tap, direction);
-                        Ok(())
-                    }
-                    None => Err(WorkerError::NoSuchLink(wire, from)),
-                };
+                let result = self.on_direction(wire, from, |extras, link, direction| {
+                    extras.set_tap(link, tap, direction)
+                });
                 let _ = reply.send(result);
             }
             Command::HeldFrames { wire, from, reply } => {
-                let result = match self.table.direction_from(wire, from) {
-                    Some((link, direction)) => Ok(self.extras.held(link, direction)),
-                    None => Err(WorkerError::NoSuchLink(wire, from)),
-                };
+                let result = self.on_direction(wire, from, |extras, link, direction| {
+                    extras.held(link, direction)
+                });
                 let _ = reply.send(result);
             }
-            Command::AttachPeers { config, reply } => {
+            Command::Peer(command) => self.apply_to_peers(command),
+            Command::KernelDrops { id, reply } => {
+                let _ = reply.send(self.kernel_drops(id));
+            }
+            Command::Stats { reply } => {
+                let _ = reply.send(self.stats());
+            }
+            Command::Stop => {}
+        }
+    }
+
+    fn apply_to_peers(&mut self, command: PeerCommand) {
+        match command {
+            PeerCommand::AttachPeers { config, reply } => {
                 let result = PeerTransport::bind(*config)
                     .map_err(WorkerError::from)
                     .and_then(|t| {
@@ -411,29 +419,23 @@ impl Switch {
                     });
                 let _ = reply.send(result);
             }
-            Command::AddPeer {
+            PeerCommand::AddPeer {
                 name,
                 addr,
                 carrier,
                 reply,
             } => {
-                let result = match self.peers_mut() {
-                    Some(peers) => peers
-                        .endpoint_mut()
-                        .add_peer(&name, addr, carrier, Instant::now())
-                        .map_err(WorkerError::from),
-                    None => Err(WorkerError::NoPeers),
-                };
+                let result = self.with_peers(|peers| {
+                    (peers.add_peer(&name, addr, carrier, Instant::now()))
+                        .map_err(WorkerError::from)
+                });
                 let _ = reply.send(result);
             }
-            Command::RetirePeer { peer, reply } => {
-                let result = match self.peers_mut() {
-                    Some(peers) => Ok(peers.endpoint_mut().retire_peer(peer, Instant::now())),
-                    None => Err(WorkerError::NoPeers),
-                };
+            PeerCommand::RetirePeer { peer, reply } => {
+                let result = self.with_peers(|peers| Ok(peers.retire_peer(peer, Instant::now())));
                 let _ = reply.send(result);
             }
-            Command::AddRemoteLink {
+            PeerCommand::AddRemoteLink {
                 wire,
                 port,
                 peer,
@@ -447,32 +449,40 @@ impl Switch {
                 };
                 let _ = reply.send(self.join_remote(port, join));
             }
-            Command::PeerStatus { reply } => {
+            PeerCommand::PeerStatus { reply } => {
                 let _ = reply.send(self.peer_status().ok_or(WorkerError::NoPeers));
             }
-            Command::SendControl {
+            PeerCommand::SendControl {
                 peer,
                 message,
                 reply,
             } => {
-                let result = match self.peers_mut() {
-                    Some(peers) => {
-                        Ok(peers
-                            .endpoint_mut()
-                            .send_control(Instant::now(), peer, &message))
-                    }
-                    None => Err(WorkerError::NoPeers),
-                };
+                let result =
+                    self.with_peers(|peers| Ok(peers.send_control(Instant::now(), peer, &message)));
                 let _ = reply.send(result);
             }
-            Command::KernelDrops { id, reply } => {
-                let _ = reply.send(self.kernel_drops(id));
-            }
-            Command::Stats { reply } => {
-                let _ = reply.send(self.stats());
-            }
-            Command::Stop => {}
         }
+    }
+
+    /// What `f` does with the direction of `wire`'s link that frames from port `from`
+    /// take (the link's index and the direction); an error if there is none.
+    fn on_direction<T>(
+        &mut self,
+        wire: WireId,
+        from: PortId,
+        f: impl FnOnce(&mut LinkExtras, usize, Direction) -> T,
+    ) -> Result<T, WorkerError> {
+        let (link, direction) =
+            (self.table.direction_from(wire, from)).ok_or(WorkerError::NoSuchLink(wire, from))?;
+        Ok(f(&mut self.extras, link, direction))
+    }
+
+    /// What `f` does with the peer endpoint; an error if the worker has no peers.
+    fn with_peers<T>(
+        &mut self,
+        f: impl FnOnce(&mut PeerEndpoint) -> Result<T, WorkerError>,
+    ) -> Result<T, WorkerError> {
+        f(self.peers_mut().ok_or(WorkerError::NoPeers)?.endpoint_mut())
     }
 
     fn join_remote(
