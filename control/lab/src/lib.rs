@@ -3,9 +3,8 @@
 //! CA), nodes joined by an underlay bridge in the lab's own namespace, each pod a
 //! namespace wired by the same CNI plugin binary a runtime would call. The lab file
 //! becomes the Topology objects a cluster would hold, so both take the same path.
-//!
-//! Unsafe code: one use, registering the signal handler that lets `lab up` stop cleanly
-//! (`up.rs`).
+
+#![forbid(unsafe_code)]
 
 pub mod baseline;
 pub mod bench;

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -70,7 +71,7 @@ pub fn find_binary(name: &str) -> Result<PathBuf> {
 
 /// Set by SIGINT or SIGTERM while `up` works: it stops at the next step and removes what
 /// it made, rather than dying half way.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+static INTERRUPTED: LazyLock<Arc<AtomicBool>> = LazyLock::new(Arc::default);
 
 fn check_interrupted() -> Result<()> {
     if INTERRUPTED.load(Ordering::Relaxed) {
@@ -81,10 +82,7 @@ fn check_interrupted() -> Result<()> {
 
 fn catch_interrupts() -> Result<()> {
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe {
-            signal_hook::low_level::register(signal, || INTERRUPTED.store(true, Ordering::Relaxed))
-        }?;
+        signal_hook::flag::register(signal, Arc::clone(&INTERRUPTED))?;
     }
     Ok(())
 }
