@@ -474,13 +474,7 @@ impl Node {
             namespaces,
             ..
         } = observation;
-        let record = |key: &str| {
-            observed
-                .records
-                .get(key)
-                .cloned()
-                .ok_or_else(|| NodeError::new(ErrorKind::Store, format!("no record {key}"), ""))
-        };
+        let record = |key: &str| record_of(observed, key);
         match action {
             Action::ForgetPod { attachment } => {
                 let pod = pod_of(desired, &attachment)?;
@@ -488,11 +482,7 @@ impl Node {
                 let change = "the pod's namespace is gone: forgotten";
                 Ok(Some((pod_label(&pod.attachment), change.into())))
             }
-            Action::Unreachable { reason, .. } => Err(NodeError::new(
- ErrorKind::Interface,
-                "its namespace cannot be opened now; its wires are left as they are",
-                reason,
-            )),
+            Action::Unreachable { reason, .. } => Err(unreachable_pod(reason)),
             Action::RemoveWire { key, why } => {
                 self.disconnect_end(&record(&key)?, true);
                 self.store.remove_wire(&key)?;
@@ -505,29 +495,15 @@ impl Node {
                 half_made,
             } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
-                let key = end.key.clone();
                 if self.is_joined(end.pod, uid)? {
                     return Ok(None);
                 }
-                let made = Made::from_plan(half_made);
-                let change = self.join(end.pod, end.ns, end.link, end.interfaces, made, why)?;
-                pass.announce.insert(pod_name(end.pod));
-                Ok(change.map(|c| (key, c.into())))
+                self.join_end(end, Made::from_plan(half_made), why, pass)
             }
             Action::RemakeVeth { attachment, uid } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
-                let key = end.key.clone();
-                self.set_pending(record(&key)?);
-                let change = self.join(
-                    end.pod,
-                    end.ns,
-                    end.link,
-                    end.interfaces,
-                    Made::Not,
-                    "veth gone: made again",
-                )?;
-                pass.announce.insert(pod_name(end.pod));
-                Ok(change.map(|c| (key, c.into())))
+                self.set_pending(record(&end.key)?);
+                self.join_end(end, Made::Not, "veth gone: made again", pass)
             }
             Action::Unjoin { key } => {
                 let record = record(&key)?;
@@ -538,19 +514,9 @@ impl Node {
             }
             Action::Rebuild { attachment, uid } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
-                let key = end.key.clone();
-                self.disconnect_end(&record(&key)?, true);
-                self.store.remove_wire(&key)?;
-                let change = self.join(
-                    end.pod,
-                    end.ns,
-                    end.link,
-                    end.interfaces,
-                    Made::Not,
-                    "made anew for its changed link",
-                )?;
-                pass.announce.insert(pod_name(end.pod));
-                Ok(change.map(|c| (key, c.into())))
+                self.disconnect_end(&record(&end.key)?, true);
+                self.store.remove_wire(&end.key)?;
+                self.join_end(end, Made::Not, "made anew for its changed link", pass)
             }
             Action::Reattach { attachment, uid } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
@@ -569,61 +535,54 @@ impl Node {
                 let change = self.repair_remote(end.ns, end.link, record(&key)?, end.interfaces)?;
                 Ok(Some((key, change.into())))
             }
-            Action::Foreign { key, ifname, alias } => Err(NodeError::new(
- ErrorKind::InterfaceExists,
-                format!(
-                    "the pod of wire {key} has an interface {ifname} that xwire did not make: the wire is not made again"
-                ),
-                format!("its alias is {alias:?}"),
-            )),
+            Action::Foreign { key, ifname, alias } => Err(foreign_interface(&key, &ifname, &alias)),
             Action::Configure {
                 attachment,
                 uid,
                 differs,
             } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
-                let key = end.key.clone();
-                let own = own_end(&end.pod.pod.namespace, &end.pod.pod.name, end.link);
-                let present = end
-                    .interfaces
-                    .get(&own.name)
-                    .map(|i| i.addresses.clone())
-                    .unwrap_or_default();
-                let settings = EndSettings {
-                    // Only what is missing is added; the alias is the end's already.
-                    address: own.address.filter(|a| !present.contains(a)),
-                    alias: None,
-                    ..own
-                };
-                interfaces::configure(end.ns, &settings).map_err(|e| {
-                    NodeError::new(
- ErrorKind::Interface,
-                        format!("configure {}", settings.name),
-                        e.to_string(),
-                    )
-                })?;
-                Ok(Some((key, format!("set as the topology says ({})", differs.join("; ")))))
+                configure_end(&end, &differs)
             }
             Action::ClosePort { key } => {
-                if let Some(port) = self.ports.remove(&key) {
-                    if let Some(fastpath) = &self.fastpath {
-                        let wire = port.wire_id;
-                        step_times::time(step_times::PORT_CLOSE, || {
-                            let _ = fastpath.worker_of(wire).remove_port(port.id);
-                        });
-                    }
-                }
+                self.close_port(&key);
                 Ok(Some((key, "fast-path port with no wire: closed".into())))
             }
             Action::RemoveNodeInterface { name, alias } => {
                 interfaces::delete(&self.node_ns, &name, &alias).map_err(|e| {
                     NodeError::new(
- ErrorKind::Interface,
+                        ErrorKind::Interface,
                         "remove a stray interface",
                         e.to_string(),
                     )
                 })?;
                 Ok(Some((name, "node interface with no wire: removed".into())))
+            }
+        }
+    }
+
+    /// Joins `end`'s wire (see `join`), and notes its pod for the announcement that
+    /// follows the pass.
+    fn join_end(
+        &mut self,
+        end: PlannedEnd<'_>,
+        made: Made,
+        why: &'static str,
+        pass: &mut Pass,
+    ) -> Result<Option<(String, String)>, NodeError> {
+        let change = self.join(end.pod, end.ns, end.link, end.interfaces, made, why)?;
+        pass.announce.insert(pod_name(end.pod));
+        Ok(change.map(|c| (end.key, c.into())))
+    }
+
+    /// Closes the fast-path port of wire record `key`, if it has one.
+    fn close_port(&mut self, key: &str) {
+        if let Some(port) = self.ports.remove(key) {
+            if let Some(fastpath) = &self.fastpath {
+                let wire = port.wire_id;
+                step_times::time(step_times::PORT_CLOSE, || {
+                    let _ = fastpath.worker_of(wire).remove_port(port.id);
+                });
             }
         }
     }
@@ -799,6 +758,63 @@ fn pod_of<'a>(desired: &'a Desired, attachment: &str) -> Result<&'a DesiredPod, 
         .iter()
         .find(|p| p.attachment.has_key(attachment))
         .ok_or_else(|| NodeError::new(ErrorKind::Store, format!("no attachment {attachment}"), ""))
+}
+
+/// The wire record `key` as observed.
+fn record_of(observed: &Observed, key: &str) -> Result<WireRecord, NodeError> {
+    (observed.records.get(key).cloned())
+        .ok_or_else(|| NodeError::new(ErrorKind::Store, format!("no record {key}"), ""))
+}
+
+/// Why a pod whose namespace cannot be opened keeps its wires as they are.
+fn unreachable_pod(reason: String) -> NodeError {
+    NodeError::new(
+        ErrorKind::Interface,
+        "its namespace cannot be opened now; its wires are left as they are",
+        reason,
+    )
+}
+
+/// Why a wire whose pod has an interface of its name that xwire did not make is left
+/// alone.
+fn foreign_interface(key: &str, ifname: &str, alias: &Option<String>) -> NodeError {
+    NodeError::new(
+        ErrorKind::InterfaceExists,
+        format!(
+            "the pod of wire {key} has an interface {ifname} that xwire did not make: \
+             the wire is not made again"
+        ),
+        format!("its alias is {alias:?}"),
+    )
+}
+
+/// Sets `end`'s pod interface as its link says, where it `differs` (an address missing,
+/// say): only what is missing is added.
+fn configure_end(
+    end: &PlannedEnd<'_>,
+    differs: &[String],
+) -> Result<Option<(String, String)>, NodeError> {
+    let own = own_end(&end.pod.pod.namespace, &end.pod.pod.name, end.link);
+    let present = end
+        .interfaces
+        .get(&own.name)
+        .map(|i| i.addresses.clone())
+        .unwrap_or_default();
+    let settings = EndSettings {
+        // Only what is missing is added; the alias is the end's already.
+        address: own.address.filter(|a| !present.contains(a)),
+        alias: None,
+        ..own
+    };
+    interfaces::configure(end.ns, &settings).map_err(|e| {
+        NodeError::new(
+            ErrorKind::Interface,
+            format!("configure {}", settings.name),
+            e.to_string(),
+        )
+    })?;
+    let change = format!("set as the topology says ({})", differs.join("; "));
+    Ok(Some((end.key.clone(), change)))
 }
 
 /// An end an action works on, as observed.
