@@ -535,7 +535,9 @@ impl Node {
                 let change = self.repair_remote(end.ns, end.link, record(&key)?, end.interfaces)?;
                 Ok(Some((key, change.into())))
             }
-            Action::Foreign { key, ifname, alias } => Err(foreign_interface(&key, &ifname, &alias)),
+            Action::Foreign { key, ifname, alias } => {
+                Err(foreign_interface(&key, &ifname, alias.as_deref()))
+            }
             Action::Configure {
                 attachment,
                 uid,
@@ -777,7 +779,7 @@ fn unreachable_pod(reason: String) -> NodeError {
 
 /// Why a wire whose pod has an interface of its name that xwire did not make is left
 /// alone.
-fn foreign_interface(key: &str, ifname: &str, alias: &Option<String>) -> NodeError {
+fn foreign_interface(key: &str, ifname: &str, alias: Option<&str>) -> NodeError {
     NodeError::new(
         ErrorKind::InterfaceExists,
         format!(
