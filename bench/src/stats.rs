@@ -57,6 +57,7 @@ impl SinkStats {
                 1.0 - self.frames as f64 / offered as f64
             },
             reordered: self.reordered,
+            sink_dropped: 0,
             p50_us: us(0.5),
             p99_us: us(0.99),
             p999_us: us(0.999),
@@ -76,6 +77,10 @@ pub struct Report {
     pub gbps: f64,
     pub loss_ratio: f64,
     pub reordered: u64,
+    /// Frames the receiving end's own socket dropped during the run (its fill ring ran
+    /// empty, or its RX ring was full): lost by the measuring end, not by the wire, and
+    /// counted in `loss_ratio` all the same.
+    pub sink_dropped: u64,
     pub p50_us: f64,
     pub p99_us: f64,
     pub p999_us: f64,

@@ -12,7 +12,7 @@ use xwire_fastpath::Endpoint;
 
 use crate::lossfree::{Criteria, Search};
 use crate::stats::Report;
-use crate::traffic::{check_size, open, Generator, PortOptions, Received, Traffic, LAST_KICKS};
+use crate::traffic::{check_size, open, receive_drops, Generator, PortOptions, Received, Traffic};
 
 /// One end of the wire: an interface, and the network namespace it is in.
 #[derive(Debug, Clone)]
@@ -123,7 +123,10 @@ impl Wire {
             results.map(|r| r.unwrap_or_else(|_| bail!("a trial thread panicked")));
         let (from_a, from_b) = (from_a?, from_b?);
         let report = |sent: Option<crate::traffic::Sent>, got: &Received| {
-            sent.map(|sent| got.stats.report(traffic.size, sent.frames, sent.seconds))
+            sent.map(|sent| Report {
+                sink_dropped: got.sink_dropped,
+                ..got.stats.report(traffic.size, sent.frames, sent.seconds)
+            })
         };
         Ok([report(from_a.0, &from_b.1), report(from_b.0, &from_a.1)])
     }
@@ -224,6 +227,7 @@ impl LossFree {
                     peak_delivered_pps: peak.delivered_pps,
                     peak_gbps: peak.gbps,
                     peak_loss_ratio: peak.loss_ratio,
+                    peak_sink_dropped: peak.sink_dropped,
                 })
             })
             .collect()
@@ -251,6 +255,10 @@ pub struct DirectionFigure {
     pub peak_delivered_pps: f64,
     pub peak_gbps: f64,
     pub peak_loss_ratio: f64,
+    /// Of what the full-rate trial lost, the frames the receiving end's own socket
+    /// dropped: the measuring end fell behind, not the wire (0 from older reports).
+    #[serde(default)]
+    pub peak_sink_dropped: u64,
 }
 
 fn gbps(pps: f64, frame_bytes: usize) -> f64 {
@@ -282,8 +290,8 @@ fn run_end(
         ..Received::default()
     };
     let start = Instant::now();
+    let drops_before = receive_from.map(|_| receive_drops(endpoint));
     let mut sent = None;
-    let mut last_kicks = LAST_KICKS;
     loop {
         let mut queued = 0;
         if let Some(g) = generator.as_mut() {
@@ -293,9 +301,8 @@ fn run_end(
                 let s = g.sent();
                 sent_here.store(s.frames, Ordering::Release);
                 sent = Some(s);
-            } else if last_kicks > 0 {
+            } else if endpoint.unsent() > 0 {
                 endpoint.flush();
-                last_kicks -= 1;
             }
         }
         let took = if receive_from.is_some() {
@@ -303,7 +310,8 @@ fn run_end(
         } else {
             0
         };
-        let sending = generator.is_some() && (sent.is_none() || last_kicks > 0);
+        // Bounded by the deadline: a sender whose frames never leave stops with it.
+        let sending = generator.is_some() && (sent.is_none() || endpoint.unsent() > 0);
         let all_in =
             receive_from.is_none() || received.stats.frames >= sent_there.load(Ordering::Acquire);
         if (!sending && all_in) || Instant::now() >= deadline {
@@ -324,6 +332,9 @@ fn run_end(
         }
     }
     received.seconds = start.elapsed().as_secs_f64();
+    if let Some(before) = drops_before {
+        received.sink_dropped = receive_drops(endpoint).saturating_sub(before);
+    }
     Ok((sent, received))
 }
 

@@ -161,6 +161,15 @@ impl Endpoint {
         }
     }
 
+    /// Frames queued or handed to the kernel and not yet sent: a sender stopping after a
+    /// burst flushes until this is 0, or its frames are counted as lost.
+    pub fn unsent(&self) -> usize {
+        match &self.io {
+            Io::Xdp(x) => x.outgoing.len() + x.port.in_flight(),
+            Io::Packet(port) => port.queued(),
+        }
+    }
+
     /// Hands up to `budget` received frames to `take`; returns how many.
     pub fn receive(&mut self, budget: usize, mut take: impl FnMut(&[u8])) -> usize {
         self.receive_timed(budget, |frame, _| take(frame))

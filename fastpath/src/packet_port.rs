@@ -295,6 +295,11 @@ impl PacketPort {
         true
     }
 
+    /// Frames queued and not yet handed to the kernel by a flush.
+    pub(crate) fn queued(&self) -> usize {
+        self.tx_queued
+    }
+
     /// Asks the kernel to send every queued frame.
     pub(crate) fn flush(&mut self) {
         if self.tx_queued == 0 {

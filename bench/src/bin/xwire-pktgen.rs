@@ -298,7 +298,7 @@ fn lossfree(args: LossfreeArgs) -> Result<()> {
     );
     for d in &directions {
         text.push_str(&format!(
-            "{:<5} {:<8} {:>10.0} pps {:>7.3} Gbps  p99 {:>8.1} us   full rate: {:>10.0} pps, loss {:.2}%  ({} trials)\n",
+            "{:<5} {:<8} {:>10.0} pps {:>7.3} Gbps  p99 {:>8.1} us   full rate: {:>10.0} pps, loss {:.2}% ({} at the sink)  ({} trials)\n",
             d.direction,
             if d.at_once { "at once" } else { "alone" },
             d.lossfree_pps,
@@ -306,6 +306,7 @@ fn lossfree(args: LossfreeArgs) -> Result<()> {
             d.p99_us.unwrap_or(f64::NAN),
             d.peak_delivered_pps,
             d.peak_loss_ratio * 100.0,
+            d.peak_sink_dropped,
             d.trials,
         ));
     }
@@ -355,9 +356,12 @@ fn run(args: RunArgs) -> Result<()> {
         (sent, sink_thread.join().expect("sink thread"))
     });
     let (sent, got) = (sent?, got?);
-    let report = got
-        .stats
-        .report(args.traffic.size, sent.frames, sent.seconds);
+    let report = Report {
+        sink_dropped: got.sink_dropped,
+        ..got
+            .stats
+            .report(args.traffic.size, sent.frames, sent.seconds)
+    };
     print(&args.io, &table(&report), &report)
 }
 
@@ -435,7 +439,7 @@ fn summary(sent: &Sent) -> serde_json::Value {
 
 fn table(r: &Report) -> String {
     format!(
-        "frame {} B  offered {} ({:.0} pps)  delivered {} ({:.0} pps, {:.3} Gbps)  loss {:.4}%  reordered {}\n\
+        "frame {} B  offered {} ({:.0} pps)  delivered {} ({:.0} pps, {:.3} Gbps)  loss {:.4}% ({} dropped by the sink's socket)  reordered {}\n\
          latency us: p50 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
         r.frame_bytes,
         r.offered,
@@ -444,6 +448,7 @@ fn table(r: &Report) -> String {
         r.delivered_pps,
         r.gbps,
         r.loss_ratio * 100.0,
+        r.sink_dropped,
         r.reordered,
         r.p50_us,
         r.p99_us,

@@ -790,7 +790,7 @@ fn emit_lossfree(rows: &[LossfreeRow], json: bool) {
         }
         let f = &row.figure;
         println!(
-            "{:<28} {:>5} B  {} {:<5}  loss-free {:>9.0} pps {:>6.2} Gbps  p99 {:>7} us   full rate {:>9.0} pps, loss {:>6.2}%  ({} trials)",
+            "{:<28} {:>5} B  {} {:<5}  loss-free {:>9.0} pps {:>6.2} Gbps  p99 {:>7} us   full rate {:>9.0} pps, loss {:>6.2}% ({} at the sink)  ({} trials)",
             row.name,
             f.frame_bytes,
             f.direction,
@@ -800,6 +800,7 @@ fn emit_lossfree(rows: &[LossfreeRow], json: bool) {
             f.p99_us.map_or("-".to_owned(), |us| format!("{us:.1}")),
             f.peak_delivered_pps,
             f.peak_loss_ratio * 100.0,
+            f.peak_sink_dropped,
             f.trials
         );
     }
