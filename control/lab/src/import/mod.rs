@@ -135,6 +135,43 @@ impl NotCarried {
         }
     }
 
+    /// What node `clab_node`'s settings hold that its pod cannot carry: keys no field
+    /// reads, at the level that set them; ports and startup config; and, on a node
+    /// without an image, everything a container would have used.
+    fn add_node(&mut self, clab_node: &str, node: &clab::Resolved) {
+        let place = format!("node {clab_node}");
+        for (level, key) in &node.other {
+            let place = match *level {
+                "nodes" => place.clone(),
+                level => format!("{level} (for node {clab_node})"),
+            };
+            self.add(key.clone(), place);
+        }
+        for (field, set) in [
+            ("ports", !node.ports.is_empty()),
+            ("startup-config", node.startup_config.is_some()),
+        ] {
+            if set {
+                self.add(field, place.clone());
+            }
+        }
+        if node.image.is_some() {
+            return;
+        }
+        for (field, set) in [
+            ("cmd", node.cmd.is_some()),
+            ("env", !node.env.is_empty()),
+            ("labels", !node.labels.is_empty()),
+            ("image-pull-policy", node.image_pull_policy.is_some()),
+            ("binds", !node.binds.is_empty()),
+            ("exec", !node.exec.is_empty()),
+        ] {
+            if set {
+                self.add(field, format!("{place}, which has no image"));
+            }
+        }
+    }
+
     fn warnings(self) -> impl Iterator<Item = String> {
         self.0.into_iter().map(|(field, places)| {
             format!(
@@ -199,91 +236,131 @@ fn import_with_env(
             bail!("node {clab_node} is of kind {kind}, which a lab has no pod for (containerlab joins it to the host)");
         }
         node_kinds.insert(clab_node.clone(), kind.clone());
-        let place = format!("node {clab_node}");
-        for (level, key) in &node.other {
-            let place = match *level {
-                "nodes" => place.clone(),
-                level => format!("{level} (for node {clab_node})"),
-            };
-            not_carried.add(key.clone(), place);
-        }
-        for (field, set) in [
-            ("ports", !node.ports.is_empty()),
-            ("startup-config", node.startup_config.is_some()),
-        ] {
-            if set {
-                not_carried.add(field, place.clone());
-            }
-        }
+        not_carried.add_node(clab_node, &node);
         let placeholders = vars::Placeholders::new(&base, &clab_name, clab_node);
         let mut pod = PodOut::on(node_names[index % nodes].clone());
-        match node.image {
-            Some(image) => {
-                if let Some(cmd) = node.cmd {
-                    let words = shell_words::split(&cmd)
-                        .with_context(|| format!("node {clab_node}: cmd {cmd:?}"))?;
-                    pod.cmd = Some(words);
-                }
-                pod.env = node.env;
-                pod.labels = node.labels;
-                if let Some(policy) = &node.image_pull_policy {
-                    let parsed = super::file::PullPolicy::parse(policy).with_context(|| {
-                        format!("node {clab_node}: image-pull-policy {policy:?} is not IfNotPresent, Always or Never")
-                    })?;
-                    pod.image_pull_policy = Some(parsed);
-                }
-                if let Some(kind) = &node.kind {
-                    pod.labels
-                        .entry(KIND_LABEL.into())
-                        .or_insert_with(|| kind.clone());
-                }
-                pod.binds = node
-                    .binds
-                    .iter()
-                    .map(|b| {
-                        super::containers::absolute_bind(&base, &placeholders.replace_in_bind(b))
-                    })
-                    .collect();
-                pod.exec = node.exec.iter().map(|e| placeholders.replace(e)).collect();
-                pod.save = kinds::save_command(&kind).map(str::to_owned);
-                warnings.extend(pod.binds.iter().filter(|b| binds_host_system(b)).map(|b| {
-                    format!("pod {pod_name} binds the host's {b:?}: the container sees the host's own files, and may change them unless the bind is :ro")
-                }));
-                pod.image = Some(image);
-            }
-            None => {
-                for (field, set) in [
-                    ("cmd", node.cmd.is_some()),
-                    ("env", !node.env.is_empty()),
-                    ("labels", !node.labels.is_empty()),
-                    ("image-pull-policy", node.image_pull_policy.is_some()),
-                    ("binds", !node.binds.is_empty()),
-                    ("exec", !node.exec.is_empty()),
-                ] {
-                    if set {
-                        not_carried.add(field, format!("{place}, which has no image"));
-                    }
-                }
-            }
+        if let Some(image) = &node.image {
+            let host = ImageNode {
+                clab_node,
+                kind: &kind,
+                base: &base,
+                placeholders: &placeholders,
+            };
+            host.fill(&mut pod, &node, &pod_name, &mut warnings)?;
+            pod.image = Some(image.clone());
         }
         pods.insert(pod_name.clone(), pod);
         pod_names.insert(clab_node.clone(), pod_name);
     }
     warnings.extend(renamed_warning(&renamed));
+    warnings.extend(kinds_warning(&pods));
+    let (lab_links, mapped) = links_out(
+        &text,
+        &topology.links,
+        &pod_names,
+        &node_kinds,
+        &mut pods,
+        &mut not_carried,
+    )?;
+    warnings.extend(mapped_warning(mapped));
+    let mut all_warnings: Vec<String> = not_carried.warnings().collect();
+    all_warnings.extend(warnings);
+    let out = LabOut {
+        name: lab_name,
+        nodes: node_names,
+        pods,
+        links: lab_links,
+    };
+    finish(file, &out, all_warnings)
+}
+
+/// What filling a pod from a node with an image needs to know of the node and the file.
+struct ImageNode<'a> {
+    clab_node: &'a str,
+    kind: &'a str,
+    base: &'a Path,
+    placeholders: &'a vars::Placeholders,
+}
+
+impl ImageNode<'_> {
+    /// Carries the node's command, environment, labels, pull policy, binds, exec and save
+    /// command into `pod`; a bind of the host's system directories is warned of.
+    fn fill(
+        &self,
+        pod: &mut PodOut,
+        node: &clab::Resolved,
+        pod_name: &str,
+        warnings: &mut Vec<String>,
+    ) -> Result<()> {
+        let clab_node = self.clab_node;
+        if let Some(cmd) = &node.cmd {
+            let words = shell_words::split(cmd)
+                .with_context(|| format!("node {clab_node}: cmd {cmd:?}"))?;
+            pod.cmd = Some(words);
+        }
+        pod.env = node.env.clone();
+        pod.labels = node.labels.clone();
+        if let Some(policy) = &node.image_pull_policy {
+            let parsed = super::file::PullPolicy::parse(policy).with_context(|| {
+                format!("node {clab_node}: image-pull-policy {policy:?} is not IfNotPresent, Always or Never")
+            })?;
+            pod.image_pull_policy = Some(parsed);
+        }
+        if let Some(kind) = &node.kind {
+            pod.labels
+                .entry(KIND_LABEL.into())
+                .or_insert_with(|| kind.clone());
+        }
+        pod.binds = node
+            .binds
+            .iter()
+            .map(|b| {
+                super::containers::absolute_bind(self.base, &self.placeholders.replace_in_bind(b))
+            })
+            .collect();
+        pod.exec = node
+            .exec
+            .iter()
+            .map(|e| self.placeholders.replace(e))
+            .collect();
+        pod.save = kinds::save_command(self.kind).map(str::to_owned);
+        warnings.extend(pod.binds.iter().filter(|b| binds_host_system(b)).map(|b| {
+            format!("pod {pod_name} binds the host's {b:?}: the container sees the host's own files, and may change them unless the bind is :ro")
+        }));
+        Ok(())
+    }
+}
+
+/// The warning that `kind`s are kept as a label only, if any pod has one but `linux`.
+fn kinds_warning(pods: &BTreeMap<String, PodOut>) -> Option<String> {
     let kinds: std::collections::BTreeSet<&str> = pods
         .values()
         .filter_map(|p| p.labels.get(KIND_LABEL).map(String::as_str))
         // containerlab's `linux` kind is a plain container: nothing is lost.
         .filter(|kind| *kind != "linux")
         .collect();
-    if !kinds.is_empty() {
-        let kinds: Vec<&str> = kinds.into_iter().collect();
-        warnings.push(format!("`kind` ({}) is kept as the container label {KIND_LABEL} only: a pod runs its image as a plain container, with none of a kind's own set-up", kinds.join(", ")));
+    if kinds.is_empty() {
+        return None;
     }
-    let lines = links::lines(&text);
+    let kinds: Vec<&str> = kinds.into_iter().collect();
+    Some(format!("`kind` ({}) is kept as the container label {KIND_LABEL} only: a pod runs its image as a plain container, with none of a kind's own set-up", kinds.join(", ")))
+}
+
+/// The lab's links from the file's, each end as POD:IF with the interface's Linux name
+/// (recorded in its pod's `interface_names` where the kind names it otherwise); and
+/// the list of interfaces so renamed, "node:if is pod:linux".
+fn links_out(
+    text: &str,
+    links: &[serde_yaml_ng::Value],
+    pod_names: &BTreeMap<String, String>,
+    node_kinds: &BTreeMap<String, String>,
+    pods: &mut BTreeMap<String, PodOut>,
+    not_carried: &mut NotCarried,
+) -> Result<(Vec<LinkOut>, Vec<String>)> {
+    let lines = links::lines(text);
     let mut lab_links = Vec::new();
     let mut mapped = Vec::new();
-    for (index, value) in topology.links.iter().enumerate() {
+    for (index, value) in links.iter().enumerate() {
         let line = lines.get(index).copied().unwrap_or(0);
         let link = links::read(value, line)?;
         let mut ends = Vec::new();
@@ -322,29 +399,26 @@ fn import_with_env(
             mtu: link.mtu,
         });
     }
-    if !mapped.is_empty() {
-        const SHOWN: usize = 8;
-        let more = mapped.len().saturating_sub(SHOWN);
-        mapped.truncate(SHOWN);
-        let more = if more > 0 {
-            format!(", and {more} more")
-        } else {
-            String::new()
-        };
-        warnings.push(format!(
-            "interfaces named the kind's way are their Linux names, as containerlab maps them: {}{more}",
-            mapped.join(", ")
-        ));
+    Ok((lab_links, mapped))
+}
+
+/// The warning listing the interfaces named the kind's way, the first few of them.
+fn mapped_warning(mut mapped: Vec<String>) -> Option<String> {
+    if mapped.is_empty() {
+        return None;
     }
-    let mut all_warnings: Vec<String> = not_carried.warnings().collect();
-    all_warnings.extend(warnings);
-    let out = LabOut {
-        name: lab_name,
-        nodes: node_names,
-        pods,
-        links: lab_links,
+    const SHOWN: usize = 8;
+    let more = mapped.len().saturating_sub(SHOWN);
+    mapped.truncate(SHOWN);
+    let more = if more > 0 {
+        format!(", and {more} more")
+    } else {
+        String::new()
     };
-    finish(file, &out, all_warnings)
+    Some(format!(
+        "interfaces named the kind's way are their Linux names, as containerlab maps them: {}{more}",
+        mapped.join(", ")
+    ))
 }
 
 /// The lab's name: `given` (`--name`), checked, or one derived from the file's `name`,

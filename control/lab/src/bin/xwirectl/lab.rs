@@ -326,47 +326,7 @@ pub enum LabCommand {
     /// Runs xwire-pktgen across every wire (or one), one wire at a time: the loss-free
     /// rate of each direction, alone and both at once (a search over offered rates), then
     /// latency at a low rate. Prints a table and writes a PNG chart.
-    Bench {
-        #[command(flatten)]
-        lab: LabChoice,
-        /// Only the wire with this uid.
-        #[arg(long)]
-        link: Option<u64>,
-        /// Seconds per short trial of the search (each direction takes up to 11), and
-        /// of the latency run.
-        #[arg(long, default_value_t = 1.0)]
-        seconds: f64,
-        /// Seconds of the trial that confirms the rate the short trials found: the
-        /// loss-free rate holds for this long (up to 3 tries, each a little lower); 0
-        /// lets the short trials decide.
-        #[arg(long, default_value_t = 10.0)]
-        confirm_seconds: f64,
-        /// Frame size of the loss-free search (capped at each wire's MTU).
-        #[arg(long, default_value_t = 1514)]
-        size: usize,
-        /// The directions searched, in order: a-to-b (from the link's first endpoint),
-        /// b-to-a, both (at once).
-        #[arg(long, value_delimiter = ',', default_values = ["a-to-b", "b-to-a", "both"],
-              value_parser = ["a-to-b", "b-to-a", "both"])]
-        flows: Vec<String>,
-        /// The highest loss of a loss-free rate (0.001 is 0.1%, RFC 2544 asks for 0).
-        #[arg(long, default_value_t = 0.001)]
-        max_loss: f64,
-        /// Frames per second of the latency run.
-        #[arg(long, default_value_t = 1000)]
-        latency_rate: u64,
-        /// Skip the baseline: by default each pair of nodes that a remote wire joins
-        /// also gets a kernel VXLAN between them, measured the same way, so a wire's
-        /// figures read against what the kernel does on this machine.
-        #[arg(long)]
-        no_baseline: bool,
-        /// Where the chart goes (default: LAB-bench.png here).
-        #[arg(long)]
-        chart: Option<PathBuf>,
-        /// Print JSON instead of the table.
-        #[arg(long)]
-        json: bool,
-    },
+    Bench(BenchArgs),
     /// Removes everything the lab made: processes, namespaces, interfaces, state. Works
     /// after a crash or a kill -9 of any part.
     Down {
@@ -405,6 +365,50 @@ pub enum LabCommand {
     Supervise { name: String },
 }
 
+/// `lab bench`'s arguments.
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    lab: LabChoice,
+    /// Only the wire with this uid.
+    #[arg(long)]
+    link: Option<u64>,
+    /// Seconds per short trial of the search (each direction takes up to 11), and
+    /// of the latency run.
+    #[arg(long, default_value_t = 1.0)]
+    seconds: f64,
+    /// Seconds of the trial that confirms the rate the short trials found: the
+    /// loss-free rate holds for this long (up to 3 tries, each a little lower); 0
+    /// lets the short trials decide.
+    #[arg(long, default_value_t = 10.0)]
+    confirm_seconds: f64,
+    /// Frame size of the loss-free search (capped at each wire's MTU).
+    #[arg(long, default_value_t = 1514)]
+    size: usize,
+    /// The directions searched, in order: a-to-b (from the link's first endpoint),
+    /// b-to-a, both (at once).
+    #[arg(long, value_delimiter = ',', default_values = ["a-to-b", "b-to-a", "both"],
+          value_parser = ["a-to-b", "b-to-a", "both"])]
+    flows: Vec<String>,
+    /// The highest loss of a loss-free rate (0.001 is 0.1%, RFC 2544 asks for 0).
+    #[arg(long, default_value_t = 0.001)]
+    max_loss: f64,
+    /// Frames per second of the latency run.
+    #[arg(long, default_value_t = 1000)]
+    latency_rate: u64,
+    /// Skip the baseline: by default each pair of nodes that a remote wire joins
+    /// also gets a kernel VXLAN between them, measured the same way, so a wire's
+    /// figures read against what the kernel does on this machine.
+    #[arg(long)]
+    no_baseline: bool,
+    /// Where the chart goes (default: LAB-bench.png here).
+    #[arg(long)]
+    chart: Option<PathBuf>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
 /// Writes `output`'s lines, each after `[pod] `.
 fn print_prefixed(pod: &str, output: &[u8], out: &mut impl std::io::Write) -> std::io::Result<()> {
     for line in String::from_utf8_lossy(output).lines() {
@@ -430,14 +434,7 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
         LabCommand::Up {
             file,
             no_containers,
-        } => {
-            let binaries = up::Binaries::find()?;
-            let (lab, phases) = up::up(&file, &binaries, no_containers)?;
-            let status = status::status(&lab);
-            print!("{}", status::render(&status));
-            println!("\n{}", phases.render());
-            println!("\nlook around:  xwirectl lab status --lab {0}\n              xwirectl lab exec {1} --lab {0} -- ip addr\ntear down:    xwirectl lab down --lab {0}", lab.name, lab.pods.keys().next().map(String::as_str).unwrap_or("POD"));
-        }
+        } => up_lab(&file, no_containers)?,
         LabCommand::Status { lab, json, check } => {
             let lab = lab.pick()?;
             let status = status::status(&lab);
@@ -479,20 +476,7 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             nodes,
             name,
             output,
-        } => {
-            let text = xwire_lab::file::read(&file)
-                .with_context(|| format!("reading {}", file.display()))?;
-            let imported = import::import(&text, &file, nodes, name.as_deref())
-                .with_context(|| format!("importing {}", file.display()))?;
-            for warning in &imported.warnings {
-                eprintln!("xwirectl: warning: {warning}");
-            }
-            match output {
-                Some(path) => std::fs::write(&path, imported.lab)
-                    .with_context(|| format!("writing {}", path.display()))?,
-                None => print!("{}", imported.lab),
-            }
-        }
+        } => import_file(&file, nodes, name.as_deref(), output)?,
         LabCommand::List { json } => {
             let labs = lab::list::list();
             if json {
@@ -502,37 +486,12 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             }
         }
         LabCommand::Exec {
-            lab: choice,
+            lab,
             pod,
             all,
             label,
             command,
-        } => {
-            if let Some(pod) = pod {
-                let lab = lab::lab_with_pod(choice.name()?.as_deref(), &pod)?;
-                let code = lab::exec(&lab, &pod, &command)?;
-                return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
-            }
-            let lab = choice.pick()?;
-            let selector = lab::PodSelector::parse(all, &label)?;
-            let pods = selector.pods(&lab);
-            if pods.is_empty() {
-                anyhow::bail!("no pod of lab {} has {}", lab.name, selector);
-            }
-            let mut failed = Vec::new();
-            for pod in &pods {
-                let out = lab::exec_captured(&lab, pod, &command)?;
-                print_prefixed(pod, &out.stdout, &mut std::io::stdout().lock())?;
-                print_prefixed(pod, &out.stderr, &mut std::io::stderr().lock())?;
-                if !out.status.success() {
-                    failed.push(format!("{pod} ({})", out.status));
-                }
-            }
-            if !failed.is_empty() {
-                eprintln!("xwirectl: the command failed in {}", failed.join(", "));
-                return Ok(ExitCode::FAILURE);
-            }
-        }
+        } => return exec_in_pods(lab, pod, all, &label, &command),
         LabCommand::Save { lab } => {
             let lab = lab.pick()?;
             let report = lab::save::save(&lab)?;
@@ -545,120 +504,192 @@ pub fn run(command: LabCommand) -> anyhow::Result<ExitCode> {
             let (name, removed) = down::down(lab.name()?.as_deref())?;
             println!("lab {name} is down: {removed}");
         }
-        LabCommand::Edit { file } => {
-            let binaries = up::Binaries::find()?;
-            let (lab, changes) = edit::edit(&file, &binaries)?;
-            if changes.is_empty() {
-                println!("lab {}: nothing to change", lab.name);
-            } else {
-                let list = |uids: &[u64]| {
-                    uids.iter()
-                        .map(u64::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
-                println!(
-                    "lab {}: links added [{}], removed [{}], impairment changed [{}]; pods added [{}], removed [{}]",
-                    lab.name,
-                    list(&changes.links_added),
-                    list(&changes.links_removed),
-                    list(&changes.links_impaired),
-                    changes.pods_added.join(", "),
-                    changes.pods_removed.join(", ")
-                );
-            }
-        }
-        LabCommand::Bench {
-            lab,
-            link,
-            seconds,
-            confirm_seconds,
-            size,
-            flows,
-            max_loss,
-            latency_rate,
-            no_baseline,
-            chart,
-            json,
-        } => {
-            let lab = lab.pick()?;
-            let chart = chart.unwrap_or_else(|| PathBuf::from(format!("{}-bench.png", lab.name)));
-            let options = bench::BenchOptions {
-                link,
-                seconds,
-                confirm_seconds,
-                size,
-                flows,
-                max_loss,
-                latency_rate,
-                baseline: !no_baseline,
-                chart: chart.clone(),
-            };
-            let results = bench::bench(&lab, &options)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&results)?);
-            } else {
-                print!("{}", bench::render(&results, &chart, max_loss));
-            }
-        }
+        LabCommand::Edit { file } => edit_lab(&file)?,
+        LabCommand::Bench(args) => bench_lab(args)?,
         LabCommand::Impair {
-            which:
-                LinkChoice {
-                    link,
-                    lab,
-                    direction,
-                },
+            which,
             settings,
             clear,
-        } => {
-            let running = lab.pick()?;
-            let new = impair::changed(
-                &running,
-                &link,
-                direction.into(),
-                &settings.impairment(),
-                clear,
-            )?;
-            impair::apply(&new)?;
-            let changed = impair::find_link(&new, &link)?;
-            println!("lab {} link {}:", new.name, changed.uid);
-            for line in impair::describe(changed) {
-                println!("  {line}");
-            }
-        }
-        LabCommand::Capture {
-            which:
-                LinkChoice {
-                    link,
-                    lab,
-                    direction,
-                },
-            output,
-        } => {
-            output.check_destination()?;
-            let running = lab.pick()?;
-            let found = impair::find_link(&running, &link)?;
-            let a = &found.endpoints[0];
-            let node = &running.pods[&a.pod];
-            let socket = lab::paths::LabPaths::of(&running).node_socket(node);
-            let call = CaptureCall {
-                namespace: running.name.clone(),
-                pod: a.pod.clone(),
-                link_uid: Some(found.uid),
-                ifname: None,
-                direction: match direction {
-                    LinkDirection::AToB => CaptureDirection::Egress,
-                    LinkDirection::BToA => CaptureDirection::Ingress,
-                    LinkDirection::Both => CaptureDirection::Both,
-                },
-                snaplen: 0,
-            };
-            output.capture(&socket, call)?;
-        }
+        } => impair_link(which, &settings, clear)?,
+        LabCommand::Capture { which, output } => capture_link(which, &output)?,
         LabCommand::Supervise { name } => {
             let binaries = up::Binaries::find()?;
             supervisor::supervise(&name, &binaries)?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `lab up`: brings the lab up and says how it went and where to look.
+fn up_lab(file: &std::path::Path, no_containers: bool) -> anyhow::Result<()> {
+    let binaries = up::Binaries::find()?;
+    let (lab, phases) = up::up(file, &binaries, no_containers)?;
+    let status = status::status(&lab);
+    print!("{}", status::render(&status));
+    println!("\n{}", phases.render());
+    println!("\nlook around:  xwirectl lab status --lab {0}\n              xwirectl lab exec {1} --lab {0} -- ip addr\ntear down:    xwirectl lab down --lab {0}", lab.name, lab.pods.keys().next().map(String::as_str).unwrap_or("POD"));
+    Ok(())
+}
+
+/// `lab import`: a containerlab or KNE file as a lab file, to `output` or standard output.
+fn import_file(
+    file: &std::path::Path,
+    nodes: usize,
+    name: Option<&str>,
+    output: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let text =
+        xwire_lab::file::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let imported = import::import(&text, file, nodes, name)
+        .with_context(|| format!("importing {}", file.display()))?;
+    for warning in &imported.warnings {
+        eprintln!("xwirectl: warning: {warning}");
+    }
+    match output {
+        Some(path) => std::fs::write(&path, imported.lab)
+            .with_context(|| format!("writing {}", path.display()))?,
+        None => print!("{}", imported.lab),
+    }
+    Ok(())
+}
+
+/// `lab exec`: runs `command` in one pod (its exit code is ours) or in each selected pod
+/// (failure if it failed in any).
+fn exec_in_pods(
+    choice: LabChoice,
+    pod: Option<String>,
+    all: bool,
+    label: &[String],
+    command: &[String],
+) -> anyhow::Result<ExitCode> {
+    if let Some(pod) = pod {
+        let lab = lab::lab_with_pod(choice.name()?.as_deref(), &pod)?;
+        let code = lab::exec(&lab, &pod, command)?;
+        return Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)));
+    }
+    let lab = choice.pick()?;
+    let selector = lab::PodSelector::parse(all, label)?;
+    let pods = selector.pods(&lab);
+    if pods.is_empty() {
+        anyhow::bail!("no pod of lab {} has {}", lab.name, selector);
+    }
+    let mut failed = Vec::new();
+    for pod in &pods {
+        let out = lab::exec_captured(&lab, pod, command)?;
+        print_prefixed(pod, &out.stdout, &mut std::io::stdout().lock())?;
+        print_prefixed(pod, &out.stderr, &mut std::io::stderr().lock())?;
+        if !out.status.success() {
+            failed.push(format!("{pod} ({})", out.status));
+        }
+    }
+    if !failed.is_empty() {
+        eprintln!("xwirectl: the command failed in {}", failed.join(", "));
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `lab edit`: brings the running lab to its edited file, and lists what changed.
+fn edit_lab(file: &std::path::Path) -> anyhow::Result<()> {
+    let binaries = up::Binaries::find()?;
+    let (lab, changes) = edit::edit(file, &binaries)?;
+    if changes.is_empty() {
+        println!("lab {}: nothing to change", lab.name);
+        return Ok(());
+    }
+    let list = |uids: &[u64]| {
+        uids.iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "lab {}: links added [{}], removed [{}], impairment changed [{}]; pods added [{}], removed [{}]",
+        lab.name,
+        list(&changes.links_added),
+        list(&changes.links_removed),
+        list(&changes.links_impaired),
+        changes.pods_added.join(", "),
+        changes.pods_removed.join(", ")
+    );
+    Ok(())
+}
+
+/// `lab bench`: the loss-free search and latency of each wire (or one), as a table or
+/// JSON, and the chart.
+fn bench_lab(args: BenchArgs) -> anyhow::Result<()> {
+    let lab = args.lab.pick()?;
+    let chart = args
+        .chart
+        .unwrap_or_else(|| PathBuf::from(format!("{}-bench.png", lab.name)));
+    let options = bench::BenchOptions {
+        link: args.link,
+        seconds: args.seconds,
+        confirm_seconds: args.confirm_seconds,
+        size: args.size,
+        flows: args.flows,
+        max_loss: args.max_loss,
+        latency_rate: args.latency_rate,
+        baseline: !args.no_baseline,
+        chart: chart.clone(),
+    };
+    let results = bench::bench(&lab, &options)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        print!("{}", bench::render(&results, &chart, args.max_loss));
+    }
+    Ok(())
+}
+
+/// `lab impair`: changes a link's impairment in the running lab, and says what it is now.
+fn impair_link(which: LinkChoice, settings: &ImpairArgs, clear: bool) -> anyhow::Result<()> {
+    let LinkChoice {
+        link,
+        lab,
+        direction,
+    } = which;
+    let running = lab.pick()?;
+    let new = impair::changed(
+        &running,
+        &link,
+        direction.into(),
+        &settings.impairment(),
+        clear,
+    )?;
+    impair::apply(&new)?;
+    let changed = impair::find_link(&new, &link)?;
+    println!("lab {} link {}:", new.name, changed.uid);
+    for line in impair::describe(changed) {
+        println!("  {line}");
+    }
+    Ok(())
+}
+
+/// `lab capture`: a link's frames, from its first end's node, to pcapng.
+fn capture_link(which: LinkChoice, output: &CaptureArgs) -> anyhow::Result<()> {
+    let LinkChoice {
+        link,
+        lab,
+        direction,
+    } = which;
+    output.check_destination()?;
+    let running = lab.pick()?;
+    let found = impair::find_link(&running, &link)?;
+    let a = &found.endpoints[0];
+    let node = &running.pods[&a.pod];
+    let socket = lab::paths::LabPaths::of(&running).node_socket(node);
+    let call = CaptureCall {
+        namespace: running.name.clone(),
+        pod: a.pod.clone(),
+        link_uid: Some(found.uid),
+        ifname: None,
+        direction: match direction {
+            LinkDirection::AToB => CaptureDirection::Egress,
+            LinkDirection::BToA => CaptureDirection::Ingress,
+            LinkDirection::Both => CaptureDirection::Both,
+        },
+        snaplen: 0,
+    };
+    output.capture(&socket, call)
 }
