@@ -20,6 +20,8 @@ pub struct ReceivedFrame<'a> {
     pub peer: PeerId,
     pub wire: WireId,
     pub frame: &'a [u8],
+    /// It came on a stream (the reliable carrier), not in a DATAGRAM.
+    pub on_stream: bool,
 }
 
 #[derive(Default)]
@@ -75,6 +77,7 @@ impl Inbox {
                     peer: *peer,
                     wire: frame.wire,
                     frame: frame.frame,
+                    on_stream: false,
                 });
             }
         }
@@ -84,6 +87,7 @@ impl Inbox {
             peer: *peer,
             wire: *wire,
             frame,
+            on_stream: true,
         })
     }
 
@@ -139,16 +143,16 @@ mod tests {
 
         let mut got = Vec::new();
         while let Some(f) = inbox.next() {
-            got.push((f.peer.0, f.wire.0, f.frame.len(), f.frame[0]));
+            got.push((f.peer.0, f.wire.0, f.frame.len(), f.frame[0], f.on_stream));
         }
         assert_eq!(
             got,
             [
-                (0, 1, 60, 1),
-                (0, 2, 100, 2),
-                (1, 5, 64, 5),
-                (1, 3, 80, 3),
-                (0, 4, 80, 4)
+                (0, 1, 60, 1, false),
+                (0, 2, 100, 2, false),
+                (1, 5, 64, 5, false),
+                (1, 3, 80, 3, true),
+                (0, 4, 80, 4, true)
             ]
         );
         assert!(inbox.is_empty());

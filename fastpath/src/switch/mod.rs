@@ -154,6 +154,8 @@ pub(crate) struct Switch {
     keeper: Option<keeper::Keeper>,
     /// The last resize's number.
     tickets: u64,
+    /// DATAGRAM frames the last pass delivered from peers (see `forward::port_batches`).
+    from_peers: usize,
     /// Ports frames were queued to in this pass (see `forward::OtherSlots`).
     touched: Vec<u16>,
     /// A sparse pass's ports (`forward::poll_sparse`), those the last one left with
@@ -198,6 +200,7 @@ impl Switch {
             extras: extras::LinkExtras::default(),
             busy: Duration::ZERO,
             started: Instant::now(),
+            from_peers: 0,
             limits: sizing::Limits::new(
                 config.min_frames_per_port,
                 config.frames_per_port,

@@ -61,7 +61,9 @@ fn deliver_remote(
     touched: Option<&mut Vec<u16>>,
     received: ReceivedFrame<'_>,
 ) -> bool {
-    let ReceivedFrame { peer, wire, frame } = received;
+    let ReceivedFrame {
+        peer, wire, frame, ..
+    } = received;
     match table.decide_remote(peer, wire, frame.len()) {
         Verdict::Forward {
             out,
@@ -100,6 +102,7 @@ impl Switch {
             slots,
             extras,
             touched,
+            from_peers,
             ..
         } = self;
         let Some(peers) = peers.as_mut() else {
@@ -108,7 +111,12 @@ impl Switch {
         let polled = peers.poll(flush);
         let endpoint = peers.endpoint_mut();
         let sparse = super::forward::sparse(slots.len());
+        *from_peers = 0;
         while let Some(frame) = endpoint.poll_frame() {
+            // Only DATAGRAM frames count: a stream's flow control already holds its
+            // sender back, and giving the socket a stream's frames first only tipped the
+            // balance between the two directions (see `forward::port_batches`).
+            *from_peers += usize::from(!frame.on_stream);
             let touched = sparse.then_some(&mut *touched);
             if !deliver_remote(table, slots, extras, touched, frame) {
                 endpoint.count_unknown_link();

@@ -396,7 +396,7 @@ impl Switch {
     /// to the keeper; the bridge, or the new socket, is the port from now on.
     fn hand_over(&mut self, index: usize, config: &WorkerConfig, now: Instant) {
         // Everything the port has received now, as a pass takes it.
-        self.receive_all(index, config.batch);
+        self.receive_all(index, config.batch, super::forward::MAX_BATCHES_PER_PASS);
         let Switch {
             slots,
             sleeper,
