@@ -111,17 +111,6 @@ pub(super) fn import(
         for key in node.config.other.keys() {
             not_carried.add(format!("config.{key}"), place.clone());
         }
-        let mut labels = node.labels.clone();
-        for (key, value) in [
-            ("kne-vendor", node.vendor.clone().unwrap_or_default()),
-            ("kne-model", node.model.clone()),
-            ("kne-os", node.os.clone()),
-            ("kne-version", node.version.clone()),
-        ] {
-            if !value.is_empty() {
-                labels.entry(key.into()).or_insert(value);
-            }
-        }
         let config = &node.config;
         let mut pod = PodOut::on(node_names[index % nodes].clone());
         if config.image.is_empty() {
@@ -131,7 +120,7 @@ pub(super) fn import(
             let cmd: Vec<String> = config.command.iter().chain(&config.args).cloned().collect();
             pod.cmd = (!cmd.is_empty()).then_some(cmd);
             pod.env = config.env.clone();
-            pod.labels = labels;
+            pod.labels = labels_of(node);
         }
         pods.insert(pod_name, pod);
     }
@@ -142,8 +131,22 @@ pub(super) fn import(
             imageless.join(", ")
         ));
     }
-    let mut links = Vec::new();
-    for (index, link) in topology.links.iter().enumerate() {
+    let links = links_out(&topology.links, &pod_names)?;
+    let mut all: Vec<String> = not_carried.warnings().collect();
+    all.extend(warnings);
+    let out = LabOut {
+        name: lab_name,
+        nodes: node_names,
+        pods,
+        links,
+    };
+    super::finish(file, &out, all)
+}
+
+/// The lab's links from the topology's, each end as POD:IF.
+fn links_out(links: &[Link], pod_names: &BTreeMap<String, String>) -> Result<Vec<LinkOut>> {
+    let mut out = Vec::new();
+    for (index, link) in links.iter().enumerate() {
         let mut ends = Vec::new();
         for (node, iface) in [(&link.a_node, &link.a_int), (&link.z_node, &link.z_int)] {
             let Some(pod) = pod_names.get(node) else {
@@ -161,20 +164,29 @@ pub(super) fn import(
             ends.push(format!("{pod}:{iface}"));
         }
         let [a, b] = <[String; 2]>::try_from(ends).expect("two ends");
-        links.push(LinkOut {
+        out.push(LinkOut {
             endpoints: [a, b],
             mtu: None,
         });
     }
-    let mut all: Vec<String> = not_carried.warnings().collect();
-    all.extend(warnings);
-    let out = LabOut {
-        name: lab_name,
-        nodes: node_names,
-        pods,
-        links,
-    };
-    super::finish(file, &out, all)
+    Ok(out)
+}
+
+/// A node's labels, with its vendor, model, OS and version as `kne-*` labels where it
+/// names them (a label of the same name in the file wins).
+fn labels_of(node: &Node) -> BTreeMap<String, String> {
+    let mut labels = node.labels.clone();
+    for (key, value) in [
+        ("kne-vendor", node.vendor.clone().unwrap_or_default()),
+        ("kne-model", node.model.clone()),
+        ("kne-os", node.os.clone()),
+        ("kne-version", node.version.clone()),
+    ] {
+        if !value.is_empty() {
+            labels.entry(key.into()).or_insert(value);
+        }
+    }
+    labels
 }
 
 /// `text` read as KNE's `topo.Topology`, by its schema: a field KNE does not have, or a
