@@ -647,7 +647,47 @@ fn check_container(
             "`image` must name an image, e.g. localhost/xwire-busybox:latest",
         ));
     }
-    let cmd = match pod.cmd.as_ref().map(|c| (c.span(), &**c)) {
+    let cmd = container_cmd(pod)?;
+    let env = pod.env.as_ref().map(|e| (**e).clone()).unwrap_or_default();
+    if let Some(bad) = env.keys().find(|k| k.is_empty() || k.contains('=')) {
+        let span = pod.env.as_ref().map(|e| e.span()).expect("env is there");
+        return Err(at(
+            span,
+            format!("environment variable name {bad:?} is not valid"),
+        ));
+    }
+    let labels = container_labels(pod)?;
+    let image_pull_policy = match &pod.image_pull_policy {
+        None => PullPolicy::default(),
+        Some(text) => PullPolicy::parse(text).ok_or_else(|| {
+            at(
+                text.span(),
+                format!(
+                    "image_pull_policy {:?} is not IfNotPresent, Always or Never",
+                    text.as_str()
+                ),
+            )
+        })?,
+    };
+    let binds = container_binds(pod)?;
+    Ok(Some(Container {
+        image: image.to_string(),
+        cmd,
+        env,
+        labels,
+        image_pull_policy,
+        binds,
+        exec: pod.exec.as_ref().map(|e| (**e).clone()).unwrap_or_default(),
+        save: match &pod.save {
+            Some(line) if line.trim().is_empty() => return Err(at(line.span(), "`save` is empty")),
+            save => save.as_ref().map(|line| line.to_string()),
+        },
+    }))
+}
+
+/// A container's `cmd`: a list of words, or a line split as a shell would.
+fn container_cmd(pod: &RawPod) -> Result<Option<Vec<String>>, LabFileError> {
+    Ok(match pod.cmd.as_ref().map(|c| (c.span(), &**c)) {
         None => None,
         Some((span, RawCommand::Words(words))) if words.is_empty() => {
             return Err(at(span, "`cmd` is empty"))
@@ -661,15 +701,11 @@ fn check_container(
             }
             Some(words)
         }
-    };
-    let env = pod.env.as_ref().map(|e| (**e).clone()).unwrap_or_default();
-    if let Some(bad) = env.keys().find(|k| k.is_empty() || k.contains('=')) {
-        let span = pod.env.as_ref().map(|e| e.span()).expect("env is there");
-        return Err(at(
-            span,
-            format!("environment variable name {bad:?} is not valid"),
-        ));
-    }
+    })
+}
+
+/// A container's labels, none of them empty, with `=`, or xwire's own.
+fn container_labels(pod: &RawPod) -> Result<BTreeMap<String, String>, LabFileError> {
     let labels = pod
         .labels
         .as_ref()
@@ -691,18 +727,11 @@ fn check_container(
             ),
         ));
     }
-    let image_pull_policy = match &pod.image_pull_policy {
-        None => PullPolicy::default(),
-        Some(text) => PullPolicy::parse(text).ok_or_else(|| {
-            at(
-                text.span(),
-                format!(
-                    "image_pull_policy {:?} is not IfNotPresent, Always or Never",
-                    text.as_str()
-                ),
-            )
-        })?,
-    };
+    Ok(labels)
+}
+
+/// A container's binds, each HOST:CONTAINER[:OPTIONS] with an absolute CONTAINER path.
+fn container_binds(pod: &RawPod) -> Result<Vec<String>, LabFileError> {
     let mut binds = Vec::new();
     for bind in pod.binds.iter().flat_map(|b| b.iter()) {
         let parts: Vec<&str> = bind.split(':').collect();
@@ -719,19 +748,7 @@ fn check_container(
         }
         binds.push(bind.to_string());
     }
-    Ok(Some(Container {
-        image: image.to_string(),
-        cmd,
-        env,
-        labels,
-        image_pull_policy,
-        binds,
-        exec: pod.exec.as_ref().map(|e| (**e).clone()).unwrap_or_default(),
-        save: match &pod.save {
-            Some(line) if line.trim().is_empty() => return Err(at(line.span(), "`save` is empty")),
-            save => save.as_ref().map(|line| line.to_string()),
-        },
-    }))
+    Ok(binds)
 }
 
 fn check_links(
