@@ -751,6 +751,40 @@ fn container_binds(pod: &RawPod) -> Result<Vec<String>, LabFileError> {
     Ok(binds)
 }
 
+/// A link's `ips`, one address per end, each checked as a CIDR.
+fn link_ips(link: &RawLink) -> Result<Option<[String; 2]>, LabFileError> {
+    let Some(ips) = &link.ips else {
+        return Ok(None);
+    };
+    let [ip_a, ip_b] = ips.as_slice() else {
+        return Err(at(
+            ips.span(),
+            "ips has one address per endpoint, as [a/len, b/len]",
+        ));
+    };
+    for ip in [ip_a, ip_b] {
+        topology::parse_cidr(ip).map_err(|e| at(ip.span(), e))?;
+    }
+    Ok(Some([ip_a.to_string(), ip_b.to_string()]))
+}
+
+/// A link's impairment of each direction (a→b, b→a), checked: the direction's own, or
+/// the link's `impair` for both.
+fn link_impairments(link: &RawLink) -> Result<[Option<Impairment>; 2], LabFileError> {
+    let mut impair = [None, None];
+    for (direction, own) in [&link.impair_a_to_b, &link.impair_b_to_a]
+        .into_iter()
+        .enumerate()
+    {
+        let Some(given) = own.as_ref().or(link.impair.as_ref()) else {
+            continue;
+        };
+        given.spec().map_err(|e| at(given.span(), e))?;
+        impair[direction] = Some((**given).clone());
+    }
+    Ok(impair)
+}
+
 fn check_links(
     raw: &[Spanned<RawLink>],
     pods: &BTreeMap<String, String>,
@@ -790,21 +824,7 @@ fn check_links(
                 ));
             }
         }
-        let ips = match &link.ips {
-            None => None,
-            Some(ips) => {
-                let [ip_a, ip_b] = ips.as_slice() else {
-                    return Err(at(
-                        ips.span(),
-                        "ips has one address per endpoint, as [a/len, b/len]",
-                    ));
-                };
-                for ip in [ip_a, ip_b] {
-                    topology::parse_cidr(ip).map_err(|e| at(ip.span(), e))?;
-                }
-                Some([ip_a.to_string(), ip_b.to_string()])
-            }
-        };
+        let ips = link_ips(link)?;
         if let Some(mtu) = &link.mtu {
             if !(68..=xwire_proto::data::MAX_LINK_MTU).contains(&**mtu) {
                 return Err(at(
@@ -821,17 +841,7 @@ fn check_links(
             xwire_control::config::carrier_name::parse(carrier)
                 .map_err(|e| at(carrier.span(), e))?;
         }
-        let mut impair = [None, None];
-        for (direction, own) in [&link.impair_a_to_b, &link.impair_b_to_a]
-            .into_iter()
-            .enumerate()
-        {
-            let Some(given) = own.as_ref().or(link.impair.as_ref()) else {
-                continue;
-            };
-            given.spec().map_err(|e| at(given.span(), e))?;
-            impair[direction] = Some((**given).clone());
-        }
+        let impair = link_impairments(link)?;
         let uid = match &link.uid {
             Some(uid) => **uid,
             None => {
