@@ -337,7 +337,7 @@ fn end_counters(netns: &str, ifname: &str) -> Option<EndCounters> {
 
 /// The status as a table, for people.
 pub fn render(status: &LabStatus) -> String {
-    use super::table::{self, count};
+    use super::table::count;
     let mut out = format!(
         "lab {}: {}, {}, {}\n\n",
         status.name,
@@ -345,6 +345,24 @@ pub fn render(status: &LabStatus) -> String {
         count(status.pods.len(), "pod"),
         count(status.wires.len(), "wire")
     );
+    out.push_str(&render_nodes(status));
+    out.push_str(&render_peers(status));
+    if let Some(m) = &status.mgmt {
+        out.push_str(&format!(
+            "\nmanagement network: {} {} on {} (this host: {}, {}; pods' interface {})\n",
+            m.ipv4_subnet, m.ipv6_subnet, m.bridge, m.host.ipv4, m.host.ipv6, m.interface
+        ));
+    }
+    out.push_str(&render_pods(status));
+    out.push_str(&render_wires(status));
+    out.push_str(&render_switch(status));
+    out.push_str(&render_impairments(status));
+    out
+}
+
+/// The nodes' table: underlay address, daemon, worker load, metrics (and pool).
+fn render_nodes(status: &LabStatus) -> String {
+    use super::table;
     let pools = status.nodes.iter().any(|n| n.pool.is_some());
     let mut header = vec!["NODE", "UNDERLAY", "DAEMON", "BUSY", "METRICS"];
     if pools {
@@ -368,14 +386,12 @@ pub fn render(status: &LabStatus) -> String {
         }
         nodes.add_row(row);
     }
-    out.push_str(&table::render(&nodes));
-    out.push_str(&render_peers(status));
-    if let Some(m) = &status.mgmt {
-        out.push_str(&format!(
-            "\nmanagement network: {} {} on {} (this host: {}, {}; pods' interface {})\n",
-            m.ipv4_subnet, m.ipv6_subnet, m.bridge, m.host.ipv4, m.host.ipv6, m.interface
-        ));
-    }
+    table::render(&nodes)
+}
+
+/// The pods' table, after a blank line.
+fn render_pods(status: &LabStatus) -> String {
+    use super::table;
     let mut pods = table::new(&["POD", "NODE", "NETNS", "MGMT", "CONTAINER"], &[]);
     for p in &status.pods {
         let container = match (&p.image, &p.container) {
@@ -394,8 +410,12 @@ pub fn render(status: &LabStatus) -> String {
             container,
         ]);
     }
-    out.push('\n');
-    out.push_str(&table::render(&pods));
+    format!("\n{}", table::render(&pods))
+}
+
+/// The wires' table, after a blank line, and what its counts mean.
+fn render_wires(status: &LabStatus) -> String {
+    use super::table;
     let mut wires = table::new(
         &[
             "UID",
@@ -422,34 +442,36 @@ pub fn render(status: &LabStatus) -> String {
             w.state.clone(),
         ]);
     }
-    out.push('\n');
-    out.push_str(&table::render(&wires));
-    out.push_str(
-        "\n(frames: sent at one end / received at the other, from the pod interfaces' counters; drops: the pod interfaces' and the switch's, every reason, the kernel's at its ports included)\n",
-    );
-    out.push_str(&render_switch(status));
+    format!(
+        "\n{}\n(frames: sent at one end / received at the other, from the pod interfaces' counters; drops: the pod interfaces' and the switch's, every reason, the kernel's at its ports included)\n",
+        table::render(&wires)
+    )
+}
+
+/// The impaired wires' table, after a blank line; nothing when no wire is impaired.
+fn render_impairments(status: &LabStatus) -> String {
+    use super::table;
     let impaired: Vec<&WireStatus> = status
         .wires
         .iter()
         .filter(|w| w.impairments.iter().any(Option::is_some))
         .collect();
-    if !impaired.is_empty() {
-        let mut impairments = table::new(&["UID", "DIR", "IMPAIRMENT"], &[0]);
-        for w in impaired {
-            for (direction, impairment) in ["A->B", "B->A"].iter().zip(&w.impairments) {
-                if let Some(impairment) = impairment {
-                    impairments.add_row(vec![
-                        w.uid.to_string(),
-                        direction.to_string(),
-                        impairment.to_string(),
-                    ]);
-                }
+    if impaired.is_empty() {
+        return String::new();
+    }
+    let mut impairments = table::new(&["UID", "DIR", "IMPAIRMENT"], &[0]);
+    for w in impaired {
+        for (direction, impairment) in ["A->B", "B->A"].iter().zip(&w.impairments) {
+            if let Some(impairment) = impairment {
+                impairments.add_row(vec![
+                    w.uid.to_string(),
+                    direction.to_string(),
+                    impairment.to_string(),
+                ]);
             }
         }
-        out.push('\n');
-        out.push_str(&table::render(&impairments));
     }
-    out
+    format!("\n{}", table::render(&impairments))
 }
 
 /// The columns of a peer connection, for `lab status` and `xwirectl wires`.
