@@ -193,7 +193,8 @@ impl Switch {
     }
 
     /// Takes from the port at `index` batch after batch until its ring is empty, or
-    /// `MAX_BATCHES_PER_PASS` of them: one batch per pass let a port starve while the
+    /// `max_batches` of them (`port_batches` says how many a pass may take; at most
+    /// `MAX_BATCHES_PER_PASS`): one batch per pass let a port starve while the
     /// same pass took a thousand frames from a peer's socket, and its fill ring ran empty
     /// (503k frames lost by node B of `remote-wire`'s stream carrier, both ways at once
     /// at 1514 B). Returns how many it took, and whether more may wait.

@@ -105,13 +105,13 @@ impl Switch {
             from_peers,
             ..
         } = self;
+        *from_peers = 0;
         let Some(peers) = peers.as_mut() else {
             return Pass::default();
         };
         let polled = peers.poll(flush);
         let endpoint = peers.endpoint_mut();
         let sparse = super::forward::sparse(slots.len());
-        *from_peers = 0;
         while let Some(frame) = endpoint.poll_frame() {
             // Only DATAGRAM frames count: a stream's flow control already holds its
             // sender back, and giving the socket a stream's frames first only tipped the

@@ -132,15 +132,13 @@ pub(super) fn import(
         ));
     }
     let links = links_out(&topology.links, &pod_names)?;
-    let mut all: Vec<String> = not_carried.warnings().collect();
-    all.extend(warnings);
     let out = LabOut {
         name: lab_name,
         nodes: node_names,
         pods,
         links,
     };
-    super::finish(file, &out, all)
+    super::finish(file, &out, not_carried, warnings)
 }
 
 /// The lab's links from the topology's, each end as POD:IF.

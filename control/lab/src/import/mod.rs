@@ -263,15 +263,13 @@ fn import_with_env(
         &mut not_carried,
     )?;
     warnings.extend(mapped_warning(mapped));
-    let mut all_warnings: Vec<String> = not_carried.warnings().collect();
-    all_warnings.extend(warnings);
     let out = LabOut {
         name: lab_name,
         nodes: node_names,
         pods,
         links: lab_links,
     };
-    finish(file, &out, all_warnings)
+    finish(file, &out, not_carried, warnings)
 }
 
 /// What filling a pod from a node with an image needs to know of the node and the file.
@@ -445,7 +443,16 @@ fn node_names(nodes: usize) -> Result<Vec<String>> {
 
 /// The lab file: a comment naming `file` and the warnings, then the lab, checked as
 /// `lab up` checks it.
-fn finish(file: &Path, out: &LabOut, warnings: Vec<String>) -> Result<Imported> {
+/// The lab file of `out`, headed by its warnings: first what the source held that the lab
+/// cannot carry, then the importer's own. Checked by parsing it back.
+fn finish(
+    file: &Path,
+    out: &LabOut,
+    not_carried: NotCarried,
+    own_warnings: Vec<String>,
+) -> Result<Imported> {
+    let mut warnings: Vec<String> = not_carried.warnings().collect();
+    warnings.extend(own_warnings);
     let mut lab = format!(
         "# Imported from {} by `xwirectl lab import`.\n",
         file.display()
