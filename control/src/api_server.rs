@@ -38,7 +38,8 @@ pub struct Job {
     pub netns: Option<OwnedFd>,
 }
 
-/// How often the node looks at peer events when no request comes.
+/// How often the node looks for the peer desk's news when no request comes (it rings
+/// when it passes some, so this is a backstop).
 const PEER_POLL: Duration = Duration::from_millis(20);
 /// How long the node waits, after the last request or peer message, before the
 /// reconciliation pass that follows events: a burst of CNI calls gets one pass at its
@@ -57,8 +58,9 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
     let mut last_pass = Instant::now();
     // A job taken from the queue while gathering DELs, to answer next.
     let mut held: Option<Job> = None;
+    let doorbell = node.peer_doorbell();
     loop {
-        // Peer events left from the last turn are gone on with at once, after any job.
+        // Peer news left from the last turn is gone on with at once, after any job.
         let wait = if node.has_peer_backlog() {
             Duration::ZERO
         } else {
@@ -66,7 +68,7 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
         };
         let next = match held.take() {
             Some(job) => Ok(job),
-            None => jobs.recv_timeout(wait),
+            None => next_job(&jobs, doorbell.as_ref(), wait),
         };
         match next {
             Ok(job) => {
@@ -115,6 +117,26 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
         if let Err(e) = node.end_batch() {
             tracing::error!("writing the store: {}: {}", e.msg, e.details);
         }
+    }
+}
+
+/// The next job, waiting at most `wait` for one, or less if the peer desk rings.
+fn next_job(
+    jobs: &Receiver<Job>,
+    doorbell: Option<&Receiver<()>>,
+    wait: Duration,
+) -> Result<Job, RecvTimeoutError> {
+    let Some(doorbell) = doorbell else {
+        return jobs.recv_timeout(wait);
+    };
+    crossbeam_channel::select! {
+        recv(jobs) -> job => job.map_err(|_| RecvTimeoutError::Disconnected),
+        recv(doorbell) -> rung => match rung {
+            Ok(()) => Err(RecvTimeoutError::Timeout),
+            // The desk has stopped (its workers did): nothing will ring again.
+            Err(_) => jobs.recv_timeout(wait),
+        },
+        default(wait) => Err(RecvTimeoutError::Timeout),
     }
 }
 

@@ -171,6 +171,26 @@ pub struct LinkSpec {
     pub impairment: Option<ImpairSpec>,
 }
 
+#[cfg(test)]
+impl LinkSpec {
+    /// A link to `peer_pod` on interface `intf` at both ends, with nothing else set.
+    pub(crate) fn bare(uid: u64, peer_pod: &str, intf: &str) -> LinkSpec {
+        LinkSpec {
+            uid,
+            peer_pod: peer_pod.into(),
+            local_intf: intf.into(),
+            peer_intf: intf.into(),
+            local_ip: None,
+            peer_ip: None,
+            mtu: None,
+            local_mac: None,
+            peer_mac: None,
+            carrier: None,
+            impairment: None,
+        }
+    }
+}
+
 impl Link {
     /// The link with its fields parsed, or why one does not parse (naming the field).
     pub fn parse(&self) -> Result<LinkSpec, String> {

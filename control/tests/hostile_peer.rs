@@ -1,8 +1,9 @@
 //! A configured peer turned hostile (issue 37, item 2): in n2's place, with n2's address
 //! and certificate, a node that speaks the control protocol and sends n1 three Sync
 //! messages of claims to wires n1 has never heard of, each near the 4 MiB record limit.
-//! n1 refuses and counts every one, keeps answering its local API within a second
-//! throughout, and neither its memory nor its log grows with the number of claims.
+//! n1 refuses and counts every one on its peer desk's thread (none reaches the thread
+//! that answers its local API), keeps answering that API within a second throughout, and
+//! neither its memory nor its log grows with the number of claims.
 
 mod support;
 
@@ -104,7 +105,8 @@ fn a_peer_flooding_claims_is_refused_in_bounded_memory_and_log_and_cni_is_answer
     let pid = n1.daemon_pid().unwrap();
     let rss_before = rss_kib(pid);
     let log_before = n1.log().len();
-    let refused_before = n1.state().refused_claims;
+    let before = n1.state();
+    let refused_before = before.refused_claims;
     let per_sync = claims_per_sync();
     let started = Instant::now();
     for i in 0..SYNCS {
@@ -141,6 +143,11 @@ fn a_peer_flooding_claims_is_refused_in_bounded_memory_and_log_and_cni_is_answer
          (ADD {add_took:?}); RSS {rss_before} -> {rss_after} KiB; log +{log_grew} bytes"
     );
     assert_eq!(refused, total, "every claim is refused and counted");
+    assert_eq!(
+        n1.state().claims_judged_by_node,
+        before.claims_judged_by_node,
+        "a claim the desk refused reached the node's thread"
+    );
     assert!(add_took < Duration::from_secs(1), "ADD took {add_took:?}");
     assert!(
         slowest < Duration::from_secs(1),

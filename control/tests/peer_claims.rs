@@ -101,6 +101,8 @@ fn a_third_nodes_claim_to_a_wire_between_two_others_changes_nothing() {
         n1.log(),
         n2.log()
     );
+    // n2's claims to r2's ends passed n1's peer desk and were judged on n1's thread.
+    assert!(n1.state().claims_judged_by_node >= 2, "{}", n1.log());
 
     // An impostor r2 on n3: its ADD announces both of r2's ends to n1, where r1 runs.
     let impostor = Pod::new("r2");

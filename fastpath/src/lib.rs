@@ -16,6 +16,7 @@ pub mod link_table;
 pub mod logs;
 mod packet_port;
 pub mod peer;
+mod peer_control;
 pub mod stats;
 pub mod steered_port;
 mod switch;
@@ -26,6 +27,7 @@ mod xdp_redirect;
 pub use counters::{Direction, DropReason, LinkCounters};
 pub use endpoint::Endpoint;
 pub use link_table::PortId;
+pub use peer_control::PeerControl;
 pub use steered_port::SteeredEnd;
 pub use worker::{
     PortChoice, PortInfo, PortKind, RemotePort, SteeredPair, Worker, WorkerConfig, WorkerError,

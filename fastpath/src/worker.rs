@@ -18,6 +18,7 @@ use crate::link_table::{LinkError, PortId};
 use crate::peer::{
     Carrier, ControlMessage, PeerConfig, PeerError, PeerEvent, PeerId, TransportCounters,
 };
+use crate::peer_control::ask;
 use crate::stats::WorkerStats;
 use crate::steered_port::SteeredEnd;
 use crate::switch::Switch;
@@ -291,9 +292,9 @@ pub(crate) enum PeerCommand {
 
 /// The control plane's handle on a worker; dropping it stops the worker.
 pub struct Worker {
-    commands: Sender<Command>,
+    pub(crate) commands: Sender<Command>,
     /// Wakes a sleeping worker for a command (one byte per command).
-    wake: UnixDatagram,
+    pub(crate) wake: UnixDatagram,
     thread: Option<JoinHandle<()>>,
     /// The kernel's id of the worker's thread, for its CPU time.
     thread_id: libc::pid_t,
@@ -576,13 +577,7 @@ impl Worker {
     }
 
     fn ask<T>(&self, command: impl FnOnce(Sender<T>) -> Command) -> Result<T, WorkerError> {
-        let (reply, answer) = bounded(1);
-        self.commands
-            .send(command(reply))
-            .map_err(|_| WorkerError::Stopped)?;
-        // A full socket means wake-ups are already waiting: nothing is lost.
-        let _ = self.wake.send(&[1]);
-        answer.recv().map_err(|_| WorkerError::Stopped)
+        ask(&self.commands, &self.wake, command)
     }
 }
 

@@ -304,6 +304,11 @@ pub struct NodeState {
     /// came from a node that does not run the far end's pod).
     #[serde(default)]
     pub refused_claims: u64,
+    /// Claims by peer nodes that the node's own thread judged: only those its peer desk
+    /// found true by its view (a claim the desk refuses never reaches the thread that
+    /// answers the local API).
+    #[serde(default)]
+    pub claims_judged_by_node: u64,
     /// Requests the node's store made to its backend's server (the Kubernetes API
     /// server; the embedded store makes none), watches aside.
     #[serde(default)]

@@ -16,9 +16,11 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use xwire_fastpath::peer::NodeIdentity;
-use xwire_fastpath::peer::{Carrier, PeerConfig, PeerEvent, PeerId};
+use xwire_fastpath::peer::{Carrier, PeerConfig, PeerId};
 use xwire_fastpath::stats::WorkerStats;
-use xwire_fastpath::{PortInfo, RemotePort, WireId, Worker, WorkerConfig, WorkerError};
+use xwire_fastpath::{
+    PeerControl, PortInfo, RemotePort, WireId, Worker, WorkerConfig, WorkerError,
+};
 
 use super::StartError;
 use crate::config::DaemonConfig;
@@ -150,12 +152,9 @@ impl Fastpath {
         Some(self.peers.get(name)?[self.index_of(wire)])
     }
 
-    /// The peer node behind `peer` of worker `index`.
-    pub(super) fn peer_name(&self, index: usize, peer: PeerId) -> Option<&str> {
-        self.peers
-            .iter()
-            .find(|(_, ids)| ids.get(index) == Some(&peer))
-            .map(|(name, _)| name.as_str())
+    /// A handle on each worker's peers, by worker index, for the peer desk.
+    pub(super) fn peer_controls(&self) -> Result<Vec<PeerControl>, WorkerError> {
+        self.workers.iter().map(Worker::peer_control).collect()
     }
 
     /// Sends a control message over the control connection (worker 0's) to peer `name`:
@@ -169,16 +168,6 @@ impl Fastpath {
             Some(ids) => self.workers[0].send_control(ids[0], message),
             None => Ok(false),
         })
-    }
-
-    /// Every worker's peer events since the last call, with the worker's index.
-    pub(super) fn peer_events(&self) -> Result<Vec<(usize, PeerEvent)>, WorkerError> {
-        let mut events = Vec::new();
-        for (index, worker) in self.workers.iter().enumerate() {
-            let (_, mine) = worker.peer_status()?;
-            events.extend(mine.into_iter().map(|e| (index, e)));
-        }
-        Ok(events)
     }
 
     /// Opens remote ports, each on the worker of its wire, the ports of one worker in

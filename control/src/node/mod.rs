@@ -1,14 +1,17 @@
 //! The node: what the daemon knows and owns (the store, the node's namespace, the fast
 //! path and its peers), and the answers to local API requests. It runs on one thread;
-//! the API server and the peer-event pump hand it work in turn, so every change to a
-//! pod's wires is serialized.
+//! the API server and the peer desk (which reads what peers say on a thread of its own,
+//! `peer_desk.rs`) hand it work in turn, so every change to a pod's wires is serialized.
 
 mod capture;
+mod claims;
 mod cni_calls;
 mod counters;
+mod desk_view;
 mod error;
 mod fastpath;
 mod journal;
+mod peer_desk;
 mod peers;
 mod plan;
 mod pod_netns;
@@ -22,7 +25,8 @@ mod topology_calls;
 mod wiring;
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use xwire_fastpath::link_table::PortId;
@@ -66,17 +70,20 @@ pub struct Node {
     impairments_unsynced: HashSet<String>,
     /// The wires listed so far by a peer's Sync that is still coming in parts.
     sync_in_progress: HashMap<String, HashSet<WireKey>>,
-    /// Claims to a wire's far end refused since the start (see `peers::claim_refusal`).
-    refused_claims: u64,
-    /// The refusals not yet logged, by peer.
-    refusals: refusals::Refusals,
+    /// Claims to a wire's far end refused since the start, by the peer desk and by the
+    /// node's own judgement (see `claims.rs`).
+    refused_claims: Arc<AtomicU64>,
+    /// Where the node's own refusals are counted and logged.
+    refusals: refusals::RefusalBook,
+    /// Claims judged on this thread since the start: those the peer desk passed.
+    claims_judged: u64,
     /// The caller's view of the namespace of the request being handled, if it sent one
     /// (or why what it sent is not a network namespace).
     caller_netns: Option<Result<NetnsFd, String>>,
     /// The host's network namespace, where the daemon may open it (a pod's is never it).
     host_ns: Option<NetnsFd>,
-    /// Peer events taken from the fast path and not yet handled (see `pump_peer_events`).
-    peer_backlog: VecDeque<(usize, xwire_fastpath::peer::PeerEvent)>,
+    /// The peer desk: reads what peers say on a thread of its own (see `peer_desk.rs`).
+    desk: Option<peer_desk::PeerDesk>,
     /// Pods with an end whose far end a peer has just announced: joined by the pass
     /// that follows the batch of peer events.
     to_join: BTreeSet<(String, String)>,
@@ -195,6 +202,8 @@ impl Node {
             None => None,
             Some(identity) => Some(Fastpath::start(&config, identity)?),
         };
+        let refused_claims = Arc::new(AtomicU64::new(0));
+        let metrics = Arc::new(NodeMetrics::default());
         let mut node = Node {
             config,
             store,
@@ -204,18 +213,19 @@ impl Node {
             ports: HashMap::new(),
             impairments_unsynced: HashSet::new(),
             sync_in_progress: HashMap::new(),
-            refused_claims: 0,
-            refusals: refusals::Refusals::default(),
+            refused_claims: Arc::clone(&refused_claims),
+            refusals: refusals::RefusalBook::new(refused_claims, Arc::clone(&metrics)),
             caller_netns: None,
             host_ns: NetnsFd::open(std::path::Path::new("/proc/1/ns/net")).ok(),
-            peer_backlog: VecDeque::new(),
+            desk: None,
+            claims_judged: 0,
             to_join: BTreeSet::new(),
             withdrawn: HashMap::new(),
             topologies: RefCell::new(HashMap::new()),
             captures: HashMap::new(),
             steered: HashMap::new(),
             started_capture: None,
-            metrics: Arc::default(),
+            metrics,
             routed_pods: HashSet::new(),
             pools,
             identity: kept_identity,
@@ -235,6 +245,7 @@ impl Node {
             ),
             Err(e) => tracing::error!("start: reconciling failed: {}: {}", e.msg, e.details),
         }
+        node.open_desk();
         Ok(node)
     }
 
@@ -367,7 +378,8 @@ impl Node {
                     json
                 })
                 .collect(),
-            refused_claims: self.refused_claims,
+            refused_claims: self.refused_claims.load(Ordering::Relaxed),
+            claims_judged_by_node: self.claims_judged,
             store_requests: self.store.requests(),
             pool: self.pools.as_ref().map(pools::PoolRole::state),
         })
@@ -433,16 +445,6 @@ impl Node {
         Ok(self
             .topology(namespace, pod)?
             .and_then(|t| t.links.iter().find(|l| l.uid == uid).cloned()))
-    }
-
-    /// As `topology_link`, for a wire a peer names: a pod with no topology is not
-    /// remembered as such (made-up names would fill the cache), and a store that cannot
-    /// be read says no.
-    fn claimed_link(&self, namespace: &str, pod: &str, uid: u64) -> Option<LinkSpec> {
-        let loaded = self
-            .cached_topology(namespace, pod, Remember::Presence)
-            .ok()??;
-        loaded.links.iter().find(|l| l.uid == uid).cloned()
     }
 }
 

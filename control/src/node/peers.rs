@@ -18,122 +18,78 @@
 //! topology here has costs a lookup that leaves nothing behind, and such refusals are
 //! answered up to a few hundred per peer per interval (not a flood's worth).
 //!
-//! A peer's messages are worked through a turn at a time (`TURN`), big Syncs in parts, so
-//! that the node's thread answers the local API between turns whatever peers send.
+//! What peers say is read on the peer desk's thread (`peer_desk.rs`), which judges each
+//! claim against a view of this node's topologies and placements and refuses there what
+//! it may not take. The node's thread gets the rest: claims the view allows (judged again
+//! here against the store, as the view may be a moment old), far ends let go of, and
+//! peers coming up. It works through them a turn at a time (`TURN`), big Syncs in parts,
+//! so that it answers the local API between turns whatever peers send.
 
 use std::collections::{BTreeSet, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use xwire_fastpath::peer::{ControlMessage, PeerEvent, PeerId};
 use xwire_proto::control::{Carrier, ControlBody, SyncBody, WireKey, WireSpec};
 
+use super::claims::{judge, Refusal};
+use super::peer_desk::{PeerDesk, PeerNews};
 use super::reconcile::Scope;
-use super::refusals::Summary;
 use super::{Node, RemoteEnd};
 use crate::store::{wire_key, PodPlacement, WireRecord, WireState};
 
 impl Node {
-    /// Takes the fast path's peer events and acts on them for at most `TURN`; what is
-    /// left waits for the next call (`has_peer_backlog`). Says whether there were any.
+    /// Acts on the news the peer desk passed (claims its view allows, far ends let go
+    /// of, peers up) for at most `TURN`; what is left waits for the next call
+    /// (`has_peer_backlog`). Says whether there was any.
     pub fn pump_peer_events(&mut self) -> bool {
-        let Some(fastpath) = &self.fastpath else {
-            return false;
-        };
-        // New events are taken only once the last ones are handled: until then they wait
-        // in the fast path, which bounds what a peer can make it hold.
-        if self.peer_backlog.is_empty() {
-            match fastpath.peer_events() {
-                Ok(events) => {
-                    for (worker, event) in events {
-                        self.peer_backlog
-                            .extend(sync_in_turns(event).map(|e| (worker, e)));
-                    }
-                }
-                Err(e) => tracing::error!("reading peer events: {e}"),
-            }
-        }
-        let any = !self.peer_backlog.is_empty();
+        let mut any = false;
         let started = Instant::now();
         while started.elapsed() < TURN {
-            let Some((worker, event)) = self.peer_backlog.pop_front() else {
+            let Some(news) = self.desk.as_ref().and_then(PeerDesk::next) else {
                 break;
             };
-            self.on_peer_event(worker, event);
+            any = true;
+            self.on_news(news);
         }
-        for line in self.refusals.due(Instant::now()) {
-            log_refusals(&line);
-        }
+        self.refusals.log_due(Instant::now());
         self.join_announced();
         any
     }
 
-    /// Whether peer events wait for the next `pump_peer_events`.
-    pub fn has_peer_backlog(&self) -> bool {
-        !self.peer_backlog.is_empty()
+    /// A channel with a message whenever the peer desk has passed news since the last
+    /// look: a node's thread waits on it beside its jobs. `None`: the node has no peers.
+    pub fn peer_doorbell(&self) -> Option<crossbeam_channel::Receiver<()>> {
+        self.desk.as_ref().map(PeerDesk::doorbell)
     }
 
-    fn on_peer_event(&mut self, worker: usize, event: PeerEvent) {
-        // Worker 0's connection to a peer carries the control protocol; the other
-        // workers' carry frames only, and their comings and goings change nothing here.
-        if worker > 0 {
-            match event {
-                PeerEvent::Up { name, .. } => {
-                    tracing::info!(peer = %name, worker, "peer up (frames only)")
-                }
-                PeerEvent::Down { peer, reason } => tracing::info!(
-                    peer = ?self.peer_name(worker, peer),
-                    worker,
-                    %reason,
-                    "peer down (frames only)"
-                ),
-                PeerEvent::Refused { remote, reason } => {
-                    tracing::warn!(%remote, worker, %reason, "peer refused")
-                }
-                PeerEvent::Control { peer, .. } => tracing::warn!(
-                    peer = ?self.peer_name(worker, peer),
-                    worker,
-                    "control message on a connection that carries frames only: ignored"
-                ),
-            }
-            return;
-        }
-        match event {
-            PeerEvent::Up { name, version, .. } => {
-                tracing::info!(peer = %name, version, "peer up");
+    /// Whether news from the peer desk waits for the next `pump_peer_events`.
+    pub fn has_peer_backlog(&self) -> bool {
+        self.desk.as_ref().is_some_and(PeerDesk::has_news)
+    }
+
+    fn on_news(&mut self, news: PeerNews) {
+        match news {
+            PeerNews::Up { name } => {
                 // A Sync cut short by the last connection's end is void.
                 self.sync_in_progress.remove(&name);
                 self.send_sync(&name);
             }
-            PeerEvent::Down { peer, reason } => {
-                tracing::info!(peer = ?self.peer_name(0, peer), %reason, "peer down");
-            }
-            PeerEvent::Refused { remote, reason } => {
-                tracing::warn!(%remote, %reason, "peer refused");
-            }
-            PeerEvent::Control { peer, message } => {
-                let Some(from) = self.peer_name(0, peer) else {
-                    return;
-                };
-                match message.body {
-                    ControlBody::AddWire(spec) => {
-                        self.on_add_wire(&from, spec);
-                    }
-                    ControlBody::DelWire(key) => self.on_del_wire(&from, &key),
-                    ControlBody::Sync(sync) => self.on_sync(&from, sync),
-                    ControlBody::Error(e) => {
-                        tracing::warn!(peer = %from, code = e.code.0, "peer error: {}", e.message)
-                    }
-                    ControlBody::Hello(_) | ControlBody::Ack => {}
+            PeerNews::Claims {
+                from,
+                specs,
+                sync: None,
+            } => {
+                for spec in specs {
+                    self.on_add_wire(&from, spec);
                 }
             }
+            PeerNews::Claims {
+                from,
+                specs,
+                sync: Some(more),
+            } => self.on_sync(&from, specs, more),
+            PeerNews::Gone { from, key } => self.on_del_wire(&from, &key),
         }
-    }
-
-    /// The peer node behind `peer` of worker `worker`.
-    fn peer_name(&self, worker: usize, peer: PeerId) -> Option<String> {
-        let fastpath = self.fastpath.as_ref()?;
-        fastpath.peer_name(worker, peer).map(str::to_owned)
     }
 
     /// The wire as this node's end describes it to the far end's node.
@@ -252,35 +208,19 @@ impl Node {
 
     /// Why `from` may not hold the far end that `spec` describes, if it may not (see the
     /// module's notes), and otherwise this node's end of the wire, if it has one.
-    fn claim_refusal(&self, from: &str, spec: &WireSpec) -> Result<Option<WireRecord>, Refusal> {
-        let namespace = &spec.key.namespace;
-        // A lookup that leaves nothing behind for a pod no topology has: claims naming
-        // made-up pods must not grow the node's memory.
-        let Some(link) = self.claimed_link(namespace, &spec.receiver_pod, spec.key.link_uid) else {
-            return Err(Refusal::NoSuchWire);
-        };
-        if link.peer_pod != spec.sender_pod {
-            return Err(Refusal::OtherFarEnd(link.peer_pod));
-        }
-        // Only the placement says who holds the far end: a claim's own word never does.
-        // In a cluster that is the Pod's node; elsewhere, the Topology's status.
-        let placed = match self.store.pod_placement(namespace, &spec.sender_pod) {
-            PodPlacement::On(node) => Ok(node == from),
-            PodPlacement::Unplaced => Err(Refusal::NotPlaced),
-            PodPlacement::NotTracked => match self.placement(namespace, &spec.sender_pod) {
-                Some(runs_it) => Ok(self.peer_ip(from) == Some(runs_it)),
-                None => Err(Refusal::NotPlaced),
-            },
-        };
-        if !placed? {
-            return Err(Refusal::RunsElsewhere);
-        }
-        let key = wire_key(namespace, &spec.receiver_pod, spec.key.link_uid);
+    fn claim_refusal(
+        &mut self,
+        from: &str,
+        spec: &WireSpec,
+    ) -> Result<Option<WireRecord>, Refusal> {
+        self.claims_judged += 1;
+        judge(self, from, spec)?;
+        let key = wire_key(&spec.key.namespace, &spec.receiver_pod, spec.key.link_uid);
         Ok(self.store.wire(&key).ok().flatten())
     }
 
     /// The address of the node that runs `pod`, if its Topology says.
-    fn placement(&self, namespace: &str, pod: &str) -> Option<IpAddr> {
+    pub(super) fn placement(&self, namespace: &str, pod: &str) -> Option<IpAddr> {
         let loaded = self.topology(namespace, pod).ok()??;
         let src_ip = loaded
             .topology
@@ -294,7 +234,7 @@ impl Node {
     }
 
     /// The configured address of peer `name`.
-    fn peer_ip(&self, name: &str) -> Option<IpAddr> {
+    pub(super) fn peer_ip(&self, name: &str) -> Option<IpAddr> {
         let address = self.fastpath.as_ref()?.addresses.get(name)?;
         Some(address.parse::<SocketAddr>().ok()?.ip())
     }
@@ -306,21 +246,11 @@ impl Node {
         let record = match self.claim_refusal(from, &spec) {
             Ok(record) => record,
             Err(refusal) => {
-                self.refused_claims += 1;
-                self.metrics.refused_claim(from);
-                let line = self
-                    .refusals
-                    .refused(from, Instant::now(), || refusal.describe(&spec));
-                if let Some(line) = line {
-                    log_refusals(&line);
-                }
                 // The claimant is told, so that an end it joined to this node on older
                 // news (this node's end removed and recorded again while the claim was
                 // under way) waits for a far end again instead of waiting on this node
                 // for ever: the next announcement of either end then joins the two.
-                let answered = !matches!(refusal, Refusal::NoSuchWire)
-                    || self.refusals.may_answer_unknown(from);
-                if answered {
+                if self.refusals.refuse(from, &refusal, &spec, Instant::now()) {
                     self.send_to(from, ControlBody::DelWire(spec.key));
                 }
                 return false;
@@ -413,19 +343,20 @@ impl Node {
         }
     }
 
-    /// One part of a peer's Sync: its wires are taken as AddWires now; once the last
-    /// part is in, what this node believed it shared with the peer and no part listed
-    /// is gone. Only wires accepted as claims are remembered between parts, so what a
-    /// peer can make this node hold is bounded by this node's own topologies.
-    fn on_sync(&mut self, from: &str, sync: SyncBody) {
+    /// One part of a peer's Sync (its claims the desk's view allows): they are taken as
+    /// AddWires now; once the last part is in (`more` false), what this node believed it
+    /// shared with the peer and no part listed is gone. Only wires accepted as claims are
+    /// remembered between parts, so what a peer can make this node hold is bounded by
+    /// this node's own topologies.
+    fn on_sync(&mut self, from: &str, specs: Vec<WireSpec>, more: bool) {
         let mut listed = self.sync_in_progress.remove(from).unwrap_or_default();
-        for spec in sync.wires {
+        for spec in specs {
             let key = spec.key.clone();
             if self.on_add_wire(from, spec) {
                 listed.insert(key);
             }
         }
-        if sync.more {
+        if more {
             self.sync_in_progress.insert(from.to_owned(), listed);
             return;
         }
@@ -503,6 +434,7 @@ impl Node {
                 }
             }
         }
+        self.tell_desk_peers();
         for name in left {
             let mut gone: HashSet<WireKey> = self
                 .remote_ends
@@ -527,93 +459,6 @@ impl Node {
     }
 }
 
-/// How long the node's thread works through peer events before it answers the local API
-/// again.
+/// How long the node's thread works through the peer desk's news before it answers the
+/// local API again.
 const TURN: Duration = Duration::from_millis(20);
-/// The most wire specs of a Sync handled as one event: a Sync of tens of thousands is
-/// worked through over several turns.
-const SPECS_PER_EVENT: usize = 2048;
-
-/// Why a claim was refused. Said in words only when it is logged (see `refusals.rs`).
-enum Refusal {
-    /// No topology here has the wire for the pod the claim names.
-    NoSuchWire,
-    /// The topology has this pod, not the claim's, as the far end.
-    OtherFarEnd(String),
-    /// The far end's pod runs on another node than the claimant.
-    RunsElsewhere,
-    /// Nothing says where the far end's pod runs yet.
-    NotPlaced,
-}
-
-impl Refusal {
-    fn describe(&self, spec: &WireSpec) -> String {
-        let (wire, far_end) = (&spec.key, &spec.sender_pod);
-        let why = match self {
-            Refusal::NoSuchWire => format!(
-                "no topology here has wire {} for pod {}/{}",
-                wire.link_uid, wire.namespace, spec.receiver_pod
-            ),
-            Refusal::OtherFarEnd(pod) => {
-                format!("the topology has {pod} as the far end, not {far_end}")
-            }
-            Refusal::RunsElsewhere => format!("pod {far_end} runs on another node"),
-            Refusal::NotPlaced => format!(
-                "pod {far_end} has no placement yet (in a cluster, its Pod's node; elsewhere, its Topology's status.src_ip)"
-            ),
-        };
-        format!(
-            "wire {}/{} with far end {far_end}: {why}",
-            wire.namespace, wire.link_uid
-        )
-    }
-}
-
-/// `event`, with a Sync of more than `SPECS_PER_EVENT` specs cut into Syncs of that many
-/// (all but the last marked `more`, as the parts of a Sync in parts are).
-fn sync_in_turns(event: PeerEvent) -> impl Iterator<Item = PeerEvent> {
-    let mut parts = Vec::new();
-    match event {
-        PeerEvent::Control {
-            peer,
-            message:
-                ControlMessage {
-                    request_id,
-                    body: ControlBody::Sync(sync),
-                },
-        } if sync.wires.len() > SPECS_PER_EVENT => {
-            let more = sync.more;
-            let mut wires = sync.wires.into_iter().peekable();
-            while wires.peek().is_some() {
-                let part: Vec<WireSpec> = wires.by_ref().take(SPECS_PER_EVENT).collect();
-                let last = wires.peek().is_none();
-                parts.push(PeerEvent::Control {
-                    peer,
-                    message: ControlMessage {
-                        request_id,
-                        body: ControlBody::Sync(SyncBody {
-                            wires: part,
-                            more: more || !last,
-                        }),
-                    },
-                });
-            }
-        }
-        other => parts.push(other),
-    }
-    parts.into_iter()
-}
-
-fn log_refusals(line: &Summary) {
-    if line.count == 1 {
-        tracing::warn!(peer = %line.peer, "claim refused: {}", line.last_reason);
-    } else {
-        tracing::warn!(
-            peer = %line.peer,
-            count = line.count,
-            "claims refused since the last line: {} (the last: {})",
-            line.count,
-            line.last_reason
-        );
-    }
-}

@@ -5,7 +5,14 @@
 //! way). Pure: the caller says what time it is and logs what it is given.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use xwire_proto::control::WireSpec;
+
+use super::claims::Refusal;
+use crate::metrics::NodeMetrics;
 
 /// The most a peer's refusals are logged.
 pub(super) const SUMMARY_EVERY: Duration = Duration::from_secs(10);
@@ -107,6 +114,63 @@ impl Refusals {
         });
         lines.sort_by(|a, b| a.peer.cmp(&b.peer));
         lines
+    }
+}
+
+/// Where a refusal is counted: the node's total (its state's `refused_claims`), the
+/// metrics by peer, and the log's summaries. The node's thread and the peer desk each
+/// have one, on the same total and metrics.
+pub(super) struct RefusalBook {
+    refusals: Refusals,
+    total: Arc<AtomicU64>,
+    metrics: Arc<NodeMetrics>,
+}
+
+impl RefusalBook {
+    pub(super) fn new(total: Arc<AtomicU64>, metrics: Arc<NodeMetrics>) -> RefusalBook {
+        RefusalBook {
+            refusals: Refusals::default(),
+            total,
+            metrics,
+        }
+    }
+
+    /// Counts `from`'s claim `spec`, refused for `refusal`, and says whether to answer it
+    /// with DelWire (see `Refusals::may_answer_unknown`).
+    pub(super) fn refuse(
+        &mut self,
+        from: &str,
+        refusal: &Refusal,
+        spec: &WireSpec,
+        now: Instant,
+    ) -> bool {
+        self.total.fetch_add(1, Ordering::Relaxed);
+        self.metrics.refused_claim(from);
+        if let Some(line) = self.refusals.refused(from, now, || refusal.describe(spec)) {
+            log_refusals(&line);
+        }
+        !matches!(refusal, Refusal::NoSuchWire) || self.refusals.may_answer_unknown(from)
+    }
+
+    /// Logs the summaries due now.
+    pub(super) fn log_due(&mut self, now: Instant) {
+        for line in self.refusals.due(now) {
+            log_refusals(&line);
+        }
+    }
+}
+
+fn log_refusals(line: &Summary) {
+    if line.count == 1 {
+        tracing::warn!(peer = %line.peer, "claim refused: {}", line.last_reason);
+    } else {
+        tracing::warn!(
+            peer = %line.peer,
+            count = line.count,
+            "claims refused since the last line: {} (the last: {})",
+            line.count,
+            line.last_reason
+        );
     }
 }
 

@@ -146,6 +146,13 @@ impl Node {
         topologies: &[Topology],
         rebuild: &HashSet<String>,
     ) -> Result<Vec<String>, NodeError> {
+        let changed: HashSet<(String, String)> = topologies
+            .iter()
+            .map(|t| (t.metadata.namespace.clone(), t.metadata.name.clone()))
+            .collect();
+        // The peer desk learns first: a peer answers what this pass announces at once,
+        // and the desk must judge its answer by what is stored now.
+        self.tell_desk_pods(&changed);
         let mut pods = Vec::new();
         for t in topologies {
             if let Some(attachment) =
@@ -160,10 +167,6 @@ impl Node {
             self.pass(Scope::Pods(&pods), rebuild)?.failures
         };
         // A far end's placement may be new: the ends waiting for it are told to its node.
-        let changed: HashSet<(String, String)> = topologies
-            .iter()
-            .map(|t| (t.metadata.namespace.clone(), t.metadata.name.clone()))
-            .collect();
         self.announce_towards(&changed);
         Ok(failures)
     }

@@ -199,6 +199,11 @@ pub trait TopologySource {
     fn pod_placement(&self, _namespace: &str, _pod: &str) -> PodPlacement {
         PodPlacement::NotTracked
     }
+    /// As `pod_placement`, from what the source holds already: never a request to a
+    /// server (a pod it has not heard of is not placed yet).
+    fn known_placement(&self, namespace: &str, pod: &str) -> PodPlacement {
+        self.pod_placement(namespace, pod)
+    }
 }
 
 /// Where a pod runs, by the word of the cluster itself: the Pod's `spec.nodeName`, which

@@ -28,19 +28,7 @@ fn attachment(pod: &str) -> AttachmentRecord {
 }
 
 fn link(uid: u64, peer: &str, intf: &str) -> LinkSpec {
-    LinkSpec {
-        uid,
-        peer_pod: peer.into(),
-        local_intf: intf.into(),
-        peer_intf: intf.into(),
-        local_ip: None,
-        peer_ip: None,
-        mtu: None,
-        local_mac: None,
-        peer_mac: None,
-        carrier: None,
-        impairment: None,
-    }
+    LinkSpec::bare(uid, peer, intf)
 }
 
 fn record(pod: &str, link: &LinkSpec, state: WireState) -> WireRecord {

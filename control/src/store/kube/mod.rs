@@ -634,6 +634,10 @@ impl TopologySource for KubeStore {
         }
     }
 
+    fn known_placement(&self, namespace: &str, pod: &str) -> PodPlacement {
+        placement::known(&self.pods, namespace, pod)
+    }
+
     fn pod_placement(&self, namespace: &str, pod: &str) -> PodPlacement {
         let (placed, asked) =
             placement::placement(&self.pods, &self.client, &self.runtime, namespace, pod);

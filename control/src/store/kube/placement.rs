@@ -67,6 +67,15 @@ fn node_of(pod: &Pod) -> Option<String> {
         .filter(|n| !n.is_empty())
 }
 
+/// Where `namespace/name` runs by the watch's copy alone (a pod it has not seen is not
+/// placed yet: when it is, the watch queues it as a change).
+pub(super) fn known(pods: &Store<Pod>, namespace: &str, name: &str) -> PodPlacement {
+    pods.get(&ObjectRef::new(name).within(namespace))
+        .map_or(PodPlacement::Unplaced, |pod| {
+            node_of(&pod).map_or(PodPlacement::Unplaced, PodPlacement::On)
+        })
+}
+
 /// Where `namespace/name` runs: from the watch's copy, or from the API server for a pod
 /// the watch has not seen yet (made a moment ago).
 pub(super) fn placement(
