@@ -181,6 +181,7 @@ impl NodeMetrics {
             "Share of its time since it started that the fast-path worker spent moving frames",
             ratio,
         );
+        register_away(&mut registry, counters);
         registry.register_with_unit(
             "cni_call_duration",
             "Time from reading a CNI call to answering it, by command",
@@ -379,6 +380,38 @@ fn register_peers(registry: &mut Registry, counters: &NodeCounters) {
     );
 }
 
+/// How long the workers were away from their ports (see `NodeCounters`).
+fn register_away(registry: &mut Registry, counters: &NodeCounters) {
+    let longest = Gauge::<f64, AtomicU64>::default();
+    longest.set(counters.worker_longest_away_seconds);
+    registry.register_with_unit(
+        "worker_longest_away",
+        "The longest a fast-path worker was away from its ports between two passes, not \
+         counting sleep with nothing to do (a port's fill ring must last that long)",
+        Unit::Seconds,
+        longest,
+    );
+    let away = Family::<AwayLabels, Counter>::default();
+    for (over, count) in [
+        ("1ms", counters.worker_away_over_1ms),
+        ("4ms", counters.worker_away_over_4ms),
+        ("16ms", counters.worker_away_over_16ms),
+    ] {
+        away.get_or_create(&AwayLabels { over: over.into() })
+            .inc_by(count);
+    }
+    registry.register(
+        "worker_away",
+        "Times a fast-path worker came back to its ports after longer than `over`",
+        away,
+    );
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AwayLabels {
+    over: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,6 +450,10 @@ mod tests {
             }],
             worker_busy_seconds: 1.0,
             worker_running_seconds: 4.0,
+            worker_longest_away_seconds: 0.021,
+            worker_away_over_1ms: 30,
+            worker_away_over_4ms: 6,
+            worker_away_over_16ms: 1,
             ..NodeCounters::default()
         };
         let text = metrics.encode(&counters);
@@ -434,6 +471,8 @@ mod tests {
             r#"xwire_peer_congestion_events_total{peer="n2",worker="1"} 4"#.into(),
             r#"xwire_peer_window_cap_bytes{peer="n2",worker="1"} 4194304"#.into(),
             "xwire_worker_busy_ratio 0.25".into(),
+            "xwire_worker_longest_away_seconds 0.021".into(),
+            r#"xwire_worker_away_total{over="4ms"} 6"#.into(),
             r#"xwire_cni_call_duration_seconds_count{command="add"} 1"#.into(),
             "xwire_reconcile_pass_duration_seconds_count 1".into(),
         ] {

@@ -232,6 +232,18 @@ pub struct NodeCounters {
     /// Data-plane workers (one per data core).
     #[serde(default)]
     pub workers: usize,
+    /// The longest any worker was away from its ports (from one pass's start to the
+    /// next's, less the time it slept with nothing to do), and how many times the
+    /// workers came back after more than 1, 4 and 16 ms: a port's fill ring must hold
+    /// what arrives meanwhile, or the kernel drops frames.
+    #[serde(default)]
+    pub worker_longest_away_seconds: f64,
+    #[serde(default)]
+    pub worker_away_over_1ms: u64,
+    #[serde(default)]
+    pub worker_away_over_4ms: u64,
+    #[serde(default)]
+    pub worker_away_over_16ms: u64,
 }
 
 /// The counters of one wire end, seen from its pod: `egress` is what the pod sent into

@@ -60,6 +60,13 @@ pub struct NodeStatus {
     /// started.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worker_busy: Option<f64>,
+    /// The longest the node's workers were away from their ports between two passes, in
+    /// milliseconds, and how many times they came back after more than 4 ms: where a
+    /// port drops frames for want of a buffer (`rx_fill_ring_empty`), this says why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_longest_away_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_away_over_4ms: Option<u64>,
     /// The node's QUIC connections to its peers.
     pub peers: Vec<PeerCounters>,
     /// In a lab with pools: the node's pool, whether it is a gateway, the gateway its
@@ -176,6 +183,8 @@ pub fn status(lab: &Lab) -> LabStatus {
                 worker_busy: answered
                     .filter(|c| c.worker_running_seconds > 0.0)
                     .map(|c| c.worker_busy_seconds / c.worker_running_seconds),
+                worker_longest_away_ms: answered.map(|c| c.worker_longest_away_seconds * 1e3),
+                worker_away_over_4ms: answered.map(|c| c.worker_away_over_4ms),
                 peers: answered.map(|c| c.peers.clone()).unwrap_or_default(),
                 pool: pool_state(lab, &paths, node),
             }
@@ -364,21 +373,27 @@ pub fn render(status: &LabStatus) -> String {
 fn render_nodes(status: &LabStatus) -> String {
     use super::table;
     let pools = status.nodes.iter().any(|n| n.pool.is_some());
-    let mut header = vec!["NODE", "UNDERLAY", "DAEMON", "BUSY", "METRICS"];
+    let mut header = vec!["NODE", "UNDERLAY", "DAEMON", "BUSY", "AWAY", "METRICS"];
     if pools {
         header.push("POOL");
     }
-    let mut nodes = table::new(&header, &[3]);
+    let mut nodes = table::new(&header, &[3, 4]);
     for n in &status.nodes {
         let daemon = if n.daemon_up { "up" } else { "DOWN" };
         let busy = n
             .worker_busy
             .map_or("-".to_owned(), |b| format!("{:.1}%", b * 100.0));
+        // The longest absence, and how many were over 4 ms.
+        let away = match (n.worker_longest_away_ms, n.worker_away_over_4ms) {
+            (Some(ms), Some(over)) => format!("{ms:.1} ms ({over} > 4 ms)"),
+            _ => "-".to_owned(),
+        };
         let mut row = vec![
             n.name.clone(),
             n.underlay_address.clone(),
             daemon.to_owned(),
             busy,
+            away,
             n.metrics.clone(),
         ];
         if pools {

@@ -102,6 +102,13 @@ pub(super) fn report(
         worker_busy_seconds: stats.iter().map(|s| s.busy.as_secs_f64()).sum(),
         worker_running_seconds: stats.iter().map(|s| s.running.as_secs_f64()).sum(),
         workers: stats.len(),
+        worker_longest_away_seconds: stats
+            .iter()
+            .map(|s| s.away.longest.as_secs_f64())
+            .fold(0.0, f64::max),
+        worker_away_over_1ms: stats.iter().map(|s| s.away.over[0]).sum(),
+        worker_away_over_4ms: stats.iter().map(|s| s.away.over[1]).sum(),
+        worker_away_over_16ms: stats.iter().map(|s| s.away.over[2]).sum(),
     }
 }
 
@@ -268,6 +275,10 @@ mod tests {
             }),
             busy: std::time::Duration::from_secs(1),
             running: std::time::Duration::from_secs(4),
+            away: xwire_fastpath::stats::AwayTimes {
+                longest: std::time::Duration::from_millis(21),
+                over: [9, 3, 1],
+            },
             ..WorkerStats::default()
         };
         let second = WorkerStats {
@@ -291,6 +302,10 @@ mod tests {
             }],
             busy: std::time::Duration::from_secs(2),
             running: std::time::Duration::from_secs(4),
+            away: xwire_fastpath::stats::AwayTimes {
+                longest: std::time::Duration::from_millis(5),
+                over: [4, 1, 0],
+            },
         };
         let end = |record, path| EndOfPort { record, path };
         let ends = HashMap::from([
@@ -317,6 +332,16 @@ mod tests {
         assert_eq!(answer.transport["frames_sent"], 7);
         assert_eq!((answer.workers, answer.worker_busy_seconds), (2, 3.0));
         assert_eq!(answer.worker_running_seconds, 8.0);
+        // The longest of any worker; the counts of all.
+        assert_eq!(answer.worker_longest_away_seconds, 0.021);
+        assert_eq!(
+            (
+                answer.worker_away_over_1ms,
+                answer.worker_away_over_4ms,
+                answer.worker_away_over_16ms
+            ),
+            (13, 4, 1)
+        );
         assert_eq!(
             answer
                 .peers

@@ -142,6 +142,8 @@ pub(crate) struct Switch {
     /// Time spent in passes that moved frames, and when the worker started (`stats`).
     busy: Duration,
     started: Instant,
+    /// How long the worker was away from its ports between passes (`stats`).
+    away: crate::stats::AwayTimes,
     /// The sizes AF_XDP ports may have, when the worker next looks at their traffic,
     /// and how many resizes are under way.
     limits: sizing::Limits,
@@ -200,6 +202,7 @@ impl Switch {
             extras: extras::LinkExtras::default(),
             busy: Duration::ZERO,
             started: Instant::now(),
+            away: crate::stats::AwayTimes::default(),
             from_peers: 0,
             limits: sizing::Limits::new(
                 config.min_frames_per_port,
@@ -232,6 +235,10 @@ impl Switch {
             coalesce: config.coalesce,
         };
         let mut idle_since = Instant::now();
+        // When the last pass started, and how long the worker slept since, having nothing
+        // to do: the rest of the time between two passes it was away (`AwayTimes`).
+        let mut last_pass: Option<Instant> = None;
+        let mut slept = Duration::ZERO;
         loop {
             // Commands for at most `COMMAND_BUDGET` per pass: a burst of them (a restart
             // opens a port per wire) must not stop forwarding or the peer transport's
@@ -265,6 +272,16 @@ impl Switch {
             if self.resizing > 0 {
                 self.advance_resizes(config, now);
             }
+            let pass_start = Instant::now();
+            if let Some(last) = last_pass {
+                self.away.record(
+                    pass_start
+                        .saturating_duration_since(last)
+                        .saturating_sub(slept),
+                );
+            }
+            last_pass = Some(pass_start);
+            slept = Duration::ZERO;
             let pass = self.poll_once(config, config.busy_poll);
             if pass.moved > 0 {
                 idle_since = Instant::now();
@@ -282,9 +299,19 @@ impl Switch {
                 // this CPU; once it overflows into ksoftirqd, a worker that spins keeps it
                 // waiting for a scheduler slice, which costs milliseconds and drops. An
                 // empty pass hands it the CPU; with nothing else to run this returns at once.
+                // Time yielded to another thread is time away: the worker had work.
                 pace::Next::Yield => std::thread::yield_now(),
-                pace::Next::Nap(time) => std::thread::sleep(time),
-                pace::Next::Sleep => self.sleep_until_traffic(),
+                pace::Next::Nap(time) => {
+                    let asleep = Instant::now();
+                    std::thread::sleep(time);
+                    // A nap that ends late was kept from the worker by the scheduler.
+                    slept += asleep.elapsed().min(time);
+                }
+                pace::Next::Sleep => {
+                    let asleep = Instant::now();
+                    self.sleep_until_traffic();
+                    slept += asleep.elapsed();
+                }
             }
         }
     }

@@ -47,6 +47,7 @@ impl Switch {
             peers,
             busy: self.busy,
             running: self.started.elapsed(),
+            away: self.away,
         }
     }
 

@@ -86,6 +86,13 @@ pub fn render(state: &NodeState, counters: &NodeCounters) -> String {
             100.0 * counters.worker_busy_seconds / counters.worker_running_seconds,
             counters.worker_running_seconds
         ));
+        out.push_str(&format!(
+            "worker away from its ports: longest {:.1} ms; over 1/4/16 ms: {}/{}/{} times\n",
+            counters.worker_longest_away_seconds * 1000.0,
+            counters.worker_away_over_1ms,
+            counters.worker_away_over_4ms,
+            counters.worker_away_over_16ms
+        ));
     }
     out.push_str("\n(SENT/RECEIVED: frames the pod sent into the wire and received from it through the switch; - : a plain veth pair)\n");
     out
