@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use xwire_proto::local::{codes, CniError, Request, Response, StatusCall};
+use xwire_proto::local::{codes, CniCall, CniError, Request, Response, StatusCall};
 
 pub use call::{Command, Invocation};
 pub use result::SUPPORTED_VERSIONS;
@@ -119,83 +119,9 @@ fn execute(invocation: &Invocation) -> Result<Option<Value>, CniError> {
             "cniVersion": invocation.cni_version,
             "supportedVersions": SUPPORTED_VERSIONS,
         }))),
-        Command::Add(call) => {
-            // The pod's veth to the node first: it is the plugin's own, undone here if
-            // the daemon then fails.
-            let veth = match &invocation.veth_mode {
-                Some(mode) => Some(veth_add(mode, call, invocation.prev_result.as_ref())?),
-                None => None,
-            };
-            let answered = xwire_api_client::call_about_netns(
-                &socket,
-                &Request::Add(call.clone()),
-                Path::new(&call.netns),
-                DAEMON_TIMEOUT,
-            );
-            let mut result = match answered {
-                Ok(Response::Added(added)) => Ok(result::merge(
-                    &invocation.cni_version,
-                    invocation.prev_result.as_ref(),
-                    &added,
-                    invocation.report_ips,
-                )),
-                Ok(Response::NotManaged) => Ok(result::pass_through(
-                    &invocation.cni_version,
-                    invocation.prev_result.as_ref(),
-                )),
-                Ok(other) => Err(unexpected(other)),
-                Err(e) => Err(unreachable_daemon(&socket, e)),
-            };
-            match (&mut result, veth) {
-                (Ok(result), Some((mode, made))) => {
-                    result::add_veth(result, &mode.pod_interface, &call.netns, &made)
-                }
-                (Err(_), Some(_)) => {
-                    let _ = veth_mode::netlink::del(&call.container_id, &call.ifname);
-                }
-                _ => {}
-            }
-            result.map(Some)
-        }
-        Command::Del(call) => {
-            let removed_veth = match &invocation.veth_mode {
-                Some(_) => veth_mode::netlink::del(&call.container_id, &call.ifname),
-                None => Ok(()),
-            };
-            match xwire_api_client::call(&socket, &Request::Del(call.clone()), DAEMON_TIMEOUT) {
-                Ok(Response::Ok) => removed_veth.map(|()| None).map_err(|e| CniError {
-                    code: codes::IO_FAILURE,
-                    msg: "veth mode: the pod's veth to the node could not be removed".into(),
-                    details: e,
-                }),
-                Ok(other) => Err(unexpected(other)),
-                // A failing DEL blocks the pod's deletion for good: remove what is ours in
-                // the pod's namespace and succeed; the daemon drops its records when it is
-                // back and finds the namespace gone.
-                Err(_) => {
-                    cleanup::remove_own_interfaces(&call.netns);
-                    Ok(None)
-                }
-            }
-        }
-        Command::Check(call) => {
-            match xwire_api_client::call_about_netns(
-                &socket,
-                &Request::Check(call.clone()),
-                Path::new(&call.netns),
-                DAEMON_TIMEOUT,
-            ) {
-                Ok(Response::Ok) => {}
-                Ok(other) => return Err(unexpected(other)),
-                Err(e) => return Err(unreachable_daemon(&socket, e)),
-            }
-            match &invocation.veth_mode {
-                Some(mode) => {
-                    veth_check(mode, call, invocation.prev_result.as_ref()).map(|()| None)
-                }
-                None => Ok(None),
-            }
-        }
+        Command::Add(call) => add(invocation, &socket, call).map(Some),
+        Command::Del(call) => del(invocation, &socket, call),
+        Command::Check(call) => check(invocation, &socket, call),
         Command::Status(config) => {
             let request = Request::Status(StatusCall {
                 cni_version: invocation.cni_version.clone(),
@@ -218,6 +144,88 @@ fn execute(invocation: &Invocation) -> Result<Option<Value>, CniError> {
                 Err(e) => Err(unreachable_daemon(&socket, e)),
             }
         }
+    }
+}
+
+/// ADD: in veth mode the pod's veth to the node first (it is the plugin's own, undone
+/// here if the daemon then fails), then the daemon's wires.
+fn add(invocation: &Invocation, socket: &Path, call: &CniCall) -> Result<Value, CniError> {
+    let veth = match &invocation.veth_mode {
+        Some(mode) => Some(veth_add(mode, call, invocation.prev_result.as_ref())?),
+        None => None,
+    };
+    let answered = xwire_api_client::call_about_netns(
+        socket,
+        &Request::Add(call.clone()),
+        Path::new(&call.netns),
+        DAEMON_TIMEOUT,
+    );
+    let mut result = match answered {
+        Ok(Response::Added(added)) => Ok(result::merge(
+            &invocation.cni_version,
+            invocation.prev_result.as_ref(),
+            &added,
+            invocation.report_ips,
+        )),
+        Ok(Response::NotManaged) => Ok(result::pass_through(
+            &invocation.cni_version,
+            invocation.prev_result.as_ref(),
+        )),
+        Ok(other) => Err(unexpected(other)),
+        Err(e) => Err(unreachable_daemon(socket, e)),
+    };
+    match (&mut result, veth) {
+        (Ok(result), Some((mode, made))) => {
+            result::add_veth(result, &mode.pod_interface, &call.netns, &made)
+        }
+        (Err(_), Some(_)) => {
+            let _ = veth_mode::netlink::del(&call.container_id, &call.ifname);
+        }
+        _ => {}
+    }
+    result
+}
+
+fn del(invocation: &Invocation, socket: &Path, call: &CniCall) -> Result<Option<Value>, CniError> {
+    let removed_veth = match &invocation.veth_mode {
+        Some(_) => veth_mode::netlink::del(&call.container_id, &call.ifname),
+        None => Ok(()),
+    };
+    match xwire_api_client::call(socket, &Request::Del(call.clone()), DAEMON_TIMEOUT) {
+        Ok(Response::Ok) => removed_veth.map(|()| None).map_err(|e| CniError {
+            code: codes::IO_FAILURE,
+            msg: "veth mode: the pod's veth to the node could not be removed".into(),
+            details: e,
+        }),
+        Ok(other) => Err(unexpected(other)),
+        // A failing DEL blocks the pod's deletion for good: remove what is ours in the
+        // pod's namespace and succeed; the daemon drops its records when it is back and
+        // finds the namespace gone.
+        Err(_) => {
+            cleanup::remove_own_interfaces(&call.netns);
+            Ok(None)
+        }
+    }
+}
+
+fn check(
+    invocation: &Invocation,
+    socket: &Path,
+    call: &CniCall,
+) -> Result<Option<Value>, CniError> {
+    match xwire_api_client::call_about_netns(
+        socket,
+        &Request::Check(call.clone()),
+        Path::new(&call.netns),
+        DAEMON_TIMEOUT,
+    ) {
+        Ok(Response::Ok) => {}
+        Ok(other) => return Err(unexpected(other)),
+        Err(e) => return Err(unreachable_daemon(socket, e)),
+    }
+    match &invocation.veth_mode {
+        Some(mode) => veth_check(mode, call, invocation.prev_result.as_ref()).map(|()| None),
+        None => Ok(None),
     }
 }
 

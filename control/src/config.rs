@@ -371,127 +371,17 @@ impl DaemonConfig {
 
     /// Parses and checks a configuration; `path` only names it in errors.
     pub fn parse(text: &str, path: &Path) -> Result<DaemonConfig, ConfigError> {
-        let config: DaemonConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let mut config: DaemonConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.into(),
             message: e.to_string().trim_end().to_owned(),
         })?;
-        let invalid = |field, message: String| ConfigError::Invalid {
-            path: path.into(),
-            field,
-            message,
-        };
-        if !["embedded", "kubernetes"].contains(&config.topology.source.as_str()) {
-            return Err(invalid(
-                "topology.source",
-                format!(
-                    "{:?} is not a source; use \"embedded\" or \"kubernetes\"",
-                    config.topology.source
-                ),
-            ));
-        }
-        xwire_proto::control::check_node_name(&config.node_name)
-            .map_err(|e| invalid("node_name", e))?;
-        for peer in &config.peers {
-            xwire_proto::control::check_node_name(&peer.name).map_err(|e| invalid("peers", e))?;
-        }
-        if !(1280..=65535).contains(&config.underlay_mtu) {
-            return Err(invalid(
-                "underlay_mtu",
-                format!("{} is below QUIC's minimum of 1280", config.underlay_mtu),
-            ));
-        }
-        let labelled = config.topology.pools_from_labels;
-        if labelled && (config.topology.source != "kubernetes" || !config.topology.discover_peers) {
-            return Err(invalid(
-                "topology.pools_from_labels",
-                "needs source = \"kubernetes\" and discover_peers".to_owned(),
-            ));
-        }
-        if labelled {
-            let base = config.pools.clone().unwrap_or_default();
-            if config.underlay_mtu > base.tunnel_mtu() {
-                return Err(invalid(
-                    "underlay_mtu",
-                    format!(
-                        "{} does not fit the tunnel between pools ([pools] wan_mtu {} less {})",
-                        config.underlay_mtu,
-                        base.wan_mtu,
-                        xwire_gateway::TUNNEL_OVERHEAD
-                    ),
-                ));
-            }
-        }
-        if let Some(pools) = config.pools.as_ref().filter(|_| !labelled) {
-            let checked =
-                xwire_gateway::Pools::new(&pools.pools).map_err(|e| invalid("pools", e))?;
-            if checked.named(&pools.member_of).is_none() {
-                return Err(invalid(
-                    "pools.member_of",
-                    format!("no pool is named {:?}", pools.member_of),
-                ));
-            }
-            if let Some(pool) = checked.gateway_pool(&config.node_name) {
-                if pool.name != pools.member_of {
-                    return Err(invalid(
-                        "pools",
-                        format!(
-                            "this node is a gateway of pool {}, not of its own",
-                            pool.name
-                        ),
-                    ));
-                }
-            }
-            if config.underlay_mtu > pools.tunnel_mtu() {
-                return Err(invalid(
-                    "underlay_mtu",
-                    format!(
-                        "{} does not fit the tunnel between pools (wan_mtu {} less {})",
-                        config.underlay_mtu,
-                        pools.wan_mtu,
-                        xwire_gateway::TUNNEL_OVERHEAD
-                    ),
-                ));
-            }
-        }
-        if !(1..=usize::from(u16::MAX)).contains(&config.max_ports) {
-            return Err(invalid(
-                "max_ports",
-                format!("{} is not between 1 and 65535", config.max_ports),
-            ));
-        }
-        for (key, frames) in [
-            ("frames_per_port", config.frames_per_port),
-            ("min_frames_per_port", config.min_frames_per_port),
-        ] {
-            if !(2..=1 << 20).contains(&frames) {
-                return Err(invalid(
-                    key,
-                    format!("{frames} is not between 2 and 1048576"),
-                ));
-            }
-        }
-        if config.resting_frames_per_worker > 1 << 24 {
-            return Err(invalid(
-                "resting_frames_per_worker",
-                format!("{} is above 16777216", config.resting_frames_per_worker),
-            ));
-        }
-        let kubernetes_identity = config.topology.source == "kubernetes"
-            && !(config.topology.ca_secret.is_empty()
-                && config.topology.certificate_signer.is_empty());
-        if !config.peers.is_empty() && config.certs.is_none() && !kubernetes_identity {
-            return Err(invalid(
-                "certs",
-                "peers are configured, so the node needs its certificate, key and CA".into(),
-            ));
-        }
-        if let Some(peer) = config.peers.iter().find(|p| p.name == config.node_name) {
-            return Err(invalid(
-                "peers",
-                format!("{:?} is this node's own name", peer.name),
-            ));
-        }
-        let mut config = config;
+        config
+            .check()
+            .map_err(|(field, message)| ConfigError::Invalid {
+                path: path.into(),
+                field,
+                message,
+            })?;
         if let Some(chain) = &mut config.chain {
             chain
                 .state_dir
@@ -499,7 +389,143 @@ impl DaemonConfig {
         }
         Ok(config)
     }
+
+    /// What is wrong with the configuration, if anything: the field and why.
+    fn check(&self) -> Result<(), Invalid> {
+        self.check_names()?;
+        self.check_pools()?;
+        self.check_sizes()?;
+        self.check_peers()
+    }
+
+    /// The topology source, and the node's and its peers' names.
+    fn check_names(&self) -> Result<(), Invalid> {
+        if !["embedded", "kubernetes"].contains(&self.topology.source.as_str()) {
+            return Err((
+                "topology.source",
+                format!(
+                    "{:?} is not a source; use \"embedded\" or \"kubernetes\"",
+                    self.topology.source
+                ),
+            ));
+        }
+        xwire_proto::control::check_node_name(&self.node_name).map_err(|e| ("node_name", e))?;
+        for peer in &self.peers {
+            xwire_proto::control::check_node_name(&peer.name).map_err(|e| ("peers", e))?;
+        }
+        Ok(())
+    }
+
+    /// The node pools, from the Node labels or configured, and the underlay MTU that their
+    /// tunnels must carry.
+    fn check_pools(&self) -> Result<(), Invalid> {
+        if !(1280..=65535).contains(&self.underlay_mtu) {
+            return Err((
+                "underlay_mtu",
+                format!("{} is below QUIC's minimum of 1280", self.underlay_mtu),
+            ));
+        }
+        let labelled = self.topology.pools_from_labels;
+        if labelled && (self.topology.source != "kubernetes" || !self.topology.discover_peers) {
+            return Err((
+                "topology.pools_from_labels",
+                "needs source = \"kubernetes\" and discover_peers".to_owned(),
+            ));
+        }
+        if labelled {
+            let base = self.pools.clone().unwrap_or_default();
+            if self.underlay_mtu > base.tunnel_mtu() {
+                return Err((
+                    "underlay_mtu",
+                    format!(
+                        "{} does not fit the tunnel between pools ([pools] wan_mtu {} less {})",
+                        self.underlay_mtu,
+                        base.wan_mtu,
+                        xwire_gateway::TUNNEL_OVERHEAD
+                    ),
+                ));
+            }
+        }
+        let Some(pools) = self.pools.as_ref().filter(|_| !labelled) else {
+            return Ok(());
+        };
+        let checked = xwire_gateway::Pools::new(&pools.pools).map_err(|e| ("pools", e))?;
+        if checked.named(&pools.member_of).is_none() {
+            return Err((
+                "pools.member_of",
+                format!("no pool is named {:?}", pools.member_of),
+            ));
+        }
+        if let Some(pool) = checked.gateway_pool(&self.node_name) {
+            if pool.name != pools.member_of {
+                return Err((
+                    "pools",
+                    format!(
+                        "this node is a gateway of pool {}, not of its own",
+                        pool.name
+                    ),
+                ));
+            }
+        }
+        if self.underlay_mtu > pools.tunnel_mtu() {
+            return Err((
+                "underlay_mtu",
+                format!(
+                    "{} does not fit the tunnel between pools (wan_mtu {} less {})",
+                    self.underlay_mtu,
+                    pools.wan_mtu,
+                    xwire_gateway::TUNNEL_OVERHEAD
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Ports per worker and frames per port.
+    fn check_sizes(&self) -> Result<(), Invalid> {
+        if !(1..=usize::from(u16::MAX)).contains(&self.max_ports) {
+            return Err((
+                "max_ports",
+                format!("{} is not between 1 and 65535", self.max_ports),
+            ));
+        }
+        for (key, frames) in [
+            ("frames_per_port", self.frames_per_port),
+            ("min_frames_per_port", self.min_frames_per_port),
+        ] {
+            if !(2..=1 << 20).contains(&frames) {
+                return Err((key, format!("{frames} is not between 2 and 1048576")));
+            }
+        }
+        if self.resting_frames_per_worker > 1 << 24 {
+            return Err((
+                "resting_frames_per_worker",
+                format!("{} is above 16777216", self.resting_frames_per_worker),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A node with peers needs an identity (its files, or the cluster's signer or CA),
+    /// and is not one of them.
+    fn check_peers(&self) -> Result<(), Invalid> {
+        let kubernetes_identity = self.topology.source == "kubernetes"
+            && !(self.topology.ca_secret.is_empty() && self.topology.certificate_signer.is_empty());
+        if !self.peers.is_empty() && self.certs.is_none() && !kubernetes_identity {
+            return Err((
+                "certs",
+                "peers are configured, so the node needs its certificate, key and CA".into(),
+            ));
+        }
+        if let Some(peer) = self.peers.iter().find(|p| p.name == self.node_name) {
+            return Err(("peers", format!("{:?} is this node's own name", peer.name)));
+        }
+        Ok(())
+    }
 }
+
+/// A field of the configuration that is wrong, and why.
+type Invalid = (&'static str, String);
 
 #[cfg(test)]
 mod tests {

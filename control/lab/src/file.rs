@@ -325,76 +325,13 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
     drop_nulls(&mut root);
     let raw: RawLab = marked_yaml::from_node(&root).map_err(|e| yaml_error(&e.into(), text))?;
     check_name(&raw.name, "lab name", MAX_LAB_NAME)?;
-    let mut nodes: Vec<String> = Vec::new();
-    for node in &raw.nodes {
-        check_name(node, "node name", 63)?;
-        if nodes.iter().any(|n| n == node.as_str()) {
-            return Err(at(
-                node.span(),
-                format!("node {} is listed twice", node.as_str()),
-            ));
-        }
-        nodes.push(node.to_string());
-    }
-    if nodes.is_empty() {
-        return Err(at(raw.name.span(), "a lab needs at least one node"));
-    }
-    if nodes.len() > MAX_NODES {
-        let message = format!("{} nodes; a lab has at most {MAX_NODES}", nodes.len());
-        return Err(at(raw.nodes[MAX_NODES].span(), message));
-    }
-    if let Some((name, _)) = raw.pods.iter().nth(MAX_PODS) {
-        let message = format!("{} pods; a lab has at most {MAX_PODS}", raw.pods.len());
-        return Err(at(name.span(), message));
-    }
-    let mut pods = BTreeMap::new();
-    let mut containers = BTreeMap::new();
-    let mut routing = BTreeMap::new();
-    let mut interface_names = BTreeMap::new();
-    for (name, pod) in &raw.pods {
-        check_name(name, "pod name", 63)?;
-        if !nodes.iter().any(|n| n == pod.node.as_str()) {
-            let message = format!(
-                "pod {} is on node {}, which is not in `nodes`",
-                name.as_str(),
-                pod.node.as_str()
-            );
-            return Err(at(pod.node.span(), message));
-        }
-        pods.insert(name.to_string(), pod.node.to_string());
-        if let Some(container) = check_container(name, pod)? {
-            containers.insert(name.to_string(), container);
-        }
-        let mut pod_routing = PodRouting {
-            routes: Vec::new(),
-            policy_routing: pod.policy_routing.or(raw.policy_routing),
-        };
-        for route in pod.routes.iter().flatten() {
-            let entry = RouteEntry {
-                dst: route.dst.clone(),
-                via: route.via.clone(),
-            };
-            entry
-                .parse()
-                .map_err(|e| at(route.span(), format!("pod {}: route: {e}", name.as_str())))?;
-            pod_routing.routes.push(entry);
-        }
-        if pod_routing != PodRouting::default() {
-            routing.insert(name.to_string(), pod_routing);
-        }
-        if let Some(names) = &pod.interface_names {
-            if let Some(bad) = names.keys().find(|k| topology::check_ifname(k).is_err()) {
-                let message = format!(
-                    "pod {}: interface_names: {bad:?} is not a Linux interface name",
-                    name.as_str()
-                );
-                return Err(at(names.span(), message));
-            }
-            if !names.is_empty() {
-                interface_names.insert(name.to_string(), (**names).clone());
-            }
-        }
-    }
+    let nodes = check_nodes(&raw)?;
+    let PodsChecked {
+        pods,
+        containers,
+        routing,
+        interface_names,
+    } = check_pods(&raw, &nodes)?;
     let links = check_links(&raw.links, &pods, previous)?;
     let mgmt = check_mgmt(raw.mgmt.as_ref(), &pods, &links, previous)?;
     let pools = check_pools(&raw.name, &raw.pools, &nodes)?;
@@ -432,6 +369,110 @@ pub fn parse(text: &str, previous: Option<&Lab>) -> Result<Lab, LabFileError> {
         })?;
     }
     Ok(lab)
+}
+
+/// The lab's nodes, each named once, one at least and `MAX_NODES` at most.
+fn check_nodes(raw: &RawLab) -> Result<Vec<String>, LabFileError> {
+    let mut nodes: Vec<String> = Vec::new();
+    for node in &raw.nodes {
+        check_name(node, "node name", 63)?;
+        if nodes.iter().any(|n| n == node.as_str()) {
+            return Err(at(
+                node.span(),
+                format!("node {} is listed twice", node.as_str()),
+            ));
+        }
+        nodes.push(node.to_string());
+    }
+    if nodes.is_empty() {
+        return Err(at(raw.name.span(), "a lab needs at least one node"));
+    }
+    if nodes.len() > MAX_NODES {
+        let message = format!("{} nodes; a lab has at most {MAX_NODES}", nodes.len());
+        return Err(at(raw.nodes[MAX_NODES].span(), message));
+    }
+    Ok(nodes)
+}
+
+/// What the pods of a lab file say, checked: see `Lab`'s fields of the same names.
+struct PodsChecked {
+    pods: BTreeMap<String, String>,
+    containers: BTreeMap<String, Container>,
+    routing: BTreeMap<String, PodRouting>,
+    interface_names: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// The pods, each on a node of `nodes`, with their containers, routing and interface
+/// names.
+fn check_pods(raw: &RawLab, nodes: &[String]) -> Result<PodsChecked, LabFileError> {
+    if let Some((name, _)) = raw.pods.iter().nth(MAX_PODS) {
+        let message = format!("{} pods; a lab has at most {MAX_PODS}", raw.pods.len());
+        return Err(at(name.span(), message));
+    }
+    let mut checked = PodsChecked {
+        pods: BTreeMap::new(),
+        containers: BTreeMap::new(),
+        routing: BTreeMap::new(),
+        interface_names: BTreeMap::new(),
+    };
+    for (name, pod) in &raw.pods {
+        check_name(name, "pod name", 63)?;
+        if !nodes.iter().any(|n| n == pod.node.as_str()) {
+            let message = format!(
+                "pod {} is on node {}, which is not in `nodes`",
+                name.as_str(),
+                pod.node.as_str()
+            );
+            return Err(at(pod.node.span(), message));
+        }
+        checked.pods.insert(name.to_string(), pod.node.to_string());
+        if let Some(container) = check_container(name, pod)? {
+            checked.containers.insert(name.to_string(), container);
+        }
+        let routing = pod_routing(name, pod, raw.policy_routing)?;
+        if routing != PodRouting::default() {
+            checked.routing.insert(name.to_string(), routing);
+        }
+        if let Some(names) = &pod.interface_names {
+            if let Some(bad) = names.keys().find(|k| topology::check_ifname(k).is_err()) {
+                let message = format!(
+                    "pod {}: interface_names: {bad:?} is not a Linux interface name",
+                    name.as_str()
+                );
+                return Err(at(names.span(), message));
+            }
+            if !names.is_empty() {
+                checked
+                    .interface_names
+                    .insert(name.to_string(), (**names).clone());
+            }
+        }
+    }
+    Ok(checked)
+}
+
+/// A pod's static routes and router mode (`policy_routing`: the lab's, where the pod
+/// does not say).
+fn pod_routing(
+    name: &Spanned<String>,
+    pod: &RawPod,
+    policy_routing: Option<bool>,
+) -> Result<PodRouting, LabFileError> {
+    let mut routing = PodRouting {
+        routes: Vec::new(),
+        policy_routing: pod.policy_routing.or(policy_routing),
+    };
+    for route in pod.routes.iter().flatten() {
+        let entry = RouteEntry {
+            dst: route.dst.clone(),
+            via: route.via.clone(),
+        };
+        entry
+            .parse()
+            .map_err(|e| at(route.span(), format!("pod {}: route: {e}", name.as_str())))?;
+        routing.routes.push(entry);
+    }
+    Ok(routing)
 }
 
 /// The most pools a lab has: each takes a /24 of 172.31.0.0/16 for its underlay.

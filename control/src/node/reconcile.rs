@@ -209,6 +209,46 @@ impl Node {
             ..Observed::default()
         };
         let mut namespaces = HashMap::new();
+        let looked_at_pods =
+            self.observe_pods(scope, &mut desired, &mut observed, &mut namespaces)?;
+        let records = self.records_of(scope, &looked_at_pods)?;
+        observed.records = records.into_iter().map(|w| (w.key(), w)).collect();
+        let node_interfaces = match scope {
+            Scope::Node => interfaces::observe(&self.node_ns),
+            // Only the node ends of the pods looked at: one read each, rather than a dump
+            // of a node namespace that may hold thousands.
+            Scope::Pods(_) | Scope::Detached(_) => {
+                self.node_ends_of(&desired, &observed, &looked_at_pods)
+            }
+        };
+        match node_interfaces {
+            Ok(interfaces) => observed.node_interfaces = interfaces,
+            Err(e) => observed.node_unreadable = Some(format!("list its interfaces: {e}")),
+        }
+        if let Scope::Detached(attachment) = scope {
+            observed.detached = Some(attachment.pod.clone());
+        }
+        self.observe_ports_and_far_ends(&mut desired, &mut observed);
+        desired.withdrawn = self.withdrawn.clone();
+        desired.switched = self.switched_wires(&desired);
+        Ok(Observation {
+            desired,
+            observed,
+            namespaces,
+            looked_at: looked_at_pods,
+        })
+    }
+
+    /// The attachments the pass plans with and their links (`desired`), and the
+    /// namespaces of the pods it looks at, opened (`namespaces`) and listed
+    /// (`observed`). Returns the pods looked at.
+    fn observe_pods(
+        &self,
+        scope: Scope<'_>,
+        desired: &mut Desired,
+        observed: &mut Observed,
+        namespaces: &mut HashMap<String, NetnsFd>,
+    ) -> Result<HashSet<(String, String)>, NodeError> {
         let mut looked_at_pods = HashSet::new();
         // By container and interface, the parts of an attachment's key: a lookup per
         // attachment makes no key.
@@ -255,43 +295,35 @@ impl Node {
             }
             desired.pods.push(DesiredPod { attachment, links });
         }
-        // A pass over some pods plans for theirs only (the others are taken as they are):
-        // it reads their records alone, not every record of a node that may hold
-        // thousands.
-        let records = match scope {
-            Scope::Node => self.store.wires()?,
-            Scope::Pods(_) | Scope::Detached(_) => {
-                let mut records = Vec::new();
-                let detached = match scope {
-                    Scope::Detached(attachment) => {
-                        Some((&attachment.pod.namespace, &attachment.pod.name))
-                    }
-                    _ => None,
-                };
-                for (namespace, pod) in looked_at_pods.iter().map(|(n, p)| (n, p)).chain(detached) {
-                    records.extend(self.store.wires_of_pod(namespace, pod)?);
-                }
-                records
-            }
-        };
-        observed.records = records.into_iter().map(|w| (w.key(), w)).collect();
-        let node_interfaces = match scope {
-            Scope::Node => interfaces::observe(&self.node_ns),
-            // Only the node ends of the pods looked at: one read each, rather than a dump
-            // of a node namespace that may hold thousands.
-            Scope::Pods(_) | Scope::Detached(_) => {
-                self.node_ends_of(&desired, &observed, &looked_at_pods)
-            }
-        };
-        match node_interfaces {
-            Ok(interfaces) => observed.node_interfaces = interfaces,
-            Err(e) => observed.node_unreadable = Some(format!("list its interfaces: {e}")),
+        Ok(looked_at_pods)
+    }
+
+    /// The wire records the pass plans with. A pass over some pods plans for theirs only
+    /// (the others are taken as they are): it reads their records alone, not every record
+    /// of a node that may hold thousands.
+    fn records_of(
+        &self,
+        scope: Scope<'_>,
+        looked_at_pods: &HashSet<(String, String)>,
+    ) -> Result<Vec<WireRecord>, NodeError> {
+        if let Scope::Node = scope {
+            return Ok(self.store.wires()?);
         }
-        if let Scope::Detached(attachment) = scope {
-            observed.detached = Some(attachment.pod.clone());
+        let detached = match scope {
+            Scope::Detached(attachment) => Some((&attachment.pod.namespace, &attachment.pod.name)),
+            _ => None,
+        };
+        let mut records = Vec::new();
+        for (namespace, pod) in looked_at_pods.iter().map(|(n, p)| (n, p)).chain(detached) {
+            records.extend(self.store.wires_of_pod(namespace, pod)?);
         }
-        // The plan asks about the records it has only: a pass over some pods looks up the
-        // ports and far ends of their wires, rather than copying the node's thousands.
+        Ok(records)
+    }
+
+    /// The open fast-path ports and the far ends peers announced, of the records the
+    /// plan has only: a pass over some pods looks up the ports and far ends of their
+    /// wires, rather than copying the node's thousands.
+    fn observe_ports_and_far_ends(&self, desired: &mut Desired, observed: &mut Observed) {
         if observed.whole_node {
             observed.ports = self.ports.keys().cloned().collect();
             desired.remote_ends = self
@@ -299,28 +331,20 @@ impl Node {
                 .iter()
                 .map(|(key, end)| (key.clone(), end.pod.clone()))
                 .collect();
-        } else {
-            for (key, record) in &observed.records {
-                if self.ports.contains_key(key) {
-                    observed.ports.insert(key.clone());
-                }
-                let wire = WireKey {
-                    namespace: record.topo_namespace.clone(),
-                    link_uid: record.link_uid,
-                };
-                if let Some(end) = self.remote_ends.get(&wire) {
-                    desired.remote_ends.insert(wire, end.pod.clone());
-                }
+            return;
+        }
+        for (key, record) in &observed.records {
+            if self.ports.contains_key(key) {
+                observed.ports.insert(key.clone());
+            }
+            let wire = WireKey {
+                namespace: record.topo_namespace.clone(),
+                link_uid: record.link_uid,
+            };
+            if let Some(end) = self.remote_ends.get(&wire) {
+                desired.remote_ends.insert(wire, end.pod.clone());
             }
         }
-        desired.withdrawn = self.withdrawn.clone();
-        desired.switched = self.switched_wires(&desired);
-        Ok(Observation {
-            desired,
-            observed,
-            namespaces,
-            looked_at: looked_at_pods,
-        })
     }
 
     /// The stored attachments of `pods`, and of the pods attached here that their links

@@ -129,6 +129,70 @@ fn backend(message: impl std::fmt::Display) -> StoreError {
     }
 }
 
+/// Keeps `writer`'s store of `api`'s objects on `runtime`, and hands each object that
+/// changes to `on_object`; a failing watch is logged (`what`) and retried with backoff.
+pub(super) fn reflect<K>(
+    runtime: &tokio::runtime::Runtime,
+    writer: reflector::store::Writer<K>,
+    api: Api<K>,
+    what: &'static str,
+    mut on_object: impl FnMut(K) + Send + 'static,
+) where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
+    K: 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
+    runtime.spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(object) => on_object(object),
+                Err(e) => tracing::warn!("watching {what}: {e}"),
+            }
+        }
+    });
+}
+
+/// Watches every Topology object on `runtime`; each one that changes is queued to
+/// `changed` as `namespace/name`.
+fn watch_topologies(
+    runtime: &tokio::runtime::Runtime,
+    client: &Client,
+    resource: &ApiResource,
+    changed: &Arc<Mutex<Vec<String>>>,
+) -> Store<DynamicObject> {
+    let writer = reflector::store::Writer::new(resource.clone());
+    let topologies = writer.as_reader();
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
+    let queue = changed.clone();
+    reflect(runtime, writer, api, "Topology objects", move |object| {
+        let key = topology::pod_key(
+            object.metadata.namespace.as_deref().unwrap_or_default(),
+            object.metadata.name.as_deref().unwrap_or_default(),
+        );
+        queue.lock().expect("not poisoned").push(key);
+    });
+    topologies
+}
+
+/// Watches the namespaces where pods opt in by `label`; with none, nothing is watched
+/// (and the store stays empty).
+fn watch_namespaces(
+    runtime: &tokio::runtime::Runtime,
+    client: &Client,
+    label: &str,
+) -> Store<Namespace> {
+    let (namespaces, writer) = reflector::store();
+    if !label.is_empty() {
+        let api: Api<Namespace> = Api::all(client.clone());
+        reflect(runtime, writer, api, "namespaces", |_| {});
+    }
+    namespaces
+}
+
 impl KubeStore {
     /// Connects, starts the watches and reads the node's GWireKObj objects: a node that
     /// starts with an empty disk gets its records back from here.
@@ -153,47 +217,8 @@ impl KubeStore {
             gwire::PLURAL,
         );
         let changed = Arc::new(Mutex::new(Vec::new()));
-
-        let writer = reflector::store::Writer::new(topology_resource.clone());
-        let topologies = writer.as_reader();
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &topology_resource);
-        let queue = changed.clone();
-        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff()
-            .touched_objects();
-        runtime.spawn(async move {
-            futures::pin_mut!(stream);
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(object) => {
-                        let key = topology::pod_key(
-                            object.metadata.namespace.as_deref().unwrap_or_default(),
-                            object.metadata.name.as_deref().unwrap_or_default(),
-                        );
-                        queue.lock().expect("not poisoned").push(key);
-                    }
-                    Err(e) => tracing::warn!("watching Topology objects: {e}"),
-                }
-            }
-        });
-
-        let (namespaces, namespace_writer) = reflector::store();
-        if !settings.namespace_label.is_empty() {
-            let api: Api<Namespace> = Api::all(client.clone());
-            let stream =
-                reflector::reflector(namespace_writer, watcher(api, watcher::Config::default()))
-                    .default_backoff()
-                    .touched_objects();
-            runtime.spawn(async move {
-                futures::pin_mut!(stream);
-                while let Some(event) = stream.next().await {
-                    if let Err(e) = event {
-                        tracing::warn!("watching namespaces: {e}");
-                    }
-                }
-            });
-        }
-
+        let topologies = watch_topologies(&runtime, &client, &topology_resource, &changed);
+        let namespaces = watch_namespaces(&runtime, &client, &settings.namespace_label);
         let pods = placement::watch(
             &runtime,
             client.clone(),
@@ -222,38 +247,9 @@ impl KubeStore {
             runtime,
         };
         let timeout = Duration::from_secs(store.settings.sync_timeout_secs);
-        let ready = async {
-            store.topologies.wait_until_ready().await.map_err(backend)?;
-            store.pods.wait_until_ready().await.map_err(backend)?;
-            if !store.settings.namespace_label.is_empty() {
-                store.namespaces.wait_until_ready().await.map_err(backend)?;
-            }
-            Ok::<(), StoreError>(())
-        };
-        store
-            .runtime
-            .block_on(async { tokio::time::timeout(timeout, ready).await })
-            .map_err(|_| backend(format!("no list of Topology objects within {timeout:?}")))??;
+        store.wait_for_lists(timeout)?;
         if store.settings.discover_peers {
-            // The first list of nodes is in before the node starts: its first pass
-            // already knows every peer.
-            let listed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            membership::watch_nodes(
-                &store,
-                store.settings.peer_port,
-                store.peer_changes.clone(),
-                store.pools_change.clone(),
-                listed.clone(),
-            );
-            let deadline = std::time::Instant::now() + timeout;
-            while !listed.load(std::sync::atomic::Ordering::Acquire) {
-                if std::time::Instant::now() > deadline {
-                    return Err(backend(format!(
-                        "no list of Node objects within {timeout:?}"
-                    )));
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            store.follow_nodes(timeout)?;
         }
         store.node_uid = store.find_node_uid()?;
         store.status = Some(
@@ -270,6 +266,45 @@ impl KubeStore {
         // The first list's objects are not changes.
         store.changed.lock().expect("not poisoned").clear();
         Ok(store)
+    }
+
+    /// Waits for the watches' first lists (Topology objects, Pods, and the namespaces
+    /// where they are watched), for at most `timeout`.
+    fn wait_for_lists(&self, timeout: Duration) -> Result<(), StoreError> {
+        let ready = async {
+            self.topologies.wait_until_ready().await.map_err(backend)?;
+            self.pods.wait_until_ready().await.map_err(backend)?;
+            if !self.settings.namespace_label.is_empty() {
+                self.namespaces.wait_until_ready().await.map_err(backend)?;
+            }
+            Ok::<(), StoreError>(())
+        };
+        self.runtime
+            .block_on(async { tokio::time::timeout(timeout, ready).await })
+            .map_err(|_| backend(format!("no list of Topology objects within {timeout:?}")))?
+    }
+
+    /// Starts watching the cluster's nodes, and waits for the first list of them (for at
+    /// most `timeout`): the node's first pass already knows every peer.
+    fn follow_nodes(&self, timeout: Duration) -> Result<(), StoreError> {
+        let listed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        membership::watch_nodes(
+            self,
+            self.settings.peer_port,
+            self.peer_changes.clone(),
+            self.pools_change.clone(),
+            listed.clone(),
+        );
+        let deadline = std::time::Instant::now() + timeout;
+        while !listed.load(std::sync::atomic::Ordering::Acquire) {
+            if std::time::Instant::now() > deadline {
+                return Err(backend(format!(
+                    "no list of Node objects within {timeout:?}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
     }
 
     fn count(&self, n: u64) {

@@ -7,11 +7,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 
 use crate::store::PodPlacement;
@@ -28,32 +26,20 @@ pub(super) fn watch(
 ) -> Store<Pod> {
     let (pods, writer) = reflector::store();
     let api: Api<Pod> = Api::all(client);
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-        .default_backoff()
-        .touched_objects();
-    runtime.spawn(async move {
-        // A pod's status changes often; only its node matters here.
-        let mut nodes: HashMap<String, Option<String>> = HashMap::new();
-        futures::pin_mut!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(pod) => {
-                    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-                    let name = pod.metadata.name.as_deref().unwrap_or_default();
-                    let of_a_topology =
-                        ObjectRef::new_with(name, topologies.1.clone()).within(namespace);
-                    if topologies.0.get(&of_a_topology).is_none() {
-                        continue;
-                    }
-                    let key = topology::pod_key(namespace, name);
-                    let node = node_of(&pod);
-                    if nodes.get(&key) != Some(&node) {
-                        nodes.insert(key.clone(), node);
-                        changed.lock().expect("not poisoned").push(key);
-                    }
-                }
-                Err(e) => tracing::warn!("watching Pod objects: {e}"),
-            }
+    // A pod's status changes often; only its node matters here.
+    let mut nodes: HashMap<String, Option<String>> = HashMap::new();
+    super::reflect(runtime, writer, api, "Pod objects", move |pod: Pod| {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let of_a_topology = ObjectRef::new_with(name, topologies.1.clone()).within(namespace);
+        if topologies.0.get(&of_a_topology).is_none() {
+            return;
+        }
+        let key = topology::pod_key(namespace, name);
+        let node = node_of(&pod);
+        if nodes.get(&key) != Some(&node) {
+            nodes.insert(key.clone(), node);
+            changed.lock().expect("not poisoned").push(key);
         }
     });
     pods
