@@ -256,6 +256,22 @@ pub(crate) enum Command {
     Stop,
 }
 
+impl Command {
+    /// Whether the command only reads the worker's state. A worker that answers one
+    /// has no reason to poll its ports more eagerly after it: the peer desk asks for peer
+    /// events every round, and a worker that spun after each question kept two shared
+    /// cores busy while a lab's pods were added (`xwire-perf cni-scale`).
+    pub(crate) fn only_reads(&self) -> bool {
+        matches!(
+            self,
+            Command::Stats { .. }
+                | Command::KernelDrops { .. }
+                | Command::HeldFrames { .. }
+                | Command::Peer(PeerCommand::PeerStatus { .. })
+        )
+    }
+}
+
 /// The commands about a worker's peers.
 pub(crate) enum PeerCommand {
     AttachPeers {

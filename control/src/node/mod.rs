@@ -84,6 +84,8 @@ pub struct Node {
     host_ns: Option<NetnsFd>,
     /// The peer desk: reads what peers say on a thread of its own (see `peer_desk.rs`).
     desk: Option<peer_desk::PeerDesk>,
+    /// Whether the last turn at the desk's news ended with news left (`has_peer_backlog`).
+    turn_ran_out: bool,
     /// Pods with an end whose far end a peer has just announced: joined by the pass
     /// that follows the batch of peer events.
     to_join: BTreeSet<(String, String)>,
@@ -218,6 +220,7 @@ impl Node {
             caller_netns: None,
             host_ns: NetnsFd::open(std::path::Path::new("/proc/1/ns/net")).ok(),
             desk: None,
+            turn_ran_out: false,
             claims_judged: 0,
             to_join: BTreeSet::new(),
             withdrawn: HashMap::new(),

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use xwire_proto::control::{Carrier, ControlBody, SyncBody, WireKey, WireSpec};
 
 use super::claims::{judge, Refusal};
-use super::peer_desk::{PeerDesk, PeerNews};
+use super::peer_desk::PeerNews;
 use super::reconcile::Scope;
 use super::{Node, RemoteEnd};
 use crate::store::{wire_key, PodPlacement, WireRecord, WireState};
@@ -44,8 +44,13 @@ impl Node {
     pub fn pump_peer_events(&mut self) -> bool {
         let mut any = false;
         let started = Instant::now();
-        while started.elapsed() < TURN {
-            let Some(news) = self.desk.as_ref().and_then(PeerDesk::next) else {
+        self.turn_ran_out = false;
+        while let Some(desk) = &self.desk {
+            if started.elapsed() >= TURN {
+                self.turn_ran_out = desk.has_news();
+                break;
+            }
+            let Some(news) = desk.next() else {
                 break;
             };
             any = true;
@@ -56,15 +61,12 @@ impl Node {
         any
     }
 
-    /// A channel with a message whenever the peer desk has passed news since the last
-    /// look: a node's thread waits on it beside its jobs. `None`: the node has no peers.
-    pub fn peer_doorbell(&self) -> Option<crossbeam_channel::Receiver<()>> {
-        self.desk.as_ref().map(PeerDesk::doorbell)
-    }
-
-    /// Whether news from the peer desk waits for the next `pump_peer_events`.
+    /// Whether the last `pump_peer_events` ran out of its turn with news left. News that
+    /// came after it waits for the next request or `PEER_POLL`, as events did when the
+    /// node read them itself: a node that went on with each piece as it came ran a pass
+    /// for each while CNI calls waited (`api_server::PEER_POLL`).
     pub fn has_peer_backlog(&self) -> bool {
-        self.desk.as_ref().is_some_and(PeerDesk::has_news)
+        self.turn_ran_out
     }
 
     fn on_news(&mut self, news: PeerNews) {

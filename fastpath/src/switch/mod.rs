@@ -255,8 +255,11 @@ impl Switch {
                         return;
                     }
                     Ok(command) => {
+                        let only_reads = command.only_reads();
                         self.apply(command, config);
-                        idle_since = Instant::now();
+                        if !only_reads {
+                            idle_since = Instant::now();
+                        }
                     }
                     Err(TryRecvError::Empty) => break,
                 }
