@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use xwire_fastpath::impair::ImpairSpec;
-use xwire_proto::control::Carrier;
+use xwire_proto::control::{Carrier, WireKey};
 
 use crate::impairment::Impairment;
 use xwire_proto::data::MAX_LINK_MTU;
@@ -169,6 +169,14 @@ pub struct LinkSpec {
     pub carrier: Option<Carrier>,
     /// The impairment of this end's egress, when the link has one.
     pub impairment: Option<ImpairSpec>,
+}
+
+impl LinkSpec {
+    /// The wire this link is, in the topologies of `namespace`: the one place a wire's
+    /// key is made from a topology link.
+    pub fn wire(&self, namespace: &str) -> WireKey {
+        WireKey::new(namespace, self.uid)
+    }
 }
 
 #[cfg(test)]

@@ -22,10 +22,7 @@ const SYNCS: usize = 4;
 fn bogus_sync(first: usize, count: usize) -> ControlBody {
     let wires = (first..first + count)
         .map(|i| WireSpec {
-            key: WireKey {
-                namespace: "lab".into(),
-                link_uid: i as u64,
-            },
+            key: WireKey::new("lab", i as u64),
             sender_pod: format!("rogue-{i}"),
             sender_intf: "eth1".into(),
             receiver_pod: format!("victim-{i}"),

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::{call, eventually, Node, Pod, TempDir};
-use xwire_control::store::{wire_key, EmbeddedStore, WireState, WireStore};
+use xwire_control::store::{EmbeddedStore, EndKey, WireState, WireStore};
 use xwire_proto::local::{Request, Response};
 use xwire_proto::WireId;
 use xwire_testbed::Flow;
@@ -428,7 +428,7 @@ fn a_remote_end_made_but_not_recorded_when_its_daemon_died_keeps_its_pod_interfa
     // As a kill between making r2's end of uid 4 (both interfaces) and writing its record
     // would leave it: the record still pending.
     let store = EmbeddedStore::open(&lab.node("n1").dir.0.join("state")).unwrap();
-    let key = wire_key("lab", "r2", 4);
+    let key = EndKey::new("lab", "r2", 4);
     let mut record = store.wire(&key).unwrap().expect("r2's end of uid 4");
     assert_eq!(record.state, WireState::Remote);
     record.state = WireState::Pending;

@@ -61,10 +61,7 @@ fn a_sync_of_thousands_of_long_wires_goes_in_parts_and_a_restart_takes_it_whole(
         body: ControlBody::Sync(SyncBody {
             wires: (0..WIRES)
                 .map(|uid| WireSpec {
-                    key: WireKey {
-                        namespace: namespace(),
-                        link_uid: uid,
-                    },
+                    key: WireKey::new(namespace(), uid),
                     sender_pod: near.clone(),
                     sender_intf: format!("e{uid}"),
                     receiver_pod: far.clone(),

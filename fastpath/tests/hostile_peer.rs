@@ -168,10 +168,7 @@ fn hello() -> ControlMessage {
 fn del_wire(request_id: u64) -> ControlMessage {
     ControlMessage {
         request_id,
-        body: ControlBody::DelWire(WireKey {
-            namespace: "lab".into(),
-            link_uid: 3,
-        }),
+        body: ControlBody::DelWire(WireKey::new("lab", 3)),
     }
 }
 
@@ -491,10 +488,7 @@ fn a_peer_that_does_not_read_its_control_stream_loses_its_connection_not_our_mem
         body: ControlBody::Sync(SyncBody {
             wires: (0..2500)
                 .map(|uid| WireSpec {
-                    key: WireKey {
-                        namespace: "lab".into(),
-                        link_uid: uid,
-                    },
+                    key: WireKey::new("lab", uid),
                     sender_pod: "p".repeat(200),
                     sender_intf: "eth1".into(),
                     receiver_pod: "q".repeat(200),

@@ -112,6 +112,23 @@ pub struct WireKey {
     pub link_uid: u64,
 }
 
+impl WireKey {
+    /// Wire `link_uid` of the topologies in `namespace`. The daemon makes its keys from a
+    /// topology link (`LinkSpec::wire`) or a wire record (`WireRecord::wire`); this is
+    /// for a key read from elsewhere (a peer's message, a test).
+    pub fn new(namespace: impl Into<String>, link_uid: u64) -> WireKey {
+        WireKey {
+            namespace: namespace.into(),
+            link_uid,
+        }
+    }
+
+    /// The id the wire's frames carry between nodes, and the fast path's key for its link.
+    pub fn id(&self) -> crate::WireId {
+        crate::WireId::new(&self.namespace, self.link_uid)
+    }
+}
+
 /// A wire as the sending node sees it: its own end (`sender_*`) and the end it expects
 /// on the receiving node (`receiver_*`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,13 +9,12 @@ use std::sync::{Arc, Weak};
 use xwire_fastpath::capture::{Direction, Tap, TapReader};
 use xwire_proto::control::WireKey;
 use xwire_proto::local::{CaptureCall, CaptureDirection, Response};
-use xwire_proto::WireId;
 
 use super::plan::Desired;
 use super::reconcile::Scope;
 use super::steered::steerable;
 use super::{ErrorKind, Node, NodeError};
-use crate::store::{wire_key, WireRecord, WireState};
+use crate::store::{EndKey, WireRecord, WireState};
 
 /// Frames a capture holds that its writer has not taken yet; beyond them frames are
 /// left out of the capture and counted in the file's statistics.
@@ -46,10 +45,7 @@ impl Node {
 
     pub(super) fn start_capture(&mut self, call: CaptureCall) -> Result<Response, NodeError> {
         let record = self.captured_end(&call)?;
-        let wire = WireKey {
-            namespace: record.topo_namespace.clone(),
-            link_uid: record.link_uid,
-        };
+        let wire = record.wire();
         let alive = Arc::new(());
         self.captures
             .entry(wire.clone())
@@ -104,7 +100,7 @@ impl Node {
                 ))
             }
         };
-        let key = wire_key(&call.namespace, &call.pod, uid);
+        let key = EndKey::new(&call.namespace, &call.pod, uid);
         match self.store.wire(&key)? {
             None => Err(not_found(format!("no wire {key} on this node"))),
             Some(r) if r.state == WireState::Pending => Err(NodeError::new(
@@ -122,10 +118,7 @@ impl Node {
         call: &CaptureCall,
         mut record: WireRecord,
     ) -> Result<(TapReader, [String; 2]), NodeError> {
-        let wire = WireKey {
-            namespace: record.topo_namespace.clone(),
-            link_uid: record.link_uid,
-        };
+        let wire = record.wire();
         let link = self.topology_link(
             &record.topo_namespace,
             &record.local_pod_name,
@@ -175,7 +168,7 @@ impl Node {
         };
         let (tap, reader) = Tap::new(directions, snaplen, CAPTURE_QUEUE);
         let fastpath = self.fastpath.as_ref().expect("a port means a fast path");
-        let wire = WireId::new(&record.topo_namespace, record.link_uid);
+        let wire = record.wire().id();
         fastpath
             .worker_of(wire)
             .capture(wire, port.id, tap)

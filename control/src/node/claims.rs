@@ -199,10 +199,7 @@ mod tests {
     /// `sender` on the far end claims wire `uid` of `receiver`.
     fn claim(uid: u64, sender: &str, receiver: &str) -> WireSpec {
         WireSpec {
-            key: WireKey {
-                namespace: "lab".into(),
-                link_uid: uid,
-            },
+            key: WireKey::new("lab", uid),
             sender_pod: sender.into(),
             sender_intf: "eth1".into(),
             receiver_pod: receiver.into(),

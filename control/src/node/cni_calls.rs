@@ -11,7 +11,7 @@ use super::{ErrorKind, Journal, Node, NodeError};
 use crate::interfaces;
 use crate::netns::NetnsFd;
 use crate::step_times;
-use crate::store::{attachment_key, AttachmentRecord, WireRecord, WireState};
+use crate::store::{AttachmentKey, AttachmentRecord, WireRecord, WireState};
 use crate::topology::format_mac;
 
 impl Node {
@@ -188,7 +188,7 @@ impl Node {
     }
 
     pub(super) fn del(&mut self, call: CniCall) -> Result<(), NodeError> {
-        let key = attachment_key(&call.container_id, &call.ifname);
+        let key = AttachmentKey::new(&call.container_id, &call.ifname);
         match self.store.attachment(&key)? {
             Some(attachment) => self.detach(&attachment),
             None => Ok(()),
@@ -203,7 +203,7 @@ impl Node {
         let attachments: Vec<AttachmentRecord> = calls
             .into_iter()
             .filter_map(|call| {
-                let key = attachment_key(&call.container_id, &call.ifname);
+                let key = AttachmentKey::new(&call.container_id, &call.ifname);
                 self.store.attachment(&key).ok().flatten()
             })
             .collect();
@@ -227,7 +227,7 @@ impl Node {
         if self.topology(&pod.namespace, &pod.name)?.is_none() {
             return Ok(());
         }
-        let key = attachment_key(&call.container_id, &call.ifname);
+        let key = AttachmentKey::new(&call.container_id, &call.ifname);
         let Some(attachment) = self.store.attachment(&key)? else {
             return Err(NodeError::new(
                 ErrorKind::UnknownContainer,
@@ -264,10 +264,10 @@ impl Node {
 
     pub(super) fn gc(&mut self, call: GcCall) -> Result<(), NodeError> {
         let network = network_name(&call.config);
-        let valid: HashSet<String> = call
+        let valid: HashSet<AttachmentKey> = call
             .valid_attachments
             .iter()
-            .map(|a| attachment_key(&a.container_id, &a.ifname))
+            .map(|a| AttachmentKey::new(&a.container_id, &a.ifname))
             .collect();
         for attachment in self.store.attachments()? {
             if attachment.network == network && !valid.contains(&attachment.key()) {

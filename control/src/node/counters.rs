@@ -11,7 +11,7 @@ use xwire_proto::local::{DirectionCounters, LinkEndCounters, NodeCounters, PeerC
 
 use super::error::{ErrorKind, NodeError};
 use super::Node;
-use crate::store::WireRecord;
+use crate::store::{EndKey, WireRecord};
 
 /// The wire end a fast-path port stands for.
 #[derive(Debug, Clone)]
@@ -36,7 +36,7 @@ impl Node {
                 e.to_string(),
             )
         })?;
-        let records: HashMap<String, WireRecord> = self
+        let records: HashMap<EndKey, WireRecord> = self
             .store
             .wires()?
             .into_iter()

@@ -70,10 +70,7 @@ impl Node {
             .into_iter()
             .filter(|w| w.state == WireState::Remote)
             .filter_map(|w| {
-                let key = WireKey {
-                    namespace: w.topo_namespace,
-                    link_uid: w.link_uid,
-                };
+                let key = w.wire();
                 Some((key, w.peer_node?))
             })
             .collect();

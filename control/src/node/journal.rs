@@ -5,7 +5,7 @@ use xwire_fastpath::link_table::PortId;
 
 use xwire_proto::WireId;
 
-use crate::store::WireRecord;
+use crate::store::{AttachmentKey, EndKey, WireRecord};
 
 /// One step that was taken, and so one to undo.
 #[derive(Debug)]
@@ -19,7 +19,7 @@ pub enum Step {
     },
     /// A fast-path port was opened for the wire end `key`, on the worker of `wire`.
     Port {
-        key: String,
+        key: EndKey,
         wire: WireId,
         id: PortId,
     },
@@ -27,11 +27,11 @@ pub enum Step {
     RemoteLink { wire: WireId },
     /// A wire record was written over `previous` (`None`: there was none).
     Wire {
-        key: String,
+        key: EndKey,
         previous: Option<Box<WireRecord>>,
     },
     /// An attachment record was written.
-    Attachment { key: String },
+    Attachment { key: AttachmentKey },
 }
 
 #[derive(Debug, Default)]

@@ -38,7 +38,9 @@ use crate::config::DaemonConfig;
 use crate::metrics::NodeMetrics;
 use crate::netns::NetnsFd;
 use crate::step_times;
-use crate::store::{AttachmentRecord, EmbeddedStore, KubeStore, NodeStore, StoreError};
+use crate::store::{
+    AttachmentKey, AttachmentRecord, EmbeddedStore, EndKey, KubeStore, NodeStore, StoreError,
+};
 use crate::topology::{LinkSpec, Topology};
 
 pub use capture::CaptureStream;
@@ -64,10 +66,10 @@ pub struct Node {
     /// Wire ends on other nodes, by wire: learned from AddWire and Sync.
     remote_ends: HashMap<WireKey, RemoteEnd>,
     /// Fast-path ports of this node's remote and switched wire ends, by wire record key.
-    ports: HashMap<String, OpenPort>,
+    ports: HashMap<EndKey, OpenPort>,
     /// Ends whose impairment the next sync tells whatever pods its pass is about: those
     /// opened since the last, and those whose remote link was not up yet.
-    impairments_unsynced: HashSet<String>,
+    impairments_unsynced: HashSet<EndKey>,
     /// The wires listed so far by a peer's Sync that is still coming in parts.
     sync_in_progress: HashMap<String, HashSet<WireKey>>,
     /// Claims to a wire's far end refused since the start, by the peer desk and by the
@@ -110,7 +112,7 @@ pub struct Node {
     metrics: Arc<NodeMetrics>,
     /// Pods given routes or rules since the start, by attachment key (see
     /// `pod_routing.rs`).
-    routed_pods: HashSet<String>,
+    routed_pods: HashSet<AttachmentKey>,
     /// This node's part in the node pools, when there are pools.
     pools: Option<pools::PoolRole>,
     /// The node's certificate: a gateway made later (pools from Node labels) needs it.
@@ -371,10 +373,7 @@ impl Node {
                 .map(|record| {
                     let mut json = to_json(record);
                     // A straight veth steered through the switch now (not in the store).
-                    let wire = WireKey {
-                        namespace: record.topo_namespace.clone(),
-                        link_uid: record.link_uid,
-                    };
+                    let wire = record.wire();
                     if self.steered.contains_key(&wire) {
                         json["steered"] = serde_json::Value::Bool(true);
                     }

@@ -35,7 +35,7 @@ use super::claims::{judge, Refusal};
 use super::peer_desk::PeerNews;
 use super::reconcile::Scope;
 use super::{Node, RemoteEnd};
-use crate::store::{wire_key, PodPlacement, WireRecord, WireState};
+use crate::store::{EndKey, PodPlacement, WireRecord, WireState};
 
 impl Node {
     /// Acts on the news the peer desk passed (claims its view allows, far ends let go
@@ -105,10 +105,7 @@ impl Node {
             .ok()??;
         let carrier = link.carrier.unwrap_or(Carrier::Datagram);
         Some(WireSpec {
-            key: WireKey {
-                namespace: record.topo_namespace.clone(),
-                link_uid: record.link_uid,
-            },
+            key: record.wire(),
             sender_pod: record.local_pod_name.clone(),
             sender_intf: record.local_pod_ifname.clone(),
             receiver_pod: link.peer_pod,
@@ -217,7 +214,7 @@ impl Node {
     ) -> Result<Option<WireRecord>, Refusal> {
         self.claims_judged += 1;
         judge(self, from, spec)?;
-        let key = wire_key(&spec.key.namespace, &spec.receiver_pod, spec.key.link_uid);
+        let key = EndKey::new(&spec.key.namespace, &spec.receiver_pod, spec.key.link_uid);
         Ok(self.store.wire(&key).ok().flatten())
     }
 
@@ -244,7 +241,7 @@ impl Node {
     /// Takes `from`'s word that it holds the far end `spec` describes, if it may; says
     /// whether it did.
     fn on_add_wire(&mut self, from: &str, spec: WireSpec) -> bool {
-        let key = wire_key(&spec.key.namespace, &spec.receiver_pod, spec.key.link_uid);
+        let key = EndKey::new(&spec.key.namespace, &spec.receiver_pod, spec.key.link_uid);
         let record = match self.claim_refusal(from, &spec) {
             Ok(record) => record,
             Err(refusal) => {
@@ -333,10 +330,7 @@ impl Node {
             .into_iter()
             .filter(|w| w.state == WireState::Remote && w.peer_node.as_deref() == Some(from))
         {
-            let key = WireKey {
-                namespace: record.topo_namespace.clone(),
-                link_uid: record.link_uid,
-            };
+            let key = record.wire();
             if gone.contains(&key) {
                 self.withdrawn.insert(key, from.to_owned());
                 self.to_join
@@ -377,10 +371,7 @@ impl Node {
                     .filter(|w| {
                         w.state == WireState::Remote && w.peer_node.as_deref() == Some(from)
                     })
-                    .map(|w| WireKey {
-                        namespace: w.topo_namespace.clone(),
-                        link_uid: w.link_uid,
-                    }),
+                    .map(|w| w.wire()),
             );
         }
         let gone: HashSet<WireKey> = shared.difference(&listed).cloned().collect();
@@ -450,10 +441,7 @@ impl Node {
                     .unwrap_or_default()
                     .into_iter()
                     .filter(|w| w.peer_node.as_deref() == Some(name.as_str()))
-                    .map(|w| WireKey {
-                        namespace: w.topo_namespace,
-                        link_uid: w.link_uid,
-                    }),
+                    .map(|w| w.wire()),
             );
             self.far_ends_gone(&name, &gone);
         }

@@ -10,7 +10,7 @@ use super::reconcile::Reconciled;
 use super::{ErrorKind, Node, NodeError};
 use crate::netns::NetnsFd;
 use crate::routing::{self, AddressedEnd, PodRoutingSpec};
-use crate::store::AttachmentRecord;
+use crate::store::{AttachmentKey, AttachmentRecord};
 
 impl Node {
     /// What the Topology of `namespace/pod` asks for; nothing for a pod without one.
@@ -53,7 +53,7 @@ impl Node {
     pub(super) fn sync_pod_routing(
         &mut self,
         desired: &Desired,
-        namespaces: &HashMap<String, NetnsFd>,
+        namespaces: &HashMap<AttachmentKey, NetnsFd>,
         clear_stale: bool,
         report: &mut Reconciled,
     ) {
@@ -65,7 +65,7 @@ impl Node {
                 ((pod.namespace.as_str(), pod.name.as_str()), &p.attachment)
             })
             .collect();
-        let mut pods: BTreeMap<String, &AttachmentRecord> = BTreeMap::new();
+        let mut pods: BTreeMap<AttachmentKey, &AttachmentRecord> = BTreeMap::new();
         for pod in desired
             .pods
             .iter()

@@ -6,7 +6,6 @@
 //! unchanged node changes nothing.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use xwire_proto::control::WireKey;
 
 use super::plan::{plan, Action, Desired, DesiredPod, Interfaces, Observed, PodNetns};
 use super::wiring::{log_removal, node_ifname, own_end, Made};
@@ -14,7 +13,7 @@ use super::{ErrorKind, Journal, Node, NodeError, Step};
 use crate::interfaces::{self, EndSettings};
 use crate::netns::{NetnsError, NetnsFd};
 use crate::step_times;
-use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
+use crate::store::{AttachmentKey, AttachmentRecord, EndKey, WireRecord, WireState};
 use crate::topology::LinkSpec;
 
 /// What one pass did: the changes it made and the ones it could not make.
@@ -63,7 +62,7 @@ pub(super) enum Scope<'a> {
 pub(super) struct Observation {
     pub(super) desired: Desired,
     pub(super) observed: Observed,
-    pub(super) namespaces: HashMap<String, NetnsFd>,
+    pub(super) namespaces: HashMap<AttachmentKey, NetnsFd>,
     /// The pods looked at (every pod of the node, for a whole-node pass).
     pub(super) looked_at: HashSet<(String, String)>,
 }
@@ -92,7 +91,7 @@ impl Node {
     pub(super) fn pass(
         &mut self,
         scope: Scope<'_>,
-        rebuild: &HashSet<String>,
+        rebuild: &HashSet<EndKey>,
     ) -> Result<Reconciled, NodeError> {
         let mut observation = self.observe(scope)?;
         observation.desired.rebuild = rebuild.clone();
@@ -191,7 +190,7 @@ impl Node {
     /// Whether the end `uid` of the pod of `attachment` is joined (another action may
     /// have done it: a same-node veth is made from either end).
     fn is_joined(&self, attachment: &AttachmentRecord, uid: u64) -> Result<bool, NodeError> {
-        let key = wire_key(&attachment.pod.namespace, &attachment.pod.name, uid);
+        let key = EndKey::new(&attachment.pod.namespace, &attachment.pod.name, uid);
         Ok(self
             .store
             .wire(&key)?
@@ -247,7 +246,7 @@ impl Node {
         scope: Scope<'_>,
         desired: &mut Desired,
         observed: &mut Observed,
-        namespaces: &mut HashMap<String, NetnsFd>,
+        namespaces: &mut HashMap<AttachmentKey, NetnsFd>,
     ) -> Result<HashSet<(String, String)>, NodeError> {
         let mut looked_at_pods = HashSet::new();
         // By container and interface, the parts of an attachment's key: a lookup per
@@ -337,10 +336,7 @@ impl Node {
             if self.ports.contains_key(key) {
                 observed.ports.insert(key.clone());
             }
-            let wire = WireKey {
-                namespace: record.topo_namespace.clone(),
-                link_uid: record.link_uid,
-            };
+            let wire = record.wire();
             if let Some(end) = self.remote_ends.get(&wire) {
                 desired.remote_ends.insert(wire, end.pod.clone());
             }
@@ -405,7 +401,7 @@ impl Node {
             for link in pod.links.iter() {
                 let unjoined = observed
                     .records
-                    .get(&wire_key(namespace, name, link.uid))
+                    .get(&EndKey::new(namespace, name, link.uid))
                     .is_none_or(|r| r.state == WireState::Pending);
                 let ours = interfaces::pod_alias(namespace, name, link.uid);
                 let made_here = in_pod
@@ -498,7 +494,7 @@ impl Node {
             namespaces,
             ..
         } = observation;
-        let record = |key: &str| record_of(observed, key);
+        let record = |key: &EndKey| record_of(observed, key);
         match action {
             Action::ForgetPod { attachment } => {
                 let pod = pod_of(desired, &attachment)?;
@@ -510,7 +506,7 @@ impl Node {
             Action::RemoveWire { key, why } => {
                 self.disconnect_end(&record(&key)?, true);
                 self.store.remove_wire(&key)?;
-                Ok(Some((key, why.into())))
+                Ok(Some((key.to_string(), why.into())))
             }
             Action::Join {
                 attachment,
@@ -534,7 +530,10 @@ impl Node {
                 tracing::info!(wire = %key, peer = ?record.peer_node, "far end gone");
                 self.disconnect_end(&record, false);
                 self.set_pending(record);
-                Ok(Some((key, "far end gone: back to pending".into())))
+                Ok(Some((
+                    key.to_string(),
+                    "far end gone: back to pending".into(),
+                )))
             }
             Action::Rebuild { attachment, uid } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
@@ -548,7 +547,10 @@ impl Node {
                 let record = record(&key)?;
                 if record.state == WireState::Switched {
                     self.reopen_switched(&record, end.link)?;
-                    return Ok(Some((key, "re-attached to its interfaces".into())));
+                    return Ok(Some((
+                        key.to_string(),
+                        "re-attached to its interfaces".into(),
+                    )));
                 }
                 pass.reattach.push((record, end.link.clone()));
                 Ok(None)
@@ -557,7 +559,7 @@ impl Node {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
                 let key = end.key.clone();
                 let change = self.repair_remote(end.ns, end.link, record(&key)?, end.interfaces)?;
-                Ok(Some((key, change.into())))
+                Ok(Some((key.to_string(), change.into())))
             }
             Action::Foreign { key, ifname, alias } => {
                 Err(foreign_interface(&key, &ifname, alias.as_deref()))
@@ -572,7 +574,10 @@ impl Node {
             }
             Action::ClosePort { key } => {
                 self.close_port(&key);
-                Ok(Some((key, "fast-path port with no wire: closed".into())))
+                Ok(Some((
+                    key.to_string(),
+                    "fast-path port with no wire: closed".into(),
+                )))
             }
             Action::RemoveNodeInterface { name, alias } => {
                 interfaces::delete(&self.node_ns, &name, &alias).map_err(|e| {
@@ -598,11 +603,11 @@ impl Node {
     ) -> Result<Option<(String, String)>, NodeError> {
         let change = self.join(end.pod, end.ns, end.link, end.interfaces, made, why)?;
         pass.announce.insert(pod_name(end.pod));
-        Ok(change.map(|c| (end.key, c.into())))
+        Ok(change.map(|c| (end.key.to_string(), c.into())))
     }
 
     /// Closes the fast-path port of wire record `key`, if it has one.
-    fn close_port(&mut self, key: &str) {
+    fn close_port(&mut self, key: &EndKey) {
         if let Some(port) = self.ports.remove(key) {
             if let Some(fastpath) = &self.fastpath {
                 let wire = port.wire_id;
@@ -618,8 +623,8 @@ impl Node {
         &self,
         desired: &'a Desired,
         observed: &'a Observed,
-        namespaces: &'a HashMap<String, NetnsFd>,
-        attachment: &str,
+        namespaces: &'a HashMap<AttachmentKey, NetnsFd>,
+        attachment: &AttachmentKey,
         uid: u64,
     ) -> Result<PlannedEnd<'a>, NodeError> {
         let pod = pod_of(desired, attachment)?;
@@ -640,7 +645,7 @@ impl Node {
             return Err(missing());
         };
         Ok(PlannedEnd {
-            key: wire_key(&pod.attachment.pod.namespace, &pod.attachment.pod.name, uid),
+            key: EndKey::new(&pod.attachment.pod.namespace, &pod.attachment.pod.name, uid),
             pod: &pod.attachment,
             ns,
             link,
@@ -661,7 +666,7 @@ impl Node {
                     records.push(record);
                     specs.push(spec);
                 }
-                Err(e) => pass.report.failed(&record.key(), &e),
+                Err(e) => pass.report.failed(record.key().as_str(), &e),
             }
         }
         let Some(fastpath) = &self.fastpath else {
@@ -674,8 +679,8 @@ impl Node {
             match self.adopt_remote_port(record, spec, opened, &mut journal) {
                 Ok(()) => pass
                     .report
-                    .changed(&record.key(), "re-attached to its interfaces"),
-                Err(e) => pass.report.failed(&record.key(), &e),
+                    .changed(record.key().as_str(), "re-attached to its interfaces"),
+                Err(e) => pass.report.failed(record.key().as_str(), &e),
             }
         }
     }
@@ -707,7 +712,7 @@ impl Node {
         let mut journal = Journal::default();
         match self.connect_end(attachment, pod_ns, link, made, &mut journal) {
             Ok(()) => {
-                let key = wire_key(&attachment.pod.namespace, &attachment.pod.name, link.uid);
+                let key = EndKey::new(&attachment.pod.namespace, &attachment.pod.name, link.uid);
                 let pending = self
                     .store
                     .wire(&key)?
@@ -778,7 +783,10 @@ fn pod_name(attachment: &AttachmentRecord) -> (String, String) {
 }
 
 /// The attached pod of an action.
-fn pod_of<'a>(desired: &'a Desired, attachment: &str) -> Result<&'a DesiredPod, NodeError> {
+fn pod_of<'a>(
+    desired: &'a Desired,
+    attachment: &AttachmentKey,
+) -> Result<&'a DesiredPod, NodeError> {
     desired
         .pods
         .iter()
@@ -787,7 +795,7 @@ fn pod_of<'a>(desired: &'a Desired, attachment: &str) -> Result<&'a DesiredPod, 
 }
 
 /// The wire record `key` as observed.
-fn record_of(observed: &Observed, key: &str) -> Result<WireRecord, NodeError> {
+fn record_of(observed: &Observed, key: &EndKey) -> Result<WireRecord, NodeError> {
     (observed.records.get(key).cloned())
         .ok_or_else(|| NodeError::new(ErrorKind::Store, format!("no record {key}"), ""))
 }
@@ -803,7 +811,7 @@ fn unreachable_pod(reason: String) -> NodeError {
 
 /// Why a wire whose pod has an interface of its name that xwire did not make is left
 /// alone.
-fn foreign_interface(key: &str, ifname: &str, alias: Option<&str>) -> NodeError {
+fn foreign_interface(key: &EndKey, ifname: &str, alias: Option<&str>) -> NodeError {
     NodeError::new(
         ErrorKind::InterfaceExists,
         format!(
@@ -840,13 +848,13 @@ fn configure_end(
         )
     })?;
     let change = format!("set as the topology says ({})", differs.join("; "));
-    Ok(Some((end.key.clone(), change)))
+    Ok(Some((end.key.to_string(), change)))
 }
 
 /// An end an action works on, as observed.
 struct PlannedEnd<'a> {
     /// Its wire record's key.
-    key: String,
+    key: EndKey,
     pod: &'a AttachmentRecord,
     ns: &'a NetnsFd,
     link: &'a LinkSpec,

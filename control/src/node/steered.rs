@@ -15,20 +15,19 @@ use std::time::{Duration, Instant};
 
 use xwire_fastpath::{SteeredEnd, NATIVE_MAX_FRAME};
 use xwire_proto::control::WireKey;
-use xwire_proto::WireId;
 
 use super::plan::Desired;
 use super::{ErrorKind, Node, NodeError, OpenPort};
 use crate::netns::offload::{set_offload, Offload};
 use crate::step_times;
-use crate::store::{wire_key, WireRecord, WireState};
+use crate::store::{EndKey, WireRecord, WireState};
 use crate::topology::LinkSpec;
 
 /// How long taking a wire off the switch path waits for the frames its delay holds.
 const RELEASE_LIMIT: Duration = Duration::from_secs(5);
 
 /// The two ends of a steered wire: each pod's record key and port.
-pub(super) type SteeredPorts = [(String, OpenPort); 2];
+pub(super) type SteeredPorts = [(EndKey, OpenPort); 2];
 
 /// The largest frame of a wire of `link`: its MTU, an Ethernet header and a VLAN tag.
 pub(super) fn max_frame(link: &LinkSpec) -> usize {
@@ -68,10 +67,7 @@ impl Node {
         let mut candidates: HashSet<(WireKey, String)> = HashSet::new();
         for pod in &desired.pods {
             for link in pod.links.iter().filter(|l| l.impairment.is_some()) {
-                let wire = WireKey {
-                    namespace: pod.attachment.pod.namespace.clone(),
-                    link_uid: link.uid,
-                };
+                let wire = link.wire(&pod.attachment.pod.namespace);
                 candidates.insert((wire, pod.attachment.pod.name.clone()));
             }
         }
@@ -86,10 +82,7 @@ impl Node {
             .collect();
         if !captured.is_empty() {
             for record in self.store.wires().unwrap_or_default() {
-                let wire = WireKey {
-                    namespace: record.topo_namespace.clone(),
-                    link_uid: record.link_uid,
-                };
+                let wire = record.wire();
                 if captured.contains(&wire) {
                     candidates.insert((wire, record.local_pod_name));
                 }
@@ -129,13 +122,13 @@ impl Node {
     fn steering_wanted(&self, wire: &WireKey, pod: &str) -> Result<Option<ToSteer>, NodeError> {
         let Some(own) = self
             .store
-            .wire(&wire_key(&wire.namespace, pod, wire.link_uid))?
+            .wire(&EndKey::new(&wire.namespace, pod, wire.link_uid))?
         else {
             return Ok(None);
         };
         let Some(peer) =
             self.store
-                .wire(&wire_key(&wire.namespace, &own.peer_pod, wire.link_uid))?
+                .wire(&EndKey::new(&wire.namespace, &own.peer_pod, wire.link_uid))?
         else {
             return Ok(None);
         };
@@ -190,7 +183,7 @@ impl Node {
             });
         }
         let ends: [SteeredEnd; 2] = ends.try_into().expect("two ends");
-        let id = WireId::new(&wire.namespace, wire.link_uid);
+        let id = wire.id();
         let ports = fastpath
             .worker_of(id)
             .steer_pair(id, ends, to_steer.max_frame)
@@ -227,7 +220,7 @@ impl Node {
         let Some(fastpath) = &self.fastpath else {
             return;
         };
-        let id = WireId::new(&wire.namespace, wire.link_uid);
+        let id = wire.id();
         for (_, port) in &ends {
             let _ = fastpath.worker_of(id).set_impairment(id, port.id, None);
         }
@@ -262,7 +255,7 @@ impl Node {
     /// Stops steering `wire` at once, for a wire being taken apart: what it holds goes.
     pub(super) fn forget_steering(&mut self, wire: &WireKey) {
         if let (Some(ends), Some(fastpath)) = (self.steered.remove(wire), &self.fastpath) {
-            let id = WireId::new(&wire.namespace, wire.link_uid);
+            let id = wire.id();
             step_times::time(step_times::PORT_CLOSE, || {
                 let _ = fastpath
                     .worker_of(id)
@@ -272,7 +265,7 @@ impl Node {
     }
 
     /// The port of a wire end with one (remote, switched or steered), by record key.
-    pub(super) fn end_port(&self, key: &str) -> Option<&OpenPort> {
+    pub(super) fn end_port(&self, key: &EndKey) -> Option<&OpenPort> {
         self.ports.get(key).or_else(|| {
             self.steered
                 .values()
@@ -282,7 +275,7 @@ impl Node {
         })
     }
 
-    pub(super) fn end_port_mut(&mut self, key: &str) -> Option<&mut OpenPort> {
+    pub(super) fn end_port_mut(&mut self, key: &EndKey) -> Option<&mut OpenPort> {
         if self.ports.contains_key(key) {
             return self.ports.get_mut(key);
         }

@@ -18,7 +18,6 @@ use xwire_fastpath::link_table::LinkError;
 use xwire_fastpath::link_table::PortId;
 use xwire_fastpath::WorkerError;
 use xwire_proto::control::WireKey;
-use xwire_proto::WireId;
 
 use super::plan::Desired;
 use super::steered::{max_frame, steerable};
@@ -27,7 +26,7 @@ use super::{ErrorKind, Journal, Node, NodeError, OpenPort, Step};
 use crate::interfaces::{self, EndSettings};
 use crate::netns::NetnsFd;
 use crate::step_times;
-use crate::store::{wire_key, WireRecord, WireState};
+use crate::store::{EndKey, WireRecord, WireState};
 use crate::topology::LinkSpec;
 
 /// One pod's end of a switched wire, for `make_switched_end`.
@@ -72,10 +71,7 @@ impl Node {
     ) -> bool {
         link.impairment.is_some()
             || peer_link.is_some_and(|l| l.impairment.is_some())
-            || self.captured(&WireKey {
-                namespace: namespace.to_owned(),
-                link_uid: link.uid,
-            })
+            || self.captured(&link.wire(namespace))
     }
 
     /// The same-node wires of `desired` that are remade through the node.
@@ -83,10 +79,7 @@ impl Node {
         let mut switched = HashSet::new();
         for pod in &desired.pods {
             for link in pod.links.iter().filter(|l| !steerable(l)) {
-                let wire = WireKey {
-                    namespace: pod.attachment.pod.namespace.clone(),
-                    link_uid: link.uid,
-                };
+                let wire = link.wire(&pod.attachment.pod.namespace);
                 if link.impairment.is_some() || self.captured(&wire) {
                     switched.insert(wire);
                 }
@@ -138,11 +131,11 @@ impl Node {
             name: node_end.name.clone(),
             alias: node_end.alias.clone().unwrap_or_default(),
         });
-        let key = wire_key(namespace, end.pod, link.uid);
+        let key = EndKey::new(namespace, end.pod, link.uid);
         let port = self.open_switched_port(&key, &node_end.name, namespace, end.pod, link)?;
         journal.record(Step::Port {
             key,
-            wire: WireId::new(namespace, link.uid),
+            wire: link.wire(namespace).id(),
             id: port,
         });
         Ok((node_end.name, port))
@@ -152,7 +145,7 @@ impl Node {
     /// the end's key.
     fn open_switched_port(
         &mut self,
-        key: &str,
+        key: &EndKey,
         ifname: &str,
         namespace: &str,
         pod: &str,
@@ -162,21 +155,18 @@ impl Node {
             return Err(no_fastpath(namespace, pod, link.uid));
         };
         let max_frame = max_frame(link);
-        let wire_id = WireId::new(namespace, link.uid);
+        let wire_id = link.wire(namespace).id();
         let port = step_times::time(step_times::PORT_OPEN, || {
             fastpath.worker_of(wire_id).add_port(ifname, max_frame)
         })
         .map_err(|e| fastpath_error(format!("open a port on {ifname}"), e))?;
         // Its impairment is told by the next sync, whatever pods that pass is about.
-        self.impairments_unsynced.insert(key.to_owned());
+        self.impairments_unsynced.insert(key.clone());
         self.ports.insert(
-            key.to_owned(),
+            key.clone(),
             OpenPort {
                 id: port.id,
-                wire: WireKey {
-                    namespace: namespace.to_owned(),
-                    link_uid: link.uid,
-                },
+                wire: link.wire(namespace),
                 wire_id,
                 pod: pod.to_owned(),
                 impairment: None,
@@ -194,11 +184,15 @@ impl Node {
         uid: u64,
         journal: Option<&mut Journal>,
     ) -> Result<(), NodeError> {
-        let ports = pods.map(|pod| self.ports.get(&wire_key(namespace, pod, uid)).map(|p| p.id));
+        let ports = pods.map(|pod| {
+            self.ports
+                .get(&EndKey::new(namespace, pod, uid))
+                .map(|p| p.id)
+        });
         let ([Some(a), Some(b)], Some(fastpath)) = (ports, &self.fastpath) else {
             return Ok(());
         };
-        let wire = WireId::new(namespace, uid);
+        let wire = WireKey::new(namespace, uid).id();
         match fastpath.worker_of(wire).add_link(wire, a, b) {
             Ok(_) => {
                 if let Some(journal) = journal {
@@ -243,7 +237,7 @@ impl Node {
             // The wire's id from its namespace and uid, which every end has (a record
             // going back to pending has its peer_intf_id cleared, and one written by an
             // older build keeps an id of the older scheme).
-            let wire = WireId::new(&record.topo_namespace, record.link_uid);
+            let wire = record.wire().id();
             let _ = fastpath.worker_of(wire).remove_link(wire);
             if let Some(port) = self.ports.remove(&record.key()) {
                 step_times::time(step_times::PORT_CLOSE, || {
@@ -267,7 +261,7 @@ impl Node {
     /// goes back to pending (the next join makes both, switched or not).
     pub(super) fn disconnect_switched(&mut self, record: &WireRecord) {
         self.release_node_end(record);
-        let peer_key = wire_key(&record.topo_namespace, &record.peer_pod, record.link_uid);
+        let peer_key = EndKey::new(&record.topo_namespace, &record.peer_pod, record.link_uid);
         if let Ok(Some(peer)) = self.store.wire(&peer_key) {
             if peer.state == WireState::Switched {
                 self.release_node_end(&peer);
@@ -287,14 +281,14 @@ impl Node {
         let Some(fastpath) = &self.fastpath else {
             return Vec::new();
         };
-        let mut keys: Vec<String> = Vec::new();
+        let mut keys: Vec<EndKey> = Vec::new();
         for (namespace, pod) in pods {
             if let Ok(Some(topology)) = self.topology(namespace, pod) {
                 keys.extend(
                     topology
                         .links
                         .iter()
-                        .map(|l| wire_key(namespace, pod, l.uid)),
+                        .map(|l| EndKey::new(namespace, pod, l.uid)),
                 );
             }
         }
@@ -302,11 +296,9 @@ impl Node {
         keys.sort_unstable();
         keys.dedup();
         let mut failures = Vec::new();
-        let mut told: Vec<(String, Option<ImpairSpec>)> = Vec::new();
+        let mut told: Vec<(EndKey, Option<ImpairSpec>)> = Vec::new();
         let mut waiting = Vec::new();
-        let open = keys
-            .iter()
-            .filter_map(|key| self.ports.get_key_value(key.as_str()));
+        let open = keys.iter().filter_map(|key| self.ports.get_key_value(key));
         // Steered ends are few (only impaired or captured same-node wires): all looked
         // at, as a pod's ADD may steer the wire of a pod it is not.
         let steered = self.steered.values().flatten().map(|(k, p)| (k, p));

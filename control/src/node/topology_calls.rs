@@ -8,7 +8,7 @@ use xwire_proto::local::{Response, TopologyApply, TopologyQuery};
 
 use super::reconcile::Scope;
 use super::{ErrorKind, Node, NodeError};
-use crate::store::wire_key;
+use crate::store::EndKey;
 use crate::topology::{self, Topology};
 
 impl Node {
@@ -144,7 +144,7 @@ impl Node {
     fn follow_topologies(
         &mut self,
         topologies: &[Topology],
-        rebuild: &HashSet<String>,
+        rebuild: &HashSet<EndKey>,
     ) -> Result<Vec<String>, NodeError> {
         let changed: HashSet<(String, String)> = topologies
             .iter()
@@ -174,7 +174,7 @@ impl Node {
 
 /// The ends (wire record keys) of links that `now` has with other settings than `before`:
 /// they are made anew. Links that came or went are the pass's to join or take apart.
-fn changed_ends<'a>(before: &'a Topology, now: &'a Topology) -> impl Iterator<Item = String> + 'a {
+fn changed_ends<'a>(before: &'a Topology, now: &'a Topology) -> impl Iterator<Item = EndKey> + 'a {
     now.spec
         .links
         .iter()
@@ -183,7 +183,7 @@ fn changed_ends<'a>(before: &'a Topology, now: &'a Topology) -> impl Iterator<It
                 .link(link.uid)
                 .is_some_and(|b| !same_but_impairment(b, link))
         })
-        .map(|link| wire_key(&now.metadata.namespace, &now.metadata.name, link.uid))
+        .map(|link| EndKey::new(&now.metadata.namespace, &now.metadata.name, link.uid))
 }
 
 /// An impairment changes without remaking the end: the pass after tells the worker

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use xwire_fastpath::peer::PeerId;
 use xwire_fastpath::{PortInfo, RemotePort, WorkerError};
-use xwire_proto::control::{ControlBody, ControlMessage, WireKey};
+use xwire_proto::control::{ControlBody, ControlMessage};
 use xwire_proto::WireId;
 
 use super::steered::max_frame;
@@ -16,13 +16,13 @@ use super::{ErrorKind, Journal, Node, NodeError, Step};
 use crate::interfaces::{self, EndSettings, Removal};
 use crate::netns::NetnsFd;
 use crate::step_times;
-use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
+use crate::store::{AttachmentRecord, EndKey, WireRecord, WireState};
 use crate::topology::{format_cidr, LinkSpec};
 
 /// The node-side end of a remote wire: `xw` and 13 hex digits of a hash of the wire
 /// end, within Linux's 15 characters and the same on every start.
 pub fn node_ifname(namespace: &str, pod: &str, uid: u64) -> String {
-    let hash = xwire_proto::fnv1a64(format!("{namespace}/{pod}/{uid}").as_bytes());
+    let hash = xwire_proto::fnv1a64(EndKey::new(namespace, pod, uid).as_str().as_bytes());
     format!("xw{:013x}", hash >> 12)
 }
 
@@ -139,10 +139,7 @@ impl Node {
             ));
         }
         let peer = self.attachment_of_pod(namespace, &link.peer_pod)?;
-        let remote = self.remote_ends.get(&WireKey {
-            namespace: namespace.clone(),
-            link_uid: link.uid,
-        });
+        let remote = self.remote_ends.get(&link.wire(namespace));
         if let Some(peer) = peer.filter(|p| p.key() != attachment.key()) {
             if half_made {
                 log_removal(
@@ -264,9 +261,9 @@ impl Node {
         };
         record.state = state;
         record.wire_ifname = own_wire_ifname;
-        record.peer_intf_id = WireId::new(namespace, link.uid);
+        record.peer_intf_id = link.wire(namespace).id();
 
-        let peer_key = wire_key(namespace, &peer.pod.name, link.uid);
+        let peer_key = EndKey::new(namespace, &peer.pod.name, link.uid);
         let mut peer_record = self.store.wire(&peer_key)?.unwrap_or_else(|| {
             let mut r = self.pending_record(peer, peer_link.as_ref().unwrap_or(link));
             if peer_link.is_none() {
@@ -278,7 +275,7 @@ impl Node {
         });
         peer_record.state = state;
         peer_record.wire_ifname = peer_wire_ifname;
-        peer_record.peer_intf_id = WireId::new(namespace, link.uid);
+        peer_record.peer_intf_id = link.wire(namespace).id();
         let previous = self.write_wire(&peer_record)?;
         journal.record(Step::Wire {
             key: peer_key,
@@ -298,13 +295,9 @@ impl Node {
         record: &mut WireRecord,
         journal: &mut Journal,
     ) -> Result<(), NodeError> {
-        self.peer_of(
-            node,
-            &link.peer_pod,
-            WireId::new(&record.topo_namespace, link.uid),
-        )?;
+        self.peer_of(node, &link.peer_pod, link.wire(&record.topo_namespace).id())?;
         let namespace = record.topo_namespace.clone();
-        let id = WireId::new(&namespace, link.uid);
+        let id = link.wire(&namespace).id();
         if let Some(other) = self
             .ports
             .values()
@@ -419,7 +412,7 @@ impl Node {
         let node = record.peer_node.as_deref().unwrap_or_default();
         // From the wire's name, not the id the record keeps: a record written by an older
         // build keeps an id of the older scheme, which the peer no longer uses.
-        let wire = WireId::new(&record.topo_namespace, record.link_uid);
+        let wire = record.wire().id();
         let peer = self.peer_of(node, &record.peer_pod, wire)?;
         Ok(RemotePort {
             ifname: record.wire_ifname.clone(),
@@ -459,10 +452,7 @@ impl Node {
             record.key(),
             super::OpenPort {
                 id: port.id,
-                wire: WireKey {
-                    namespace: record.topo_namespace.clone(),
-                    link_uid: record.link_uid,
-                },
+                wire: record.wire(),
                 wire_id: spec.wire,
                 pod: record.local_pod_name.clone(),
                 impairment: None,
@@ -499,10 +489,7 @@ impl Node {
         match record.state {
             WireState::Pending => {}
             WireState::Veth => {
-                self.forget_steering(&WireKey {
-                    namespace: record.topo_namespace.clone(),
-                    link_uid: record.link_uid,
-                });
+                self.forget_steering(&record.wire());
                 if let Ok(ns) = record.open_local_pod_netns() {
                     let alias = interfaces::pod_alias(
                         &record.topo_namespace,
@@ -514,7 +501,8 @@ impl Node {
                         &record.local_pod_ifname,
                     );
                 }
-                let peer_key = wire_key(&record.topo_namespace, &record.peer_pod, record.link_uid);
+                let peer_key =
+                    EndKey::new(&record.topo_namespace, &record.peer_pod, record.link_uid);
                 if let Ok(Some(peer)) = self.store.wire(&peer_key) {
                     if peer.state == WireState::Veth {
                         self.set_pending(peer);
@@ -526,13 +514,7 @@ impl Node {
                 self.release_node_end(record);
                 if tell_peer {
                     if let Some(node) = &record.peer_node {
-                        self.send_to(
-                            node,
-                            ControlBody::DelWire(WireKey {
-                                namespace: record.topo_namespace.clone(),
-                                link_uid: record.link_uid,
-                            }),
-                        );
+                        self.send_to(node, ControlBody::DelWire(record.wire()));
                     }
                 }
             }

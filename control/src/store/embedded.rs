@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::{AttachmentRecord, StoreError, TopologySource, WireRecord, WireStore};
 use crate::step_times;
-use crate::store::wire_key_prefix;
+use crate::store::{AttachmentKey, EndKey};
 use crate::topology::{pod_key, Topology};
 
 const WIRES: TableDefinition<&str, &[u8]> = TableDefinition::new("wires");
@@ -346,15 +346,15 @@ fn decode<T: DeserializeOwned>(key: &str, json: &[u8]) -> Result<T, StoreError> 
 
 impl WireStore for EmbeddedStore {
     fn put_wire(&self, wire: &WireRecord) -> Result<(), StoreError> {
-        self.put(&[(wire.key(), wire)])
+        self.put(&[(wire.key().to_string(), wire)])
     }
 
-    fn wire(&self, key: &str) -> Result<Option<WireRecord>, StoreError> {
-        Ok(self.get(key))
+    fn wire(&self, key: &EndKey) -> Result<Option<WireRecord>, StoreError> {
+        Ok(self.get(key.as_str()))
     }
 
-    fn remove_wire(&self, key: &str) -> Result<bool, StoreError> {
-        self.remove::<WireRecord>(key)
+    fn remove_wire(&self, key: &EndKey) -> Result<bool, StoreError> {
+        self.remove::<WireRecord>(key.as_str())
     }
 
     fn wires(&self) -> Result<Vec<WireRecord>, StoreError> {
@@ -362,7 +362,7 @@ impl WireStore for EmbeddedStore {
     }
 
     fn wires_of_pod(&self, namespace: &str, pod: &str) -> Result<Vec<WireRecord>, StoreError> {
-        let prefix = wire_key_prefix(namespace, pod);
+        let prefix = EndKey::prefix_of_pod(namespace, pod);
         let mirror = self.mirror();
         Ok(mirror
             .wires
@@ -373,11 +373,11 @@ impl WireStore for EmbeddedStore {
     }
 
     fn put_attachment(&self, attachment: &AttachmentRecord) -> Result<(), StoreError> {
-        self.put(&[(attachment.key(), attachment)])
+        self.put(&[(attachment.key().to_string(), attachment)])
     }
 
-    fn attachment(&self, key: &str) -> Result<Option<AttachmentRecord>, StoreError> {
-        Ok(self.get(key))
+    fn attachment(&self, key: &AttachmentKey) -> Result<Option<AttachmentRecord>, StoreError> {
+        Ok(self.get(key.as_str()))
     }
 
     fn attachment_of_pod(
@@ -394,8 +394,8 @@ impl WireStore for EmbeddedStore {
             .cloned())
     }
 
-    fn remove_attachment(&self, key: &str) -> Result<bool, StoreError> {
-        self.remove::<AttachmentRecord>(key)
+    fn remove_attachment(&self, key: &AttachmentKey) -> Result<bool, StoreError> {
+        self.remove::<AttachmentRecord>(key.as_str())
     }
 
     fn attachments(&self) -> Result<Vec<AttachmentRecord>, StoreError> {
@@ -562,10 +562,19 @@ mod tests {
             assert_eq!(store.wires().unwrap(), vec![wire(2), wire(4)]);
             assert_eq!(store.wire(&wire(4).key()).unwrap(), Some(wire(4)));
             assert_eq!(store.wire(&wire(1).key()).unwrap(), None);
-            assert!(store.stored(WIRES, &wire(1).key()).unwrap().is_some());
-            assert!(store.stored(WIRES, &wire(4).key()).unwrap().is_none());
+            assert!(store
+                .stored(WIRES, wire(1).key().as_str())
+                .unwrap()
+                .is_some());
+            assert!(store
+                .stored(WIRES, wire(4).key().as_str())
+                .unwrap()
+                .is_none());
             store.end_batch().unwrap();
-            assert!(store.stored(WIRES, &wire(1).key()).unwrap().is_none());
+            assert!(store
+                .stored(WIRES, wire(1).key().as_str())
+                .unwrap()
+                .is_none());
             // A batch that never ends (the daemon killed in a call) leaves the file as it
             // was before the call.
             store.begin_batch();

@@ -11,6 +11,7 @@ pub use kube::{client as kube_client, KubeSettings, KubeStore, PodReport, SIGNER
 
 use serde::{Deserialize, Serialize};
 use xwire_netns::NetnsIdentity;
+use xwire_proto::control::WireKey;
 use xwire_proto::local::PodRef;
 use xwire_proto::WireId;
 
@@ -78,18 +79,58 @@ pub struct WireRecord {
 }
 
 impl WireRecord {
-    pub fn key(&self) -> String {
-        wire_key(&self.topo_namespace, &self.local_pod_name, self.link_uid)
+    pub fn key(&self) -> EndKey {
+        EndKey::new(&self.topo_namespace, &self.local_pod_name, self.link_uid)
+    }
+
+    /// The wire this end belongs to.
+    pub fn wire(&self) -> WireKey {
+        WireKey::new(self.topo_namespace.as_str(), self.link_uid)
     }
 }
 
-pub fn wire_key(namespace: &str, pod: &str, uid: u64) -> String {
-    format!("{namespace}/{pod}/{uid}")
+/// One end of a wire: the pod that holds it and the wire's link uid, in the topologies'
+/// namespace. Its text (`namespace/pod/uid`) is the store's key for the end's record, and
+/// the node's key for everything it keeps per end (ports, plan actions).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EndKey(String);
+
+impl EndKey {
+    pub fn new(namespace: &str, pod: &str, uid: u64) -> EndKey {
+        EndKey(format!("{namespace}/{pod}/{uid}"))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// What the keys of one pod's ends begin with.
+    pub(crate) fn prefix_of_pod(namespace: &str, pod: &str) -> String {
+        format!("{namespace}/{pod}/")
+    }
+
+    /// Whether this is an end of pod `pod` of `namespace`.
+    pub fn is_of_pod(&self, namespace: &str, pod: &str) -> bool {
+        self.0
+            .strip_prefix(namespace)
+            .and_then(|rest| rest.strip_prefix('/'))
+            .and_then(|rest| rest.strip_prefix(pod))
+            .is_some_and(|rest| rest.starts_with('/'))
+    }
 }
 
-/// What the keys of one pod's wires begin with.
-pub fn wire_key_prefix(namespace: &str, pod: &str) -> String {
-    format!("{namespace}/{pod}/")
+#[cfg(test)]
+impl From<&str> for EndKey {
+    fn from(key: &str) -> EndKey {
+        EndKey(key.to_owned())
+    }
+}
+
+impl std::fmt::Display for EndKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// A CNI attachment the daemon manages: what DEL, CHECK and GC look up.
@@ -111,28 +152,54 @@ pub struct AttachmentRecord {
 }
 
 impl AttachmentRecord {
-    pub fn key(&self) -> String {
-        attachment_key(&self.container_id, &self.ifname)
+    pub fn key(&self) -> AttachmentKey {
+        AttachmentKey::new(&self.container_id, &self.ifname)
     }
 
     /// Whether `key` is this record's key, without making the key.
-    pub fn has_key(&self, key: &str) -> bool {
-        key.strip_prefix(self.container_id.as_str())
+    pub fn has_key(&self, key: &AttachmentKey) -> bool {
+        key.as_str()
+            .strip_prefix(self.container_id.as_str())
             .and_then(|rest| rest.strip_prefix('/'))
             == Some(self.ifname.as_str())
     }
 }
 
-pub fn attachment_key(container_id: &str, ifname: &str) -> String {
-    format!("{container_id}/{ifname}")
+/// A CNI attachment: its container id and interface name (`container/ifname`), the
+/// store's key for its record and the node's for the plan actions about it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AttachmentKey(String);
+
+impl AttachmentKey {
+    pub fn new(container_id: &str, ifname: &str) -> AttachmentKey {
+        AttachmentKey(format!("{container_id}/{ifname}"))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+impl From<&str> for AttachmentKey {
+    fn from(key: &str) -> AttachmentKey {
+        AttachmentKey(key.to_owned())
+    }
+}
+
+impl std::fmt::Display for AttachmentKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// The wire and attachment records of this node.
 pub trait WireStore {
     fn put_wire(&self, wire: &WireRecord) -> Result<(), StoreError>;
-    fn wire(&self, key: &str) -> Result<Option<WireRecord>, StoreError>;
+    fn wire(&self, key: &EndKey) -> Result<Option<WireRecord>, StoreError>;
     /// False when there was no such record.
-    fn remove_wire(&self, key: &str) -> Result<bool, StoreError>;
+    fn remove_wire(&self, key: &EndKey) -> Result<bool, StoreError>;
     fn wires(&self) -> Result<Vec<WireRecord>, StoreError>;
     /// The wires of one pod (a store that indexes them answers without a scan).
     fn wires_of_pod(&self, namespace: &str, pod: &str) -> Result<Vec<WireRecord>, StoreError> {
@@ -143,7 +210,7 @@ pub trait WireStore {
             .collect())
     }
     fn put_attachment(&self, attachment: &AttachmentRecord) -> Result<(), StoreError>;
-    fn attachment(&self, key: &str) -> Result<Option<AttachmentRecord>, StoreError>;
+    fn attachment(&self, key: &AttachmentKey) -> Result<Option<AttachmentRecord>, StoreError>;
     /// The attachment of a pod, if it has one.
     fn attachment_of_pod(
         &self,
@@ -155,7 +222,7 @@ pub trait WireStore {
             .into_iter()
             .find(|a| a.pod.namespace == namespace && a.pod.name == pod))
     }
-    fn remove_attachment(&self, key: &str) -> Result<bool, StoreError>;
+    fn remove_attachment(&self, key: &AttachmentKey) -> Result<bool, StoreError>;
     fn attachments(&self) -> Result<Vec<AttachmentRecord>, StoreError>;
     /// From here to `end_batch`, changes may be kept and written together at its end (a
     /// store whose every write is a request to a server). The embedded store writes each
@@ -298,7 +365,7 @@ mod tests {
         for other in [
             "c1/eth1", "c1/eth0x", "c1eth0", "c10/eth0", "c/eth0", "c1/", "",
         ] {
-            assert!(!record.has_key(other), "{other}");
+            assert!(!record.has_key(&AttachmentKey::from(other)), "{other}");
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use super::{Action, Interfaces, Observed};
 use crate::interfaces;
-use crate::store::{AttachmentRecord, WireRecord};
+use crate::store::{AttachmentRecord, EndKey, WireRecord};
 use crate::topology::{format_cidr, format_mac, LinkSpec};
 
 /// One link's end in an attached pod whose namespace is open.
@@ -32,7 +32,7 @@ impl End<'_> {
         &self,
         observed: &Observed,
         record: &WireRecord,
-        key: &str,
+        key: &EndKey,
     ) -> Option<Action> {
         let in_pod = self.interfaces.get(&record.local_pod_ifname);
         let in_place =
@@ -68,7 +68,7 @@ impl End<'_> {
         &self,
         observed: &Observed,
         record: &WireRecord,
-        key: &str,
+        key: &EndKey,
     ) -> Option<Action> {
         let in_place = self.interfaces.contains_key(&record.local_pod_ifname)
             && observed.node_interfaces.contains_key(&record.wire_ifname);

@@ -11,7 +11,7 @@ use xwire_proto::control::WireKey;
 use xwire_proto::local::PodRef;
 
 use crate::interfaces::{self, InterfaceState};
-use crate::store::{wire_key, AttachmentRecord, WireRecord, WireState};
+use crate::store::{AttachmentKey, AttachmentRecord, EndKey, WireRecord, WireState};
 use crate::topology::LinkSpec;
 
 mod end;
@@ -32,7 +32,7 @@ pub(crate) struct Desired {
     /// The far ends of wires that other nodes announced: the pod each runs.
     pub(crate) remote_ends: HashMap<WireKey, String>,
     /// Wire ends (record keys) whose link changed in its topology: made anew.
-    pub(crate) rebuild: HashSet<String>,
+    pub(crate) rebuild: HashSet<EndKey>,
     /// Far ends their node has let go of (DelWire, or left out of a Sync): the wire
     /// joined to that node goes back to pending.
     pub(crate) withdrawn: HashMap<WireKey, String>,
@@ -65,15 +65,15 @@ pub(crate) struct Observed {
     pub(crate) detached: Option<PodRef>,
     /// The wire records, by key: every one for the whole node, else those of the pods
     /// looked at and of the `detached` one.
-    pub(crate) records: BTreeMap<String, WireRecord>,
+    pub(crate) records: BTreeMap<EndKey, WireRecord>,
     /// Each observed attachment's namespace, by attachment key.
-    pub(crate) pods: HashMap<String, PodNetns>,
+    pub(crate) pods: HashMap<AttachmentKey, PodNetns>,
     pub(crate) node_interfaces: Interfaces,
     /// Why the node's interfaces could not be listed, if they could not: then no remote
     /// end is judged (its node end might be there) and no node interface swept.
     pub(crate) node_unreadable: Option<String>,
     /// The wire ends (record keys) that have a fast-path port open.
-    pub(crate) ports: HashSet<String>,
+    pub(crate) ports: HashSet<EndKey>,
 }
 
 /// One step towards the desired state.
@@ -81,15 +81,15 @@ pub(crate) struct Observed {
 pub(crate) enum Action {
     /// The pod's namespace is gone: its wires go (their peers are told) and so does its
     /// attachment.
-    ForgetPod { attachment: String },
+    ForgetPod { attachment: AttachmentKey },
     /// The pod cannot be looked at now; its wires are left as they are.
     Unreachable { pod: String, reason: String },
     /// A record no link or no attachment accounts for: its end is taken apart.
-    RemoveWire { key: String, why: &'static str },
+    RemoveWire { key: EndKey, why: &'static str },
     /// Joins the end of `uid` of the pod of `attachment` as far as is possible now
     /// (recorded pending when its far end is nowhere yet).
     Join {
-        attachment: String,
+        attachment: AttachmentKey,
         uid: u64,
         why: &'static str,
         /// Both interfaces of a remote end are there, made by this node for this very
@@ -98,33 +98,33 @@ pub(crate) enum Action {
         half_made: bool,
     },
     /// A same-node veth lost its pod end: it goes back to pending and is joined again.
-    RemakeVeth { attachment: String, uid: u64 },
+    RemakeVeth { attachment: AttachmentKey, uid: u64 },
     /// The far end's node let go of it: the end goes back to pending.
-    Unjoin { key: String },
+    Unjoin { key: EndKey },
     /// The end's link is not the one it was made for (its topology changed): taken apart
     /// and joined anew.
-    Rebuild { attachment: String, uid: u64 },
+    Rebuild { attachment: AttachmentKey, uid: u64 },
     /// A remote end with both interfaces in place and no fast-path port (the run that
     /// opened it ended): the port is opened again.
-    Reattach { attachment: String, uid: u64 },
+    Reattach { attachment: AttachmentKey, uid: u64 },
     /// A remote end with an interface gone: made again.
-    RepairRemote { attachment: String, uid: u64 },
+    RepairRemote { attachment: AttachmentKey, uid: u64 },
     /// The pod has an interface of the end's name that xwire did not make: nothing is
     /// done over it.
     Foreign {
-        key: String,
+        key: EndKey,
         ifname: String,
         alias: Option<String>,
     },
     /// The pod's end exists but not as the topology says (`differs` says how): its
     /// settings are applied again.
     Configure {
-        attachment: String,
+        attachment: AttachmentKey,
         uid: u64,
         differs: Vec<String>,
     },
     /// A fast-path port with no remote wire.
-    ClosePort { key: String },
+    ClosePort { key: EndKey },
     /// A node-side interface this node made that no record names.
     RemoveNodeInterface { name: String, alias: String },
 }
@@ -133,12 +133,12 @@ impl Action {
     /// The wire or pod it concerns, as reports name it.
     pub(crate) fn subject(&self) -> String {
         match self {
-            Action::ForgetPod { attachment } => attachment.clone(),
+            Action::ForgetPod { attachment } => attachment.to_string(),
             Action::Unreachable { pod, .. } => pod.clone(),
             Action::RemoveWire { key, .. }
             | Action::Unjoin { key }
             | Action::Foreign { key, .. }
-            | Action::ClosePort { key } => key.clone(),
+            | Action::ClosePort { key } => key.to_string(),
             Action::Join {
                 attachment, uid, ..
             }
@@ -193,7 +193,7 @@ impl Action {
             Action::Unreachable { pod: label, .. } => *label == format!("{namespace}/{pod}"),
             Action::RemoveWire { key: wire, .. }
             | Action::Unjoin { key: wire }
-            | Action::Foreign { key: wire, .. } => wire.starts_with(&format!("{namespace}/{pod}/")),
+            | Action::Foreign { key: wire, .. } => wire.is_of_pod(namespace, pod),
             Action::Join { attachment, .. }
             | Action::RemakeVeth { attachment, .. }
             | Action::Rebuild { attachment, .. }
@@ -240,9 +240,9 @@ struct Planner<'a> {
     /// Pods whose records stay (reconciled, or not looked at).
     kept: HashSet<(&'a str, &'a str)>,
     /// Ends a join of their far end (a same-node veth) makes along with it.
-    covered: HashSet<String>,
+    covered: HashSet<EndKey>,
     /// Records that this plan removes, whose interfaces and ports go with them.
-    removed: HashSet<&'a str>,
+    removed: HashSet<&'a EndKey>,
     /// Node ends of half-made remote ends (see `Action::Join`), which no record names.
     kept_node_ends: HashSet<String>,
     /// Pods attached here whose namespace is not gone: a link's far end in one of them
@@ -297,7 +297,7 @@ impl<'a> Planner<'a> {
                     attachment: attachment.key(),
                 });
                 let records = records_of(observed, namespace, name);
-                self.removed.extend(records.map(|r| r.0.as_str()));
+                self.removed.extend(records.map(|r| r.0));
                 return;
             }
         };
@@ -325,7 +325,7 @@ impl<'a> Planner<'a> {
     ) {
         let (desired, observed) = (self.desired, self.observed);
         let namespace = &attachment.pod.namespace;
-        let key = wire_key(namespace, &attachment.pod.name, link.uid);
+        let key = EndKey::new(namespace, &attachment.pod.name, link.uid);
         if self.covered.contains(&key) {
             return;
         }
@@ -334,10 +334,7 @@ impl<'a> Planner<'a> {
             .get(&(namespace.as_str(), link.peer_pod.as_str()))
             .filter(|peer| peer.key() != attachment.key())
             .copied();
-        let wire = WireKey {
-            namespace: namespace.clone(),
-            link_uid: link.uid,
-        };
+        let wire = link.wire(namespace);
         let unjoined = observed
             .records
             .get(&key)
@@ -401,7 +398,7 @@ impl<'a> Planner<'a> {
         ) {
             if let Some(peer) = local_peer {
                 self.covered
-                    .insert(wire_key(namespace, &peer.pod.name, link.uid));
+                    .insert(EndKey::new(namespace, &peer.pod.name, link.uid));
             }
         }
         self.actions.extend(action);
@@ -417,7 +414,7 @@ impl<'a> Planner<'a> {
                 record.topo_namespace.as_str(),
                 record.local_pod_name.as_str(),
             );
-            if !self.kept.contains(&pod) && !self.removed.contains(key.as_str()) {
+            if !self.kept.contains(&pod) && !self.removed.contains(key) {
                 self.removed.insert(key);
                 self.actions.push(Action::RemoveWire {
                     key: key.clone(),
@@ -425,18 +422,16 @@ impl<'a> Planner<'a> {
                 });
             }
         }
-        let staying_remote: HashSet<&str> = observed
+        let staying_remote: HashSet<&EndKey> = observed
             .records
             .iter()
-            .filter(|(key, r)| r.state.has_node_end() && !self.removed.contains(key.as_str()))
-            .map(|(key, _)| key.as_str())
+            .filter(|(key, r)| r.state.has_node_end() && !self.removed.contains(key))
+            .map(|(key, _)| key)
             .collect();
-        let mut stray_ports: Vec<&String> = observed
+        let mut stray_ports: Vec<&EndKey> = observed
             .ports
             .iter()
-            .filter(|key| {
-                !staying_remote.contains(key.as_str()) && !self.removed.contains(key.as_str())
-            })
+            .filter(|key| !staying_remote.contains(key) && !self.removed.contains(key))
             .collect();
         stray_ports.sort();
         for key in stray_ports {
@@ -487,7 +482,7 @@ fn records_of<'a>(
     observed: &'a Observed,
     namespace: &'a str,
     pod: &'a str,
-) -> impl Iterator<Item = (&'a String, &'a WireRecord)> {
+) -> impl Iterator<Item = (&'a EndKey, &'a WireRecord)> {
     observed
         .records
         .iter()

@@ -131,15 +131,12 @@ impl Fixture {
     }
 
     fn ports(mut self, keys: &[&str]) -> Self {
-        self.observed.ports = keys.iter().map(|k| k.to_string()).collect();
+        self.observed.ports = keys.iter().map(|&k| EndKey::from(k)).collect();
         self
     }
 
     fn remote_end(mut self, uid: u64, pod: &str) -> Self {
-        let key = WireKey {
-            namespace: "lab".into(),
-            link_uid: uid,
-        };
+        let key = WireKey::new("lab", uid);
         self.desired.remote_ends.insert(key, pod.into());
         self
     }
@@ -162,10 +159,7 @@ fn join(pod: &str, uid: u64) -> Action {
 fn a_same_node_wire_goes_onto_the_switch_path_when_impaired_and_back_when_not() {
     let to_r2 = link(1, "r2", "eth1");
     let r2_back = link(1, "r1", "eth1");
-    let wire = WireKey {
-        namespace: "lab".into(),
-        link_uid: 1,
-    };
+    let wire = WireKey::new("lab", 1);
     let pods = |state: WireState, switched: bool| {
         let mut f = Fixture::new()
             .pod("r1", &[to_r2.clone()], &[("eth1", ours("r1", 1))])
@@ -575,10 +569,7 @@ fn an_end_whose_far_end_its_node_let_go_of_goes_back_to_pending() {
         .records(&[record("r1", &to_r3, WireState::Remote)])
         .node_interfaces(&[("xw-r1-2", node_end("r1", 2))])
         .ports(&["lab/r1/2"]);
-    let wire = WireKey {
-        namespace: "lab".into(),
-        link_uid: 2,
-    };
+    let wire = WireKey::new("lab", 2);
     // Another node letting go of it changes nothing: the wire is joined to n2.
     fixture.desired.withdrawn.insert(wire.clone(), "n3".into());
     assert_eq!(fixture.plan(), vec![]);

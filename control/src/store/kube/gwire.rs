@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 use xwire_proto::WireId;
 
-use crate::store::{AttachmentRecord, WireRecord, WireState};
+use crate::store::{AttachmentKey, AttachmentRecord, EndKey, WireRecord, WireState};
 
 pub const GROUP: &str = "networkop.co.uk";
 pub const VERSION: &str = "v1beta1";
@@ -25,8 +25,8 @@ pub const NODE_LABEL: &str = "xwire.dev/node";
 /// The records of one node in one topology namespace.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NamespaceRecords {
-    pub wires: BTreeMap<String, WireRecord>,
-    pub attachments: BTreeMap<String, AttachmentRecord>,
+    pub wires: BTreeMap<EndKey, WireRecord>,
+    pub attachments: BTreeMap<AttachmentKey, AttachmentRecord>,
 }
 
 impl NamespaceRecords {

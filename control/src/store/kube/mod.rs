@@ -33,7 +33,8 @@ pub use status::PodReport;
 
 use self::gwire::NamespaceRecords;
 use super::{
-    AttachmentRecord, PeerChange, PodPlacement, StoreError, TopologySource, WireRecord, WireStore,
+    AttachmentKey, AttachmentRecord, EndKey, PeerChange, PodPlacement, StoreError, TopologySource,
+    WireRecord, WireStore,
 };
 use crate::topology::{self, Topology};
 
@@ -512,14 +513,14 @@ impl WireStore for KubeStore {
         .map(|_| ())
     }
 
-    fn wire(&self, key: &str) -> Result<Option<WireRecord>, StoreError> {
-        let namespace = key.split('/').next().unwrap_or_default();
+    fn wire(&self, key: &EndKey) -> Result<Option<WireRecord>, StoreError> {
+        let namespace = key.as_str().split('/').next().unwrap_or_default();
         let all = self.records.lock().expect("not poisoned");
         Ok(all.get(namespace).and_then(|r| r.wires.get(key)).cloned())
     }
 
-    fn remove_wire(&self, key: &str) -> Result<bool, StoreError> {
-        let namespace = key.split('/').next().unwrap_or_default();
+    fn remove_wire(&self, key: &EndKey) -> Result<bool, StoreError> {
+        let namespace = key.as_str().split('/').next().unwrap_or_default();
         self.update(namespace, |r| r.wires.remove(key).is_some())
     }
 
@@ -541,7 +542,7 @@ impl WireStore for KubeStore {
         .map(|_| ())
     }
 
-    fn attachment(&self, key: &str) -> Result<Option<AttachmentRecord>, StoreError> {
+    fn attachment(&self, key: &AttachmentKey) -> Result<Option<AttachmentRecord>, StoreError> {
         let all = self.records.lock().expect("not poisoned");
         Ok(all.values().find_map(|r| r.attachments.get(key)).cloned())
     }
@@ -560,7 +561,7 @@ impl WireStore for KubeStore {
             .cloned())
     }
 
-    fn remove_attachment(&self, key: &str) -> Result<bool, StoreError> {
+    fn remove_attachment(&self, key: &AttachmentKey) -> Result<bool, StoreError> {
         let namespace = {
             let all = self.records.lock().expect("not poisoned");
             all.iter()
