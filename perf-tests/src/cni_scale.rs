@@ -185,38 +185,25 @@ pub fn run(binaries: &Binaries, pods: usize, callers: usize) -> Result<Report> {
 
     let started = Instant::now();
     let add_times = call_all("ADD")?;
-    let all_up = |deadline: Instant| loop {
-        let up = pod_list
-            .iter()
-            .all(|p| ["eth1", "eth2", "eth3", "eth4"].iter().all(|i| p.has(i)));
-        if up || Instant::now() > deadline {
-            return up;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
     ensure!(
-        all_up(Instant::now() + Duration::from_secs(60)),
+        wait_until(Duration::from_secs(60), || pod_list.iter().all(|p| [
+            "eth1", "eth2", "eth3", "eth4"
+        ]
+        .iter()
+        .all(|i| p.has(i)))),
         "not every wire came up in 60 s"
     );
     let bring_up = started.elapsed();
 
     let started = Instant::now();
     let del_times = call_all("DEL")?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let empty = [&na, &nb].iter().all(|n| {
+    ensure!(
+        wait_until(Duration::from_secs(60), || [&na, &nb].iter().all(|n| {
             let s = n.state();
             s.attachments.is_empty() && s.wires.is_empty()
-        });
-        if empty {
-            break;
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "the stores did not empty in 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+        })),
+        "the stores did not empty in 60 s"
+    );
     let tear_down = started.elapsed();
 
     let metrics = [&na, &nb]
@@ -244,6 +231,22 @@ pub fn run(binaries: &Binaries, pods: usize, callers: usize) -> Result<Report> {
         bridge_del,
         steps,
     })
+}
+
+/// Whether `done` came true within `limit`, looking every 5 ms: the time it ends is a
+/// reported figure (bring-up, tear-down), which the testbed's `eventually`, looking every
+/// 50 ms, would round up.
+fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// The mean time of the plugin answering VERSION, which it does without the daemon: its

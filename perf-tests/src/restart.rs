@@ -129,19 +129,7 @@ pub fn run(
 ) -> Result<Report> {
     ensure!(wires >= 1, "--wires must be at least 1");
     ensure!(workers >= 1, "--workers must be at least 1");
-    // One worker (placed by the scheduler) is the daemon's default; more are pinned to
-    // cores 0, 1, ... (wrapping on a machine with fewer).
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let data_cores = if workers == 1 {
-        String::new()
-    } else {
-        let cores: Vec<String> = (0..workers).map(|i| (i % cpus).to_string()).collect();
-        format!("data_cores = [{}]", cores.join(", "))
-    };
-    // Every port opens with the frames asked for, whatever the number of wires.
-    let extra_config = format!(
-        "{data_cores}\nmin_frames_per_port = {frames_per_port}\nresting_frames_per_worker = 0"
-    );
+    let extra_config = daemon_config(workers, frames_per_port);
     let per_pair = wires.min(LINKS_PER_POD);
     let pairs = wires.div_ceil(per_pair);
     let certs = TempDir::new("restart-certs");
@@ -174,60 +162,18 @@ pub fn run(
         add(pod, &na)?;
     }
 
-    let mut wire_list = Vec::new();
-    let senders: Vec<PacketSocket> = a_pods
-        .iter()
-        .map(|p| PacketSocket::open(&p.ns, PROBE_ETHERTYPE))
-        .collect::<Result<_, _>>()?;
-    let receivers: Vec<PacketSocket> = b_pods
-        .iter()
-        .map(|p| PacketSocket::open(&p.ns, PROBE_ETHERTYPE))
-        .collect::<Result<_, _>>()?;
+    let (senders, receivers) = (probe_sockets(&a_pods)?, probe_sockets(&b_pods)?);
 
     // The baseline: the same wires brought up cold.
     let started = Instant::now();
     for pod in &b_pods {
         add(pod, &nb)?;
     }
-    for uid in 0..wires {
-        let (pair, j) = (uid / per_pair, uid % per_pair);
-        let ifname = format!("eth{}", j + 1);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !a_pods[pair].has(&ifname) {
-            ensure!(Instant::now() < deadline, "wire {uid} did not come up");
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        wire_list.push(Wire {
-            a_pod: pair,
-            a_ifindex: a_pods[pair].ns.ifindex(&ifname)?,
-        });
-    }
+    let wire_list = wait_for_wires(&a_pods, wires, per_pair)?;
     let cold = probe(&wire_list, &senders, &receivers, started, COLD_PROBE)?;
     let cold_bring_up = cold.iter().copied().fold(Duration::ZERO, Duration::max);
 
-    let flows = [
-        Flow::start(
-            "na local",
-            (&locals[0].ns, "eth1"),
-            (&locals[1].ns, "eth1"),
-            1,
-            Duration::from_millis(1),
-        )?,
-        Flow::start(
-            "nb local",
-            (&locals[2].ns, "eth1"),
-            (&locals[3].ns, "eth1"),
-            2,
-            Duration::from_millis(1),
-        )?,
-    ];
-    for flow in &flows {
-        ensure!(
-            flow.forwards(20, Duration::from_secs(10)),
-            "{} does not forward",
-            flow.name
-        );
-    }
+    let flows = start_untouched_flows(&locals)?;
 
     let rss_mib = nb.daemon_rss_kib().unwrap_or_default() as f64 / 1024.0;
     nb.stop();
@@ -244,14 +190,7 @@ pub fn run(
     let restarted_cpu = nb.daemon_cpu().unwrap_or_default();
     let rss_after_restart_mib = nb.daemon_rss_kib().unwrap_or_default() as f64 / 1024.0;
     let peer_cpu = na.daemon_cpu().unwrap_or_default() - peer_cpu_before;
-    let start_reconcile_ms: f64 = nb
-        .log()
-        .lines()
-        .rev()
-        .filter(|l| l.contains("start: reconciled"))
-        .filter_map(|l| l.split("took_ms=").nth(1))
-        .find_map(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(f64::NAN);
+    let start_reconcile_ms = start_reconcile_ms(&nb.log());
     times.sort();
     let all = *times.last().expect("at least one wire");
     let median = times[times.len() / 2];
@@ -278,6 +217,87 @@ pub fn run(
         untouched_sent,
         untouched_lost,
     })
+}
+
+/// The daemons' extra configuration: one worker (placed by the scheduler) is the
+/// daemon's default, and more are pinned to cores 0, 1, ... (wrapping on a machine with
+/// fewer); every port opens with the frames asked for, whatever the number of wires.
+fn daemon_config(workers: usize, frames_per_port: usize) -> String {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let data_cores = if workers == 1 {
+        String::new()
+    } else {
+        let cores: Vec<String> = (0..workers).map(|i| (i % cpus).to_string()).collect();
+        format!("data_cores = [{}]", cores.join(", "))
+    };
+    format!("{data_cores}\nmin_frames_per_port = {frames_per_port}\nresting_frames_per_worker = 0")
+}
+
+/// A socket for the probes in each of `pods`.
+fn probe_sockets(pods: &[Pod]) -> Result<Vec<PacketSocket>> {
+    Ok(pods
+        .iter()
+        .map(|p| PacketSocket::open(&p.ns, PROBE_ETHERTYPE))
+        .collect::<Result<_, _>>()?)
+}
+
+/// Waits (up to a minute each) for every wire's interface in its `a` pod; returns the
+/// wires, in uid order.
+fn wait_for_wires(a_pods: &[Pod], wires: usize, per_pair: usize) -> Result<Vec<Wire>> {
+    let mut list = Vec::new();
+    for uid in 0..wires {
+        let (pair, j) = (uid / per_pair, uid % per_pair);
+        let ifname = format!("eth{}", j + 1);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !a_pods[pair].has(&ifname) {
+            ensure!(Instant::now() < deadline, "wire {uid} did not come up");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        list.push(Wire {
+            a_pod: pair,
+            a_ifindex: a_pods[pair].ns.ifindex(&ifname)?,
+        });
+    }
+    Ok(list)
+}
+
+/// A flow over each node's local wire (the restart must not touch them), once each
+/// forwards.
+fn start_untouched_flows(locals: &[Pod]) -> Result<[Flow; 2]> {
+    let flows = [
+        Flow::start(
+            "na local",
+            (&locals[0].ns, "eth1"),
+            (&locals[1].ns, "eth1"),
+            1,
+            Duration::from_millis(1),
+        )?,
+        Flow::start(
+            "nb local",
+            (&locals[2].ns, "eth1"),
+            (&locals[3].ns, "eth1"),
+            2,
+            Duration::from_millis(1),
+        )?,
+    ];
+    for flow in &flows {
+        ensure!(
+            flow.forwards(20, Duration::from_secs(10)),
+            "{} does not forward",
+            flow.name
+        );
+    }
+    Ok(flows)
+}
+
+/// How long the daemon's start-up reconcile took, from the last such line of its log.
+fn start_reconcile_ms(log: &str) -> f64 {
+    log.lines()
+        .rev()
+        .filter(|l| l.contains("start: reconciled"))
+        .filter_map(|l| l.split("took_ms=").nth(1))
+        .find_map(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
 /// Sends a numbered frame into every wire not yet seen to forward, every `PROBE_ROUND`,

@@ -153,6 +153,24 @@ fn make(
     node_if: &str,
     alias: &str,
 ) -> Result<Made, String> {
+    let node_mac = make_pair(mode, at, node_if, alias)?;
+    let pod_mac = set_up_pod_end(mode, at, plan, &node_mac)?;
+    set_up_node_end(mode, plan, node_if, &pod_mac)?;
+    Ok(Made {
+        node_interface: node_if.to_owned(),
+        node_mac,
+        pod_mac,
+    })
+}
+
+/// Makes the veth pair, its pod end in the pod's namespace, and brings the node end up
+/// with its alias. Returns the node end's MAC.
+fn make_pair(
+    mode: &VethMode,
+    at: &Attachment,
+    node_if: &str,
+    alias: &str,
+) -> Result<String, String> {
     let pod_ns = File::options()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
@@ -165,7 +183,8 @@ fn make(
         mode.mtu,
     );
     let fd = pod_ns.as_raw_fd();
-    let node_mac = in_netns(None, |h| async move {
+    // `pod_ns` stays open (and `fd` valid) until the call returns.
+    in_netns(None, |h| async move {
         let peer = LinkUnspec::new_with_name(&pod_if).setns_by_fd(fd).build();
         let message = LinkMessageBuilder::<LinkUnspec>::new_with_info_kind(InfoKind::Veth)
             .name(node_if_owned.clone())
@@ -191,13 +210,21 @@ fn make(
             .await
             .map_err(|e| format!("set {node_if_owned} up: {e}"))?;
         mac_of(&link).ok_or_else(|| "the node end has no MAC".to_owned())
-    })?;
-    drop(pod_ns);
+    })
+}
 
+/// Brings the pod end up, with its neighbours (the node end's MAC), routes and
+/// `rp_filter`. Returns the pod end's MAC.
+fn set_up_pod_end(
+    mode: &VethMode,
+    at: &Attachment,
+    plan: &Plan,
+    node_mac: &str,
+) -> Result<String, String> {
     let pod_plan = plan.clone();
-    let (pod_if, node_mac_bytes) = (mode.pod_interface.clone(), parse_mac(&node_mac));
-    let (rp_filter, primary) = (mode.rp_filter, at.ifname.to_owned());
-    let pod_mac = in_netns(Some(at.netns), |h| async move {
+    let (pod_if, node_mac_bytes) = (mode.pod_interface.clone(), parse_mac(node_mac));
+    let (rp_filter, primary, mtu) = (mode.rp_filter, at.ifname.to_owned(), mode.mtu);
+    in_netns(Some(at.netns), |h| async move {
         let link = find(&h, &pod_if).await?.ok_or("the pod end is gone")?;
         let index = link.header.index;
         let mut set = LinkUnspec::new_with_index(index).up();
@@ -224,10 +251,19 @@ fn make(
             set_rp_filter(ifname, rp_filter)?;
         }
         mac_of(&link).ok_or_else(|| "the pod end has no MAC".to_owned())
-    })?;
+    })
+}
 
+/// Gives the node end its neighbours (the pod end's MAC), routes and `rp_filter`.
+fn set_up_node_end(
+    mode: &VethMode,
+    plan: &Plan,
+    node_if: &str,
+    pod_mac: &str,
+) -> Result<(), String> {
     let node_plan = plan.clone();
-    let (node_if_owned, pod_mac_bytes) = (node_if.to_owned(), parse_mac(&pod_mac));
+    let (node_if_owned, pod_mac_bytes) = (node_if.to_owned(), parse_mac(pod_mac));
+    let rp_filter = mode.rp_filter;
     in_netns(None, |h| async move {
         let index = find(&h, &node_if_owned)
             .await?
@@ -241,11 +277,6 @@ fn make(
             add_route(&h, index, route).await?;
         }
         set_rp_filter(&node_if_owned, rp_filter)
-    })?;
-    Ok(Made {
-        node_interface: node_if.to_owned(),
-        node_mac,
-        pod_mac,
     })
 }
 

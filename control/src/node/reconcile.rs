@@ -499,14 +499,14 @@ impl Node {
             Action::ForgetPod { attachment } => {
                 let pod = pod_of(desired, &attachment)?;
                 self.detach(&pod.attachment)?;
-                let change = "the pod's namespace is gone: forgotten";
-                Ok(Some((pod_label(&pod.attachment), change.into())))
+                let what = "the pod's namespace is gone: forgotten";
+                Ok(change(pod_label(&pod.attachment), what))
             }
             Action::Unreachable { reason, .. } => Err(unreachable_pod(reason)),
             Action::RemoveWire { key, why } => {
                 self.disconnect_end(&record(&key)?, true);
                 self.store.remove_wire(&key)?;
-                Ok(Some((key.to_string(), why.into())))
+                Ok(change(key, why))
             }
             Action::Join {
                 attachment,
@@ -530,10 +530,7 @@ impl Node {
                 tracing::info!(wire = %key, peer = ?record.peer_node, "far end gone");
                 self.disconnect_end(&record, false);
                 self.set_pending(record);
-                Ok(Some((
-                    key.to_string(),
-                    "far end gone: back to pending".into(),
-                )))
+                Ok(change(key, "far end gone: back to pending"))
             }
             Action::Rebuild { attachment, uid } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
@@ -543,23 +540,19 @@ impl Node {
             }
             Action::Reattach { attachment, uid } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
-                let key = end.key.clone();
-                let record = record(&key)?;
+                let record = record(&end.key)?;
                 if record.state == WireState::Switched {
                     self.reopen_switched(&record, end.link)?;
-                    return Ok(Some((
-                        key.to_string(),
-                        "re-attached to its interfaces".into(),
-                    )));
+                    return Ok(change(end.key, "re-attached to its interfaces"));
                 }
                 pass.reattach.push((record, end.link.clone()));
                 Ok(None)
             }
             Action::RepairRemote { attachment, uid } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
-                let key = end.key.clone();
-                let change = self.repair_remote(end.ns, end.link, record(&key)?, end.interfaces)?;
-                Ok(Some((key.to_string(), change.into())))
+                let what =
+                    self.repair_remote(end.ns, end.link, record(&end.key)?, end.interfaces)?;
+                Ok(change(end.key, what))
             }
             Action::Foreign { key, ifname, alias } => {
                 Err(foreign_interface(&key, &ifname, alias.as_deref()))
@@ -574,10 +567,7 @@ impl Node {
             }
             Action::ClosePort { key } => {
                 self.close_port(&key);
-                Ok(Some((
-                    key.to_string(),
-                    "fast-path port with no wire: closed".into(),
-                )))
+                Ok(change(key, "fast-path port with no wire: closed"))
             }
             Action::RemoveNodeInterface { name, alias } => {
                 interfaces::delete(&self.node_ns, &name, &alias).map_err(|e| {
@@ -587,7 +577,7 @@ impl Node {
                         e.to_string(),
                     )
                 })?;
-                Ok(Some((name, "node interface with no wire: removed".into())))
+                Ok(change(name, "node interface with no wire: removed"))
             }
         }
     }
@@ -792,6 +782,11 @@ fn pod_of<'a>(
         .iter()
         .find(|p| p.attachment.has_key(attachment))
         .ok_or_else(|| NodeError::new(ErrorKind::Store, format!("no attachment {attachment}"), ""))
+}
+
+/// A change a pass reports: what it was about, and what was done.
+fn change(subject: impl std::fmt::Display, what: impl Into<String>) -> Option<(String, String)> {
+    Some((subject.to_string(), what.into()))
 }
 
 /// The wire record `key` as observed.

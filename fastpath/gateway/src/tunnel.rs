@@ -121,40 +121,13 @@ pub(crate) fn start(
                 }
             };
             runtime.block_on(async move {
-                let mut tun_config = tun::Configuration::default();
-                tun_config
-                    .tun_name(&config.tun_name)
-                    .mtu(config.tunnel_mtu)
-                    .up();
-                let tun = match tun::create_as_async(&tun_config) {
-                    Ok(tun) => tun,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(GatewayError::Io {
-                            what: format!("make the TUN device {}", config.tun_name),
-                            cause: std::io::Error::other(e.to_string()),
-                        }));
-                        return;
-                    }
-                };
-                let endpoint = tls::endpoint_config(config.wan_mtu).and_then(|endpoint_config| {
-                    std::net::UdpSocket::bind(wan)
-                        .and_then(|socket| {
-                            let runtime = Arc::new(quinn::TokioRuntime);
-                            Endpoint::new(endpoint_config, Some(server), socket, runtime)
-                        })
-                        .map_err(|source| GatewayError::Io {
-                            what: format!("listen on {wan}"),
-                            cause: source,
-                        })
-                });
-                let mut endpoint = match endpoint {
-                    Ok(endpoint) => endpoint,
+                let (tun, endpoint) = match open_devices(&config, wan, server, client) {
+                    Ok(opened) => opened,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
                         return;
                     }
                 };
-                endpoint.set_default_client_config(client);
                 let shared = Arc::new(Shared {
                     me: config.node.clone(),
                     my_pool,
@@ -164,29 +137,8 @@ pub(crate) fn start(
                     tunnels,
                 });
                 let _ = ready_tx.send(Ok(()));
-                for (pool, gateway) in remote_gateways(&shared) {
-                    let mine = &shared.pools.all()[shared.my_pool];
-                    let theirs = &shared.pools.all()[pool];
-                    if shared.pools.dials(mine, &shared.me, theirs, &gateway.0) {
-                        tokio::spawn(dial_loop(
-                            shared.clone(),
-                            endpoint.clone(),
-                            gateway.0,
-                            gateway.1,
-                        ));
-                    }
-                }
-                tokio::spawn(accept_loop(shared.clone(), endpoint.clone()));
                 let probes = SocketAddr::new(my_address, crate::probe::probe_port(wan.port()));
-                match tokio::net::UdpSocket::bind(probes).await {
-                    Ok(socket) => {
-                        tokio::spawn(answer_probes(shared.clone(), socket));
-                    }
-                    Err(e) => {
-                        tracing::warn!(%probes, "the pool's nodes cannot probe this gateway: {e}")
-                    }
-                }
-                tokio::spawn(tun_loop(shared.clone(), config.tunnel_mtu));
+                spawn_tasks(&shared, &endpoint, probes, config.tunnel_mtu).await;
                 let _ = stop_rx.await;
                 endpoint.close(0u32.into(), b"gateway stopped");
             });
@@ -211,6 +163,62 @@ pub(crate) fn start(
             ))
         }
     }
+}
+
+/// Makes the TUN device and the QUIC endpoint on `wan` (in the gateway's runtime: the
+/// device is an async one).
+fn open_devices(
+    config: &GatewayConfig,
+    wan: SocketAddr,
+    server: quinn::ServerConfig,
+    client: quinn::ClientConfig,
+) -> Result<(tun::AsyncDevice, Endpoint), GatewayError> {
+    let mut tun_config = tun::Configuration::default();
+    tun_config
+        .tun_name(&config.tun_name)
+        .mtu(config.tunnel_mtu)
+        .up();
+    let tun = tun::create_as_async(&tun_config).map_err(|e| GatewayError::Io {
+        what: format!("make the TUN device {}", config.tun_name),
+        cause: std::io::Error::other(e.to_string()),
+    })?;
+    let endpoint_config = tls::endpoint_config(config.wan_mtu)?;
+    let mut endpoint = std::net::UdpSocket::bind(wan)
+        .and_then(|socket| {
+            let runtime = Arc::new(quinn::TokioRuntime);
+            Endpoint::new(endpoint_config, Some(server), socket, runtime)
+        })
+        .map_err(|source| GatewayError::Io {
+            what: format!("listen on {wan}"),
+            cause: source,
+        })?;
+    endpoint.set_default_client_config(client);
+    Ok((tun, endpoint))
+}
+
+/// Starts what the gateway runs until it stops: a dial loop to each gateway this one
+/// dials, the accept loop, the answerer of the pool's probes on `probes`, and the TUN loop.
+async fn spawn_tasks(shared: &Arc<Shared>, endpoint: &Endpoint, probes: SocketAddr, mtu: u16) {
+    for (pool, gateway) in remote_gateways(shared) {
+        let mine = &shared.pools.all()[shared.my_pool];
+        let theirs = &shared.pools.all()[pool];
+        if shared.pools.dials(mine, &shared.me, theirs, &gateway.0) {
+            tokio::spawn(dial_loop(
+                shared.clone(),
+                endpoint.clone(),
+                gateway.0,
+                gateway.1,
+            ));
+        }
+    }
+    tokio::spawn(accept_loop(shared.clone(), endpoint.clone()));
+    match tokio::net::UdpSocket::bind(probes).await {
+        Ok(socket) => {
+            tokio::spawn(answer_probes(shared.clone(), socket));
+        }
+        Err(e) => tracing::warn!(%probes, "the pool's nodes cannot probe this gateway: {e}"),
+    }
+    tokio::spawn(tun_loop(shared.clone(), mtu));
 }
 
 /// The other pools' gateways: (pool index, (node, tunnel address)).

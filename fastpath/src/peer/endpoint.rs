@@ -732,11 +732,30 @@ impl PeerEndpoint {
             }
             return;
         };
+        self.on_hello(handle, session, message.request_id, theirs, now);
+    }
+
+    /// A Hello on the connection of `session`: judged (`hello::judge`), then the peer is
+    /// up (answered when this node did not dial), or refused, or heard knocking.
+    fn on_hello(
+        &mut self,
+        handle: ConnectionHandle,
+        session: &mut Session,
+        request_id: u64,
+        theirs: &Hello,
+        now: Instant,
+    ) {
         if session.hello_done {
             // One Hello per connection: another would make this node Sync all over again.
             let reason = "Hello was already exchanged on this connection".to_owned();
-            let request = message.request_id;
-            self.answer_error(handle, session, request, ErrorCode::CONFLICT, reason, now);
+            self.answer_error(
+                handle,
+                session,
+                request_id,
+                ErrorCode::CONFLICT,
+                reason,
+                now,
+            );
             return;
         }
         let opened = match session.peer {
@@ -747,7 +766,7 @@ impl PeerEndpoint {
         match hello::judge(theirs, &self.hello(), opened, certified, &self.peers) {
             Verdict::NoCommonVersion { reason } => {
                 let _ = session.send_control(&ControlMessage {
-                    request_id: message.request_id,
+                    request_id,
                     body: ControlBody::Error(ErrorBody {
                         code: ErrorCode::UNSUPPORTED_VERSION,
                         message: format!(

@@ -34,7 +34,9 @@ const STREAM_REFUSED: u32 = 1;
 #[derive(Default)]
 struct Outgoing {
     id: Option<StreamId>,
+    /// What was queued; the first `taken` bytes are in the connection already.
     backlog: Vec<u8>,
+    taken: usize,
     /// Whether the preamble has been queued: every direction of a stream starts with one.
     started: bool,
 }
@@ -44,6 +46,26 @@ impl Outgoing {
         if !self.started {
             self.backlog.extend_from_slice(&stream_preamble(kind));
             self.started = true;
+        }
+    }
+
+    /// Bytes queued and not yet taken by the connection.
+    fn waiting(&self) -> &[u8] {
+        &self.backlog[self.taken..]
+    }
+
+    /// Marks `n` more bytes as taken by the connection. The taken front is cut off once
+    /// it is at least half the buffer, so that each cut moves no more bytes than were
+    /// taken since the last one: cutting it after every write moved the whole backlog
+    /// (up to `MAX_STREAM_BACKLOG`, 8 MiB) each time the connection took a little.
+    fn take(&mut self, n: usize) {
+        self.taken += n;
+        if self.taken == self.backlog.len() {
+            self.backlog.clear();
+            self.taken = 0;
+        } else if self.taken >= self.backlog.len() / 2 {
+            self.backlog.drain(..self.taken);
+            self.taken = 0;
         }
     }
 }
@@ -116,7 +138,7 @@ impl Session {
     /// Queues a control message on the control stream (opened by the first message).
     /// False, and nothing queued, when the peer has left too much unread.
     pub(crate) fn send_control(&mut self, message: &ControlMessage) -> bool {
-        if self.control_out.backlog.len() > MAX_CONTROL_BACKLOG {
+        if self.control_out.waiting().len() > MAX_CONTROL_BACKLOG {
             return false;
         }
         self.control_out.start(StreamKind::Control);
@@ -163,7 +185,7 @@ impl Session {
                 }
             }
         }
-        if self.data_out.backlog.len() > MAX_STREAM_BACKLOG {
+        if self.data_out.waiting().len() > MAX_STREAM_BACKLOG {
             counters.dropped_blocked += 1;
             return false;
         }
@@ -176,7 +198,7 @@ impl Session {
             return false;
         }
         counters.stream_frames_sent += 1;
-        if self.data_out.backlog.len() >= STREAM_WRITE_BATCH {
+        if self.data_out.waiting().len() >= STREAM_WRITE_BATCH {
             Self::push_stream(&mut self.conn, &mut self.data_out, Dir::Uni);
         }
         true
@@ -212,7 +234,7 @@ impl Session {
     }
 
     fn push_stream(conn: &mut Connection, out: &mut Outgoing, dir: Dir) {
-        if out.backlog.is_empty() {
+        if out.waiting().is_empty() {
             return;
         }
         let id = match out.id {
@@ -222,14 +244,12 @@ impl Session {
                 None => return,
             },
         };
-        let mut sent = 0;
-        while sent < out.backlog.len() {
-            match conn.send_stream(id).write(&out.backlog[sent..]) {
+        while !out.waiting().is_empty() {
+            match conn.send_stream(id).write(out.waiting()) {
                 Ok(0) | Err(_) => break,
-                Ok(n) => sent += n,
+                Ok(n) => out.take(n),
             }
         }
-        out.backlog.drain(..sent);
     }
 
     /// Takes the datagrams that arrived into `to`.
@@ -288,51 +308,21 @@ impl Session {
             usize::MAX
         };
         let state = self.incoming.entry(id).or_default();
-        let mut ended = false;
-        let mut unread = false;
-        match self.conn.recv_stream(id).read(true) {
-            Ok(mut chunks) => {
-                loop {
-                    let Some(room) = read_limit.checked_sub(state.buf.len()).filter(|&r| r > 0)
-                    else {
-                        unread = true;
-                        break;
-                    };
-                    match chunks.next(room) {
-                        Ok(Some(chunk)) => state.buf.extend_from_slice(&chunk.bytes),
-                        Ok(None) => {
-                            ended = true;
-                            break;
-                        }
-                        Err(ReadError::Blocked) => break,
-                        Err(ReadError::Reset(_)) => {
-                            ended = true;
-                            break;
-                        }
-                    }
-                }
-                let _ = chunks.finalize();
-            }
-            // No such stream any more (it ended, and was read to its end).
-            Err(_) => ended = true,
-        }
-        if state.kind.is_none() {
-            if state.buf.len() < STREAM_PREAMBLE_LEN {
+        let (mut ended, unread) = pull(&mut self.conn, id, state, read_limit);
+        match take_preamble(state) {
+            Ok(true) => {}
+            Ok(false) => {
                 if ended {
                     self.incoming.remove(&id);
                 }
                 return;
             }
-            match parse_stream_preamble(&state.buf) {
-                Ok(kind) => state.kind = Some(kind),
-                Err(e) => {
-                    counters.malformed += 1;
-                    inbound.push(Inbound::Broken(e));
-                    self.incoming.remove(&id);
-                    return;
-                }
+            Err(e) => {
+                counters.malformed += 1;
+                inbound.push(Inbound::Broken(e));
+                self.incoming.remove(&id);
+                return;
             }
-            state.buf.advance(STREAM_PREAMBLE_LEN);
         }
         let mut used = 0;
         let mut held_back = false;
@@ -351,32 +341,8 @@ impl Session {
                 break;
             }
             let step = match state.kind {
-                Some(StreamKind::Data) => next_stream_frame(rest).map(|next| {
-                    next.map(|(frame, len)| {
-                        let start = used + RECORD_HEADER_LEN;
-                        records.push((start..start + frame.frame.len(), frame.wire));
-                        len
-                    })
-                }),
-                _ => split_record(rest, xwire_proto::control::MAX_CONTROL_BODY).map(|next| {
-                    next.map(|(body, len)| {
-                        control_room = control_room.saturating_sub(len);
-                        inbound.push(match ControlMessage::decode(body) {
-                            Ok(message) => Inbound::Control {
-                                message,
-                                bytes: len,
-                            },
-                            Err(error) => {
-                                counters.malformed += 1;
-                                Inbound::Undecodable {
-                                    request_id: ControlMessage::request_id_of(body),
-                                    error,
-                                }
-                            }
-                        });
-                        len
-                    })
-                }),
+                Some(StreamKind::Data) => next_data_record(rest, used, records),
+                _ => next_control_record(rest, &mut control_room, inbound, counters),
             };
             match step {
                 Ok(Some(len)) => used += len,
@@ -465,5 +431,125 @@ impl Delivery<'_> {
             Some(_) => counters.dropped_unread += 1,
             None => counters.dropped_unknown_link += 1,
         }
+    }
+}
+
+/// Reads what stream `id` has into `state.buf`, while it holds fewer than `limit` bytes.
+/// Returns whether the stream ended (or was reset), and whether bytes were left unread
+/// for want of room.
+fn pull(conn: &mut Connection, id: StreamId, state: &mut Incoming, limit: usize) -> (bool, bool) {
+    let mut stream = conn.recv_stream(id);
+    let mut chunks = match stream.read(true) {
+        Ok(chunks) => chunks,
+        // No such stream any more (it ended, and was read to its end).
+        Err(_) => return (true, false),
+    };
+    let mut ended = false;
+    let mut unread = false;
+    loop {
+        let Some(room) = limit.checked_sub(state.buf.len()).filter(|&r| r > 0) else {
+            unread = true;
+            break;
+        };
+        match chunks.next(room) {
+            Ok(Some(chunk)) => state.buf.extend_from_slice(&chunk.bytes),
+            Ok(None) | Err(ReadError::Reset(_)) => {
+                ended = true;
+                break;
+            }
+            Err(ReadError::Blocked) => break,
+        }
+    }
+    let _ = chunks.finalize();
+    (ended, unread)
+}
+
+/// Takes a stream's preamble off the front of `state.buf` once it is all in, and notes
+/// the stream's kind. `Ok(false)`: not all in yet.
+fn take_preamble(state: &mut Incoming) -> Result<bool, DecodeError> {
+    if state.kind.is_some() {
+        return Ok(true);
+    }
+    if state.buf.len() < STREAM_PREAMBLE_LEN {
+        return Ok(false);
+    }
+    state.kind = Some(parse_stream_preamble(&state.buf)?);
+    state.buf.advance(STREAM_PREAMBLE_LEN);
+    Ok(true)
+}
+
+/// The next data record of `rest` (which starts at `used` in its buffer): where its frame
+/// lies in the buffer and its wire go to `records`. Returns the record's length, or
+/// `None` when it is not all in yet.
+fn next_data_record(
+    rest: &[u8],
+    used: usize,
+    records: &mut Vec<(std::ops::Range<usize>, WireId)>,
+) -> Result<Option<usize>, DecodeError> {
+    Ok(next_stream_frame(rest)?.map(|(frame, len)| {
+        let start = used + RECORD_HEADER_LEN;
+        records.push((start..start + frame.frame.len(), frame.wire));
+        len
+    }))
+}
+
+/// The next control record of `rest`, decoded into `inbound` (one whose fields do not
+/// decode is counted, and answered as `Undecodable`), its length taken from
+/// `control_room`. Returns the record's length, or `None` when it is not all in yet.
+fn next_control_record(
+    rest: &[u8],
+    control_room: &mut usize,
+    inbound: &mut Vec<Inbound>,
+    counters: &mut TransportCounters,
+) -> Result<Option<usize>, DecodeError> {
+    let Some((body, len)) = split_record(rest, xwire_proto::control::MAX_CONTROL_BODY)? else {
+        return Ok(None);
+    };
+    *control_room = control_room.saturating_sub(len);
+    inbound.push(match ControlMessage::decode(body) {
+        Ok(message) => Inbound::Control {
+            message,
+            bytes: len,
+        },
+        Err(error) => {
+            counters.malformed += 1;
+            Inbound::Undecodable {
+                request_id: ControlMessage::request_id_of(body),
+                error,
+            }
+        }
+    });
+    Ok(Some(len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Outgoing;
+
+    #[test]
+    fn an_outgoing_stream_gives_its_bytes_in_order_however_they_are_taken() {
+        let mut out = Outgoing::default();
+        let mut expected = Vec::new();
+        let mut written = Vec::new();
+        let mut next = 0u8;
+        // Queue in pieces and take in pieces of other sizes, so that every path of `take`
+        // (all taken, a cut, neither) runs many times.
+        for round in 0..200usize {
+            for _ in 0..(round % 7 + 1) {
+                out.backlog.push(next);
+                expected.push(next);
+                next = next.wrapping_add(1);
+            }
+            let n = out.waiting().len().min(round % 5 + 1);
+            written.extend_from_slice(&out.waiting()[..n]);
+            out.take(n);
+            assert!(out.taken <= out.backlog.len());
+            assert!(out.taken < out.backlog.len() / 2 + 1 || out.backlog.is_empty());
+        }
+        let n = out.waiting().len();
+        written.extend_from_slice(out.waiting());
+        out.take(n);
+        assert_eq!(written, expected);
+        assert!(out.backlog.is_empty() && out.taken == 0);
     }
 }

@@ -433,72 +433,86 @@ fn run() -> Result<()> {
             }
             Ok(())
         }
-        Scenario::LabSize {
-            pods,
-            nodes,
-            bin_dir,
-            reps,
-            json,
-        } => {
-            let xwirectl = bin_dir_or_own(bin_dir)?.join("xwirectl");
-            let mut reports = Vec::new();
-            if !json {
-                println!("{}", xwire_perf::lab_size::header());
-            }
-            // Each lab's line as soon as it is measured: a later size that fails keeps
-            // the earlier ones.
-            for (i, &count) in pods.iter().enumerate() {
-                let node_count = nodes.get(i).or(nodes.last()).copied().unwrap_or(3);
-                let mut runs = Vec::new();
-                for rep in 1..=reps.max(1) {
-                    eprintln!("lab-size: {count} pods on {node_count} nodes, run {rep} of {reps}");
-                    let report = xwire_perf::lab_size::run(&xwirectl, count, node_count)?;
-                    if !json {
-                        println!("{}", xwire_perf::lab_size::row(&report));
-                    }
-                    runs.push(report);
-                }
-                if runs.len() > 1 {
-                    if let Some(spread) = xwire_perf::lab_size::spread(&runs) {
-                        if json {
-                            eprintln!("{spread}");
-                        } else {
-                            println!("{spread}");
-                        }
-                    }
-                }
-                reports.extend(runs);
-            }
-            if json {
-                println!("{}", serde_json::to_string(&reports)?);
-            }
-            Ok(())
-        }
-        Scenario::Restart {
-            wires,
-            frames_per_port,
-            workers,
-            bin_dir,
-            json,
-        } => {
-            let binaries = xwire_perf::cni_scale::Binaries::in_dir(&bin_dir_or_own(bin_dir)?)?;
-            let mut reports = Vec::new();
-            for &count in &workers {
-                for &frames in &frames_per_port {
-                    for &n in &wires {
-                        reports.push(xwire_perf::restart::run(&binaries, n, frames, count)?);
-                    }
-                }
-            }
-            if json {
-                println!("{}", serde_json::to_string(&reports)?);
-            } else {
-                xwire_perf::restart::print(&reports);
-            }
-            Ok(())
-        }
+        scenario @ Scenario::LabSize { .. } => lab_size(scenario),
+        scenario @ Scenario::Restart { .. } => restart(scenario),
         scenario => local_fwd(scenario),
     }
+}
+
+/// `lab-size`: each lab's line as soon as it is measured, and the spread of its runs.
+fn lab_size(scenario: Scenario) -> Result<()> {
+    let Scenario::LabSize {
+        pods,
+        nodes,
+        bin_dir,
+        reps,
+        json,
+    } = scenario
+    else {
+        unreachable!("called for lab-size only")
+    };
+    let xwirectl = bin_dir_or_own(bin_dir)?.join("xwirectl");
+    let mut reports = Vec::new();
+    if !json {
+        println!("{}", xwire_perf::lab_size::header());
+    }
+    // Each lab's line as soon as it is measured: a later size that fails keeps
+    // the earlier ones.
+    for (i, &count) in pods.iter().enumerate() {
+        let node_count = nodes.get(i).or(nodes.last()).copied().unwrap_or(3);
+        let mut runs = Vec::new();
+        for rep in 1..=reps.max(1) {
+            eprintln!("lab-size: {count} pods on {node_count} nodes, run {rep} of {reps}");
+            let report = xwire_perf::lab_size::run(&xwirectl, count, node_count)?;
+            if !json {
+                println!("{}", xwire_perf::lab_size::row(&report));
+            }
+            runs.push(report);
+        }
+        if runs.len() > 1 {
+            if let Some(spread) = xwire_perf::lab_size::spread(&runs) {
+                if json {
+                    eprintln!("{spread}");
+                } else {
+                    println!("{spread}");
+                }
+            }
+        }
+        reports.extend(runs);
+    }
+    if json {
+        println!("{}", serde_json::to_string(&reports)?);
+    }
+    Ok(())
+}
+
+/// `restart`: every combination of workers, frames per port and wires asked for.
+fn restart(scenario: Scenario) -> Result<()> {
+    let Scenario::Restart {
+        wires,
+        frames_per_port,
+        workers,
+        bin_dir,
+        json,
+    } = scenario
+    else {
+        unreachable!("called for restart only")
+    };
+    let binaries = xwire_perf::cni_scale::Binaries::in_dir(&bin_dir_or_own(bin_dir)?)?;
+    let mut reports = Vec::new();
+    for &count in &workers {
+        for &frames in &frames_per_port {
+            for &n in &wires {
+                reports.push(xwire_perf::restart::run(&binaries, n, frames, count)?);
+            }
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string(&reports)?);
+    } else {
+        xwire_perf::restart::print(&reports);
+    }
+    Ok(())
 }
 
 /// The directory given, or the one this program is in.
@@ -644,30 +658,36 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
         }
     }
     if !no_idle {
-        let idle_devices = devices.clone();
-        let silence = Duration::from_millis(100);
-        let probes = 50;
-        let floor = wake_floor(silence, probes);
-        for row in std::iter::once(floor).chain(
-            idle_devices
-                .into_iter()
-                .map(|device| idle(device, seconds, silence, probes)),
-        ) {
-            let row = row?;
-            if run.json {
-                println!("{}", serde_json::to_string(&row)?);
-            } else {
-                println!(
-                    "{:<28} idle: cpu {:.3} cores; first frame after {} ms of silence: p50 {:.1} us  p99 {:.1} us  max {:.1} us ({} probes)",
-                    row.name,
-                    row.idle_cpu_cores,
-                    row.silence_ms,
-                    row.first_frame_p50_us,
-                    row.first_frame_p99_us,
-                    row.first_frame_max_us,
-                    row.probes
-                );
-            }
+        idle_rows(&devices, seconds, run.json)?;
+    }
+    Ok(())
+}
+
+/// `local-fwd`'s idle part: the machine's own wake-up floor, then each device's CPU
+/// while idle and its first frame after 100 ms of silence.
+fn idle_rows(devices: &[Device], seconds: f64, json: bool) -> Result<()> {
+    let silence = Duration::from_millis(100);
+    let probes = 50;
+    let floor = wake_floor(silence, probes);
+    for row in std::iter::once(floor).chain(
+        devices
+            .iter()
+            .map(|&device| idle(device, seconds, silence, probes)),
+    ) {
+        let row = row?;
+        if json {
+            println!("{}", serde_json::to_string(&row)?);
+        } else {
+            println!(
+                "{:<28} idle: cpu {:.3} cores; first frame after {} ms of silence: p50 {:.1} us  p99 {:.1} us  max {:.1} us ({} probes)",
+                row.name,
+                row.idle_cpu_cores,
+                row.silence_ms,
+                row.first_frame_p50_us,
+                row.first_frame_p99_us,
+                row.first_frame_max_us,
+                row.probes
+            );
         }
     }
     Ok(())
@@ -766,18 +786,24 @@ fn remote_wire(scenario: Scenario) -> Result<()> {
         }
     }
     if !no_tcp {
-        let tcp = paths
-            .iter()
-            .map(|&path| {
-                run.median(
-                    || remote_wire::tcp(path, seconds, setup),
-                    |r| r.tcp_gbps.unwrap_or(0.0),
-                )
-            })
-            .collect::<Result<Vec<_>>>()?;
-        if !run.json {
-            print_wire_ratios(&tcp, |r| r.tcp_gbps.unwrap_or(0.0), "TCP");
-        }
+        tcp_rows(&run, &paths, setup)?;
+    }
+    Ok(())
+}
+
+/// `remote-wire`'s TCP part: iperf3 through each path.
+fn tcp_rows(run: &RunArgs, paths: &[WirePath], setup: Setup) -> Result<()> {
+    let tcp = paths
+        .iter()
+        .map(|&path| {
+            run.median(
+                || remote_wire::tcp(path, run.seconds, setup),
+                |r| r.tcp_gbps.unwrap_or(0.0),
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if !run.json {
+        print_wire_ratios(&tcp, |r| r.tcp_gbps.unwrap_or(0.0), "TCP");
     }
     Ok(())
 }
