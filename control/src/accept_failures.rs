@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 /// How long an accept loop waits after a failure that lasts (running out of descriptors
 /// or memory) before it tries again.
-pub const BACKOFF: Duration = Duration::from_millis(100);
+pub(crate) const BACKOFF: Duration = Duration::from_millis(100);
 /// At most one log line per this, per socket.
-pub const LOG_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// The failures of one socket's accept loop since its last log line.
-pub struct AcceptFailures {
+pub(crate) struct AcceptFailures {
     socket: &'static str,
     unlogged: u64,
     last_line: Option<Instant>,

@@ -7,13 +7,13 @@ use xwire_pki::ClusterCa;
 
 /// The CA that signs, and every CA certificate to trust: `ca.crt` may hold more than one
 /// while the CA is rotated; the first is the one `ca.key` belongs to.
-pub struct SecretCa {
+pub(crate) struct SecretCa {
     pub ca: ClusterCa,
     pub trusted_pem: String,
 }
 
 /// The CA in `secret`, which `what` names in errors.
-pub fn from_secret(secret: &Secret, what: &str) -> Result<SecretCa, String> {
+pub(crate) fn from_secret(secret: &Secret, what: &str) -> Result<SecretCa, String> {
     let field = |key: &str| {
         secret
             .data

@@ -228,7 +228,7 @@ pub struct TopologySettings {
 
 impl TopologySettings {
     /// The Kubernetes store's settings; `peer_port` is the node's own (`node_address`).
-    pub fn kube_settings(&self, peer_port: u16) -> crate::store::KubeSettings {
+    pub(crate) fn kube_settings(&self, peer_port: u16) -> crate::store::KubeSettings {
         crate::store::KubeSettings {
             kubeconfig: self.kubeconfig.clone(),
             namespace_label: self.namespace_label.clone(),

@@ -11,7 +11,7 @@ use xwire_fastpath::impair::{ImpairSpec, Jitter, Loss, QueueLimit, Rate, MAX_DEL
 
 /// The rate limit's queue when neither `queue_frames` nor `queue_bytes` is given: 1000
 /// frames, as a Linux interface's default transmit queue.
-pub const DEFAULT_QUEUE_FRAMES: u64 = 1000;
+pub(crate) const DEFAULT_QUEUE_FRAMES: u64 = 1000;
 
 /// One direction's impairment: what the pod at this end sends on the link suffers.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -222,7 +222,7 @@ impl fmt::Display for Impairment {
 // netem write; rates in tc's units have no crate at all.
 
 /// `10ms`, `1.5ms`, `250us`, `2s`, `0`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -248,7 +248,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// `100mbit`, `1gbit`, `10kbit`, `9600bit` (bits per second), or `12mbps` (bytes per
 /// second, as tc reads it). At least 1 kbit/s.
-pub fn parse_rate(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_rate(text: &str) -> Result<u64, String> {
     let lower = text.trim().to_ascii_lowercase();
     let split = lower
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))

@@ -24,7 +24,7 @@ pub const ALIAS_PREFIX: &str = "xwire:";
 /// Marks a node-side end of a remote wire as made by one node's daemon:
 /// `xwire-node:<node>:<namespace>/<pod>/<uid>` (several emulated nodes may share a
 /// namespace, and each clears away only its own).
-pub const NODE_ALIAS_PREFIX: &str = "xwire-node:";
+pub(crate) const NODE_ALIAS_PREFIX: &str = "xwire-node:";
 const ENODEV: i32 = 19;
 
 /// The longest a uid takes in an alias (`u64::MAX` in decimal).
@@ -35,7 +35,7 @@ const UID_DIGITS: usize = 20;
 /// than the kernel keeps; such a pod's name is written as `~` and a 64-bit hash of it,
 /// so that its interfaces are labelled, and told apart, like anyone's. Shorter names
 /// are written out, as they always were (interfaces made by earlier builds keep theirs).
-pub fn pod_alias_prefix(namespace: &str, pod: &str) -> String {
+pub(crate) fn pod_alias_prefix(namespace: &str, pod: &str) -> String {
     format!("{ALIAS_PREFIX}{}", pod_part(namespace, pod))
 }
 
@@ -57,13 +57,13 @@ fn hashed_pod_part(namespace: &str, pod: &str) -> String {
 }
 
 /// The alias of a pod's end of wire `uid` in topology namespace `namespace`.
-pub fn pod_alias(namespace: &str, pod: &str, uid: u64) -> String {
+pub(crate) fn pod_alias(namespace: &str, pod: &str, uid: u64) -> String {
     format!("{}{uid}", pod_alias_prefix(namespace, pod))
 }
 
 /// The start of every alias `node` gives the node ends it makes: `xwire-node:<node>:`,
 /// with a node name that leaves too little room (see `pod_alias_prefix`) hashed.
-pub fn node_alias_prefix(node: &str) -> String {
+pub(crate) fn node_alias_prefix(node: &str) -> String {
     let written = format!("{NODE_ALIAS_PREFIX}{node}:");
     // Room kept for the rest: a namespace, a hashed pod name, a uid.
     const REST: usize = 63 + 2 + 16 + 1 + UID_DIGITS + 1;
@@ -303,7 +303,7 @@ const DELETE_GROUP: u32 = 0x7877_6972;
 /// the kernel unregisters a group of devices with one set of RCU waits, where one
 /// request per device waits once per device. Each is first put in `DELETE_GROUP`, then
 /// the group is deleted. How many were deleted.
-pub fn delete_all(ns: &NetnsFd, ours: &[(String, String)]) -> Result<usize, NetnsError> {
+pub(crate) fn delete_all(ns: &NetnsFd, ours: &[(String, String)]) -> Result<usize, NetnsError> {
     step_times::time(step_times::NETLINK, || {
         let ours = ours.to_vec();
         ns.netlink("delete the pod's interfaces", |h| async move {
@@ -387,19 +387,10 @@ pub fn inspect(ns: &NetnsFd, name: &str) -> Result<Option<InterfaceState>, Netns
     })
 }
 
-/// The names of the interfaces in `ns` whose alias starts with `prefix`.
-pub fn named_by_alias(ns: &NetnsFd, prefix: &str) -> Result<Vec<String>, NetnsError> {
-    Ok(aliases(ns)?
-        .into_iter()
-        .filter(|(_, alias)| alias.as_deref().is_some_and(|a| a.starts_with(prefix)))
-        .map(|(name, _)| name)
-        .collect())
-}
-
 /// Every interface in `ns` as the kernel reports it, by name: two dumps (links, then
 /// addresses), for a pass over many interfaces (reconciliation) where asking for each
 /// would cost netlink rounds each.
-pub fn observe(ns: &NetnsFd) -> Result<BTreeMap<String, InterfaceState>, NetnsError> {
+pub(crate) fn observe(ns: &NetnsFd) -> Result<BTreeMap<String, InterfaceState>, NetnsError> {
     step_times::time(step_times::NETLINK, || {
         let (links, addresses): (Vec<LinkMessage>, Vec<AddressMessage>) =
             ns.netlink("list interfaces and addresses", |h| async move {

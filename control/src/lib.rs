@@ -7,7 +7,7 @@
 mod accept_failures;
 pub mod api_server;
 pub mod ca_secret;
-pub mod capture_stream;
+pub(crate) mod capture_stream;
 pub mod chain;
 pub mod config;
 pub mod impairment;
@@ -20,6 +20,6 @@ pub mod node;
 pub mod private_file;
 pub mod routing;
 pub mod signer;
-pub mod step_times;
+pub(crate) mod step_times;
 pub mod store;
 pub mod topology;

@@ -106,7 +106,7 @@ const TRANSPORT_DROPS: [(&str, &str); 6] = [
 impl NodeMetrics {
     /// A CNI call (`add`, `del`, `check`, `status`, `gc`) took `seconds`, from the
     /// moment the daemon read it to its answer (time waiting for the node included).
-    pub fn observe_cni_call(&self, command: &str, seconds: f64) {
+    pub(crate) fn observe_cni_call(&self, command: &str, seconds: f64) {
         let labels = CommandLabels {
             command: command.to_owned(),
         };
@@ -117,7 +117,7 @@ impl NodeMetrics {
     /// `steps` (see `step_times`) of the `handled` it took the node to answer; what no
     /// step accounts for is the step `other`. Every step is observed for every call (zero
     /// when the call had none), so each step's sum over the call count is its mean share.
-    pub fn observe_cni_steps(
+    pub(crate) fn observe_cni_steps(
         &self,
         command: &str,
         waited: Duration,
@@ -146,12 +146,12 @@ impl NodeMetrics {
         observe("other", handled.saturating_sub(accounted));
     }
 
-    pub fn observe_reconcile_pass(&self, seconds: f64) {
+    pub(crate) fn observe_reconcile_pass(&self, seconds: f64) {
         self.reconcile_passes.observe(seconds);
     }
 
     /// A claim from configured peer `peer` to a wire's far end was refused.
-    pub fn refused_claim(&self, peer: &str) {
+    pub(crate) fn refused_claim(&self, peer: &str) {
         let labels = PeerNameLabels {
             peer: peer.to_owned(),
         };

@@ -33,7 +33,7 @@ pub const MAX_CONNECTIONS: usize = 64;
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest a connection is kept, whatever it does (a scraper that keeps its
 /// connection alive opens another).
-pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+pub(crate) const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 /// Read buffer per connection: a scrape's request head is a few hundred bytes (hyper's
 /// default would let each connection hold 400 KB).
 const MAX_BUFFER: usize = 16 * 1024;

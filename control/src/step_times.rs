@@ -10,19 +10,19 @@ use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
 /// The steps a call is broken into. Each is timed where it happens.
-pub const NETLINK: &str = "netlink";
+pub(crate) const NETLINK: &str = "netlink";
 /// A DEL's deletion of all of the pod's interfaces at once.
-pub const NETLINK_POD_INTERFACES: &str = "netlink_pod_interfaces";
-pub const ROUTING: &str = "routing";
+pub(crate) const NETLINK_POD_INTERFACES: &str = "netlink_pod_interfaces";
+pub(crate) const ROUTING: &str = "routing";
 /// Opening AF_XDP (or AF_PACKET) sockets and attaching XDP, waited for on the worker.
-pub const PORT_OPEN: &str = "port_open";
-pub const PORT_CLOSE: &str = "port_close";
-pub const STORE_READ: &str = "store_read";
-pub const STORE_WRITE: &str = "store_write";
+pub(crate) const PORT_OPEN: &str = "port_open";
+pub(crate) const PORT_CLOSE: &str = "port_close";
+pub(crate) const STORE_READ: &str = "store_read";
+pub(crate) const STORE_WRITE: &str = "store_write";
 /// Writing the call's changes out (the embedded store's transaction, a server's requests).
-pub const STORE_COMMIT: &str = "store_commit";
-pub const PEER_MESSAGES: &str = "peer_messages";
-pub const STEPS: [&str; 9] = [
+pub(crate) const STORE_COMMIT: &str = "store_commit";
+pub(crate) const PEER_MESSAGES: &str = "peer_messages";
+pub(crate) const STEPS: [&str; 9] = [
     NETLINK,
     NETLINK_POD_INTERFACES,
     ROUTING,
@@ -64,7 +64,8 @@ pub fn time<T>(step: &'static str, f: impl FnOnce() -> T) -> T {
 }
 
 /// Records `took` as (more of) the step `step`, measured by the caller.
-pub fn record(step: &'static str, took: Duration) {
+#[cfg(test)]
+pub(crate) fn record(step: &'static str, took: Duration) {
     RECORDER.with(|r| add(&mut r.borrow_mut().totals, step, took));
 }
 

@@ -18,7 +18,7 @@ use serde_json::Value;
 pub const API_VERSION: &str = "networkop.co.uk/v1beta1";
 pub const KIND: &str = "Topology";
 /// Linux's limit on an interface name, less the terminating NUL.
-pub const MAX_IFNAME: usize = 15;
+pub(crate) const MAX_IFNAME: usize = 15;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Topology {
@@ -243,7 +243,7 @@ impl Link {
 impl Topology {
     /// The links, parsed (see `LinkSpec`), by uid ascending. A link that does not parse
     /// (a topology stored without `check`) is left out, and logged.
-    pub fn link_specs(&self) -> Vec<LinkSpec> {
+    pub(crate) fn link_specs(&self) -> Vec<LinkSpec> {
         let mut specs: Vec<LinkSpec> = self
             .spec
             .links
@@ -270,7 +270,7 @@ impl Topology {
     }
 }
 
-pub fn pod_key(namespace: &str, name: &str) -> String {
+pub(crate) fn pod_key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
@@ -362,7 +362,7 @@ fn describe(value: &Value) -> String {
 
 /// The `peer_pod` by which meshnet means the node itself (a macvlan link to its
 /// interface `peer_intf`), not a pod.
-pub const MESHNET_HOST: &str = "localhost";
+pub(crate) const MESHNET_HOST: &str = "localhost";
 
 /// Checks one object: its kind, names, addresses and that no uid or interface repeats.
 pub fn check(t: &Topology) -> Result<(), String> {
@@ -525,11 +525,11 @@ pub fn parse_mac(mac: &str) -> Result<[u8; 6], String> {
     Ok(parsed.into_array())
 }
 
-pub fn format_cidr((addr, prefix): (IpAddr, u8)) -> String {
+pub(crate) fn format_cidr((addr, prefix): (IpAddr, u8)) -> String {
     format!("{addr}/{prefix}")
 }
 
-pub fn format_mac(mac: [u8; 6]) -> String {
+pub(crate) fn format_mac(mac: [u8; 6]) -> String {
     mac.map(|b| format!("{b:02x}")).join(":")
 }
 

@@ -6,10 +6,10 @@ use serde_json::Value;
 
 /// The extensions container runtimes (containerd, CRI-O through libcni) load from the
 /// configuration directory.
-pub const EXTENSIONS: [&str; 3] = [".conf", ".conflist", ".json"];
+pub(crate) const EXTENSIONS: [&str; 3] = [".conf", ".conflist", ".json"];
 
 /// The plugin `type` xwire's entry has, and by which it is found again.
-pub const PLUGIN_TYPE: &str = "xwire";
+pub(crate) const PLUGIN_TYPE: &str = "xwire";
 
 /// What to do with the directory's files.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,7 +27,7 @@ pub enum Decision {
 
 /// The configuration files of a directory, as the runtime orders them: by name, those
 /// with a known extension, hidden ones (temporary files) left out.
-pub fn candidates<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+pub(crate) fn candidates<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
     let mut files: Vec<&str> = names
         .into_iter()
         .filter(|n| !n.starts_with('.') && EXTENSIONS.iter().any(|e| n.ends_with(e)))

@@ -94,7 +94,7 @@ impl Installer {
 
     /// Copies the plugin binary into `bin_dir` unless the same bytes are there already;
     /// through a temporary file and a rename, so that the runtime never runs half a binary.
-    pub fn install_plugin(&mut self) -> Result<bool, ChainError> {
+    pub(crate) fn install_plugin(&mut self) -> Result<bool, ChainError> {
         let Some(source) = self.config.plugin_binary.clone() else {
             return Ok(false);
         };

@@ -4,4 +4,4 @@
 pub mod conflist;
 mod installer;
 
-pub use installer::{run, ChainConfig, ChainError, Ensured, Installer};
+pub use installer::{run, ChainConfig, Ensured, Installer};

@@ -39,7 +39,7 @@ impl Node {
     }
 
     /// The capture started by the last request, for the API connection to take.
-    pub fn take_started_capture(&mut self) -> Option<CaptureStream> {
+    pub(crate) fn take_started_capture(&mut self) -> Option<CaptureStream> {
         self.started_capture.take()
     }
 
@@ -211,7 +211,7 @@ impl Node {
 
     /// Forgets captures that ended; a same-node wire moved only for them goes back to a
     /// straight veth. Returns whether any ended.
-    pub fn captures_ended(&mut self) -> bool {
+    pub(crate) fn captures_ended(&mut self) -> bool {
         let mut ended = Vec::new();
         self.captures.retain(|wire, captures| {
             captures.retain(|c: &Weak<()>| c.strong_count() > 0);

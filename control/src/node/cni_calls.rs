@@ -199,7 +199,7 @@ impl Node {
     /// at once) in one go, before each DEL is answered in turn: the kernel's waits for
     /// the deletions overlap instead of queueing one pod behind the other. Each DEL still
     /// answers only once its own pod's interfaces and records are gone.
-    pub fn begin_dels<'a>(&self, calls: impl IntoIterator<Item = &'a CniCall>) {
+    pub(crate) fn begin_dels<'a>(&self, calls: impl IntoIterator<Item = &'a CniCall>) {
         let attachments: Vec<AttachmentRecord> = calls
             .into_iter()
             .filter_map(|call| {

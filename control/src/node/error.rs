@@ -67,7 +67,7 @@ impl NodeError {
     }
 
     /// The answer a CNI caller gets.
-    pub fn to_cni(&self) -> CniError {
+    pub(crate) fn to_cni(&self) -> CniError {
         CniError {
             code: self.kind.code(),
             msg: self.msg.clone(),

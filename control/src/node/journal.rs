@@ -35,7 +35,7 @@ pub enum Step {
 }
 
 #[derive(Debug, Default)]
-pub struct Journal {
+pub(crate) struct Journal {
     steps: Vec<Step>,
 }
 
@@ -45,11 +45,7 @@ impl Journal {
     }
 
     /// The steps, last first: the order to undo them in.
-    pub fn into_undo_order(self) -> impl Iterator<Item = Step> {
+    pub(crate) fn into_undo_order(self) -> impl Iterator<Item = Step> {
         self.steps.into_iter().rev()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.steps.is_empty()
     }
 }

@@ -44,8 +44,10 @@ use crate::store::{
 use crate::topology::{LinkSpec, Topology};
 
 pub use capture::CaptureStream;
-pub use error::{ErrorKind, NodeError};
-pub use journal::{Journal, Step};
+pub use error::ErrorKind;
+pub use error::NodeError;
+pub(crate) use journal::Journal;
+pub use journal::Step;
 pub use reconcile::Reconciled;
 
 pub use fastpath::worker_index;
@@ -254,9 +256,10 @@ impl Node {
         Ok(node)
     }
 
-    /// As `handle_batched`, with the caller's view of the namespace the request is about
-    /// (see `cni_calls::open_pod_netns`), if it sent one.
-    pub fn handle_batched_about(
+    /// Answers `request` with the store's writes made together at its end (see
+    /// `commit`), with the caller's view of the namespace the request is about (see
+    /// `cni_calls::open_pod_netns`), if it sent one.
+    pub(crate) fn handle_batched_about(
         &mut self,
         request: Request,
         caller_netns: Option<std::os::fd::OwnedFd>,
@@ -269,7 +272,7 @@ impl Node {
 
     /// Answers `request` within the store batch the caller began (`begin_batch`), with
     /// the caller's view of the namespace it is about; `commit` ends the batch.
-    pub fn handle_about(
+    pub(crate) fn handle_about(
         &mut self,
         request: Request,
         caller_netns: Option<std::os::fd::OwnedFd>,
@@ -287,7 +290,7 @@ impl Node {
     /// anything (`changes`). A batch that could not be written turns each success of a
     /// changing call into the store's error: the calls are retried, and the writes with
     /// them.
-    pub fn commit(&mut self, responses: Vec<(bool, Response)>) -> Vec<Response> {
+    pub(crate) fn commit(&mut self, responses: Vec<(bool, Response)>) -> Vec<Response> {
         let written = step_times::time(step_times::STORE_COMMIT, || self.store.end_batch());
         let Err(e) = written else {
             return responses.into_iter().map(|(_, r)| r).collect();
@@ -311,24 +314,18 @@ impl Node {
         failed
     }
 
-    /// Answers `request` with the store's writes made together at its end (see
-    /// `commit`).
-    pub fn handle_batched(&mut self, request: Request) -> Response {
-        self.handle_batched_about(request, None)
-    }
-
     /// Whether ADDs that queue together should share one store batch (see
     /// `WireStore::shares_batches`).
-    pub fn shares_batches(&self) -> bool {
+    pub(crate) fn shares_batches(&self) -> bool {
         self.store.shares_batches()
     }
 
-    /// See `handle_batched`: for the node's own work between requests.
-    pub fn begin_batch(&self) {
+    /// See `handle_batched_about`: for the node's own work between requests.
+    pub(crate) fn begin_batch(&self) {
         self.store.begin_batch();
     }
 
-    pub fn end_batch(&self) -> Result<(), NodeError> {
+    pub(crate) fn end_batch(&self) -> Result<(), NodeError> {
         Ok(self.store.end_batch()?)
     }
 

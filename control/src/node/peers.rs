@@ -41,7 +41,7 @@ impl Node {
     /// Acts on the news the peer desk passed (claims its view allows, far ends let go
     /// of, peers up) for at most `TURN`; what is left waits for the next call
     /// (`has_peer_backlog`). Says whether there was any.
-    pub fn pump_peer_events(&mut self) -> bool {
+    pub(crate) fn pump_peer_events(&mut self) -> bool {
         let mut any = false;
         let started = Instant::now();
         self.turn_ran_out = false;
@@ -65,7 +65,7 @@ impl Node {
     /// came after it waits for the next request or `PEER_POLL`, as events did when the
     /// node read them itself: a node that went on with each piece as it came ran a pass
     /// for each while CNI calls waited (`api_server::PEER_POLL`).
-    pub fn has_peer_backlog(&self) -> bool {
+    pub(crate) fn has_peer_backlog(&self) -> bool {
         self.turn_ran_out
     }
 
@@ -385,7 +385,7 @@ impl Node {
     /// Follows the cluster's nodes (where the store watches them): a node that joined is
     /// declared to the fast path (or its address updated), one that left is retired and
     /// the ends joined to its pods go back to pending. Says whether anything changed.
-    pub fn pump_membership(&mut self) -> bool {
+    pub(crate) fn pump_membership(&mut self) -> bool {
         let pools_changed = match self.store.take_pools_change() {
             Some(pools) if self.config.topology.pools_from_labels => {
                 self.apply_labelled_pools(pools);

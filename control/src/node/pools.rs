@@ -15,7 +15,7 @@ use crate::config::PoolsConfig;
 use crate::routing::{self, PodRouting, Route, Rule, Selector};
 
 /// The TUN device a gateway routes the other pools' CIDRs into.
-pub const TUN_NAME: &str = "xwgw0";
+pub(crate) const TUN_NAME: &str = "xwgw0";
 
 pub(super) struct PoolRole {
     config: PoolsConfig,
@@ -198,7 +198,7 @@ impl Node {
 
     /// The gateway the routes should go through changed (its probes stopped, or the
     /// first one answers again): the routes follow. Says whether they did.
-    pub fn pump_pools(&mut self) -> bool {
+    pub(crate) fn pump_pools(&mut self) -> bool {
         let Some(role) = &self.pools else {
             return false;
         };

@@ -93,7 +93,7 @@ impl Node {
 
     /// Follows Topology objects someone else changed (a watched source: the API server).
     /// True when there were any.
-    pub fn pump_store_events(&mut self) -> bool {
+    pub(crate) fn pump_store_events(&mut self) -> bool {
         let changed = self.store.take_changes();
         if changed.is_empty() {
             return false;

@@ -21,7 +21,7 @@ use crate::topology::{format_cidr, LinkSpec};
 
 /// The node-side end of a remote wire: `xw` and 13 hex digits of a hash of the wire
 /// end, within Linux's 15 characters and the same on every start.
-pub fn node_ifname(namespace: &str, pod: &str, uid: u64) -> String {
+pub(crate) fn node_ifname(namespace: &str, pod: &str, uid: u64) -> String {
     let hash = xwire_proto::fnv1a64(EndKey::new(namespace, pod, uid).as_str().as_bytes());
     format!("xw{:013x}", hash >> 12)
 }

@@ -4,8 +4,9 @@
 pub mod netlink;
 pub mod plan;
 
-pub use netlink::sync_table;
-pub use netlink::{read_back, remove_all, sync, PodRoutingSpec, Synced};
-pub use plan::{
-    desired, AddressedEnd, PodRouting, PolicySettings, Route, Rule, Selector, StaticRoute,
-};
+pub(crate) use netlink::sync_table;
+pub use netlink::PodRoutingSpec;
+pub use netlink::{remove_all, sync};
+pub use plan::{AddressedEnd, PolicySettings, Selector};
+pub use plan::{PodRouting, Route};
+pub use plan::{Rule, StaticRoute};

@@ -52,7 +52,11 @@ pub fn sync(ns: &NetnsFd, spec: &PodRoutingSpec) -> Result<Synced, NetnsError> {
 /// Brings xwire's routes and rules of routing table `table` in `ns` (the rules that look
 /// it up and the routes in it) to `want`; everything else, xwire's own elsewhere
 /// included, is left as it is.
-pub fn sync_table(ns: &NetnsFd, table: u32, want: &PodRouting) -> Result<Synced, NetnsError> {
+pub(crate) fn sync_table(
+    ns: &NetnsFd,
+    table: u32,
+    want: &PodRouting,
+) -> Result<Synced, NetnsError> {
     step_times::time(step_times::ROUTING, || {
         let want = want.clone();
         ns.netlink("set the node's routes and rules", |h| async move {
@@ -130,18 +134,6 @@ impl PodRoutingSpec {
     pub fn is_empty(&self) -> bool {
         self.statics.is_empty() && (self.policy.is_none() || self.ends.is_empty())
     }
-}
-
-/// Reads xwire's rules and routes (IPv4 and IPv6, every table), as `plan` describes them.
-pub fn read_back(ns: &NetnsFd) -> Result<(Vec<Rule>, Vec<Route>), NetnsError> {
-    ns.netlink("read the pod's routes and rules", |h| async move {
-        let indexes = link_indexes(&h).await?;
-        let found = read(&h, &indexes).await?;
-        Ok((
-            found.rules.into_iter().map(|(r, _)| r).collect(),
-            found.routes.into_iter().map(|(r, _)| r).collect(),
-        ))
-    })
 }
 
 fn note(synced: &mut Synced, what: String, result: Result<(), rtnetlink::Error>) {
@@ -333,7 +325,7 @@ async fn add_rule(h: &Handle, rule: &Rule) -> Result<(), rtnetlink::Error> {
     }
 }
 
-pub fn describe_rule(rule: &Rule) -> String {
+pub(crate) fn describe_rule(rule: &Rule) -> String {
     let selector = match rule.selector {
         Selector::From(ip) => format!("from {ip}"),
         Selector::To((ip, prefix)) => format!("to {ip}/{prefix}"),
@@ -344,7 +336,7 @@ pub fn describe_rule(rule: &Rule) -> String {
     )
 }
 
-pub fn describe_route(route: &Route) -> String {
+pub(crate) fn describe_route(route: &Route) -> String {
     let mut text = format!("{}/{}", route.dst.0, route.dst.1);
     if let Some(via) = route.via {
         text.push_str(&format!(" via {via}"));

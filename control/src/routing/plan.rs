@@ -13,7 +13,7 @@ use std::net::IpAddr;
 pub const PROTOCOL: u8 = 120;
 
 /// The kernel's main routing table.
-pub const MAIN_TABLE: u32 = 254;
+pub(crate) const MAIN_TABLE: u32 = 254;
 
 /// Router mode's settings (`[routing]` in xwired.toml).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,7 +115,7 @@ impl PodRouting {
 /// Only ends whose interface is present get theirs (the kernel refuses a route through an
 /// interface that is not there), but every addressed end keeps its table number, so one
 /// end coming or going never renumbers another's.
-pub fn desired(
+pub(crate) fn desired(
     ends: &[AddressedEnd],
     statics: &[StaticRoute],
     policy: Option<PolicySettings>,

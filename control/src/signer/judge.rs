@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 
 /// The user extra in which the API server names the node of a pod-bound token.
-pub const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
+pub(crate) const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
 
 /// The usages a node certificate may be asked for (the certificate gets the last two).
 const ALLOWED_USAGES: [&str; 4] = [

@@ -31,7 +31,7 @@ const ATTACHMENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("attachme
 const TOPOLOGIES: TableDefinition<&str, &[u8]> = TableDefinition::new("topologies");
 
 /// The file's name inside the state directory.
-pub const DB_FILE: &str = "xwire.redb";
+pub(crate) const DB_FILE: &str = "xwire.redb";
 
 pub struct EmbeddedStore {
     db: Database,

@@ -7,7 +7,9 @@ mod embedded;
 pub mod kube;
 
 pub use embedded::EmbeddedStore;
-pub use kube::{client as kube_client, KubeSettings, KubeStore, PodReport, SIGNER_NAME};
+pub use kube::PodReport;
+pub use kube::{client as kube_client, SIGNER_NAME};
+pub(crate) use kube::{KubeSettings, KubeStore};
 
 use serde::{Deserialize, Serialize};
 use xwire_netns::NetnsIdentity;
@@ -42,7 +44,7 @@ pub enum WireState {
 
 impl WireState {
     /// Whether the end is a veth to the node with a fast-path port there.
-    pub fn has_node_end(self) -> bool {
+    pub(crate) fn has_node_end(self) -> bool {
         matches!(self, WireState::Remote | WireState::Switched)
     }
 }
@@ -111,7 +113,7 @@ impl EndKey {
     }
 
     /// Whether this is an end of pod `pod` of `namespace`.
-    pub fn is_of_pod(&self, namespace: &str, pod: &str) -> bool {
+    pub(crate) fn is_of_pod(&self, namespace: &str, pod: &str) -> bool {
         self.0
             .strip_prefix(namespace)
             .and_then(|rest| rest.strip_prefix('/'))
@@ -157,7 +159,7 @@ impl AttachmentRecord {
     }
 
     /// Whether `key` is this record's key, without making the key.
-    pub fn has_key(&self, key: &AttachmentKey) -> bool {
+    pub(crate) fn has_key(&self, key: &AttachmentKey) -> bool {
         key.as_str()
             .strip_prefix(self.container_id.as_str())
             .and_then(|rest| rest.strip_prefix('/'))
@@ -290,7 +292,7 @@ pub enum PodPlacement {
 
 /// A change in the cluster's nodes, as a node's peers see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PeerChange {
+pub(crate) enum PeerChange {
     /// A node to share wires with, at this address (new, or moved).
     Joined {
         name: String,
@@ -302,7 +304,7 @@ pub enum PeerChange {
 
 /// The node pools a cluster's Node labels make (see `kube::pools`), and this node's.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LabelledPools {
+pub(crate) struct LabelledPools {
     pub member_of: String,
     pub pools: Vec<xwire_gateway::PoolSpec>,
 }
@@ -310,7 +312,7 @@ pub struct LabelledPools {
 /// Who the node's peers are and who it is, where the store knows (a cluster's Node
 /// objects, and its signer or CA Secret); the embedded store knows neither, and the
 /// configuration says.
-pub trait Membership {
+pub(crate) trait Membership {
     /// Nodes that joined or left since the last call; the first call lists every node.
     fn take_peer_changes(&self) -> Vec<PeerChange> {
         Vec::new()
@@ -335,7 +337,7 @@ impl Membership for EmbeddedStore {}
 /// What a node keeps: its wires and attachments, and the topologies its links come from.
 /// The node holds its store as this trait object, so that a second backend (Kubernetes
 /// objects) takes nothing more than an implementation of these traits.
-pub trait NodeStore: WireStore + TopologySource + Membership + Send {}
+pub(crate) trait NodeStore: WireStore + TopologySource + Membership + Send {}
 
 impl<T: WireStore + TopologySource + Membership + Send> NodeStore for T {}
 

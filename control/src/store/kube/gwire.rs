@@ -15,16 +15,16 @@ use xwire_proto::WireId;
 
 use crate::store::{AttachmentKey, AttachmentRecord, EndKey, WireRecord, WireState};
 
-pub const GROUP: &str = "networkop.co.uk";
+pub(crate) const GROUP: &str = "networkop.co.uk";
 pub const VERSION: &str = "v1beta1";
 pub const KIND: &str = "GWireKObj";
-pub const PLURAL: &str = "gwirekobjs";
+pub(crate) const PLURAL: &str = "gwirekobjs";
 /// The label every GWireKObj xwire writes carries: the node it belongs to.
-pub const NODE_LABEL: &str = "xwire.dev/node";
+pub(crate) const NODE_LABEL: &str = "xwire.dev/node";
 
 /// The records of one node in one topology namespace.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct NamespaceRecords {
+pub(crate) struct NamespaceRecords {
     pub wires: BTreeMap<EndKey, WireRecord>,
     pub attachments: BTreeMap<AttachmentKey, AttachmentRecord>,
 }

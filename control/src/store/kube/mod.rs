@@ -41,7 +41,7 @@ use crate::topology::{self, Topology};
 /// Where the API server is and which namespaces are wired (`[topology]` in
 /// `xwired.toml`, see `config::TopologySettings`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct KubeSettings {
+pub(crate) struct KubeSettings {
     pub kubeconfig: Option<PathBuf>,
     pub namespace_label: String,
     pub sync_timeout_secs: u64,
@@ -84,9 +84,9 @@ impl Default for KubeSettings {
 pub const SIGNER_NAME: &str = "xwire.dev/node";
 
 /// What a namespace label must say for its pods to be wired.
-pub const LABEL_VALUE: &str = "enabled";
+pub(crate) const LABEL_VALUE: &str = "enabled";
 
-pub struct KubeStore {
+pub(crate) struct KubeStore {
     runtime: tokio::runtime::Runtime,
     client: Client,
     /// Every Pod's node (`placement.rs`): where a wire's far end runs.

@@ -14,14 +14,14 @@ use xwire_gateway::{GatewaySpec, PoolSpec};
 
 use crate::store::LabelledPools;
 
-pub const POOL_LABEL: &str = "xwire.dev/pool";
-pub const GATEWAY_LABEL: &str = "xwire.dev/gateway";
-pub const NAT_LABEL: &str = "xwire.dev/pool-nat";
-pub const GATEWAY_ADDRESS_ANNOTATION: &str = "xwire.dev/gateway-address";
+pub(crate) const POOL_LABEL: &str = "xwire.dev/pool";
+pub(crate) const GATEWAY_LABEL: &str = "xwire.dev/gateway";
+pub(crate) const NAT_LABEL: &str = "xwire.dev/pool-nat";
+pub(crate) const GATEWAY_ADDRESS_ANNOTATION: &str = "xwire.dev/gateway-address";
 
 /// What the pools need of one Node object.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeSeat {
+pub(crate) struct NodeSeat {
     pub internal: Option<IpAddr>,
     pub external: Option<IpAddr>,
     pub pool: Option<String>,
@@ -69,7 +69,7 @@ struct Gathered {
 /// The pools the nodes' labels make, and `me`'s; `None` when `me` is in no pool. Pools
 /// without a gateway are left out (their nodes are reached by no one outside), and
 /// said so in the log.
-pub fn pools_from_nodes(
+pub(crate) fn pools_from_nodes(
     me: &str,
     nodes: &BTreeMap<String, NodeSeat>,
     gateway_port: u16,

@@ -28,7 +28,7 @@ pub struct PodReport {
 const ATTEMPTS: usize = 8;
 
 /// The pod's own status after ADD.
-pub fn own_status(current: &Value, node_ip: &str, report: &PodReport) -> Value {
+pub(crate) fn own_status(current: &Value, node_ip: &str, report: &PodReport) -> Value {
     let mut status = current.as_object().cloned().unwrap_or_default();
     status.insert("src_ip".into(), json!(node_ip));
     status.insert("net_ns".into(), json!(report.net_ns));
@@ -43,7 +43,7 @@ pub fn own_status(current: &Value, node_ip: &str, report: &PodReport) -> Value {
 }
 
 /// A peer's status with `{pod_name, link_id}` in its `skipped`, once.
-pub fn skipped_status(current: &Value, pod: &str, uid: u64) -> Option<Value> {
+pub(crate) fn skipped_status(current: &Value, pod: &str, uid: u64) -> Option<Value> {
     let mut status = current.as_object().cloned().unwrap_or_default();
     let entry = json!({"pod_name": pod, "link_id": uid});
     let skipped = status.entry("skipped").or_insert_with(|| json!([]));
