@@ -2,8 +2,6 @@
 //! caller builds and hands received frames to the caller. `xwire-pktgen` uses it, so that
 //! the generator and sink drive the same AF_XDP and AF_PACKET code as the switch.
 
-use std::os::fd::RawFd;
-
 use crate::packet_port::PacketPort;
 use crate::worker::{PortChoice, PortKind, WorkerError};
 use crate::xdp_port::{KernelDrops, Lent, PortError, Steering, XdpMode, XdpPort, MAX_FRAME_ROOM};
@@ -116,13 +114,6 @@ impl Endpoint {
         match &mut self.io {
             Io::Xdp(x) => x.port.kernel_drops(),
             Io::Packet(port) => port.kernel_drops(),
-        }
-    }
-
-    pub fn raw_fd(&self) -> RawFd {
-        match &self.io {
-            Io::Xdp(x) => x.port.raw_fd(),
-            Io::Packet(port) => port.raw_fd(),
         }
     }
 

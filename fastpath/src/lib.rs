@@ -21,7 +21,7 @@ pub mod stats;
 pub mod steered_port;
 mod switch;
 pub mod worker;
-pub mod xdp_port;
+pub(crate) mod xdp_port;
 mod xdp_redirect;
 
 pub use counters::{Direction, DropReason, LinkCounters};

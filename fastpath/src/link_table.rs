@@ -92,7 +92,7 @@ pub enum LinkError {
 /// Links between pairs of ports or between a port and a peer node, and each port's
 /// largest frame.
 #[derive(Debug, Default)]
-pub struct LinkTable {
+pub(crate) struct LinkTable {
     routes: Vec<Option<Route>>,
     max_frame: Vec<usize>,
     links: Vec<Option<Link>>,
@@ -110,7 +110,7 @@ impl LinkTable {
     }
 
     /// Records the largest frame `port` can send (its MTU plus the Ethernet header).
-    pub fn set_max_frame(&mut self, port: PortId, max_frame: usize) {
+    pub(crate) fn set_max_frame(&mut self, port: PortId, max_frame: usize) {
         let i = usize::from(port.0);
         if self.max_frame.len() <= i {
             self.max_frame.resize(i + 1, 0);
@@ -283,7 +283,7 @@ impl LinkTable {
 
     /// The forwarding decision for a frame of `len` bytes from peer node `peer`, tagged
     /// with wire id `wire`.
-    pub fn decide_remote(&self, peer: PeerId, wire: WireId, len: usize) -> Verdict {
+    pub(crate) fn decide_remote(&self, peer: PeerId, wire: WireId, len: usize) -> Verdict {
         let Some(&link) = self.remote.get(&(peer, wire)) else {
             return Verdict::Drop {
                 reason: DropReason::NoLink,
@@ -321,7 +321,7 @@ impl LinkTable {
     }
 
     /// The index (as given in a `Verdict`) of the link of `wire`.
-    pub fn link_index(&self, wire: WireId) -> Option<usize> {
+    pub(crate) fn link_index(&self, wire: WireId) -> Option<usize> {
         self.links
             .iter()
             .position(|l| l.as_ref().is_some_and(|l| l.wire == wire))
@@ -329,7 +329,7 @@ impl LinkTable {
 
     /// The link of `wire` and the direction of the frames it receives on `port`, when
     /// `port` is one of its ends.
-    pub fn direction_from(&self, wire: WireId, port: PortId) -> Option<(usize, Direction)> {
+    pub(crate) fn direction_from(&self, wire: WireId, port: PortId) -> Option<(usize, Direction)> {
         let index = self.link_index(wire)?;
         self.route(port)
             .filter(|r| r.link == index)
@@ -337,7 +337,7 @@ impl LinkTable {
     }
 
     /// The index of the link `port` is an end of.
-    pub fn link_of_port(&self, port: PortId) -> Option<usize> {
+    pub(crate) fn link_of_port(&self, port: PortId) -> Option<usize> {
         self.route(port).map(|r| r.link)
     }
 

@@ -6,7 +6,7 @@
 use tracing_subscriber::EnvFilter;
 
 /// The variables read, the first one set wins.
-pub const FILTER_VARIABLES: [&str; 2] = ["XWIRE_LOG", "RUST_LOG"];
+pub(crate) const FILTER_VARIABLES: [&str; 2] = ["XWIRE_LOG", "RUST_LOG"];
 
 /// Installs the subscriber. A filter that does not parse is reported on standard error
 /// and `default` is used instead: a typo in a variable must not silence the logs.
@@ -27,7 +27,7 @@ pub fn init(default: &str) {
 
 /// Colour only on a terminal, and not when `NO_COLOR` is set to anything but the empty
 /// string (no-color.org).
-pub fn colour_wanted(to_terminal: bool) -> bool {
+pub(crate) fn colour_wanted(to_terminal: bool) -> bool {
     to_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 

@@ -172,10 +172,6 @@ impl PacketPort {
         Ok(port)
     }
 
-    pub(crate) fn raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
-    }
-
     pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }

@@ -30,7 +30,7 @@ pub struct WorkerStats {
 
 /// The times `AwayTimes` counts returns over: an AF_XDP port whose fill ring holds 4,096
 /// frames lasts 13.7 ms at 300k frames a second.
-pub const AWAY_THRESHOLDS: [Duration; 3] = [
+pub(crate) const AWAY_THRESHOLDS: [Duration; 3] = [
     Duration::from_millis(1),
     Duration::from_millis(4),
     Duration::from_millis(16),

@@ -71,7 +71,7 @@ impl<K: Hash + Eq + Clone, T> Held<K, T> {
     }
 
     /// The next item whose time has come, with its key.
-    pub fn pop_due(&mut self, now: Instant) -> Option<(K, T)> {
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(K, T)> {
         if self.heap.peek()?.0.at > now {
             return None;
         }
@@ -86,7 +86,7 @@ impl<K: Hash + Eq + Clone, T> Held<K, T> {
     }
 
     /// When the next item is due: what the worker's sleep must not pass.
-    pub fn next_due(&self) -> Option<Instant> {
+    pub(crate) fn next_due(&self) -> Option<Instant> {
         self.heap.peek().map(|e| e.0.at)
     }
 
@@ -109,7 +109,7 @@ impl<K: Hash + Eq + Clone, T> Held<K, T> {
     }
 
     /// Takes out everything held for `key` (its link is going), in time order.
-    pub fn drain_key(&mut self, key: &K) -> Vec<T> {
+    pub(crate) fn drain_key(&mut self, key: &K) -> Vec<T> {
         let mut kept = BinaryHeap::with_capacity(self.heap.len());
         let mut taken = Vec::new();
         for Reverse(entry) in std::mem::take(&mut self.heap)

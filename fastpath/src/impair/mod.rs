@@ -15,4 +15,4 @@ pub use spec::{ImpairSpec, Jitter, Loss, QueueLimit, Rate, MAX_DELAY};
 /// 1 Gbit/s wire in 1514-byte frames (8,250) twice over. Memory is taken only while
 /// frames are held: at most this many frames of the link's largest size, 24 MiB per
 /// direction at an MTU of 1500.
-pub const HELD_PER_DIRECTION: usize = 16384;
+pub(crate) const HELD_PER_DIRECTION: usize = 16384;

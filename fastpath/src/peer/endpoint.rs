@@ -159,7 +159,7 @@ impl PeerEndpoint {
 
     /// Tells the connections' congestion controllers how long datagrams now wait in the
     /// socket before they reach `handle_datagram` (the driver measures it).
-    pub fn set_socket_wait(&self, wait: Duration) {
+    pub(crate) fn set_socket_wait(&self, wait: Duration) {
         self.own_queue.set_wait(wait);
     }
 
@@ -235,10 +235,6 @@ impl PeerEndpoint {
             }
         }
         true
-    }
-
-    pub fn peer_name(&self, peer: PeerId) -> Option<&str> {
-        self.peers.get(peer.0 as usize).map(|p| p.name.as_str())
     }
 
     /// Whether Hello has been exchanged with the peer.
@@ -938,7 +934,7 @@ impl PeerEndpoint {
     }
 
     /// Closes every connection, telling the peers (what it sends is polled after).
-    pub fn close_all(&mut self, now: Instant) {
+    pub(crate) fn close_all(&mut self, now: Instant) {
         for session in self.sessions.values_mut() {
             session
                 .conn

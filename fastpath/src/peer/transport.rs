@@ -55,11 +55,6 @@ impl PeerTransport {
             .expect("a bound socket has an address")
     }
 
-    /// The UDP socket, for a caller that sleeps until something arrives on it.
-    pub fn raw_fd(&self) -> std::os::fd::RawFd {
-        self.udp.raw_fd()
-    }
-
     /// The UDP socket, borrowed.
     pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.udp.as_fd()

@@ -85,10 +85,6 @@ impl Udp {
         self.socket.local_addr()
     }
 
-    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
-        std::os::fd::AsRawFd::as_raw_fd(&self.socket)
-    }
-
     pub(crate) fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         std::os::fd::AsFd::as_fd(&self.socket)
     }
