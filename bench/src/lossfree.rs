@@ -62,7 +62,7 @@ pub struct Step {
 /// The search's state. `T` is what a trial measured (kept for the passes, and returned
 /// with the rate found).
 #[derive(Debug, Clone)]
-pub struct Search<T> {
+pub(crate) struct Search<T> {
     criteria: Criteria,
     /// Short trials that passed, by rate; those at or above a failed confirmation go.
     passes: Vec<(u64, T)>,
@@ -82,7 +82,7 @@ impl<T> Search<T> {
     /// Starts from the full-rate trial: what was offered, what got through, and the
     /// measurement. A full-rate trial within the loss budget goes to the confirmation at
     /// once (or ends the search, with no confirmation asked).
-    pub fn from_peak(
+    pub(crate) fn from_peak(
         offered_pps: f64,
         delivered_pps: f64,
         loss: f64,
@@ -118,7 +118,7 @@ impl<T> Search<T> {
     }
 
     /// The next trial, or `None` when the search is over.
-    pub fn next_step(&self) -> Option<Step> {
+    pub(crate) fn next_step(&self) -> Option<Step> {
         self.next
     }
 

@@ -6,7 +6,7 @@ pub const ETHERTYPE: u16 = 0x88b5;
 const MAGIC: u32 = 0x5857_5047; // "XWPG"
 const HEADER_AT: usize = 14;
 /// Ethernet header plus probe header: the smallest frame pktgen builds.
-pub const MIN_FRAME: usize = HEADER_AT + 20;
+pub(crate) const MIN_FRAME: usize = HEADER_AT + 20;
 
 /// A frame template: addresses and padding fixed, sequence and time stamped per send.
 #[derive(Debug, Clone)]
@@ -36,7 +36,7 @@ impl Probe {
 }
 
 /// Sequence number and send time of a probe frame; `None` for any other frame.
-pub fn read_probe(frame: &[u8]) -> Option<(u64, u64)> {
+pub(crate) fn read_probe(frame: &[u8]) -> Option<(u64, u64)> {
     let header = frame.get(HEADER_AT..MIN_FRAME)?;
     if frame[12..14] != ETHERTYPE.to_be_bytes() || header[..4] != MAGIC.to_be_bytes() {
         return None;

@@ -47,7 +47,7 @@ impl Flow {
 
 /// What one trial measured: the report of each direction that carried traffic
 /// (`[a -> b, b -> a]`).
-pub type TrialReports = [Option<Report>; 2];
+pub(crate) type TrialReports = [Option<Report>; 2];
 
 /// The two ends of a wire, open for as many trials as the caller runs.
 pub struct Wire {

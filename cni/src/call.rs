@@ -8,7 +8,7 @@ use crate::result::{supports, version_at_least};
 use crate::DEFAULT_SOCKET;
 
 /// The pod namespace when neither the runtime nor the configuration gives one.
-pub const DEFAULT_NAMESPACE: &str = "default";
+pub(crate) const DEFAULT_NAMESPACE: &str = "default";
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {

@@ -14,12 +14,12 @@ use xwire_proto::local::CniError;
 
 /// Where calls are logged unless the configuration's `logFile` says otherwise (an empty
 /// `logFile` turns the log off).
-pub const DEFAULT_LOG_FILE: &str = "/var/log/xwire/cni.log";
+pub(crate) const DEFAULT_LOG_FILE: &str = "/var/log/xwire/cni.log";
 /// The most one file holds before it is rotated: two files, 20 MiB at most in all.
-pub const MAX_BYTES: u64 = 10 << 20;
+pub(crate) const MAX_BYTES: u64 = 10 << 20;
 
 /// The log file a call's raw configuration names.
-pub fn log_file(config: &[u8]) -> Option<String> {
+pub(crate) fn log_file(config: &[u8]) -> Option<String> {
     let named = serde_json::from_slice::<Value>(config)
         .ok()
         .and_then(|c| c.get("logFile").and_then(Value::as_str).map(str::to_owned));

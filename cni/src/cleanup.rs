@@ -14,7 +14,7 @@ use nix::sched::{setns, CloneFlags};
 /// What `control::interfaces::ALIAS_PREFIX` marks xwire's interfaces with.
 const ALIAS_PREFIX: &str = "xwire:";
 
-pub fn remove_own_interfaces(netns: &str) {
+pub(crate) fn remove_own_interfaces(netns: &str) {
     if netns.is_empty() {
         return;
     }

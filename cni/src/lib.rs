@@ -6,7 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod call;
-pub mod call_log;
+pub(crate) mod call_log;
 mod cleanup;
 mod result;
 pub mod veth_mode;
@@ -22,12 +22,12 @@ pub use call::{Command, Invocation};
 pub use result::SUPPORTED_VERSIONS;
 
 /// Where the daemon listens unless the configuration's `socket` says otherwise.
-pub const DEFAULT_SOCKET: &str = "/run/xwire/xwired.sock";
+pub(crate) const DEFAULT_SOCKET: &str = "/run/xwire/xwired.sock";
 /// How long a call may wait for the daemon: ADD of a pod with many links takes a while.
 const DAEMON_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What the plugin prints when it is run with no `CNI_COMMAND` (by a person).
-pub const ABOUT: &str = concat!(
+pub(crate) const ABOUT: &str = concat!(
     "xwire CNI plugin v",
     env!("CARGO_PKG_VERSION"),
     ": wires pods together for network-emulation labs (CNI spec 0.3.0 to 1.1.0)"

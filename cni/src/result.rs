@@ -16,7 +16,7 @@ fn parts(version: &str) -> Option<(u32, u32, u32)> {
     Some((it.next()??, it.next()??, it.next()??))
 }
 
-pub fn version_at_least(version: &str, floor: &str) -> bool {
+pub(crate) fn version_at_least(version: &str, floor: &str) -> bool {
     matches!((parts(version), parts(floor)), (Some(v), Some(f)) if v >= f)
 }
 
@@ -63,7 +63,7 @@ pub fn merge(version: &str, prev: Option<&Value>, added: &AddResult, report_ips:
 }
 
 /// Appends veth mode's two ends to `result`'s interfaces.
-pub fn add_veth(
+pub(crate) fn add_veth(
     result: &mut Value,
     pod_interface: &str,
     netns: &str,
@@ -75,7 +75,7 @@ pub fn add_veth(
 }
 
 /// prevResult unchanged, for a pod xwire does not manage.
-pub fn pass_through(version: &str, prev: Option<&Value>) -> Value {
+pub(crate) fn pass_through(version: &str, prev: Option<&Value>) -> Value {
     base(version, prev)
 }
 

@@ -263,7 +263,7 @@ fn plugin_start_ms(plugin: &Path, pod: &Pod, node: &Node) -> Result<f64> {
 }
 
 /// A network configuration for another topology namespace than the default `lab`.
-pub trait WithNamespace {
+pub(crate) trait WithNamespace {
     fn with_namespace(self, namespace: &str) -> Value;
 }
 

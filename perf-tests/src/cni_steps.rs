@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::testbed::Netns;
 
 /// Where each daemon serves its metrics, inside its node's namespace.
-pub const METRICS_ADDRESS: &str = "127.0.0.1:9470";
+pub(crate) const METRICS_ADDRESS: &str = "127.0.0.1:9470";
 
 /// Mean milliseconds per call, by step (the daemons' step names, plus `daemon` for the
 /// whole of its part and `outside` for the plugin's start and the socket round trip).

@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cni_scale;
-pub mod cni_steps;
+pub(crate) mod cni_steps;
 pub mod impair_accuracy;
 pub mod kube_scale;
 pub mod lab_size;

@@ -37,7 +37,7 @@ pub struct Row {
 }
 
 /// Each CPU's busy time per frame of `frames`.
-pub fn cpu_stages(usage: &Usage, frames: u64) -> Vec<Stage> {
+pub(crate) fn cpu_stages(usage: &Usage, frames: u64) -> Vec<Stage> {
     (usage.cpu_seconds.iter().enumerate())
         .map(|(cpu, &seconds)| Stage {
             name: format!("cpu{cpu}"),
@@ -124,7 +124,7 @@ pub struct SearchLength {
 }
 
 /// Every flow's loss-free search across `wire`.
-pub fn lossfree_rows(
+pub(crate) fn lossfree_rows(
     name: &str,
     wire: &mut xwire_bench::trial::Wire,
     size: usize,
@@ -157,7 +157,7 @@ pub struct Usage {
 }
 
 /// The DUT CPU's share and the machine's busy CPU time while `f` ran.
-pub fn usage_while<T>(dut_cpu: usize, f: impl FnOnce() -> T) -> (T, Usage) {
+pub(crate) fn usage_while<T>(dut_cpu: usize, f: impl FnOnce() -> T) -> (T, Usage) {
     let before = machine_idle_ticks();
     let cpus_before = per_cpu_idle_ticks();
     let start = Instant::now();
@@ -242,7 +242,7 @@ fn idle_ticks(stat: &str, prefix: &str) -> Option<u64> {
 }
 
 /// The share of `cpu` that was busy while `f` ran.
-pub fn busy_while<T>(cpu: usize, f: impl FnOnce() -> T) -> (T, f64) {
+pub(crate) fn busy_while<T>(cpu: usize, f: impl FnOnce() -> T) -> (T, f64) {
     let prefix = format!("cpu{cpu} ");
     let idle = || idle_ticks(&std::fs::read_to_string("/proc/stat").ok()?, &prefix);
     let before = idle();
@@ -266,7 +266,7 @@ pub fn median_by(mut rows: Vec<Row>, key: impl Fn(&Row) -> f64) -> Row {
 
 /// Probe traffic of `size`-byte frames to `dst_mac` for `seconds`, at `rate` frames per
 /// second (0: as fast as it goes).
-pub fn probe_traffic(size: usize, seconds: f64, rate: u64, dst_mac: [u8; 6]) -> Traffic {
+pub(crate) fn probe_traffic(size: usize, seconds: f64, rate: u64, dst_mac: [u8; 6]) -> Traffic {
     Traffic {
         size,
         rate,
@@ -279,7 +279,7 @@ pub fn probe_traffic(size: usize, seconds: f64, rate: u64, dst_mac: [u8; 6]) -> 
 
 /// Both ends' `rx_dropped` and `tx_dropped` of each of `veths`, for `--verbose`: where a
 /// frame that reached no socket was lost.
-pub fn veth_drops<'v, 'n: 'v>(veths: impl IntoIterator<Item = &'v Veth<'n>>) -> String {
+pub(crate) fn veth_drops<'v, 'n: 'v>(veths: impl IntoIterator<Item = &'v Veth<'n>>) -> String {
     let mut drops = Vec::new();
     for veth in veths {
         for (ns, ifname) in [(veth.a_ns(), veth.a_name()), (veth.b_ns(), veth.b_name())] {
@@ -297,7 +297,11 @@ pub fn veth_drops<'v, 'n: 'v>(veths: impl IntoIterator<Item = &'v Veth<'n>>) -> 
 }
 
 /// Runs `f` inside `ns` on a thread pinned to `cpu`.
-pub fn on_cpu<T: Send>(ns: &Netns, cpu: usize, f: impl FnOnce() -> T + Send) -> Result<T, Error> {
+pub(crate) fn on_cpu<T: Send>(
+    ns: &Netns,
+    cpu: usize,
+    f: impl FnOnce() -> T + Send,
+) -> Result<T, Error> {
     ns.run(|| {
         core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
         f()
@@ -306,7 +310,7 @@ pub fn on_cpu<T: Send>(ns: &Netns, cpu: usize, f: impl FnOnce() -> T + Send) -> 
 
 /// Sends a probe frame from `gen_if` every 50 ms until one reaches `sink_if` (a device
 /// takes a moment to attach to its interfaces), for at most 15 s.
-pub fn wait_until_forwarding(
+pub(crate) fn wait_until_forwarding(
     gen: &Netns,
     gen_if: &str,
     sink: &Netns,

@@ -28,7 +28,7 @@ pub const MAX_SYNC_PART: usize = 1 << 20;
 const MESSAGE_HEADER_LEN: usize = 9;
 
 /// The longest node name: a DNS name, as Kubernetes node names are.
-pub const MAX_NODE_NAME: usize = 253;
+pub(crate) const MAX_NODE_NAME: usize = 253;
 
 /// Whether `name` can name a node: a DNS name of lower-case letters, digits, '-' and
 /// '.', each dot-separated label 1 to 63 long and neither starting nor ending with '-'.
@@ -209,7 +209,7 @@ pub enum ControlBody {
 }
 
 impl ControlBody {
-    pub fn type_code(&self) -> u8 {
+    pub(crate) fn type_code(&self) -> u8 {
         match self {
             ControlBody::Hello(_) => 1,
             ControlBody::AddWire(_) => 2,

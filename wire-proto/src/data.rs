@@ -11,9 +11,9 @@ use bytes::{Bytes, BytesMut};
 use crate::{DecodeError, WireId};
 
 /// Version of the data formats in this module (datagram header and stream preamble).
-pub const DATA_VERSION: u8 = 1;
+pub(crate) const DATA_VERSION: u8 = 1;
 /// Datagram kind: a batch of frame records.
-pub const DATAGRAM_KIND_FRAMES: u8 = 0;
+pub(crate) const DATAGRAM_KIND_FRAMES: u8 = 0;
 /// Bytes of the datagram header: version, kind, frame count (u16).
 pub const DATAGRAM_HEADER_LEN: usize = 4;
 /// Bytes in front of every frame: link UID (u64) and frame length (u16).
@@ -457,7 +457,7 @@ impl DatagramBatch {
     }
 
     /// The largest frame an empty datagram of `max_datagram` bytes carries.
-    pub fn max_frame_for(max_datagram: usize) -> usize {
+    pub(crate) fn max_frame_for(max_datagram: usize) -> usize {
         max_datagram
             .saturating_sub(DATAGRAM_HEADER_LEN + RECORD_HEADER_LEN)
             .min(MAX_FRAME_LEN)

@@ -4,7 +4,7 @@
 use crate::DecodeError;
 
 /// Bytes of the length prefix.
-pub const LEN_PREFIX: usize = 4;
+pub(crate) const LEN_PREFIX: usize = 4;
 
 /// Splits the next record off a receive buffer: `Ok(None)` until the whole record has
 /// arrived, then its body and the bytes to consume. A length above `max_body` is refused

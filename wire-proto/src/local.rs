@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::framing::{append_record, split_record};
 use crate::DecodeError;
 
-pub const LOCAL_API_VERSION: u32 = 1;
+pub(crate) const LOCAL_API_VERSION: u32 = 1;
 
 /// CNI error codes: the spec's (1 to 99), then xwire's own from 100 up. `cni/README.md`
 /// says what each of xwire's means and what to do about it.
@@ -48,7 +48,7 @@ pub const MAX_LOCAL_BODY: usize = 1 << 20;
 /// records of a 10,000-pod lab, a namespace's Topology objects), and come from the
 /// daemon the client chose to ask; the bound only keeps a wrong peer from growing the
 /// client without end.
-pub const MAX_LOCAL_RESPONSE: usize = 256 << 20;
+pub(crate) const MAX_LOCAL_RESPONSE: usize = 256 << 20;
 
 /// A pod, as Kubernetes names it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -82,7 +82,7 @@ where
 
 /// The node's addresses on the interface of its default route (IPv4 and IPv6, global
 /// scope), which is what the pod reaches the node by unless `nodeAddresses` says.
-pub fn default_node_addresses() -> Result<Vec<IpAddr>, String> {
+pub(crate) fn default_node_addresses() -> Result<Vec<IpAddr>, String> {
     in_netns(None, |h| async move {
         let mut found = Vec::new();
         for dump in [

@@ -130,10 +130,10 @@ const KEYS: &[&str] = &[
     "rpFilter",
     "mtu",
 ];
-pub const DEFAULT_POD_INTERFACE: &str = "veth0";
+pub(crate) const DEFAULT_POD_INTERFACE: &str = "veth0";
 /// Loose: a packet passes if its source is reachable by any interface, which the routes
 /// through the veth make true for what comes in on the primary.
-pub const DEFAULT_RP_FILTER: u8 = 2;
+pub(crate) const DEFAULT_RP_FILTER: u8 = 2;
 
 fn valid_ifname(name: &str) -> bool {
     !name.is_empty()
@@ -229,7 +229,7 @@ pub fn plan(mode: &VethMode, pod_ips: &[IpAddr], node_addresses: &[IpAddr]) -> P
 }
 
 /// The node end's name: `xv` and a hash of the attachment (Linux allows 15 characters).
-pub fn node_interface(container_id: &str, ifname: &str) -> String {
+pub(crate) fn node_interface(container_id: &str, ifname: &str) -> String {
     let hash = xwire_proto::fnv1a64(format!("{container_id}/{ifname}").as_bytes());
     format!("xv{:012x}", hash & 0xffff_ffff_ffff)
 }

@@ -19,7 +19,7 @@ use super::paths::LabPaths;
 use super::underlay::{node_address, node_underlay_mtu, pool_of};
 
 /// What VXLAN adds to each frame: outer Ethernet, IPv4, UDP and VXLAN headers.
-pub const VXLAN_OVERHEAD: u32 = 50;
+pub(crate) const VXLAN_OVERHEAD: u32 = 50;
 /// A VNI and port nothing else in a lab uses (the daemons listen on QUIC's, gateways on
 /// theirs).
 const VNI: u32 = 4242;
@@ -29,11 +29,11 @@ const TUNNEL: &str = "xbase-vx";
 /// The node's end of the baseline pod's veth.
 const NODE_END: &str = "xbase-p";
 /// The pod's end, as a lab pod's first wire is named.
-pub const POD_END: &str = "eth1";
+pub(crate) const POD_END: &str = "eth1";
 const UNDERLAY_IF: &str = "underlay0";
 
 /// The baseline between two nodes while it stands; dropping it removes it.
-pub struct VxlanBaseline {
+pub(crate) struct VxlanBaseline {
     paths: LabPaths,
     nodes: [String; 2],
     pods: [String; 2],

@@ -56,7 +56,7 @@ pub struct PktgenReport {
 }
 
 /// What `xwire-pktgen lossfree --json` reports for one direction.
-pub type DirectionBench = xwire_bench::trial::DirectionFigure;
+pub(crate) type DirectionBench = xwire_bench::trial::DirectionFigure;
 
 #[derive(Debug, Deserialize)]
 struct LossfreeReport {

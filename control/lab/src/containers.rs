@@ -18,10 +18,10 @@ use super::paths::LabPaths;
 
 /// The label every lab container carries, with its lab's name: how `lab down` finds them,
 /// also when nothing else of the lab is left.
-pub const LAB_LABEL: &str = "dev.xwire.lab";
+pub(crate) const LAB_LABEL: &str = "dev.xwire.lab";
 
 /// The container of `pod` in lab `lab`.
-pub fn container_name(lab: &str, pod: &str) -> String {
+pub(crate) fn container_name(lab: &str, pod: &str) -> String {
     format!("xwire-lab-{lab}-{pod}")
 }
 
@@ -59,7 +59,7 @@ fn checked(command: &mut Command, what: &str) -> Result<String> {
 
 /// Makes every bind's relative host path absolute, from the directory of the lab file
 /// `file`.
-pub fn resolve_binds(lab: &mut Lab, file: &Path) {
+pub(crate) fn resolve_binds(lab: &mut Lab, file: &Path) {
     let base = directory_of(file);
     for container in lab.containers.values_mut() {
         for bind in &mut container.binds {
@@ -69,7 +69,7 @@ pub fn resolve_binds(lab: &mut Lab, file: &Path) {
 }
 
 /// The directory `file` is in, absolute where it exists.
-pub fn directory_of(file: &Path) -> std::path::PathBuf {
+pub(crate) fn directory_of(file: &Path) -> std::path::PathBuf {
     let dir = file
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -78,7 +78,7 @@ pub fn directory_of(file: &Path) -> std::path::PathBuf {
 }
 
 /// `bind` (`HOST:CONTAINER[:OPTIONS]`) with a relative host path taken from `base`.
-pub fn absolute_bind(base: &Path, bind: &str) -> String {
+pub(crate) fn absolute_bind(base: &Path, bind: &str) -> String {
     if bind.starts_with('/') {
         bind.to_owned()
     } else {
@@ -90,7 +90,7 @@ pub fn absolute_bind(base: &Path, bind: &str) -> String {
 /// `image_pull_policy` says (podman's progress shown on standard error as it goes), and
 /// refuses a lab whose images cannot be had, or whose binds name host paths that do not
 /// exist: before anything is made, naming the pods and the image.
-pub fn ensure_images(lab: &Lab) -> Result<()> {
+pub(crate) fn ensure_images(lab: &Lab) -> Result<()> {
     if lab.containers.is_empty() {
         return Ok(());
     }
@@ -223,7 +223,7 @@ pub fn start(lab: &Lab, pod: &str, container: &Container) -> Result<()> {
 
 /// Runs the pod's `exec` commands in its container, in order; the first that fails stops
 /// the lab's start, with its output.
-pub fn run_exec(lab: &Lab, pod: &str, container: &Container) -> Result<()> {
+pub(crate) fn run_exec(lab: &Lab, pod: &str, container: &Container) -> Result<()> {
     for line in &container.exec {
         let out = output(
             &mut exec_command(lab, pod, &["sh", "-c", line], false),
@@ -248,7 +248,7 @@ pub fn run_exec(lab: &Lab, pod: &str, container: &Container) -> Result<()> {
 /// The command that runs `command` inside pod `pod`'s container. `interactive` (`lab
 /// exec` on one pod): with this process's input, and a terminal when it has one;
 /// otherwise with neither (exec lines, `lab exec` on several pods, `lab save`).
-pub fn exec_command<S: AsRef<std::ffi::OsStr>>(
+pub(crate) fn exec_command<S: AsRef<std::ffi::OsStr>>(
     lab: &Lab,
     pod: &str,
     command: &[S],

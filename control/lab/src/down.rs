@@ -78,7 +78,7 @@ pub fn down(name: Option<&str>) -> Result<(String, Removed)> {
 }
 
 /// Labs with a directory or a namespace left.
-pub fn labs_present() -> Vec<String> {
+pub(crate) fn labs_present() -> Vec<String> {
     let mut names: HashSet<String> = paths::labs_up().into_iter().collect();
     for ns in namespaces::all() {
         if let Some(rest) = ns.strip_prefix("xl.") {
@@ -165,7 +165,7 @@ fn supervisor_pid(paths: &LabPaths) -> Option<Pid> {
 }
 
 /// Whether the lab at `paths` has a supervisor that runs.
-pub fn supervisor_runs(paths: &LabPaths) -> bool {
+pub(crate) fn supervisor_runs(paths: &LabPaths) -> bool {
     supervisor_pid(paths).is_some_and(alive)
 }
 

@@ -14,18 +14,18 @@ use xwire_control::impairment::Impairment;
 use xwire_control::topology::{self, Link, Metadata, RouteEntry, Topology, TopologySpec};
 
 /// The longest lab name: it goes into namespace names and paths.
-pub const MAX_LAB_NAME: usize = 24;
+pub(crate) const MAX_LAB_NAME: usize = 24;
 
 /// The most nodes a lab has: each takes an address on the lab's /24 underlay.
-pub const MAX_NODES: usize = 250;
+pub(crate) const MAX_NODES: usize = 250;
 
 /// The most pods a lab has. Each is a network namespace, a CNI ADD on its node and a
 /// management address; a file that asks for many more is a mistake, and reading it whole
 /// would only make `lab up` run for hours before it failed.
-pub const MAX_PODS: usize = 20_000;
+pub(crate) const MAX_PODS: usize = 20_000;
 
 /// The largest lab file read (a lab of `MAX_PODS` pods with their links takes a few MiB).
-pub const MAX_FILE_BYTES: u64 = 16 << 20;
+pub(crate) const MAX_FILE_BYTES: u64 = 16 << 20;
 
 /// Reads a lab file, or a containerlab file to import: at most `MAX_FILE_BYTES`, so that a
 /// huge file (or a path such as /dev/zero) is refused before it fills memory.
@@ -476,7 +476,7 @@ fn pod_routing(
 }
 
 /// The most pools a lab has: each takes a /24 of 172.31.0.0/16 for its underlay.
-pub const MAX_POOLS: usize = 200;
+pub(crate) const MAX_POOLS: usize = 200;
 
 /// The pools the file asks for: every node in exactly one, each with gateways among its
 /// own nodes, at most one behind NAT.
@@ -940,7 +940,7 @@ fn check_name(name: &Spanned<String>, what: &str, max: usize) -> Result<(), LabF
 
 /// The rule for a lab's name, for every command that takes one (the file's own name is
 /// checked by the same rule when it is parsed).
-pub fn check_lab_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_lab_name(name: &str) -> Result<(), String> {
     name_rule(name, "lab name", MAX_LAB_NAME)
 }
 

@@ -22,7 +22,7 @@ pub mod logs;
 pub mod mgmt;
 pub mod namespaces;
 pub mod netdev;
-pub mod node_api;
+pub(crate) mod node_api;
 pub mod paths;
 pub mod save;
 pub mod status;

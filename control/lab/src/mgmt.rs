@@ -33,14 +33,14 @@ use super::namespaces;
 use super::netdev::{add_addresses, attach, link_exists, make_bridge_with};
 use super::paths::LabPaths;
 
-pub const DEFAULT_INTERFACE: &str = "eth0";
+pub(crate) const DEFAULT_INTERFACE: &str = "eth0";
 const NODE_BRIDGE: &str = "mgmt0";
 const NODE_UPLINK: &str = "mgmt-up";
 /// Pods per node bridge: the kernel refuses a bridge's 1,025th port (BR_MAX_PORTS, "Exchange
 /// full"), and mgmt0 also holds the uplink and a link to each further bridge.
 const PODS_PER_BRIDGE: u32 = 1000;
 /// The first host number a pod gets (1 is the host's).
-pub const FIRST_POD_HOST: u32 = 2;
+pub(crate) const FIRST_POD_HOST: u32 = 2;
 /// Where a lab without `ipv4_subnet` gets its /20 (4094 addresses): the first one of
 /// these that no other lab uses and no route of the host's overlaps.
 const AUTO_IPV4: (Ipv4Addr, u8) = (Ipv4Addr::new(172, 20, 0, 0), 14);
@@ -69,7 +69,7 @@ pub struct Addresses {
 
 impl Mgmt {
     /// Host numbers for `pods`: those in `previous` kept, the others the smallest free.
-    pub fn assign(&mut self, pods: impl Iterator<Item = String>, previous: Option<&Mgmt>) {
+    pub(crate) fn assign(&mut self, pods: impl Iterator<Item = String>, previous: Option<&Mgmt>) {
         let pods: Vec<String> = pods.collect();
         let mut hosts = BTreeMap::new();
         if let Some(previous) = previous {
@@ -122,7 +122,7 @@ impl Mgmt {
         })
     }
 
-    pub fn host_addresses(&self) -> Option<Addresses> {
+    pub(crate) fn host_addresses(&self) -> Option<Addresses> {
         let ((v4, _), (v6, _)) = self.host(1).ok()?;
         Some(Addresses {
             ipv4: v4.to_string(),
@@ -149,7 +149,7 @@ fn nth(network: IpAddr, n: u32) -> IpAddr {
 }
 
 /// The host bridge's name for lab `name`.
-pub fn host_bridge(name: &str) -> String {
+pub(crate) fn host_bridge(name: &str) -> String {
     format!("xm{:08x}", xwire_proto::fnv1a32(name.as_bytes()))
 }
 
@@ -159,7 +159,7 @@ fn bridge_alias(lab: &str) -> String {
 
 /// Picks the subnets the lab file left to the lab: the first /20 of 172.20.0.0/14 (and
 /// its /64) that no other lab's record names and that no route on the host overlaps.
-pub fn pick_subnets(lab: &mut Lab) -> Result<()> {
+pub(crate) fn pick_subnets(lab: &mut Lab) -> Result<()> {
     let Some(mgmt) = &mut lab.mgmt else {
         return Ok(());
     };
@@ -274,7 +274,7 @@ fn taken_subnets(this_lab: &str) -> Result<Vec<(IpAddr, u8)>> {
 }
 
 /// Makes the host's bridge and each node's, joined.
-pub fn build_nodes(lab: &Lab, paths: &LabPaths) -> Result<()> {
+pub(crate) fn build_nodes(lab: &Lab, paths: &LabPaths) -> Result<()> {
     let Some(mgmt) = &lab.mgmt else {
         return Ok(());
     };
@@ -347,7 +347,7 @@ fn drop_mld_reports(node_ns: &NetnsFd) -> Result<()> {
 }
 
 /// Gives `pod` its management interface and addresses.
-pub fn add_pod(lab: &Lab, paths: &LabPaths, pod: &str) -> Result<()> {
+pub(crate) fn add_pod(lab: &Lab, paths: &LabPaths, pod: &str) -> Result<()> {
     let Some(mgmt) = &lab.mgmt else {
         return Ok(());
     };
@@ -400,7 +400,7 @@ fn ensure_node_bridge(node_ns: &NetnsFd, bridge: &str) -> Result<()> {
 
 /// Takes `pod`'s management interface away (an edit that removes the pod: its number
 /// may go to a pod the same edit adds, before the old pod's namespace is gone).
-pub fn remove_pod(lab: &Lab, paths: &LabPaths, pod: &str) -> Result<()> {
+pub(crate) fn remove_pod(lab: &Lab, paths: &LabPaths, pod: &str) -> Result<()> {
     let (Some(mgmt), Some(node)) = (&lab.mgmt, lab.pods.get(pod)) else {
         return Ok(());
     };
@@ -433,7 +433,7 @@ pub fn remove_pod(lab: &Lab, paths: &LabPaths, pod: &str) -> Result<()> {
 /// their veths' other ends) in a work item some time later, the host ends outlived a
 /// `lab down` by up to seconds, and a `lab up` of the same lab right after it failed
 /// with "File exists".
-pub fn remove_host_side(name: &str) {
+pub(crate) fn remove_host_side(name: &str) {
     let Ok(host) = NetnsFd::open(Path::new("/proc/self/ns/net")) else {
         return;
     };

@@ -7,7 +7,7 @@ use xwire_netns::named;
 
 use xwire_control::netns::NetnsFd;
 
-pub fn netns_path(name: &str) -> PathBuf {
+pub(crate) fn netns_path(name: &str) -> PathBuf {
     named::path(name)
 }
 

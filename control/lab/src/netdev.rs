@@ -10,7 +10,7 @@ use netlink_packet_route::link::{InfoBridge, InfoData, LinkAttribute, LinkMessag
 use xwire_control::netns::NetnsFd;
 
 /// The link named `name`, if there is one.
-pub async fn link_named(
+pub(crate) async fn link_named(
     h: &rtnetlink::Handle,
     name: &str,
 ) -> Result<Option<LinkMessage>, rtnetlink::Error> {
@@ -23,7 +23,7 @@ pub async fn link_named(
 }
 
 /// Whether `ns` has a link named `name`.
-pub fn link_exists(ns: &NetnsFd, name: &str) -> Result<bool> {
+pub(crate) fn link_exists(ns: &NetnsFd, name: &str) -> Result<bool> {
     let name = name.to_owned();
     let found = ns.netlink(&format!("look for {name}"), |h| async move {
         // The kernel answers a name it does not know with ENODEV, not an empty dump.
@@ -32,12 +32,17 @@ pub fn link_exists(ns: &NetnsFd, name: &str) -> Result<bool> {
     Ok(found)
 }
 
-pub fn make_bridge(ns: &NetnsFd, name: &str, mtu: Option<u32>, alias: Option<&str>) -> Result<()> {
+pub(crate) fn make_bridge(
+    ns: &NetnsFd,
+    name: &str,
+    mtu: Option<u32>,
+    alias: Option<&str>,
+) -> Result<()> {
     make_bridge_with(ns, name, mtu, alias, Vec::new())
 }
 
 /// A bridge with `options` (multicast snooping, for one) set as it is made.
-pub fn make_bridge_with(
+pub(crate) fn make_bridge_with(
     ns: &NetnsFd,
     name: &str,
     mtu: Option<u32>,
@@ -88,7 +93,7 @@ pub fn attach(ns: &NetnsFd, port: &str, bridge: &str) -> Result<()> {
 
 /// Adds addresses without duplicate address detection: the addresses are the lab's to
 /// give, and a tentative IPv6 address would not answer for a second or two.
-pub fn add_addresses(ns: &NetnsFd, ifname: &str, addresses: &[(IpAddr, u8)]) -> Result<()> {
+pub(crate) fn add_addresses(ns: &NetnsFd, ifname: &str, addresses: &[(IpAddr, u8)]) -> Result<()> {
     let ifname = ifname.to_owned();
     let addresses = addresses.to_vec();
     ns.netlink(&format!("address {ifname}"), |h| async move {

@@ -24,7 +24,7 @@ pub fn ask(socket: &Path, request: &Request) -> Result<Response> {
 
 /// Stores the lab's Topology objects on every node, as every node of a cluster sees
 /// all of them.
-pub fn apply_topology(lab: &Lab, paths: &LabPaths) -> Result<()> {
+pub(crate) fn apply_topology(lab: &Lab, paths: &LabPaths) -> Result<()> {
     let objects: Vec<Value> = super::file::topologies(lab)
         .iter()
         .map(serde_json::to_value)
@@ -42,7 +42,7 @@ pub fn apply_topology(lab: &Lab, paths: &LabPaths) -> Result<()> {
 }
 
 /// The wire records of this lab on every node that answers.
-pub fn wire_records(lab: &Lab, paths: &LabPaths) -> Vec<Value> {
+pub(crate) fn wire_records(lab: &Lab, paths: &LabPaths) -> Vec<Value> {
     lab.nodes
         .iter()
         .filter_map(
@@ -57,7 +57,7 @@ pub fn wire_records(lab: &Lab, paths: &LabPaths) -> Vec<Value> {
 }
 
 /// Each wire end's state ("pending", "veth", "remote") by (pod, uid).
-pub fn wire_states(lab: &Lab, paths: &LabPaths) -> HashMap<(String, u64), String> {
+pub(crate) fn wire_states(lab: &Lab, paths: &LabPaths) -> HashMap<(String, u64), String> {
     wire_records(lab, paths)
         .iter()
         .filter_map(|w| {
@@ -74,7 +74,7 @@ pub fn wire_states(lab: &Lab, paths: &LabPaths) -> HashMap<(String, u64), String
 }
 
 /// Every node's fast-path counters (a node whose daemon does not answer is left out).
-pub fn node_counters(lab: &Lab, paths: &LabPaths) -> Vec<NodeCounters> {
+pub(crate) fn node_counters(lab: &Lab, paths: &LabPaths) -> Vec<NodeCounters> {
     lab.nodes
         .iter()
         .filter_map(
@@ -87,7 +87,7 @@ pub fn node_counters(lab: &Lab, paths: &LabPaths) -> Vec<NodeCounters> {
 }
 
 /// The switch's counters of this lab's wire ends, by (pod, uid).
-pub fn switch_counters(
+pub(crate) fn switch_counters(
     nodes: &[NodeCounters],
     lab: &Lab,
 ) -> HashMap<(String, u64), LinkEndCounters> {

@@ -7,15 +7,15 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 
 /// Every lab's directory is under here (tmpfs: like the namespaces, gone at reboot).
-pub const LABS_DIR: &str = "/run/xwire/labs";
+pub(crate) const LABS_DIR: &str = "/run/xwire/labs";
 /// Every lab namespace's name starts with this, then the lab name, then a '.': lab names
 /// have no '.', so one lab's prefix never matches another's namespaces.
 const NETNS_PREFIX: &str = "xl.";
 
 /// The underlay subnet inside every lab's own namespace (labs never see each other's).
-pub const UNDERLAY_PREFIX: &str = "172.31.0";
-pub const UNDERLAY_MTU: u32 = 9500;
-pub const NODE_PORT: u16 = 7470;
+pub(crate) const UNDERLAY_PREFIX: &str = "172.31.0";
+pub(crate) const UNDERLAY_MTU: u32 = 9500;
+pub(crate) const NODE_PORT: u16 = 7470;
 
 /// The file `lab up` writes first into a lab's directory: `down` removes only a
 /// directory that holds it, so a name that once pointed elsewhere can never make it
@@ -24,7 +24,7 @@ const MARKER: &str = ".xwire-lab";
 /// Set in the environment of every process a lab starts (the supervisor, and through it
 /// the daemons; plugin calls; traffic generators): how `down` tells them from a process
 /// that merely names the lab's directory (a `tail -f` of a log).
-pub const LAB_ENV: &str = "XWIRE_LAB";
+pub(crate) const LAB_ENV: &str = "XWIRE_LAB";
 
 #[derive(Debug, Clone)]
 pub struct LabPaths {
@@ -55,7 +55,7 @@ impl LabPaths {
     }
 
     /// Marks the lab's directory (made now) as one a lab made.
-    pub fn create_dir(&self) -> Result<()> {
+    pub(crate) fn create_dir(&self) -> Result<()> {
         std::fs::create_dir_all(LABS_DIR)?;
         std::fs::create_dir(&self.dir)?;
         std::fs::write(self.dir.join(MARKER), format!("{}\n", self.name))?;
@@ -63,12 +63,12 @@ impl LabPaths {
     }
 
     /// Whether the lab's directory holds the mark `create_dir` left.
-    pub fn is_marked(&self) -> bool {
+    pub(crate) fn is_marked(&self) -> bool {
         std::fs::read_to_string(self.dir.join(MARKER)).is_ok_and(|m| m.trim() == self.name)
     }
 
     /// The `LAB_ENV` entry of this lab, as `/proc/PID/environ` holds it.
-    pub fn env_entry(&self) -> String {
+    pub(crate) fn env_entry(&self) -> String {
         format!("{LAB_ENV}={}", self.name)
     }
 
@@ -81,19 +81,19 @@ impl LabPaths {
         self.dir.join("supervisor.pid")
     }
 
-    pub fn supervisor_log(&self) -> PathBuf {
+    pub(crate) fn supervisor_log(&self) -> PathBuf {
         self.dir.join("supervisor.log")
     }
 
-    pub fn certs_dir(&self) -> PathBuf {
+    pub(crate) fn certs_dir(&self) -> PathBuf {
         self.dir.join("certs")
     }
 
-    pub fn node_dir(&self, node: &str) -> PathBuf {
+    pub(crate) fn node_dir(&self, node: &str) -> PathBuf {
         self.dir.join("nodes").join(node)
     }
 
-    pub fn node_config(&self, node: &str) -> PathBuf {
+    pub(crate) fn node_config(&self, node: &str) -> PathBuf {
         self.node_dir(node).join("xwired.toml")
     }
 
@@ -103,7 +103,7 @@ impl LabPaths {
 
     /// The network namespace `lab up` ran in, bind-mounted here: the daemons open their
     /// metrics sockets in it, so that they are reached from the host.
-    pub fn host_netns(&self) -> PathBuf {
+    pub(crate) fn host_netns(&self) -> PathBuf {
         self.dir.join("host.netns")
     }
 
@@ -112,7 +112,7 @@ impl LabPaths {
     }
 
     /// The namespace that holds the underlay bridge.
-    pub fn lab_netns(&self) -> String {
+    pub(crate) fn lab_netns(&self) -> String {
         format!("{NETNS_PREFIX}{}", self.name)
     }
 
@@ -121,7 +121,7 @@ impl LabPaths {
     }
 
     /// The NAT router in front of pool `pool`.
-    pub fn nat_netns(&self, pool: &str) -> String {
+    pub(crate) fn nat_netns(&self, pool: &str) -> String {
         format!("{NETNS_PREFIX}{}.g.{pool}", self.name)
     }
 
@@ -130,7 +130,7 @@ impl LabPaths {
     }
 
     /// Whether `netns` is one of this lab's namespaces.
-    pub fn owns_netns(&self, netns: &str) -> bool {
+    pub(crate) fn owns_netns(&self, netns: &str) -> bool {
         netns == self.lab_netns() || netns.starts_with(&format!("{}.", self.lab_netns()))
     }
 
@@ -141,12 +141,12 @@ impl LabPaths {
 }
 
 /// The address of the `index`th node on the underlay.
-pub fn underlay_address(index: usize) -> String {
+pub(crate) fn underlay_address(index: usize) -> String {
     format!("{UNDERLAY_PREFIX}.{}", index + 1)
 }
 
 /// The names of the labs that have a directory (and a valid name).
-pub fn labs_up() -> Vec<String> {
+pub(crate) fn labs_up() -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(LABS_DIR)
         .into_iter()
         .flatten()

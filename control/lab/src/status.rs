@@ -152,7 +152,7 @@ pub struct EndCounters {
     pub tx_dropped: u64,
 }
 
-pub fn read_lab(name: &str) -> Result<Lab> {
+pub(crate) fn read_lab(name: &str) -> Result<Lab> {
     let paths = LabPaths::new(name)?;
     let bytes = std::fs::read(paths.lab_file()).with_context(|| format!("lab {name} is not up"))?;
     let lab: Lab = serde_json::from_slice(&bytes)?;

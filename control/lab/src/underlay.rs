@@ -22,10 +22,10 @@ use super::netdev::{add_route, attach, make_bridge};
 use super::paths::{self, LabPaths, UNDERLAY_MTU};
 
 /// Where a gateway's tunnel listens.
-pub const GATEWAY_PORT: u16 = xwire_gateway::DEFAULT_PORT;
+pub(crate) const GATEWAY_PORT: u16 = xwire_gateway::DEFAULT_PORT;
 /// What the nodes of a lab with pools give their QUIC packets: the tunnel between pools
 /// carries packets of the WAN's MTU less its overhead.
-pub const POOLED_UNDERLAY_MTU: u32 = UNDERLAY_MTU - xwire_gateway::TUNNEL_OVERHEAD as u32;
+pub(crate) const POOLED_UNDERLAY_MTU: u32 = UNDERLAY_MTU - xwire_gateway::TUNNEL_OVERHEAD as u32;
 const WAN_BRIDGE: &str = "wan";
 const WAN_PREFIX: u8 = 16;
 
@@ -94,7 +94,7 @@ fn wan_end(lab: &Lab, node: &str) -> Option<WanEnd> {
 }
 
 /// The MTU a node's daemon gives its QUIC packets.
-pub fn node_underlay_mtu(lab: &Lab) -> u32 {
+pub(crate) fn node_underlay_mtu(lab: &Lab) -> u32 {
     if lab.pools.is_empty() {
         UNDERLAY_MTU
     } else {
@@ -103,7 +103,7 @@ pub fn node_underlay_mtu(lab: &Lab) -> u32 {
 }
 
 /// The `[pools]` section of `node`'s configuration (empty without pools).
-pub fn pools_toml(lab: &Lab, node: &str) -> String {
+pub(crate) fn pools_toml(lab: &Lab, node: &str) -> String {
     let Some(member_of) = pool_of(lab, node) else {
         return String::new();
     };

@@ -20,7 +20,7 @@ use super::paths::{self, LabPaths, NODE_PORT};
 use super::{containers, down, mgmt, namespaces, node_api, underlay};
 
 /// Where to look first for xwired, the plugin and xwire-pktgen (another build, say).
-pub const BIN_DIR_VARIABLE: &str = "XWIRE_LAB_BIN_DIR";
+pub(crate) const BIN_DIR_VARIABLE: &str = "XWIRE_LAB_BIN_DIR";
 /// How long a node's daemon has to answer after it starts.
 const DAEMON_START_LIMIT: Duration = Duration::from_secs(30);
 /// How long every wire has to come up after the last pod is added.
@@ -47,7 +47,7 @@ impl Binaries {
 
 /// The program `name`: in `$XWIRE_LAB_BIN_DIR` when it is set, else next to the running
 /// `xwirectl`, else on PATH.
-pub fn find_binary(name: &str) -> Result<PathBuf> {
+pub(crate) fn find_binary(name: &str) -> Result<PathBuf> {
     let exe = match std::env::var_os(BIN_DIR_VARIABLE) {
         Some(dir) => PathBuf::from(dir).join("xwirectl"),
         None => std::env::current_exe().context("where is xwirectl")?,
@@ -375,14 +375,14 @@ fn wait_for_daemon(paths: &LabPaths, node: &str) -> Result<()> {
     Ok(())
 }
 
-pub fn log_tail(path: &Path) -> String {
+pub(crate) fn log_tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
 /// The CNI call a runtime makes for a pod, with the plugin's configuration on stdin.
-pub fn call_plugin(
+pub(crate) fn call_plugin(
     paths: &LabPaths,
     binaries: &Binaries,
     command: &str,

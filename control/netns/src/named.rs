@@ -105,7 +105,7 @@ pub fn names() -> Vec<String> {
 /// mounted in it. Otherwise the first tool that does so later (podman does) bind-mounts
 /// the directory onto itself, which hides the mounts already under it: their files can
 /// then be neither unmounted nor removed, and stay behind.
-pub fn share_dir() -> nix::Result<()> {
+pub(crate) fn share_dir() -> nix::Result<()> {
     let shared = || {
         mount(
             None::<&str>,

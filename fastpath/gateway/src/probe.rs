@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often a node probes each gateway.
-pub const PROBE_EVERY: Duration = Duration::from_millis(100);
+pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(100);
 /// A gateway that answered within this is up.
-pub const UP_WITHIN: Duration = Duration::from_millis(500);
+pub(crate) const UP_WITHIN: Duration = Duration::from_millis(500);
 /// What a probe and an answer hold: a marker, and (in an answer) whether a tunnel is up.
 const PROBE: &[u8; 8] = b"xwgw-prb";
 const ANSWER_READY: &[u8; 8] = b"xwgw-up1";

@@ -107,6 +107,6 @@ pub fn client_config(identity: &NodeIdentity, wan_mtu: u16) -> Result<ClientConf
 
 /// Whether the certificate the peer showed (checked against the CA in the handshake) is
 /// for node `name`.
-pub fn is_for(connection: &quinn::Connection, name: &str) -> bool {
+pub(crate) fn is_for(connection: &quinn::Connection, name: &str) -> bool {
     xwire_pki::tls::certificate_is_for(connection.peer_identity(), name)
 }

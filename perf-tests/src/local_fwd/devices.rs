@@ -162,7 +162,7 @@ pub fn start(
 /// A private Open vSwitch: its own database and run directory, ovsdb-server and
 /// ovs-vswitchd inside the DUT namespace, the PMD thread on the DUT CPU, and one bridge
 /// whose two AF_XDP ports are joined by port flows (the same forwarding as a wire).
-pub struct Ovs {
+pub(crate) struct Ovs {
     vswitchd: Option<ChildGuard>,
     ovsdb: Option<ChildGuard>,
     dir: PathBuf,

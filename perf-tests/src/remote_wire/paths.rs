@@ -60,7 +60,7 @@ impl WirePath {
 }
 
 /// One node of the bed, as a path needs it.
-pub struct NodeSide<'a> {
+pub(crate) struct NodeSide<'a> {
     pub ns: &'a Netns,
     /// The node's end of its pod's veth.
     pub pod_if: &'a str,
@@ -92,7 +92,7 @@ pub fn udp_counters(ns: &Netns) -> String {
 
 impl Running {
     /// The CPU time of each node's worker thread so far; none for the kernel's path.
-    pub fn worker_cpu_times(&self) -> Vec<Option<Duration>> {
+    pub(crate) fn worker_cpu_times(&self) -> Vec<Option<Duration>> {
         match self {
             Running::Kernel => Vec::new(),
             Running::Xwire { workers, .. } => workers.iter().map(Worker::cpu_time).collect(),

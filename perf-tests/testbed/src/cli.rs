@@ -2,7 +2,7 @@
 
 /// Every argument and option of `command` and of its subcommands, at any depth, that has
 /// no help text, as "SUBCOMMAND PATH: ARGUMENT" lines (`--help` and `--version` aside).
-pub fn undocumented(command: &clap::Command) -> Vec<String> {
+pub(crate) fn undocumented(command: &clap::Command) -> Vec<String> {
     let mut missing = Vec::new();
     collect(command, command.get_name(), &mut missing);
     missing
@@ -27,7 +27,7 @@ fn collect(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
 }
 
 /// The first line `--version` prints, with the binary's own name.
-pub fn version_line(command: &clap::Command) -> String {
+pub(crate) fn version_line(command: &clap::Command) -> String {
     command.clone().render_version().trim().to_owned()
 }
 

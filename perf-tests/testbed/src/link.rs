@@ -93,7 +93,7 @@ impl Netns {
     }
 
     /// Moves `ifname` into `to`; it keeps its name, and is down there.
-    pub fn move_link(&self, ifname: &str, to: &Netns) -> Result<(), Error> {
+    pub(crate) fn move_link(&self, ifname: &str, to: &Netns) -> Result<(), Error> {
         let fd = to.fd().as_raw_fd();
         self.set_link(ifname, &format!("move to {}", to.name()), |b| {
             b.setns_by_fd(fd)
@@ -298,13 +298,6 @@ impl<'a> Veth<'a> {
     pub fn move_b(&mut self, to: &'a Netns) -> Result<(), Error> {
         self.b_ns.move_link(&self.b_name, to)?;
         self.b_ns = to;
-        Ok(())
-    }
-
-    /// Moves the A end into `to` (it arrives down).
-    pub fn move_a(&mut self, to: &'a Netns) -> Result<(), Error> {
-        self.a_ns.move_link(&self.a_name, to)?;
-        self.a_ns = to;
         Ok(())
     }
 

@@ -33,7 +33,6 @@ pub struct ApiServer {
     pub port: u16,
     pub runtime: tokio::runtime::Runtime,
     pub client: Client,
-    admin_token: String,
 }
 
 /// The binary `name`, as envtest looks for it.
@@ -175,7 +174,6 @@ impl ApiServer {
             port,
             runtime,
             client,
-            admin_token,
         };
         server.wait_ready();
         Ok(server)
@@ -263,7 +261,7 @@ impl ApiServer {
     }
 
     /// Waits until the CRDs are served.
-    pub fn wait_for_crds(&self) {
+    pub(crate) fn wait_for_crds(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let served = self.runtime.block_on(async {
@@ -403,20 +401,6 @@ impl ApiServer {
     /// What the signer logged.
     pub fn signer_log(&self) -> String {
         std::fs::read_to_string(self.dir.0.join("signer.log")).unwrap_or_default()
-    }
-
-    /// The admin's kubeconfig, for a client in `ns` over `reach_from`'s veth.
-    pub fn admin_kubeconfig(&self, host_ip: &str) -> PathBuf {
-        let path = self.dir.0.join(format!("admin-{host_ip}.kubeconfig"));
-        std::fs::write(
-            &path,
-            kubeconfig(
-                &format!("https://{host_ip}:{}", self.port),
-                &self.admin_token,
-            ),
-        )
-        .unwrap();
-        path
     }
 }
 
