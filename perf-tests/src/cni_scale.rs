@@ -13,8 +13,13 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::cni_steps::{self, Breakdown};
-use crate::testbed::cluster::{node_pair, plugin, Node, Pod, TempDir, TEST_FRAMES_PER_PORT};
+use crate::testbed::cluster::{
+    eventually_every, node_pair, plugin, Node, Pod, TempDir, TEST_FRAMES_PER_PORT,
+};
 use crate::testbed::Netns;
+
+/// How often bring-up and tear-down are checked: their times are reported figures.
+const LOOK_EVERY: Duration = Duration::from_millis(5);
 
 /// The two binaries, found next to the running `xwire-perf` unless told otherwise.
 pub struct Binaries {
@@ -186,11 +191,9 @@ pub fn run(binaries: &Binaries, pods: usize, callers: usize) -> Result<Report> {
     let started = Instant::now();
     let add_times = call_all("ADD")?;
     ensure!(
-        wait_until(Duration::from_secs(60), || pod_list.iter().all(|p| [
-            "eth1", "eth2", "eth3", "eth4"
-        ]
-        .iter()
-        .all(|i| p.has(i)))),
+        eventually_every(Duration::from_secs(60), LOOK_EVERY, || pod_list
+            .iter()
+            .all(|p| ["eth1", "eth2", "eth3", "eth4"].iter().all(|i| p.has(i)))),
         "not every wire came up in 60 s"
     );
     let bring_up = started.elapsed();
@@ -198,10 +201,12 @@ pub fn run(binaries: &Binaries, pods: usize, callers: usize) -> Result<Report> {
     let started = Instant::now();
     let del_times = call_all("DEL")?;
     ensure!(
-        wait_until(Duration::from_secs(60), || [&na, &nb].iter().all(|n| {
-            let s = n.state();
-            s.attachments.is_empty() && s.wires.is_empty()
-        })),
+        eventually_every(Duration::from_secs(60), LOOK_EVERY, || [&na, &nb]
+            .iter()
+            .all(|n| {
+                let s = n.state();
+                s.attachments.is_empty() && s.wires.is_empty()
+            })),
         "the stores did not empty in 60 s"
     );
     let tear_down = started.elapsed();
@@ -231,22 +236,6 @@ pub fn run(binaries: &Binaries, pods: usize, callers: usize) -> Result<Report> {
         bridge_del,
         steps,
     })
-}
-
-/// Whether `done` came true within `limit`, looking every 5 ms: the time it ends is a
-/// reported figure (bring-up, tear-down), which the testbed's `eventually`, looking every
-/// 50 ms, would round up.
-fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        if done() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// The mean time of the plugin answering VERSION, which it does without the daemon: its

@@ -44,8 +44,7 @@ use crate::store::{
 use crate::topology::{LinkSpec, Topology};
 
 pub use capture::CaptureStream;
-pub use error::ErrorKind;
-pub use error::NodeError;
+pub use error::{ErrorKind, NodeError};
 pub(crate) use journal::Journal;
 pub use journal::Step;
 pub use reconcile::Reconciled;

@@ -5,8 +5,5 @@ pub mod netlink;
 pub mod plan;
 
 pub(crate) use netlink::sync_table;
-pub use netlink::PodRoutingSpec;
-pub use netlink::{remove_all, sync};
-pub use plan::{AddressedEnd, PolicySettings, Selector};
-pub use plan::{PodRouting, Route};
-pub use plan::{Rule, StaticRoute};
+pub use netlink::{remove_all, sync, PodRoutingSpec};
+pub use plan::{AddressedEnd, PodRouting, PolicySettings, Route, Rule, Selector, StaticRoute};

@@ -7,8 +7,7 @@ mod embedded;
 pub mod kube;
 
 pub use embedded::EmbeddedStore;
-pub use kube::PodReport;
-pub use kube::{client as kube_client, SIGNER_NAME};
+pub use kube::{client as kube_client, PodReport, SIGNER_NAME};
 pub(crate) use kube::{KubeSettings, KubeStore};
 
 use serde::{Deserialize, Serialize};

@@ -310,7 +310,13 @@ impl Pod {
 }
 
 /// Waits up to `limit` for `f` to hold.
-pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+pub fn eventually(limit: Duration, f: impl FnMut() -> bool) -> bool {
+    eventually_every(limit, Duration::from_millis(50), f)
+}
+
+/// Waits up to `limit` for `f` to hold, looking every `step` (a short step where the time
+/// it ends is itself measured).
+pub fn eventually_every(limit: Duration, step: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     loop {
         if f() {
@@ -319,7 +325,7 @@ pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
         if Instant::now() > deadline {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(step);
     }
 }
 
