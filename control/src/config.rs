@@ -274,7 +274,7 @@ fn default_carrier() -> Carrier {
     Carrier::Datagram
 }
 
-/// `carrier = "datagram" | "stream"`, the spelling topology files use too.
+/// `carrier = "datagram" | "stream" | "vxlan"`, the spelling topology files use too.
 pub mod carrier_name {
     use serde::{Deserialize, Deserializer};
     use xwire_proto::control::Carrier;
@@ -287,8 +287,9 @@ pub mod carrier_name {
         match name {
             "datagram" => Ok(Carrier::Datagram),
             "stream" => Ok(Carrier::Stream),
+            "vxlan" => Ok(Carrier::Vxlan),
             other => Err(format!(
-                "unknown carrier {other:?}, expected \"datagram\" or \"stream\""
+                "unknown carrier {other:?}, expected \"datagram\", \"stream\" or \"vxlan\""
             )),
         }
     }
@@ -297,6 +298,7 @@ pub mod carrier_name {
         match carrier {
             Carrier::Datagram => "datagram",
             Carrier::Stream => "stream",
+            Carrier::Vxlan => "vxlan",
         }
     }
 }
@@ -509,6 +511,16 @@ impl DaemonConfig {
     /// A node with peers needs an identity (its files, or the cluster's signer or CA),
     /// and is not one of them.
     fn check_peers(&self) -> Result<(), Invalid> {
+        if let Some(peer) = self.peers.iter().find(|p| !p.carrier.is_quic()) {
+            return Err((
+                "peers",
+                format!(
+                    "peer {:?}: a peer's carrier is \"datagram\" or \"stream\"; a wire takes \
+                     kernel VXLAN when its link says `carrier: vxlan`",
+                    peer.name
+                ),
+            ));
+        }
         let kubernetes_identity = self.topology.source == "kubernetes"
             && !(self.topology.ca_secret.is_empty() && self.topology.certificate_signer.is_empty());
         if !self.peers.is_empty() && self.certs.is_none() && !kubernetes_identity {
@@ -632,6 +644,10 @@ carrier = "stream"
             .unwrap_err()
             .to_string();
         assert!(err.contains("pigeon") && err.contains("line 4"), "{err}");
+        let err = parse("[[peers]]\nname = \"b\"\naddress = \"1.2.3.4:5\"\ncarrier = \"vxlan\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("carrier: vxlan"), "{err}");
     }
 
     #[test]

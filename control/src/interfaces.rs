@@ -11,9 +11,9 @@ use std::os::fd::AsRawFd;
 use futures::TryStreamExt;
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkMessage,
+    InfoData, InfoKind, InfoVeth, InfoVxlan, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
 };
-use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec};
+use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, LinkVxlan};
 use xwire_netns::offload::{set_offload, Offload};
 
 use crate::netns::{NetnsError, NetnsFd};
@@ -152,6 +152,44 @@ pub struct InterfaceState {
     pub mac: [u8; 6],
     pub alias: Option<String>,
     pub addresses: Vec<(IpAddr, u8)>,
+    /// What the kernel says of it as a VXLAN device, if it is one.
+    pub tunnel: Option<Tunnel>,
+}
+
+/// A VXLAN device's tunnel: its VNI, the far end's address and the UDP port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tunnel {
+    pub vni: u32,
+    pub remote: IpAddr,
+    pub port: u16,
+}
+
+impl Tunnel {
+    /// From a link's attributes, if they describe a VXLAN device with a unicast remote.
+    fn of(attributes: &[LinkAttribute]) -> Option<Tunnel> {
+        let data = attributes.iter().find_map(|a| match a {
+            LinkAttribute::LinkInfo(infos) => infos.iter().find_map(|i| match i {
+                LinkInfo::Data(InfoData::Vxlan(data)) => Some(data),
+                _ => None,
+            }),
+            _ => None,
+        })?;
+        let (mut vni, mut remote, mut port) = (None, None, None);
+        for item in data {
+            match item {
+                InfoVxlan::Id(id) => vni = Some(*id),
+                InfoVxlan::Group(a) => remote = Some(IpAddr::V4(*a)),
+                InfoVxlan::Group6(a) => remote = Some(IpAddr::V6(*a)),
+                InfoVxlan::Port(p) => port = Some(*p),
+                _ => {}
+            }
+        }
+        Some(Tunnel {
+            vni: vni?,
+            remote: remote?,
+            port: port?,
+        })
+    }
 }
 
 /// Makes a veth pair with `a.name` in `a_ns` and `b.name` in `b_ns`, in one request (no
@@ -187,6 +225,48 @@ pub fn create_veth(
             // The veth this call just made, which may not carry its alias yet.
             let _ = a_ns.netlink(&op, |h| async move {
                 let index = index_of(&h, &a.name).await?;
+                h.link().del(index).execute().await
+            });
+            return Err(e);
+        }
+        Ok(())
+    })
+}
+
+/// Makes a VXLAN device `end.name` in `pod_ns` whose tunnel's socket is in `node_ns` (the
+/// request goes from there, and a VXLAN device keeps the namespace it was made in for its
+/// underlay wherever it moves), in one request, then applies `end`'s settings and brings
+/// it up. A VNI another device of `node_ns` uses on the same port fails the request.
+pub fn create_vxlan(
+    node_ns: &NetnsFd,
+    pod_ns: &NetnsFd,
+    end: &EndSettings,
+    tunnel: Tunnel,
+) -> Result<(), NetnsError> {
+    step_times::time(step_times::NETLINK, || {
+        let op = format!(
+            "add vxlan {}:{} (VNI {}, remote {} port {})",
+            pod_ns.label(),
+            end.name,
+            tunnel.vni,
+            tunnel.remote,
+            tunnel.port
+        );
+        let builder = LinkVxlan::new(&end.name, tunnel.vni)
+            .port(tunnel.port)
+            .learning(false);
+        let builder = match tunnel.remote {
+            IpAddr::V4(a) => builder.remote(a),
+            IpAddr::V6(a) => builder.remote6(a),
+        };
+        let message = builder.setns_by_fd(pod_ns.file().as_raw_fd()).build();
+        node_ns.netlink(
+            &op,
+            |h| async move { h.link().add(message).execute().await },
+        )?;
+        if let Err(e) = configure(pod_ns, end) {
+            let _ = pod_ns.netlink(&op, |h| async move {
+                let index = index_of(&h, &end.name).await?;
                 h.link().del(index).execute().await
             });
             return Err(e);
@@ -367,6 +447,7 @@ pub fn inspect(ns: &NetnsFd, name: &str) -> Result<Option<InterfaceState>, Netns
             mac: [0; 6],
             alias: None,
             addresses: Vec::new(),
+            tunnel: Tunnel::of(&message.attributes),
         };
         for attribute in &message.attributes {
             match attribute {
@@ -417,6 +498,7 @@ pub(crate) fn observe(ns: &NetnsFd) -> Result<BTreeMap<String, InterfaceState>, 
                 mac: [0; 6],
                 alias: None,
                 addresses: by_index.remove(&link.header.index).unwrap_or_default(),
+                tunnel: Tunnel::of(&link.attributes),
             };
             let mut name = None;
             for attribute in link.attributes {

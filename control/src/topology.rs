@@ -133,7 +133,7 @@ pub struct Link {
         skip_serializing_if = "Option::is_none"
     )]
     pub peer_mac: Option<String>,
-    /// `datagram` (the default) or `stream`, for a wire that crosses nodes.
+    /// `datagram` (the default), `stream` or `vxlan`, for a wire that crosses nodes.
     #[serde(
         default,
         deserialize_with = "empty_is_none",

@@ -28,6 +28,12 @@ fn topology(ns: &str, pod: &str, peer: &str, links: &[(u64, &str, &str)]) -> Val
     })
 }
 
+/// `topology` with its link 1 on `carrier: vxlan`.
+fn on_vxlan(mut topology: Value) -> Value {
+    topology["spec"]["links"][1]["carrier"] = json!("vxlan");
+    topology
+}
+
 fn get(
     server: &ApiServer,
     plural: &str,
@@ -126,18 +132,19 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
         &[
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": lab, "labels": {"xwire.dev/wire": "enabled"}}}),
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-plain"}}),
-            topology(
+            // Link 1 on the kernel's VXLAN: its records' state passes the CRD's schema.
+            on_vxlan(topology(
                 lab,
                 "r1",
                 "r2",
                 &[(0, "10.0.0.1/30", "10.0.0.2/30"), (1, "", "")],
-            ),
-            topology(
+            )),
+            on_vxlan(topology(
                 lab,
                 "r2",
                 "r1",
                 &[(0, "10.0.0.2/30", "10.0.0.1/30"), (1, "", "")],
-            ),
+            )),
             topology("kube-plain", "p1", "p2", &[(0, "", "")]),
         ],
     );
@@ -186,6 +193,11 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
     assert_eq!(items.len(), 2);
     assert_eq!(items[0]["gwire_peer_node_ip"], "10.252.7.2");
     assert_eq!(items[0]["local_pod_name"], "r1");
+    assert_eq!(
+        [&items[0]["state"], &items[1]["state"]],
+        ["remote", "vxlan"],
+        "{items:?}"
+    );
     // Which namespace the pod's path named at ADD is kept through the API server (the
     // CRD's schema keeps it), to be checked when the path is opened again.
     assert!(

@@ -166,6 +166,18 @@ pub enum WorkerError {
     Impairment(String),
     #[error("no link {0} with an end on port {1:?}")]
     NoSuchLink(WireId, PortId),
+    #[error("the fast path carries wires over QUIC only; a {0:?} wire is the kernel's")]
+    NotQuic(Carrier),
+}
+
+/// `carrier` if the fast path carries it: the one check that keeps a kernel VXLAN wire's
+/// carrier out of the switch and the peer transport.
+fn quic(carrier: Carrier) -> Result<Carrier, WorkerError> {
+    if carrier.is_quic() {
+        Ok(carrier)
+    } else {
+        Err(WorkerError::NotQuic(carrier))
+    }
 }
 
 /// A port to open and join to a peer node by wire id, as one command (see
@@ -398,6 +410,10 @@ impl Worker {
     pub fn add_remote_ports(&self, ports: &[RemotePort]) -> Vec<Result<PortInfo, WorkerError>> {
         let mut answers = Vec::with_capacity(ports.len());
         for port in ports {
+            if let Some(Err(e)) = port.carrier.map(quic) {
+                answers.push(Err(e));
+                continue;
+            }
             let (reply, answer) = bounded(1);
             let command = Command::AddPort {
                 ifname: port.ifname.clone(),
@@ -413,16 +429,15 @@ impl Worker {
             // A full queue blocks here until the worker takes commands again.
             let sent = self.commands.send(command).is_ok();
             let _ = self.wake.send(&[1]);
-            answers.push(sent.then_some(answer));
+            answers.push(if sent {
+                Ok(answer)
+            } else {
+                Err(WorkerError::Stopped)
+            });
         }
         answers
             .into_iter()
-            .map(|answer| {
-                answer
-                    .ok_or(WorkerError::Stopped)?
-                    .recv()
-                    .map_err(|_| WorkerError::Stopped)?
-            })
+            .map(|answer| answer?.recv().map_err(|_| WorkerError::Stopped)?)
             .collect()
     }
 
@@ -492,6 +507,7 @@ impl Worker {
         addr: SocketAddr,
         carrier: Carrier,
     ) -> Result<PeerId, WorkerError> {
+        let carrier = quic(carrier)?;
         self.ask(|reply| {
             Command::Peer(PeerCommand::AddPeer {
                 name: name.into(),
@@ -516,6 +532,7 @@ impl Worker {
         peer: PeerId,
         carrier: Option<Carrier>,
     ) -> Result<Arc<LinkCounters>, WorkerError> {
+        let carrier = carrier.map(quic).transpose()?;
         self.ask(|reply| {
             Command::Peer(PeerCommand::AddRemoteLink {
                 wire,

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use xwire_fastpath::peer::{Carrier, PeerConfig};
-use xwire_fastpath::{Direction, LinkCounters, PortChoice, Worker, WorkerConfig};
+use xwire_fastpath::{
+    Direction, LinkCounters, PortChoice, RemotePort, Worker, WorkerConfig, WorkerError,
+};
 use xwire_pki::ClusterCa;
 use xwire_testbed::checks::{pattern, ping, tcp_transfer, test_frame, TEST_ETHERTYPE};
 use xwire_testbed::{unique_ifname, Netns, RawSocket, Veth};
@@ -257,16 +259,46 @@ fn a_wire_takes_its_own_carrier_over_its_peers() {
         assert!(ping(&lab.nodes[0].pod, "192.0.2.2", 3).unwrap(), "{label}");
         let (counters, _) = lab.workers[0].peer_status().unwrap();
         assert!(counters.frames_sent >= 3, "{label}: {counters:?}");
-        match link_carrier {
-            Carrier::Stream => assert_eq!(
+        if link_carrier == Carrier::Stream {
+            assert_eq!(
                 counters.stream_frames_sent, counters.frames_sent,
                 "{label}: {counters:?}"
-            ),
-            Carrier::Datagram => {
-                assert_eq!(counters.stream_frames_sent, 0, "{label}: {counters:?}")
-            }
+            );
+        } else {
+            assert_eq!(counters.stream_frames_sent, 0, "{label}: {counters:?}");
         }
     }
+}
+
+#[test]
+fn a_kernel_vxlan_carrier_is_refused_at_every_door_of_the_fast_path() {
+    let nodes = nodes("xrw-vx");
+    let lab = lab_with_link_carrier(&nodes, Carrier::Datagram, 1500, None);
+    let worker = &lab.workers[0];
+    let refused = |e: WorkerError| matches!(e, WorkerError::NotQuic(Carrier::Vxlan));
+    let addr = "198.51.100.9:7470".parse().unwrap();
+    assert!(refused(
+        worker.add_peer("node-x", addr, Carrier::Vxlan).unwrap_err()
+    ));
+    let peer = worker.add_peer("node-x", addr, Carrier::Datagram).unwrap();
+    // A port of its own to try to join (not the underlay's, which carries the peers).
+    let spare = Veth::named(&nodes[0].ns, "spare0", &nodes[0].ns, "spare1").unwrap();
+    spare.set_up().unwrap();
+    let port = worker.add_port("spare0", 1514).unwrap();
+    let other_wire = xwire_proto::WireId(UID.0 + 1);
+    let linked = worker.add_remote_link(other_wire, port.id, peer, Some(Carrier::Vxlan));
+    assert!(refused(linked.unwrap_err()));
+    let spec = RemotePort {
+        ifname: "spare1".into(),
+        max_frame: 1514,
+        wire: other_wire,
+        peer,
+        carrier: Some(Carrier::Vxlan),
+    };
+    let opened = worker.add_remote_ports(&[spec]).pop().unwrap();
+    assert!(refused(opened.unwrap_err()));
+    // The wire already there still carries.
+    assert!(ping(&lab.nodes[0].pod, "192.0.2.2", 2).unwrap());
 }
 
 /// The peer's datagrams after a pause bring a burst several times larger than the

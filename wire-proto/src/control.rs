@@ -98,11 +98,23 @@ impl Hello {
     }
 }
 
-/// How a wire's frames cross between nodes.
+/// How a wire's frames cross between nodes: in QUIC DATAGRAM frames or on a QUIC stream
+/// through the fast path, or in a kernel VXLAN device at each end, which the fast path
+/// never sees (the peers' control messages still say which, so both ends agree). Encoded
+/// as its index: a peer that predates `Vxlan` reads an AddWire of a VXLAN wire as
+/// malformed, and answers so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Carrier {
     Datagram,
     Stream,
+    Vxlan,
+}
+
+impl Carrier {
+    /// Whether the fast path carries the wire's frames (over QUIC).
+    pub fn is_quic(self) -> bool {
+        matches!(self, Carrier::Datagram | Carrier::Stream)
+    }
 }
 
 /// Names one wire: its topology namespace and its link UID inside it.

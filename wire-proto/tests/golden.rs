@@ -61,6 +61,18 @@ fn control_messages() {
           2, b'r', b'2', 4, b'e', b't', b'h', b'2',
           1],
     );
+    // A VXLAN wire's carrier is the enum's third index.
+    both_ways(
+        ControlMessage {
+            request_id: 2,
+            body: ControlBody::AddWire(WireSpec { carrier: Carrier::Vxlan, ..spec() }),
+        },
+        &[0, 0, 0, 0x1f, 2, 0, 0, 0, 0, 0, 0, 0, 2,
+          3, b'l', b'a', b'b', 7,
+          2, b'r', b'1', 4, b'e', b't', b'h', b'1',
+          2, b'r', b'2', 4, b'e', b't', b'h', b'2',
+          2],
+    );
     both_ways(
         ControlMessage { request_id: 3, body: ControlBody::DelWire(spec().key) },
         &[0, 0, 0, 0x0e, 3, 0, 0, 0, 0, 0, 0, 0, 3,

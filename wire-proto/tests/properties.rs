@@ -29,18 +29,19 @@ fn wire_key() -> impl Strategy<Value = WireKey> {
 }
 
 fn wire_spec() -> impl Strategy<Value = WireSpec> {
-    (wire_key(), name(), name(), name(), name(), any::<bool>()).prop_map(
-        |(key, sender_pod, sender_intf, receiver_pod, receiver_intf, stream)| WireSpec {
+    let carrier = prop_oneof![
+        Just(Carrier::Datagram),
+        Just(Carrier::Stream),
+        Just(Carrier::Vxlan)
+    ];
+    (wire_key(), name(), name(), name(), name(), carrier).prop_map(
+        |(key, sender_pod, sender_intf, receiver_pod, receiver_intf, carrier)| WireSpec {
             key,
             sender_pod,
             sender_intf,
             receiver_pod,
             receiver_intf,
-            carrier: if stream {
-                Carrier::Stream
-            } else {
-                Carrier::Datagram
-            },
+            carrier,
         },
     )
 }

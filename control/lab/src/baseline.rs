@@ -20,10 +20,11 @@ use super::underlay::{node_address, node_underlay_mtu, pool_of};
 
 /// What VXLAN adds to each frame: outer Ethernet, IPv4, UDP and VXLAN headers.
 pub(crate) const VXLAN_OVERHEAD: u32 = 50;
-/// A VNI and port nothing else in a lab uses (the daemons listen on QUIC's, gateways on
-/// theirs).
+/// A VNI and port nothing else in a lab uses: the daemons listen on QUIC's, gateways on
+/// theirs, and wires with `carrier: vxlan` on IANA's 4789; this is the kernel's own
+/// older default.
 const VNI: u32 = 4242;
-const VXLAN_PORT: u16 = 4789;
+const VXLAN_PORT: u16 = 8472;
 const BRIDGE: &str = "xbase-br";
 const TUNNEL: &str = "xbase-vx";
 /// The node's end of the baseline pod's veth.

@@ -110,7 +110,7 @@ pub struct WireStatus {
     pub ips: Option<[String; 2]>,
     /// `up` when both ends are joined; otherwise what is missing.
     pub state: String,
-    /// Each end's record on its node ("veth", "remote", "pending"), or "none".
+    /// Each end's record on its node ("veth", "remote", "vxlan", "pending"), or "none".
     pub end_states: [String; 2],
     pub counters: [EndCounters; 2],
     /// The switch's counters of each end, when the switch carries the wire (remote,
@@ -281,7 +281,7 @@ fn wire_status(
             .unwrap_or_else(|| "none".into())
     };
     let end_states = [end_state(&a.pod), end_state(&b.pod)];
-    let joined = |s: &str| matches!(s, "veth" | "remote" | "switched" | "steered");
+    let joined = |s: &str| matches!(s, "veth" | "remote" | "vxlan" | "switched" | "steered");
     let state = if end_states.iter().all(|s| joined(s)) {
         "up".to_owned()
     } else {

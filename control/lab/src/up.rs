@@ -459,7 +459,7 @@ pub(super) fn wait_for_wires(lab: &Lab, paths: &LabPaths) -> Result<()> {
             .filter(|(uid, end)| {
                 !matches!(
                     states.get(&(end.pod.clone(), *uid)).map(String::as_str),
-                    Some("veth" | "remote" | "switched" | "steered")
+                    Some("veth" | "remote" | "vxlan" | "switched" | "steered")
                 )
             })
             .map(|(uid, end)| format!("{end} (uid {uid})"))

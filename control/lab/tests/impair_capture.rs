@@ -431,3 +431,118 @@ fn a_capture_of_a_ping_across_a_remote_wire_shows_both_directions_in_order() {
         == "veth"));
     assert!(lab.pings("r1", "10.0.12.2", 56));
 }
+
+/// The pod interface's kind: `vxlan` on a VXLAN wire in place, `veth` while bridged.
+fn vxlan_in_pod(lab: &Lab, pod: &str, ifname: &str) -> bool {
+    let out = lab.exec(pod, &["ip", "-details", "link", "show", ifname]);
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).contains("vxlan id")
+}
+
+#[test]
+fn a_vxlan_wire_is_bridged_through_the_switch_while_impaired_or_captured() {
+    let name = unique("tvxb");
+    let yaml = format!(
+        "name: {name}
+nodes: [node-a, node-b]
+pods:
+  r1: {{node: node-a}}
+  r2: {{node: node-b}}
+links:
+  - endpoints: [r1:eth1, r2:eth1]
+    ips: [10.0.3.1/30, 10.0.3.2/30]
+    carrier: vxlan
+"
+    );
+    let lab = Lab::up(&name, &yaml);
+    assert!(lab.pings("r1", "10.0.3.2", 1400));
+    assert!(vxlan_in_pod(&lab, "r1", "eth1") && vxlan_in_pod(&lab, "r2", "eth1"));
+
+    // Delayed one way (what r1 sends): r1's end is bridged, r2's stays a VXLAN device.
+    let out = run(&[
+        "lab",
+        "impair",
+        "0",
+        "--lab",
+        &name,
+        "--direction",
+        "a-to-b",
+        "--delay",
+        "20ms",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(eventually(Duration::from_secs(15), || !vxlan_in_pod(
+        &lab, "r1", "eth1"
+    )));
+    assert!(vxlan_in_pod(&lab, "r2", "eth1"));
+    assert!(lab.pings("r1", "10.0.3.2", 1400));
+    let delayed = rtts(&lab, "r1", "10.0.3.2", 5);
+    assert_eq!(delayed.len(), 5, "{delayed:?}");
+    assert!(
+        delayed.iter().all(|&ms| (20.0..40.0).contains(&ms)),
+        "{delayed:?}"
+    );
+    let status = lab.status();
+    assert_eq!(wire(&status, 0)["carrier"], "vxlan", "{status:#}");
+    assert_eq!(wire(&status, 0)["state"], "up", "{status:#}");
+
+    // A daemon killed: the one started again opens the bridge's ports again.
+    let old = daemon_pid(&lab, "node-a").expect("node-a's daemon runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(eventually(Duration::from_secs(20), || {
+        daemon_pid(&lab, "node-a").is_some_and(|pid| pid != old)
+    }));
+    assert!(eventually(Duration::from_secs(10), || {
+        let again = rtts(&lab, "r1", "10.0.3.2", 2);
+        again.len() == 2 && again.iter().all(|&ms| ms >= 20.0)
+    }));
+
+    // Cleared: a VXLAN device in the pod again.
+    let out = run(&["lab", "impair", "0", "--lab", &name, "--clear"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(eventually(Duration::from_secs(15), || vxlan_in_pod(
+        &lab, "r1", "eth1"
+    )));
+    assert!(lab.pings("r1", "10.0.3.2", 1400));
+    let cleared = rtts(&lab, "r1", "10.0.3.2", 3);
+    assert!(cleared.iter().all(|&ms| ms < 20.0), "{cleared:?}");
+
+    // Captured (at r1's end, whose node's switch sees both directions): that end is
+    // bridged while the capture runs; each direction is named by the end it left.
+    let file = lab.file.with_file_name("vxlan.pcapng");
+    let mut capture = xwirectl()
+        .args(["lab", "capture", "0", "--lab", &name, "-w"])
+        .arg(&file)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(15), || std::fs::metadata(
+        &file
+    )
+    .is_ok_and(|m| m.len() > 0)));
+    assert!(!vxlan_in_pod(&lab, "r1", "eth1") && vxlan_in_pod(&lab, "r2", "eth1"));
+    assert!(lab.pings("r1", "10.0.3.2", 56));
+    let replies = rtts(&lab, "r1", "10.0.3.2", 3);
+    assert_eq!(replies.len(), 3);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(capture.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let ended = capture.wait().unwrap();
+    assert!(ended.success(), "{ended:?}");
+    let seen = icmp_in(&file);
+    for seq in 1..=3u16 {
+        assert!(seen.contains(&("r1:eth1".to_owned(), 8, seq)), "{seen:?}");
+        assert!(seen.contains(&("r2:eth1".to_owned(), 0, seq)), "{seen:?}");
+    }
+    // The capture over, r1's end is a VXLAN device in its pod again.
+    assert!(eventually(Duration::from_secs(15), || vxlan_in_pod(
+        &lab, "r1", "eth1"
+    )));
+    assert!(lab.pings("r1", "10.0.3.2", 1400));
+}

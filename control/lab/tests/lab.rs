@@ -585,6 +585,77 @@ fn edit_adds_and_removes_links_and_pods_while_the_other_wires_carry_traffic() {
 }
 
 #[test]
+fn edit_moves_links_between_carriers_and_each_wire_carries_on_its_new_one() {
+    let name = unique("tcarr");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/carriers.yaml");
+    let yaml = std::fs::read_to_string(file)
+        .unwrap()
+        .replace("name: carriers", &format!("name: {name}"));
+    let lab = Lab::up(&name, &yaml);
+    let carriers = |status: &Value| -> Vec<(String, Value)> {
+        status["wires"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| {
+                (
+                    w["carrier"].as_str().unwrap().to_owned(),
+                    w["end_states"].clone(),
+                )
+            })
+            .collect()
+    };
+    let ends = |state: &str| serde_json::json!([state, state]);
+    let status = lab.status();
+    assert!(wires_up(&status), "{status:#}");
+    assert_eq!(
+        carriers(&status),
+        [
+            ("datagram".to_owned(), ends("remote")),
+            ("stream".to_owned(), ends("remote")),
+            ("vxlan".to_owned(), ends("vxlan")),
+        ]
+    );
+    let kind = |pod: &str, ifname: &str| {
+        let out = lab.exec(pod, &["ip", "-details", "link", "show", ifname]);
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).contains("vxlan id")
+    };
+    assert!(kind("r1", "eth3") && kind("r2", "eth3") && !kind("r1", "eth1"));
+    for ip in ["10.0.1.2", "10.0.2.2", "10.0.3.2"] {
+        assert!(lab.pings("r1", ip, 1400), "r1 -> {ip}");
+    }
+
+    // The datagram wire moves to VXLAN and the VXLAN one to a QUIC stream.
+    let mut now = ["vxlan", "stream", "stream"].into_iter();
+    let edited: String = yaml
+        .lines()
+        .map(|l| match l.split_once("carrier: ") {
+            Some((indent, _)) => format!("{indent}carrier: {}\n", now.next().unwrap()),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    std::fs::write(&lab.file, &edited).unwrap();
+    let out = run(&["lab", "edit", lab.file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let moved = eventually(Duration::from_secs(20), || {
+        let status = lab.status();
+        wires_up(&status)
+            && carriers(&status)
+                == [
+                    ("vxlan".to_owned(), ends("vxlan")),
+                    ("stream".to_owned(), ends("remote")),
+                    ("stream".to_owned(), ends("remote")),
+                ]
+    });
+    assert!(moved, "{:#}", lab.status());
+    assert!(kind("r1", "eth1") && kind("r2", "eth1") && !kind("r1", "eth3"));
+    for ip in ["10.0.1.2", "10.0.2.2", "10.0.3.2"] {
+        assert!(lab.pings("r1", ip, 1400), "r1 -> {ip} after the edit");
+    }
+}
+
+#[test]
 fn bench_measures_every_wire_or_one_and_draws_the_chart() {
     support::pktgen_bin(); // the lab finds it next to xwirectl
     let name = unique("tbench");

@@ -136,10 +136,18 @@ impl Node {
                     failures.join("\n"),
                 ));
             }
-        } else if record.state == WireState::Veth {
+        } else if record.state == WireState::Veth
+            || (record.state == WireState::Vxlan && !record.has_node_end())
+        {
+            // Remade through the switch: a same-node wire switched, a VXLAN one bridged.
+            let was = record.state;
             self.repass_wire(&record)?;
             record = self.store.wire(&record.key())?.unwrap_or(record);
-            if record.state != WireState::Switched {
+            let moved = match was {
+                WireState::Veth => record.state == WireState::Switched,
+                _ => record.has_node_end(),
+            };
+            if !moved {
                 return Err(NodeError::new(
                     ErrorKind::Fastpath,
                     format!(
@@ -230,7 +238,8 @@ impl Node {
                 wires.into_iter().find(|w| {
                     w.topo_namespace == wire.namespace
                         && w.link_uid == wire.link_uid
-                        && w.state == WireState::Switched
+                        && matches!(w.state, WireState::Switched | WireState::Vxlan)
+                        && w.has_node_end()
                 })
             });
             if let Some(record) = switched {

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use xwire_proto::control::WireSpec;
+use xwire_proto::control::{Carrier, WireSpec};
 
 use crate::topology::LinkSpec;
 
@@ -45,6 +45,9 @@ pub(super) enum Refusal {
     RunsElsewhere,
     /// Nothing says where the far end's pod runs yet.
     NotPlaced,
+    /// One end's link says `carrier: vxlan` and the other's does not: a kernel tunnel at
+    /// one end and a QUIC wire at the other would never meet.
+    OtherCarrier { vxlan_here: bool },
 }
 
 /// Whether `from` may hold the far end that `spec` describes.
@@ -59,6 +62,10 @@ pub(super) fn judge(facts: &impl ClaimFacts, from: &str, spec: &WireSpec) -> Res
         .ok_or(Refusal::NoSuchWire)?;
     if link.peer_pod != spec.sender_pod {
         return Err(Refusal::OtherFarEnd(link.peer_pod.clone()));
+    }
+    let vxlan_here = link.carrier == Some(Carrier::Vxlan);
+    if vxlan_here != (spec.carrier == Carrier::Vxlan) {
+        return Err(Refusal::OtherCarrier { vxlan_here });
     }
     // Only the placement says who holds the far end: a claim's own word never does.
     match facts.holder(namespace, &spec.sender_pod) {
@@ -81,6 +88,12 @@ impl Refusal {
                 format!("the topology has {pod} as the far end, not {far_end}")
             }
             Refusal::RunsElsewhere => format!("pod {far_end} runs on another node"),
+            Refusal::OtherCarrier { vxlan_here: true } => {
+                "its link here says carrier vxlan, and the far end's does not".to_owned()
+            }
+            Refusal::OtherCarrier { vxlan_here: false } => {
+                "the far end's link says carrier vxlan, and its link here does not".to_owned()
+            }
             Refusal::NotPlaced => format!(
                 "pod {far_end} has no placement yet (in a cluster, its Pod's node; elsewhere, its Topology's status.src_ip)"
             ),
@@ -181,7 +194,7 @@ impl ClaimFacts for ClaimView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xwire_proto::control::{Carrier, WireKey};
+    use xwire_proto::control::WireKey;
 
     fn link(uid: u64, peer_pod: &str) -> LinkSpec {
         LinkSpec::bare(uid, peer_pod, "eth1")
@@ -253,6 +266,37 @@ mod tests {
             judge(&view, "n2", &claim(1, "r1", "nobody")),
             Err(Refusal::NoSuchWire)
         );
+    }
+
+    #[test]
+    fn a_claim_on_a_kernel_tunnel_meets_only_a_link_that_says_vxlan_too() {
+        let vxlan = |spec: WireSpec| WireSpec {
+            carrier: Carrier::Vxlan,
+            ..spec
+        };
+        let mut tunnel = link(1, "r2");
+        tunnel.carrier = Some(Carrier::Vxlan);
+        let mut view = super::tests::view();
+        assert_eq!(
+            judge(&view, "n2", &vxlan(claim(1, "r2", "r1"))),
+            Err(Refusal::OtherCarrier { vxlan_here: false })
+        );
+        let stream = WireSpec {
+            carrier: Carrier::Stream,
+            ..claim(2, "r3", "r1")
+        };
+        // A stream end meets a datagram end: each sender picks its own direction's.
+        assert_eq!(judge(&view, "n3", &stream), Ok(()));
+        view.apply(ViewChange::Pods(vec![pod(
+            "r1",
+            Some(vec![tunnel]),
+            Holder::NotPlaced,
+        )]));
+        assert_eq!(judge(&view, "n2", &vxlan(claim(1, "r2", "r1"))), Ok(()));
+        let refused = judge(&view, "n2", &claim(1, "r2", "r1"));
+        assert_eq!(refused, Err(Refusal::OtherCarrier { vxlan_here: true }));
+        let said = refused.unwrap_err().describe(&claim(1, "r2", "r1"));
+        assert!(said.contains("carrier vxlan"), "{said}");
     }
 
     #[test]

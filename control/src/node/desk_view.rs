@@ -13,7 +13,7 @@ use xwire_proto::control::WireKey;
 use super::claims::{ClaimFacts, Holder, PodFacts, ViewChange};
 use super::peer_desk::PeerDesk;
 use super::Node;
-use crate::store::{PodPlacement, WireState};
+use crate::store::PodPlacement;
 use crate::topology::LinkSpec;
 
 /// The node's own judgement reads the store (and, in a cluster, may ask the API server
@@ -68,7 +68,7 @@ impl Node {
             .wires()
             .unwrap_or_default()
             .into_iter()
-            .filter(|w| w.state == WireState::Remote)
+            .filter(|w| w.state.crosses_nodes())
             .filter_map(|w| {
                 let key = w.wire();
                 Some((key, w.peer_node?))

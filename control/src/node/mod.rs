@@ -22,6 +22,7 @@ mod refusals;
 mod steered;
 mod switched;
 mod topology_calls;
+mod vxlan;
 mod wiring;
 
 use std::cell::RefCell;
@@ -68,6 +69,9 @@ pub struct Node {
     remote_ends: HashMap<WireKey, RemoteEnd>,
     /// Fast-path ports of this node's remote and switched wire ends, by wire record key.
     ports: HashMap<EndKey, OpenPort>,
+    /// The ports on the node's VXLAN devices of bridged VXLAN ends (see `vxlan.rs`); the
+    /// pod side's port is in `ports`.
+    tunnel_ports: HashMap<EndKey, PortId>,
     /// Ends whose impairment the next sync tells whatever pods its pass is about: those
     /// opened since the last, and those whose remote link was not up yet.
     impairments_unsynced: HashSet<EndKey>,
@@ -216,6 +220,7 @@ impl Node {
             fastpath,
             remote_ends: HashMap::new(),
             ports: HashMap::new(),
+            tunnel_ports: HashMap::new(),
             impairments_unsynced: HashSet::new(),
             sync_in_progress: HashMap::new(),
             refused_claims: Arc::clone(&refused_claims),

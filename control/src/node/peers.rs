@@ -133,7 +133,7 @@ impl Node {
             // pod's placement says; with none, to nobody (see the module's notes).
             let target = match (&record.state, &record.peer_node) {
                 (WireState::Pending, _) => self.placed_peer(namespace, &record.peer_pod),
-                (WireState::Remote, Some(node)) => Some(node.clone()),
+                (WireState::Remote | WireState::Vxlan, Some(node)) => Some(node.clone()),
                 _ => None,
             };
             if let Some(node) = target {
@@ -195,7 +195,7 @@ impl Node {
                 WireState::Pending => {
                     self.placed_peer(&w.topo_namespace, &w.peer_pod).as_deref() == Some(peer)
                 }
-                WireState::Remote => w.peer_node.as_deref() == Some(peer),
+                WireState::Remote | WireState::Vxlan => w.peer_node.as_deref() == Some(peer),
                 WireState::Veth | WireState::Switched => false,
             })
             .filter_map(|w| self.spec_of(w))
@@ -266,14 +266,14 @@ impl Node {
             return true;
         };
         match record.state {
-            WireState::Remote if record.peer_node.as_deref() == Some(from) => {}
+            WireState::Remote | WireState::Vxlan if record.peer_node.as_deref() == Some(from) => {}
             WireState::Veth | WireState::Switched => {
                 tracing::warn!(peer = %from, wire = %key, "AddWire for a wire joined on this node");
             }
-            WireState::Pending | WireState::Remote => {
-                // A Remote end joined elsewhere gets here only when the Topology places
-                // the far end's pod on `from`: the pod moved.
-                if record.state == WireState::Remote {
+            WireState::Pending | WireState::Remote | WireState::Vxlan => {
+                // An end joined elsewhere gets here only when the Topology places the
+                // far end's pod on `from`: the pod moved.
+                if record.state.crosses_nodes() {
                     self.disconnect_end(&record, true);
                     self.set_pending(record.clone());
                 }
@@ -328,7 +328,7 @@ impl Node {
         };
         for record in wires
             .into_iter()
-            .filter(|w| w.state == WireState::Remote && w.peer_node.as_deref() == Some(from))
+            .filter(|w| w.state.crosses_nodes() && w.peer_node.as_deref() == Some(from))
         {
             let key = record.wire();
             if gone.contains(&key) {
@@ -368,9 +368,7 @@ impl Node {
             shared.extend(
                 records
                     .iter()
-                    .filter(|w| {
-                        w.state == WireState::Remote && w.peer_node.as_deref() == Some(from)
-                    })
+                    .filter(|w| w.state.crosses_nodes() && w.peer_node.as_deref() == Some(from))
                     .map(|w| w.wire()),
             );
         }

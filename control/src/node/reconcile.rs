@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use super::plan::{plan, Action, Desired, DesiredPod, Interfaces, Observed, PodNetns};
+use super::plan::{node_side, plan, Action, Desired, DesiredPod, Interfaces, Observed, PodNetns};
 use super::wiring::{log_removal, node_ifname, own_end, Made};
 use super::{ErrorKind, Journal, Node, NodeError, Step};
 use crate::interfaces::{self, EndSettings};
@@ -15,6 +15,7 @@ use crate::netns::{NetnsError, NetnsFd};
 use crate::step_times;
 use crate::store::{AttachmentKey, AttachmentRecord, EndKey, WireRecord, WireState};
 use crate::topology::LinkSpec;
+use xwire_proto::control::Carrier;
 
 /// What one pass did: the changes it made and the ones it could not make.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -230,6 +231,7 @@ impl Node {
         self.observe_ports_and_far_ends(&mut desired, &mut observed);
         desired.withdrawn = self.withdrawn.clone();
         desired.switched = self.switched_wires(&desired);
+        desired.bridged = self.bridged_wires(&desired);
         Ok(Observation {
             desired,
             observed,
@@ -386,11 +388,12 @@ impl Node {
     ) -> Result<Interfaces, crate::netns::NetnsError> {
         let mut found = Interfaces::new();
         for record in observed.records.values().filter(|r| {
-            r.state.has_node_end()
-                && pods.contains(&(r.topo_namespace.clone(), r.local_pod_name.clone()))
+            r.has_node_end() && pods.contains(&(r.topo_namespace.clone(), r.local_pod_name.clone()))
         }) {
-            if let Some(state) = interfaces::inspect(&self.node_ns, &record.wire_ifname)? {
-                found.insert(record.wire_ifname.clone(), state);
+            for name in node_side(record) {
+                if let Some(state) = interfaces::inspect(&self.node_ns, &name)? {
+                    found.insert(name, state);
+                }
             }
         }
         for pod in &desired.pods {
@@ -534,7 +537,12 @@ impl Node {
             }
             Action::Rebuild { attachment, uid } => {
                 let end = self.end(desired, observed, namespaces, &attachment, uid)?;
-                self.disconnect_end(&record(&end.key)?, true);
+                let made = record(&end.key)?;
+                // A VXLAN end moving on or off the switch's bridge keeps its tunnel's VNI
+                // and far end: the far end's node has nothing to do.
+                let stays_vxlan =
+                    made.state == WireState::Vxlan && end.link.carrier == Some(Carrier::Vxlan);
+                self.disconnect_end(&made, !stays_vxlan);
                 self.store.remove_wire(&end.key)?;
                 self.join_end(end, Made::Not, "made anew for its changed link", pass)
             }
@@ -543,6 +551,10 @@ impl Node {
                 let record = record(&end.key)?;
                 if record.state == WireState::Switched {
                     self.reopen_switched(&record, end.link)?;
+                    return Ok(change(end.key, "re-attached to its interfaces"));
+                }
+                if record.state == WireState::Vxlan {
+                    self.reopen_bridged(&record, end.link)?;
                     return Ok(change(end.key, "re-attached to its interfaces"));
                 }
                 pass.reattach.push((record, end.link.clone()));
@@ -747,7 +759,7 @@ impl Node {
         let node = record.peer_node.clone().unwrap_or_default();
         let mut rebuilt = record.clone();
         let result = self
-            .connect_remote(pod_ns, link, &node, Made::Not, &mut rebuilt, &mut journal)
+            .connect_far(pod_ns, link, &node, Made::Not, &mut rebuilt, &mut journal)
             .and_then(|()| self.write_wire(&rebuilt).map(drop));
         match result {
             Ok(()) => Ok("an interface was gone: made again"),

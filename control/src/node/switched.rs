@@ -17,7 +17,7 @@ use xwire_fastpath::impair::ImpairSpec;
 use xwire_fastpath::link_table::LinkError;
 use xwire_fastpath::link_table::PortId;
 use xwire_fastpath::WorkerError;
-use xwire_proto::control::WireKey;
+use xwire_proto::control::{Carrier, WireKey};
 
 use super::plan::Desired;
 use super::steered::{max_frame, steerable};
@@ -86,6 +86,21 @@ impl Node {
             }
         }
         switched
+    }
+
+    /// The VXLAN wires of `desired` bridged through the switch: impaired or captured.
+    pub(super) fn bridged_wires(&self, desired: &Desired) -> HashSet<WireKey> {
+        let mut bridged = HashSet::new();
+        for pod in &desired.pods {
+            let vxlan = |l: &&LinkSpec| l.carrier == Some(Carrier::Vxlan);
+            for link in pod.links.iter().filter(vxlan) {
+                let wire = link.wire(&pod.attachment.pod.namespace);
+                if link.impairment.is_some() || self.captured(&wire) {
+                    bridged.insert(wire);
+                }
+            }
+        }
+        bridged
     }
 
     /// Makes one pod's end of a switched wire: the veth to the node and the port on its
@@ -175,6 +190,22 @@ impl Node {
         Ok(port.id)
     }
 
+    /// Opens the port again on the node end of `record` (a switched or bridged end,
+    /// whose interfaces are in place).
+    pub(super) fn reopen_node_end_port(
+        &mut self,
+        record: &WireRecord,
+        link: &LinkSpec,
+    ) -> Result<PortId, NodeError> {
+        self.open_switched_port(
+            &record.key(),
+            &record.wire_ifname,
+            &record.topo_namespace,
+            &record.local_pod_name,
+            link,
+        )
+    }
+
     /// Links the ports of a switched wire's two ends, once both are open (at a restart
     /// they open one at a time). A link already there is left.
     pub(super) fn link_switched(
@@ -215,13 +246,7 @@ impl Node {
         record: &WireRecord,
         link: &LinkSpec,
     ) -> Result<(), NodeError> {
-        self.open_switched_port(
-            &record.key(),
-            &record.wire_ifname,
-            &record.topo_namespace,
-            &record.local_pod_name,
-            link,
-        )?;
+        self.reopen_node_end_port(record, link)?;
         self.link_switched(
             &record.topo_namespace,
             [&record.local_pod_name, &record.peer_pod],

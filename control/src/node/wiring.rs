@@ -7,7 +7,7 @@ use std::path::Path;
 
 use xwire_fastpath::peer::PeerId;
 use xwire_fastpath::{PortInfo, RemotePort, WorkerError};
-use xwire_proto::control::{ControlBody, ControlMessage};
+use xwire_proto::control::{Carrier, ControlBody, ControlMessage};
 use xwire_proto::WireId;
 
 use super::steered::max_frame;
@@ -124,7 +124,9 @@ impl Node {
         let taken = interfaces::inspect(pod_ns, &link.local_intf)
             .map_err(|e| interface_error(format!("read {}", link.local_intf), e))?;
         let ours = interfaces::pod_alias(namespace, &attachment.pod.name, link.uid);
-        let half_made = made == Made::Already
+        // A VXLAN end has no node end for the plan to find: its device with this end's
+        // alias is enough to know that this node made it.
+        let half_made = (made == Made::Already || link.carrier == Some(Carrier::Vxlan))
             && taken
                 .as_ref()
                 .is_some_and(|i| i.alias.as_deref() == Some(&ours));
@@ -171,7 +173,7 @@ impl Node {
             }
         } else if let Some(remote) = remote.filter(|r| r.pod == link.peer_pod).cloned() {
             let made = Made::from_plan(half_made);
-            self.connect_remote(pod_ns, link, &remote.node, made, &mut record, journal)?;
+            self.connect_far(pod_ns, link, &remote.node, made, &mut record, journal)?;
         }
         let previous = self.write_wire(&record)?;
         journal.record(Step::Wire {
@@ -284,9 +286,35 @@ impl Node {
         Ok(())
     }
 
+    /// The pod's end of a wire to `node`, on the link's carrier: a VXLAN device, or a
+    /// veth to a fast-path port.
+    pub(super) fn connect_far(
+        &mut self,
+        pod_ns: &NetnsFd,
+        link: &LinkSpec,
+        node: &str,
+        made: Made,
+        record: &mut WireRecord,
+        journal: &mut Journal,
+    ) -> Result<(), NodeError> {
+        if link.carrier == Some(Carrier::Vxlan) {
+            if made == Made::Already {
+                let alias =
+                    interfaces::pod_alias(&record.topo_namespace, &record.local_pod_name, link.uid);
+                log_removal(
+                    interfaces::delete(pod_ns, &link.local_intf, &alias),
+                    &link.local_intf,
+                );
+            }
+            self.connect_vxlan(pod_ns, link, node, record, journal)
+        } else {
+            self.connect_remote(pod_ns, link, node, made, record, journal)
+        }
+    }
+
     /// A veth from the pod to the node, whose node end becomes a fast-path port joined
     /// to `node` by the wire's id.
-    pub(super) fn connect_remote(
+    fn connect_remote(
         &mut self,
         pod_ns: &NetnsFd,
         link: &LinkSpec,
@@ -490,17 +518,7 @@ impl Node {
             WireState::Pending => {}
             WireState::Veth => {
                 self.forget_steering(&record.wire());
-                if let Ok(ns) = record.open_local_pod_netns() {
-                    let alias = interfaces::pod_alias(
-                        &record.topo_namespace,
-                        &record.local_pod_name,
-                        record.link_uid,
-                    );
-                    log_removal(
-                        interfaces::delete(&ns, &record.local_pod_ifname, &alias),
-                        &record.local_pod_ifname,
-                    );
-                }
+                self.release_pod_end(record);
                 let peer_key =
                     EndKey::new(&record.topo_namespace, &record.peer_pod, record.link_uid);
                 if let Ok(Some(peer)) = self.store.wire(&peer_key) {
@@ -510,14 +528,33 @@ impl Node {
                 }
             }
             WireState::Switched => self.disconnect_switched(record),
-            WireState::Remote => {
-                self.release_node_end(record);
+            WireState::Remote | WireState::Vxlan => {
+                match record.state {
+                    WireState::Vxlan if record.has_node_end() => self.release_bridged(record),
+                    WireState::Vxlan => self.release_pod_end(record),
+                    _ => self.release_node_end(record),
+                }
                 if tell_peer {
                     if let Some(node) = &record.peer_node {
                         self.send_to(node, ControlBody::DelWire(record.wire()));
                     }
                 }
             }
+        }
+    }
+
+    /// Deletes the pod's interface of `record`, if it is still xwire's.
+    fn release_pod_end(&self, record: &WireRecord) {
+        if let Ok(ns) = record.open_local_pod_netns() {
+            let alias = interfaces::pod_alias(
+                &record.topo_namespace,
+                &record.local_pod_name,
+                record.link_uid,
+            );
+            log_removal(
+                interfaces::delete(&ns, &record.local_pod_ifname, &alias),
+                &record.local_pod_ifname,
+            );
         }
     }
 
@@ -563,6 +600,9 @@ impl Node {
                 }
                 Step::Port { key, wire, id } => {
                     self.ports.remove(&key);
+                    if self.tunnel_ports.get(&key) == Some(&id) {
+                        self.tunnel_ports.remove(&key);
+                    }
                     match &self.fastpath {
                         Some(f) => step_times::time(step_times::PORT_CLOSE, || {
                             f.worker_of(wire).remove_port(id).map_err(|e| e.to_string())

@@ -39,12 +39,17 @@ pub enum WireState {
     /// A veth to the node, whose end is a fast-path port linked to the peer pod's, on
     /// this node: a same-node wire that is impaired or captured.
     Switched,
+    /// A wire to the peer node on the kernel's VXLAN (`carrier: vxlan`): a VXLAN device
+    /// in the pod, with nothing on the node's side or in the fast path; or, while the
+    /// link is impaired or captured, a veth to the node (`wire_ifname`) whose port the
+    /// switch links to a port on a VXLAN device of the node's own.
+    Vxlan,
 }
 
 impl WireState {
-    /// Whether the end is a veth to the node with a fast-path port there.
-    pub(crate) fn has_node_end(self) -> bool {
-        matches!(self, WireState::Remote | WireState::Switched)
+    /// Whether the wire's far end is on another node (`peer_node`), on either carrier.
+    pub(crate) fn crosses_nodes(self) -> bool {
+        matches!(self, WireState::Remote | WireState::Vxlan)
     }
 }
 
@@ -87,6 +92,17 @@ impl WireRecord {
     /// The wire this end belongs to.
     pub fn wire(&self) -> WireKey {
         WireKey::new(self.topo_namespace.as_str(), self.link_uid)
+    }
+
+    /// Whether the end is a veth to the node with a fast-path port there: a remote or
+    /// switched end, or a VXLAN end bridged through the switch (its `wire_ifname` is
+    /// then that veth's node end).
+    pub(crate) fn has_node_end(&self) -> bool {
+        match self.state {
+            WireState::Remote | WireState::Switched => true,
+            WireState::Vxlan => !self.wire_ifname.is_empty(),
+            WireState::Pending | WireState::Veth => false,
+        }
     }
 }
 

@@ -47,6 +47,9 @@ impl WirePath {
             WirePath::VxlanOnSenderCpu => "kernel-vxlan-sender-cpu",
             WirePath::Xwire(Carrier::Datagram) => "xwire-datagram",
             WirePath::Xwire(Carrier::Stream) => "xwire-stream",
+            // The fast path refuses a VXLAN carrier (the kernel's rows are the two above),
+            // and `ALL` holds no such path.
+            WirePath::Xwire(Carrier::Vxlan) => unreachable!("xwire's VXLAN is the kernel's"),
         }
     }
 

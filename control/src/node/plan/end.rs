@@ -3,6 +3,7 @@
 
 use super::{Action, Interfaces, Observed};
 use crate::interfaces;
+use crate::node::vxlan::{tunnel_ifname, tunnel_of};
 use crate::store::{AttachmentRecord, EndKey, WireRecord};
 use crate::topology::{format_cidr, format_mac, LinkSpec};
 
@@ -59,6 +60,53 @@ impl End<'_> {
                     _ => Some(Action::RepairRemote { attachment, uid }),
                 }
             }
+        }
+    }
+
+    /// A wire to another node on the kernel's VXLAN: its device in the pod as the link
+    /// says, or made again (unless an interface of its name is someone else's). A device
+    /// whose tunnel is not the one its record's peer and wire make (the peer node moved
+    /// to another address, or the device was changed by hand) is made again too. Bridged
+    /// through the switch, its two node interfaces in place and its ports open, or its
+    /// ports to open again, or (a part gone) made anew.
+    pub(super) fn vxlan(
+        &self,
+        observed: &Observed,
+        record: &WireRecord,
+        key: &EndKey,
+    ) -> Option<Action> {
+        let attachment = self.attachment.key();
+        let uid = self.link.uid;
+        let ours = interfaces::pod_alias(
+            &record.topo_namespace,
+            &record.local_pod_name,
+            record.link_uid,
+        );
+        let in_pod = self.interfaces.get(&record.local_pod_ifname);
+        if let Some(seen) = in_pod.filter(|i| i.alias.as_deref() != Some(ours.as_str())) {
+            return Some(Action::Foreign {
+                key: key.to_owned(),
+                ifname: record.local_pod_ifname.clone(),
+                alias: seen.alias.clone(),
+            });
+        }
+        if !record.has_node_end() {
+            return match in_pod {
+                Some(seen) if seen.tunnel == tunnel_of(record) => self.configure(),
+                _ => Some(Action::RepairRemote { attachment, uid }),
+            };
+        }
+        let tunnel = tunnel_ifname(&record.topo_namespace, &record.local_pod_name, uid);
+        let in_place = in_pod.is_some()
+            && observed.node_interfaces.contains_key(&record.wire_ifname)
+            && observed
+                .node_interfaces
+                .get(&tunnel)
+                .is_some_and(|i| i.tunnel == tunnel_of(record));
+        match (in_place, observed.ports.contains(key)) {
+            (true, true) => self.configure(),
+            (true, false) => Some(Action::Reattach { attachment, uid }),
+            (false, _) => Some(Action::Rebuild { attachment, uid }),
         }
     }
 

@@ -7,10 +7,11 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use xwire_proto::control::WireKey;
+use xwire_proto::control::{Carrier, WireKey};
 use xwire_proto::local::PodRef;
 
 use crate::interfaces::{self, InterfaceState};
+use crate::node::vxlan::tunnel_ifname;
 use crate::store::{AttachmentKey, AttachmentRecord, EndKey, WireRecord, WireState};
 use crate::topology::LinkSpec;
 
@@ -39,6 +40,9 @@ pub(crate) struct Desired {
     /// Same-node wires that go through the fast path (impaired or captured); the others
     /// are a veth straight between the two pods.
     pub(crate) switched: HashSet<WireKey>,
+    /// VXLAN wires bridged through the switch (impaired or captured); the others are a
+    /// VXLAN device in the pod.
+    pub(crate) bridged: HashSet<WireKey>,
 }
 
 /// The interfaces of one namespace, by name.
@@ -354,7 +358,7 @@ impl<'a> Planner<'a> {
         let action = match observed.records.get(&key) {
             None => Some(end.join("joined")),
             Some(record)
-                if record.state == WireState::Remote
+                if record.state.crosses_nodes()
                     && desired.withdrawn.get(&wire) == record.peer_node.as_ref() =>
             {
                 Some(Action::Unjoin { key: key.clone() })
@@ -362,7 +366,7 @@ impl<'a> Planner<'a> {
             Some(record)
                 if record.state != WireState::Pending
                     && (desired.rebuild.contains(&key)
-                        || !made_for(record, link, desired.switched.contains(&wire))) =>
+                        || !made_for(record, link, desired.through_switch(&wire))) =>
             {
                 Some(Action::Rebuild {
                     attachment: attachment.key(),
@@ -388,6 +392,7 @@ impl<'a> Planner<'a> {
                     None
                 }
                 WireState::Remote => end.remote(observed, record, &key),
+                WireState::Vxlan => end.vxlan(observed, record, &key),
                 WireState::Switched => end.switched(observed, record, &key),
             },
         };
@@ -425,7 +430,7 @@ impl<'a> Planner<'a> {
         let staying_remote: HashSet<&EndKey> = observed
             .records
             .iter()
-            .filter(|(key, r)| r.state.has_node_end() && !self.removed.contains(key))
+            .filter(|(key, r)| r.has_node_end() && !self.removed.contains(key))
             .map(|(key, _)| key)
             .collect();
         let mut stray_ports: Vec<&EndKey> = observed
@@ -440,19 +445,14 @@ impl<'a> Planner<'a> {
         if observed.node_unreadable.is_some() {
             return;
         }
-        let named: HashSet<&str> = observed
-            .records
-            .values()
-            .filter(|r| r.state.has_node_end())
-            .map(|r| r.wire_ifname.as_str())
-            .collect();
+        let named: HashSet<String> = observed.records.values().flat_map(node_side).collect();
         let mine = interfaces::node_alias_prefix(&observed.node_name);
         for (name, interface) in &observed.node_interfaces {
             let Some(alias) = interface.alias.as_deref() else {
                 continue;
             };
             if alias.starts_with(&mine)
-                && !named.contains(name.as_str())
+                && !named.contains(name)
                 && !self.kept_node_ends.contains(name)
             {
                 self.actions.push(Action::RemoveNodeInterface {
@@ -465,16 +465,46 @@ impl<'a> Planner<'a> {
 }
 
 /// Whether a joined end's record is of `link` as it is: the same interface, to the same
-/// pod (and, for a same-node veth, to the same interface there), and a same-node wire
-/// through the fast path exactly when it is to be `switched`.
-fn made_for(record: &WireRecord, link: &LinkSpec, switched: bool) -> bool {
+/// pod (and, for a same-node veth, to the same interface there), a wire to another node
+/// on the kernel's VXLAN exactly when its link says so, and through the fast path
+/// exactly when it is to go `through_switch` (a same-node wire switched, a VXLAN wire
+/// bridged).
+fn made_for(record: &WireRecord, link: &LinkSpec, through_switch: bool) -> bool {
+    let vxlan = link.carrier == Some(Carrier::Vxlan);
     record.local_pod_ifname == link.local_intf
         && record.peer_pod == link.peer_pod
         && match record.state {
-            WireState::Veth => record.wire_ifname == link.peer_intf && !switched,
-            WireState::Switched => switched,
-            WireState::Pending | WireState::Remote => true,
+            WireState::Veth => record.wire_ifname == link.peer_intf && !through_switch,
+            WireState::Switched => through_switch,
+            WireState::Remote => !vxlan,
+            WireState::Vxlan => vxlan && through_switch == record.has_node_end(),
+            WireState::Pending => true,
         }
+}
+
+impl Desired {
+    /// Whether `wire` is to go through the switch where it would not otherwise: a
+    /// same-node wire switched, or a VXLAN wire bridged.
+    fn through_switch(&self, wire: &WireKey) -> bool {
+        self.switched.contains(wire) || self.bridged.contains(wire)
+    }
+}
+
+/// The names of the interfaces `record`'s end has on the node's side: the veth's node
+/// end of a remote, switched or bridged VXLAN end, and a bridged VXLAN end's tunnel.
+pub(crate) fn node_side(record: &WireRecord) -> Vec<String> {
+    if !record.has_node_end() {
+        return Vec::new();
+    }
+    let mut names = vec![record.wire_ifname.clone()];
+    if record.state == WireState::Vxlan {
+        names.push(tunnel_ifname(
+            &record.topo_namespace,
+            &record.local_pod_name,
+            record.link_uid,
+        ));
+    }
+    names
 }
 
 /// The records of one pod, by key.

@@ -33,7 +33,7 @@ fn link(uid: u64, peer: &str, intf: &str) -> LinkSpec {
 
 fn record(pod: &str, link: &LinkSpec, state: WireState) -> WireRecord {
     let wire_ifname = match state {
-        WireState::Pending => String::new(),
+        WireState::Pending | WireState::Vxlan => String::new(),
         WireState::Veth => link.peer_intf.clone(),
         WireState::Remote | WireState::Switched => format!("xw-{pod}-{}", link.uid),
     };
@@ -50,7 +50,7 @@ fn record(pod: &str, link: &LinkSpec, state: WireState) -> WireRecord {
         peer_intf_id: xwire_proto::WireId(0),
         peer_node_ip: None,
         peer_pod: link.peer_pod.clone(),
-        peer_node: (state == WireState::Remote).then(|| "n2".into()),
+        peer_node: state.crosses_nodes().then(|| "n2".into()),
         state,
         container_id: format!("c-{pod}"),
     }
@@ -64,6 +64,7 @@ fn ours(pod: &str, uid: u64) -> InterfaceState {
         mac: [2, 0, 0, 0, 0, 1],
         alias: Some(interfaces::pod_alias("lab", pod, uid)),
         addresses: Vec::new(),
+        tunnel: None,
     }
 }
 
@@ -218,6 +219,185 @@ fn a_same_node_wire_goes_onto_the_switch_path_when_impaired_and_back_when_not() 
         (
             "a switched wire no longer impaired: back to a veth",
             in_place(pods(WireState::Switched, false)).ports(&["lab/r1/1", "lab/r2/1"]),
+            rebuild,
+        ),
+    ];
+    for (case, fixture, expected) in table {
+        assert_eq!(fixture.plan(), expected, "{case}");
+    }
+}
+
+#[test]
+fn a_vxlan_end_is_kept_as_made_and_made_again_when_it_is_not() {
+    let mut to_r3 = link(2, "r3", "eth2");
+    to_r3.carrier = Some(Carrier::Vxlan);
+    let mut vxlan = record("r1", &to_r3, WireState::Vxlan);
+    vxlan.peer_node_ip = Some("192.0.2.2:7470".into());
+    let device = |tunnel| InterfaceState {
+        tunnel,
+        ..ours("r1", 2)
+    };
+    let as_made = crate::node::vxlan::tunnel_of(&vxlan);
+    assert!(as_made.is_some());
+    let moved = as_made.map(|t| interfaces::Tunnel {
+        remote: "192.0.2.3".parse().unwrap(),
+        ..t
+    });
+    let with = |interfaces: &[(&str, InterfaceState)], record: &WireRecord| {
+        Fixture::new()
+            .pod("r1", &[to_r3.clone()], interfaces)
+            .records(&[record.clone()])
+    };
+    let repair = vec![Action::RepairRemote {
+        attachment: attachment("r1").key(),
+        uid: 2,
+    }];
+    let quic_record = record("r1", &to_r3, WireState::Remote);
+    let table: Vec<(&str, Fixture, Vec<Action>)> = vec![
+        (
+            "its device in the pod with its tunnel: nothing, no port, no node end",
+            with(&[("eth2", device(as_made))], &vxlan),
+            vec![],
+        ),
+        (
+            "its device gone: made again",
+            with(&[], &vxlan),
+            repair.clone(),
+        ),
+        (
+            "its device's tunnel to another address: made again",
+            with(&[("eth2", device(moved))], &vxlan),
+            repair.clone(),
+        ),
+        (
+            "an interface of its name that is not xwire's: left, and said",
+            with(
+                &[(
+                    "eth2",
+                    InterfaceState {
+                        alias: None,
+                        ..device(as_made)
+                    },
+                )],
+                &vxlan,
+            ),
+            vec![Action::Foreign {
+                key: vxlan.key(),
+                ifname: "eth2".into(),
+                alias: None,
+            }],
+        ),
+        (
+            "a QUIC end whose link now says vxlan: made anew",
+            with(&[("eth2", ours("r1", 2))], &quic_record),
+            vec![Action::Rebuild {
+                attachment: attachment("r1").key(),
+                uid: 2,
+            }],
+        ),
+        (
+            "a VXLAN end whose link no longer says vxlan: made anew",
+            Fixture::new()
+                .pod("r1", &[link(2, "r3", "eth2")], &[("eth2", device(as_made))])
+                .records(&[vxlan.clone()]),
+            vec![Action::Rebuild {
+                attachment: attachment("r1").key(),
+                uid: 2,
+            }],
+        ),
+        (
+            "its far end let go of: back to pending",
+            {
+                let mut f = with(&[("eth2", device(as_made))], &vxlan);
+                f.desired
+                    .withdrawn
+                    .insert(WireKey::new("lab", 2), "n2".into());
+                f
+            },
+            vec![Action::Unjoin { key: vxlan.key() }],
+        ),
+        (
+            "the node's interfaces unreadable: a VXLAN end, which has none there, is judged",
+            {
+                let mut f = with(&[], &vxlan);
+                f.observed.node_unreadable = Some("EMFILE".into());
+                f
+            },
+            [
+                vec![Action::Unreachable {
+                    pod: "node n1".into(),
+                    reason: "EMFILE".into(),
+                }],
+                repair,
+            ]
+            .concat(),
+        ),
+    ];
+    for (case, fixture, expected) in table {
+        assert_eq!(fixture.plan(), expected, "{case}");
+    }
+}
+
+#[test]
+fn a_vxlan_end_bridged_through_the_switch_is_kept_reopened_or_made_anew() {
+    let mut to_r3 = link(2, "r3", "eth2");
+    to_r3.carrier = Some(Carrier::Vxlan);
+    let mut bridged = record("r1", &to_r3, WireState::Vxlan);
+    bridged.peer_node_ip = Some("192.0.2.2:7470".into());
+    bridged.wire_ifname = "xw-r1-2".into();
+    let mut direct = bridged.clone();
+    direct.wire_ifname.clear();
+    let tunnel_name = crate::node::vxlan::tunnel_ifname("lab", "r1", 2);
+    let tunnel = InterfaceState {
+        tunnel: crate::node::vxlan::tunnel_of(&bridged),
+        ..node_end("r1", 2)
+    };
+    let wire = WireKey::new("lab", 2);
+    let fixture = |record: &WireRecord, wanted: bool, node: &[(&str, InterfaceState)]| {
+        let mut f = Fixture::new()
+            .pod("r1", &[to_r3.clone()], &[("eth2", ours("r1", 2))])
+            .records(&[record.clone()])
+            .node_interfaces(node);
+        if wanted {
+            f.desired.bridged.insert(wire.clone());
+        }
+        f
+    };
+    let both = [
+        ("xw-r1-2", node_end("r1", 2)),
+        (tunnel_name.as_str(), tunnel.clone()),
+    ];
+    let rebuild = vec![Action::Rebuild {
+        attachment: attachment("r1").key(),
+        uid: 2,
+    }];
+    let table: Vec<(&str, Fixture, Vec<Action>)> = vec![
+        (
+            "in place, its pod side's port open: nothing (the sweep keeps both devices)",
+            fixture(&bridged, true, &both).ports(&["lab/r1/2"]),
+            vec![],
+        ),
+        (
+            "in place after a restart: its ports opened again",
+            fixture(&bridged, true, &both),
+            vec![Action::Reattach {
+                attachment: attachment("r1").key(),
+                uid: 2,
+            }],
+        ),
+        (
+            "its tunnel on the node gone: made anew",
+            fixture(&bridged, true, &both[..1]).ports(&["lab/r1/2"]),
+            rebuild.clone(),
+        ),
+        (
+            "no longer impaired or captured: made anew, a device in the pod",
+            fixture(&bridged, false, &both).ports(&["lab/r1/2"]),
+            rebuild.clone(),
+        ),
+        (
+            "a device in the pod, now impaired: made anew, bridged",
+            fixture(&direct, true, &[]),
             rebuild,
         ),
     ];
