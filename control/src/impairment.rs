@@ -1,13 +1,13 @@
 //! A link's impairment as users write it, in a lab file's link and in a Topology link
 //! (`impairment`, xwire's own field; docs/lab-file.md lists the keys): durations such
 //! as `10ms`, rates such as `100mbit`, percentages as plain numbers. `spec` turns it into
-//! the fast path's `ImpairSpec`, naming the key that is wrong. Pure: no I/O.
+//! the fast path's `ImpairmentSpec`, naming the key that is wrong. Pure: no I/O.
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use xwire_fastpath::impair::{ImpairSpec, Jitter, Loss, QueueLimit, Rate, MAX_DELAY};
+use xwire_fastpath::impairment::{ImpairmentSpec, Jitter, Loss, QueueLimit, Rate, MAX_DELAY};
 
 /// The rate limit's queue when neither `queue_frames` nor `queue_bytes` is given: 1000
 /// frames, as a Linux interface's default transmit queue.
@@ -73,7 +73,7 @@ fn all() -> f64 {
 
 impl Impairment {
     /// The fast path's form, or why it cannot be had (naming the key).
-    pub fn spec(&self) -> Result<ImpairSpec, String> {
+    pub fn spec(&self) -> Result<ImpairmentSpec, String> {
         let duration = |key: &str, v: &Option<String>| {
             v.as_deref()
                 .map(parse_duration)
@@ -125,7 +125,7 @@ impl Impairment {
                 limit,
             }),
         };
-        let spec = ImpairSpec {
+        let spec = ImpairmentSpec {
             delay: duration("delay", &self.delay)?,
             jitter: duration("jitter", &self.jitter)?,
             jitter_shape,

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
-use xwire_fastpath::impair::ImpairSpec;
+use xwire_fastpath::impairment::ImpairmentSpec;
 use xwire_proto::control::{Carrier, WireKey};
 
 use crate::impairment::Impairment;
@@ -168,7 +168,7 @@ pub struct LinkSpec {
     /// `None`: the peer node's carrier.
     pub carrier: Option<Carrier>,
     /// The impairment of this end's egress, when the link has one.
-    pub impairment: Option<ImpairSpec>,
+    pub impairment: Option<ImpairmentSpec>,
 }
 
 impl LinkSpec {

@@ -27,7 +27,7 @@ pub enum DropReason {
     /// The link's rate limit queue was full (tail drop).
     RateQueueFull = 7,
     /// The worker already holds as many delayed frames of this link and direction as it
-    /// may (`impair::HELD_PER_DIRECTION`).
+    /// may (`impairment::HELD_PER_DIRECTION`).
     HeldFull = 8,
     /// The link's peer node is connected, but its carrier had no room (QUIC's datagram
     /// send buffer or the stream's window full): offered more than the wire carries.

@@ -10,7 +10,7 @@
 pub mod capture;
 pub mod counters;
 pub mod endpoint;
-pub mod impair;
+pub mod impairment;
 pub mod link_table;
 #[cfg(feature = "logs")]
 pub mod logs;

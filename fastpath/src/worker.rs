@@ -13,7 +13,7 @@ use crossbeam_channel::{bounded, Sender};
 
 use crate::capture::Tap;
 use crate::counters::LinkCounters;
-use crate::impair::ImpairSpec;
+use crate::impairment::ImpairmentSpec;
 use crate::link_table::{LinkError, PortId};
 use crate::peer::{
     Carrier, ControlMessage, PeerConfig, PeerError, PeerEvent, PeerId, TransportCounters,
@@ -247,7 +247,7 @@ pub(crate) enum Command {
     SetImpairment {
         wire: WireId,
         from: PortId,
-        spec: Option<ImpairSpec>,
+        spec: Option<ImpairmentSpec>,
         reply: Sender<Result<(), WorkerError>>,
     },
     /// Taps link `wire`; the tap's `AToB` is the frames received on `from`.
@@ -580,7 +580,7 @@ impl Worker {
         &self,
         wire: WireId,
         from: PortId,
-        spec: Option<ImpairSpec>,
+        spec: Option<ImpairmentSpec>,
     ) -> Result<(), WorkerError> {
         if let Some(spec) = &spec {
             spec.check().map_err(WorkerError::Impairment)?;

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use xwire_fastpath::capture::{Direction as TapDirection, Tap};
-use xwire_fastpath::impair::{ImpairSpec, Loss};
+use xwire_fastpath::impairment::{ImpairmentSpec, Loss};
 use xwire_fastpath::{Direction, DropReason, WorkerError};
 use xwire_proto::WireId;
 use xwire_testbed::checks::{ping_rtts, test_frame};
@@ -16,10 +16,10 @@ use switch_bed::{link, Bed};
 
 const WIRE: WireId = WireId(1);
 
-fn delay(ms: u64) -> ImpairSpec {
-    ImpairSpec {
+fn delay(ms: u64) -> ImpairmentSpec {
+    ImpairmentSpec {
         delay: Duration::from_millis(ms),
-        ..ImpairSpec::default()
+        ..ImpairmentSpec::default()
     }
 }
 
@@ -71,9 +71,9 @@ fn total_loss_drops_every_frame_one_way_and_counts_it() {
     let a = linked.ports[0].id;
     assert_eq!(ping_rtts(&bed.pod_a, "192.0.2.2", 1).unwrap().len(), 1);
     let sent_before = linked.counters.snapshot(Direction::AToB).frames;
-    let lossy = ImpairSpec {
+    let lossy = ImpairmentSpec {
         loss: Loss::Random(1.0),
-        ..ImpairSpec::default()
+        ..ImpairmentSpec::default()
     };
     linked.worker.set_impairment(WIRE, a, Some(lossy)).unwrap();
     assert!(ping_rtts(&bed.pod_a, "192.0.2.2", 3).unwrap().is_empty());
@@ -92,9 +92,9 @@ fn bad_settings_and_unknown_links_are_refused() {
     let bed = Bed::new("xim-bad");
     let linked = link(&bed);
     let a = linked.ports[0].id;
-    let bad = ImpairSpec {
+    let bad = ImpairmentSpec {
         duplicate: 1.5,
-        ..ImpairSpec::default()
+        ..ImpairmentSpec::default()
     };
     let refused = linked
         .worker

@@ -6,7 +6,7 @@ use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
-use xwire_fastpath::impair::ImpairSpec;
+use xwire_fastpath::impairment::ImpairmentSpec;
 use xwire_fastpath::{PortInfo, SteeredEnd, Worker, WorkerConfig};
 use xwire_proto::WireId;
 use xwire_testbed::checks::ping_rtts;
@@ -58,10 +58,10 @@ impl Pair {
     }
 }
 
-fn delay(ms: u64) -> Option<ImpairSpec> {
-    Some(ImpairSpec {
+fn delay(ms: u64) -> Option<ImpairmentSpec> {
+    Some(ImpairmentSpec {
         delay: Duration::from_millis(ms),
-        ..ImpairSpec::default()
+        ..ImpairmentSpec::default()
     })
 }
 

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use serde::Serialize;
 use xwire_bench::traffic::{self, PortOptions, Traffic, Wait};
-use xwire_fastpath::impair::{ImpairSpec, Loss, QueueLimit, Rate};
+use xwire_fastpath::impairment::{ImpairmentSpec, Loss, QueueLimit, Rate};
 use xwire_fastpath::{
     Direction, LinkCounters, PortChoice, PortId, SteeredEnd, WireId, Worker, WorkerConfig,
 };
@@ -150,7 +150,7 @@ impl<'a> Bed<'a> {
         )
     }
 
-    fn impair(&self, spec: Option<ImpairSpec>) -> Result<()> {
+    fn impair(&self, spec: Option<ImpairmentSpec>) -> Result<()> {
         self.worker.set_impairment(WIRE, self.from, spec)?;
         // Frames the last setting still holds leave before the next measurement.
         std::thread::sleep(Duration::from_millis(300));
@@ -246,10 +246,10 @@ fn median(mut runs: Vec<f64>) -> f64 {
     runs[runs.len() / 2]
 }
 
-fn delay(ms: u64) -> ImpairSpec {
-    ImpairSpec {
+fn delay(ms: u64) -> ImpairmentSpec {
+    ImpairmentSpec {
         delay: Duration::from_millis(ms),
-        ..ImpairSpec::default()
+        ..ImpairmentSpec::default()
     }
 }
 
@@ -372,9 +372,9 @@ fn loss_figures(bed: &mut Bed<'_>, reps: usize) -> Result<Vec<Figure>> {
     for percent in [1.0f64, 10.0, 50.0] {
         let mut runs = Vec::new();
         for _ in 0..reps {
-            bed.impair(Some(ImpairSpec {
+            bed.impair(Some(ImpairmentSpec {
                 loss: Loss::Random(percent / 100.0),
-                ..ImpairSpec::default()
+                ..ImpairmentSpec::default()
             }))?;
             let report = bed.paced(&loss_traffic, Duration::from_millis(300))?;
             runs.push(report.loss_ratio * 100.0);
@@ -399,12 +399,12 @@ fn rate_figures(bed: &mut Bed<'_>, reps: usize, seconds: f64) -> Result<Vec<Figu
     for mbit in [10u64, 100, 1000] {
         let mut runs = Vec::new();
         for _ in 0..reps {
-            bed.impair(Some(ImpairSpec {
+            bed.impair(Some(ImpairmentSpec {
                 rate: Some(Rate {
                     bits_per_second: mbit * 1_000_000,
                     limit: QueueLimit::Frames(1000),
                 }),
-                ..ImpairSpec::default()
+                ..ImpairmentSpec::default()
             }))?;
             let (_, bits) = bed.peak(1514, seconds)?;
             runs.push(bits / 1e6);
@@ -436,7 +436,7 @@ fn cost_figures(bed: &mut Bed<'_>, reps: usize, seconds: f64) -> Result<Vec<Figu
         for _ in 0..reps {
             bed.impair(None)?;
             let (plain, _) = bed.peak(size, seconds)?;
-            bed.impair(Some(ImpairSpec::default()))?;
+            bed.impair(Some(ImpairmentSpec::default()))?;
             let (zero, _) = bed.peak(size, seconds)?;
             runs.push(zero / plain);
             if bed.path == WirePath::Steered {

@@ -15,7 +15,7 @@ pub mod down;
 pub mod edit;
 pub mod file;
 pub mod graph;
-pub mod impair;
+pub mod impairment;
 pub mod import;
 pub mod list;
 pub mod logs;

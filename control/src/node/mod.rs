@@ -151,7 +151,7 @@ struct OpenPort {
     /// `wire`'s id, made once: it is a SHA-256 digest, and scans of every port compare it.
     wire_id: xwire_proto::WireId,
     pod: String,
-    impairment: Option<xwire_fastpath::impair::ImpairSpec>,
+    impairment: Option<xwire_fastpath::impairment::ImpairmentSpec>,
 }
 
 #[derive(Debug, thiserror::Error)]

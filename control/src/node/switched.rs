@@ -13,7 +13,7 @@
 
 use std::collections::HashSet;
 
-use xwire_fastpath::impair::ImpairSpec;
+use xwire_fastpath::impairment::ImpairmentSpec;
 use xwire_fastpath::link_table::LinkError;
 use xwire_fastpath::link_table::PortId;
 use xwire_fastpath::WorkerError;
@@ -321,7 +321,7 @@ impl Node {
         keys.sort_unstable();
         keys.dedup();
         let mut failures = Vec::new();
-        let mut told: Vec<(EndKey, Option<ImpairSpec>)> = Vec::new();
+        let mut told: Vec<(EndKey, Option<ImpairmentSpec>)> = Vec::new();
         let mut waiting = Vec::new();
         let open = keys.iter().filter_map(|key| self.ports.get_key_value(key));
         // Steered ends are few (only impaired or captured same-node wires): all looked

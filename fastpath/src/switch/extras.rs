@@ -1,7 +1,7 @@
 //! What the switch does on some links only: impairments and capture. A link with neither
 //! costs one vector lookup per frame. An impaired direction decides each frame's fate
-//! (`impair::Direction`); frames that must wait are copied out of the port's UMEM into
-//! a pooled buffer and held in the worker's one time-ordered queue (`impair::Held`)
+//! (`impairment::Direction`); frames that must wait are copied out of the port's UMEM into
+//! a pooled buffer and held in the worker's one time-ordered queue (`impairment::Held`)
 //! until the pass in which their time comes. Frames are offered to a link's capture tap
 //! as they leave the switch, after their impairment: the file shows what the far end got.
 
@@ -11,7 +11,7 @@ use xwire_proto::WireId;
 
 use crate::capture::{self, Tap};
 use crate::counters::{Direction, DropReason};
-use crate::impair::{self, Fate, Held, ImpairSpec, HELD_PER_DIRECTION};
+use crate::impairment::{self, Fate, Held, ImpairmentSpec, HELD_PER_DIRECTION};
 use crate::link_table::{LinkTable, Verdict};
 
 /// Buffers of released frames kept for the next held ones, so that a steady delayed
@@ -20,7 +20,7 @@ const SPARE_BUFFERS: usize = 4096;
 
 /// The impairments and the tap of one link.
 struct Extras {
-    impair: [Option<impair::Direction>; 2],
+    impair: [Option<impairment::Direction>; 2],
     tap: Option<Tap>,
     /// The link direction the tap calls `AToB`: away from the end it was asked for.
     tap_from: Direction,
@@ -92,7 +92,7 @@ impl LinkExtras {
         link: usize,
         wire: WireId,
         direction: Direction,
-        spec: Option<ImpairSpec>,
+        spec: Option<ImpairmentSpec>,
     ) {
         let extras = self.slot(link);
         let current = &mut extras.impair[direction as usize];
@@ -104,7 +104,7 @@ impl LinkExtras {
             (Some(spec), None) => {
                 // Seeded by the wire, so that a rerun of a lab draws the same fates.
                 let seed = wire.0.rotate_left(1) ^ direction as u64;
-                *current = Some(impair::Direction::new(spec, seed));
+                *current = Some(impairment::Direction::new(spec, seed));
             }
         }
         self.tidy(link);
@@ -195,8 +195,8 @@ impl LinkExtras {
             None => (self.held.latest(&key).map_or(now, |t| t.max(now)), 1, None),
             Some(Fate::Drop(why)) => {
                 let reason = match why {
-                    impair::DropReason::Loss => DropReason::ImpairLoss,
-                    impair::DropReason::QueueFull => DropReason::RateQueueFull,
+                    impairment::DropReason::Loss => DropReason::ImpairLoss,
+                    impairment::DropReason::QueueFull => DropReason::RateQueueFull,
                 };
                 if let Some(counters) = table.counters(link) {
                     counters.dropped(direction, reason, 1);

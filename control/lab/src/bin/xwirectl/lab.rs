@@ -6,9 +6,10 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use xwire_control::impairment::{Impairment, LossBurst};
-use xwire_lab::impair::Directions;
+use xwire_lab::impairment::Directions;
 use xwire_lab::{
-    self as lab, bench, capture, down, edit, graph, impair, import, logs, status, supervisor, up,
+    self as lab, bench, capture, down, edit, graph, impairment, import, logs, status, supervisor,
+    up,
 };
 use xwire_proto::local::{CaptureCall, CaptureDirection};
 
@@ -650,17 +651,17 @@ fn impair_link(which: LinkChoice, settings: &ImpairArgs, clear: bool) -> anyhow:
         direction,
     } = which;
     let running = lab.pick()?;
-    let new = impair::changed(
+    let new = impairment::changed(
         &running,
         &link,
         direction.into(),
         &settings.impairment(),
         clear,
     )?;
-    impair::apply(&new)?;
-    let changed = impair::find_link(&new, &link)?;
+    impairment::apply(&new)?;
+    let changed = impairment::find_link(&new, &link)?;
     println!("lab {} link {}:", new.name, changed.uid);
-    for line in impair::describe(changed) {
+    for line in impairment::describe(changed) {
         println!("  {line}");
     }
     Ok(())
@@ -675,7 +676,7 @@ fn capture_link(which: LinkChoice, output: &CaptureArgs) -> anyhow::Result<()> {
     } = which;
     output.check_destination()?;
     let running = lab.pick()?;
-    let found = impair::find_link(&running, &link)?;
+    let found = impairment::find_link(&running, &link)?;
     let a = &found.endpoints[0];
     let node = &running.pods[&a.pod];
     let socket = lab::paths::LabPaths::of(&running).node_socket(node);

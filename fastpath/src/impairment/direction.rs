@@ -17,7 +17,7 @@ use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, Normal};
 
-use super::spec::{ImpairSpec, Jitter, Loss, QueueLimit};
+use super::spec::{ImpairmentSpec, Jitter, Loss, QueueLimit};
 
 /// Why a frame was dropped by an impairment, counted per link and direction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +41,7 @@ pub enum Fate {
 }
 
 pub struct Direction {
-    spec: ImpairSpec,
+    spec: ImpairmentSpec,
     rng: SmallRng,
     /// Gilbert-Elliott: in the bad state.
     bad: bool,
@@ -55,7 +55,7 @@ pub struct Direction {
 }
 
 impl Direction {
-    pub fn new(spec: ImpairSpec, seed: u64) -> Direction {
+    pub fn new(spec: ImpairmentSpec, seed: u64) -> Direction {
         Direction {
             spec,
             rng: SmallRng::seed_from_u64(seed),
@@ -67,12 +67,12 @@ impl Direction {
         }
     }
 
-    pub fn spec(&self) -> &ImpairSpec {
+    pub fn spec(&self) -> &ImpairmentSpec {
         &self.spec
     }
 
     /// Changes the settings; frames already decided keep their fate.
-    pub fn set(&mut self, spec: ImpairSpec) {
+    pub fn set(&mut self, spec: ImpairmentSpec) {
         if spec.rate.is_none() {
             self.wire_free_at = None;
             self.queued.clear();
@@ -192,7 +192,7 @@ mod tests {
 
     const FRAMES: usize = 100_000;
 
-    fn run(spec: ImpairSpec, gap: Duration, len: usize) -> (Instant, Vec<Fate>) {
+    fn run(spec: ImpairmentSpec, gap: Duration, len: usize) -> (Instant, Vec<Fate>) {
         let start = Instant::now();
         let mut direction = Direction::new(spec, 7);
         let fates = (0..FRAMES)
@@ -208,7 +208,7 @@ mod tests {
     #[test]
     fn random_loss_is_within_a_percent_of_the_setting() {
         for p in [0.01, 0.1, 0.5] {
-            let spec = ImpairSpec {
+            let spec = ImpairmentSpec {
                 loss: Loss::Random(p),
                 ..Default::default()
             };
@@ -226,7 +226,7 @@ mod tests {
             good_loss: 0.0,
             bad_loss: 1.0,
         };
-        let spec = ImpairSpec {
+        let spec = ImpairmentSpec {
             loss,
             ..Default::default()
         };
@@ -245,7 +245,7 @@ mod tests {
     #[test]
     fn delay_without_jitter_is_exact_and_jitter_keeps_order_and_spread() {
         let delay = Duration::from_millis(10);
-        let spec = ImpairSpec {
+        let spec = ImpairmentSpec {
             delay,
             ..Default::default()
         };
@@ -262,7 +262,7 @@ mod tests {
             );
         }
         for shape in [Jitter::Uniform, Jitter::Normal] {
-            let spec = ImpairSpec {
+            let spec = ImpairmentSpec {
                 delay,
                 jitter: Duration::from_millis(1),
                 jitter_shape: shape,
@@ -292,7 +292,7 @@ mod tests {
             assert!((sd - want).abs() / want < 0.05, "{shape:?}: sd {sd}");
         }
         // Frames closer together than the jitter still leave in order.
-        let spec = ImpairSpec {
+        let spec = ImpairmentSpec {
             delay,
             jitter: Duration::from_millis(5),
             ..Default::default()
@@ -314,7 +314,7 @@ mod tests {
             bits_per_second: 10_000_000,
             limit: QueueLimit::Frames(100),
         };
-        let spec = ImpairSpec {
+        let spec = ImpairmentSpec {
             rate: Some(rate),
             ..Default::default()
         };
@@ -340,7 +340,7 @@ mod tests {
         let bits = sent.len() as f64 * 1250.0 * 8.0;
         assert!((bits / took - 1e7).abs() / 1e7 < 0.02, "{}", bits / took);
         // A byte limit counts bytes.
-        let spec = ImpairSpec {
+        let spec = ImpairmentSpec {
             rate: Some(Rate {
                 limit: QueueLimit::Bytes(2500),
                 ..rate
@@ -356,7 +356,7 @@ mod tests {
 
     #[test]
     fn duplication_corruption_and_reordering_happen_at_their_rates() {
-        let spec = ImpairSpec {
+        let spec = ImpairmentSpec {
             delay: Duration::from_millis(1),
             duplicate: 0.2,
             corrupt: 0.3,
@@ -383,7 +383,7 @@ mod tests {
 
     #[test]
     fn the_same_seed_draws_the_same_fates() {
-        let spec = ImpairSpec {
+        let spec = ImpairmentSpec {
             loss: Loss::Random(0.3),
             jitter: Duration::from_millis(2),
             delay: Duration::from_millis(5),

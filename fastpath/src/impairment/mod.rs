@@ -8,7 +8,7 @@ mod spec;
 
 pub use direction::{Direction, DropReason, Fate};
 pub use held::Held;
-pub use spec::{ImpairSpec, Jitter, Loss, QueueLimit, Rate, MAX_DELAY};
+pub use spec::{ImpairmentSpec, Jitter, Loss, QueueLimit, Rate, MAX_DELAY};
 
 /// The most frames one direction of one link may hold at once (delayed, or waiting for
 /// its rate limit); more are dropped as `HeldFull`. 16384 frames carry 100 ms of a

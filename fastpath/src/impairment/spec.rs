@@ -70,7 +70,7 @@ pub struct Rate {
 
 /// The impairment of one direction of a link. All zero (the default) changes nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct ImpairSpec {
+pub struct ImpairmentSpec {
     pub delay: Duration,
     pub jitter: Duration,
     pub jitter_shape: Jitter,
@@ -87,7 +87,7 @@ pub struct ImpairSpec {
 /// queue memory, bounded per link.
 pub const MAX_DELAY: Duration = Duration::from_secs(10);
 
-impl ImpairSpec {
+impl ImpairmentSpec {
     /// Whether it changes nothing at all (a link with such an impairment needs no
     /// impairment state).
     pub fn is_none(&self) -> bool {
@@ -160,25 +160,25 @@ mod tests {
 
     #[test]
     fn zero_settings_are_no_impairment_and_ranges_are_checked_by_name() {
-        assert!(ImpairSpec::default().is_none());
-        let loss = ImpairSpec {
+        assert!(ImpairmentSpec::default().is_none());
+        let loss = ImpairmentSpec {
             loss: Loss::Random(0.1),
             ..Default::default()
         };
         assert!(!loss.is_none());
         assert!(loss.check().is_ok());
-        let bad = ImpairSpec {
+        let bad = ImpairmentSpec {
             duplicate: 1.5,
             ..Default::default()
         };
         assert!(bad.check().unwrap_err().contains("duplicate"));
-        let long = ImpairSpec {
+        let long = ImpairmentSpec {
             delay: Duration::from_secs(9),
             jitter: Duration::from_millis(500),
             ..Default::default()
         };
         assert!(long.check().unwrap_err().contains("limit"));
-        let slow = ImpairSpec {
+        let slow = ImpairmentSpec {
             rate: Some(Rate {
                 bits_per_second: 1,
                 limit: QueueLimit::Frames(10),
