@@ -180,3 +180,35 @@ fn wires_of_namespaces_whose_old_ids_collided_are_both_up_and_each_carries_its_o
     assert!(ping(&b2.ns, "10.0.9.1", 2).unwrap());
     assert!(ping(&a2.ns, "10.0.0.1", 2).unwrap());
 }
+
+/// Whether process `pid` has ended (gone, or a zombie its parent has not reaped yet).
+fn ended(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('Z'))
+        })
+        .unwrap_or(true)
+}
+
+#[test]
+fn a_daemon_with_peers_up_stops_at_once_on_sigterm() {
+    // Its peer desk asks the workers for events every few milliseconds; a question that
+    // met a worker stopping was never answered, and the daemon hung until it was killed
+    // (5 s in `lab down`).
+    let certs = TempDir::new("certs");
+    let (mut n1, n2) = two_nodes(&certs);
+    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
+    assert_eq!(call(&r1, "ADD", &n1.net_config("1.0.0")).code, 0);
+    assert_eq!(call(&r2, "ADD", &n2.net_config("1.0.0")).code, 0);
+    assert!(eventually(Duration::from_secs(10), || r1.has("eth1")));
+    let pid = n1.daemon_pid().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let stopped = eventually(Duration::from_secs(3), || ended(pid));
+    assert!(stopped, "still running 3 s after SIGTERM:\n{}", n1.log());
+    assert!(n1.log().contains("stopping"), "{}", n1.log());
+}

@@ -5,8 +5,10 @@
 //! handles are left: their calls then fail with `WorkerError::Stopped`.
 
 use std::os::unix::net::UnixDatagram;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::Arc;
 
-use crossbeam_channel::{bounded, Sender};
+use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::peer::{ControlMessage, PeerEvent, PeerId};
 use crate::worker::{Command, PeerCommand, Worker, WorkerError};
@@ -14,6 +16,7 @@ use crate::worker::{Command, PeerCommand, Worker, WorkerError};
 pub struct PeerControl {
     commands: Sender<Command>,
     wake: UnixDatagram,
+    stopped: Arc<AtomicBool>,
 }
 
 impl Worker {
@@ -26,6 +29,7 @@ impl Worker {
         Ok(PeerControl {
             commands: self.commands.clone(),
             wake,
+            stopped: Arc::clone(&self.stopped),
         })
     }
 }
@@ -34,7 +38,7 @@ impl PeerControl {
     /// The peer events since the last call (this handle's or the `Worker`'s
     /// `peer_status`: one reader of the events is meant).
     pub fn take_events(&self) -> Result<Vec<PeerEvent>, WorkerError> {
-        let (_, events) = ask(&self.commands, &self.wake, |reply| {
+        let (_, events) = ask((&self.commands, &self.wake, &self.stopped), |reply| {
             Command::Peer(PeerCommand::PeerStatus { reply })
         })??;
         Ok(events)
@@ -42,7 +46,7 @@ impl PeerControl {
 
     /// As `Worker::send_control`.
     pub fn send_control(&self, peer: PeerId, message: ControlMessage) -> Result<bool, WorkerError> {
-        ask(&self.commands, &self.wake, |reply| {
+        ask((&self.commands, &self.wake, &self.stopped), |reply| {
             Command::Peer(PeerCommand::SendControl {
                 peer,
                 message: Box::new(message),
@@ -53,10 +57,11 @@ impl PeerControl {
 }
 
 /// Sends the worker `command` and waits for its answer (the `Worker`'s calls and its
-/// handles' alike).
+/// handles' alike). A command queued as the worker stopped is never taken: the worker
+/// drops what is queued once it has said it stopped (`drop_queued`), and a command sent
+/// after that finds it said so here, so no caller waits for an answer that cannot come.
 pub(crate) fn ask<T>(
-    commands: &Sender<Command>,
-    wake: &UnixDatagram,
+    (commands, wake, stopped): (&Sender<Command>, &UnixDatagram, &AtomicBool),
     command: impl FnOnce(Sender<T>) -> Command,
 ) -> Result<T, WorkerError> {
     let (reply, answer) = bounded(1);
@@ -65,5 +70,25 @@ pub(crate) fn ask<T>(
         .map_err(|_| WorkerError::Stopped)?;
     // A full socket means wake-ups are already waiting: nothing is lost.
     let _ = wake.send(&[1]);
+    wait_for(&answer, stopped)
+}
+
+/// The answer to a command already sent, or `Stopped` if it cannot come.
+pub(crate) fn wait_for<T>(answer: &Receiver<T>, stopped: &AtomicBool) -> Result<T, WorkerError> {
+    // Pairs with the fence in `drop_queued`: either the worker's drain sees the command
+    // (and drops its reply), or this sees that the worker stopped.
+    fence(Ordering::SeqCst);
+    if stopped.load(Ordering::SeqCst) {
+        return answer.try_recv().map_err(|_| WorkerError::Stopped);
+    }
     answer.recv().map_err(|_| WorkerError::Stopped)
+}
+
+/// Run by the worker's thread after its last pass: says it stopped, then drops every
+/// command still queued, and with each the sender its caller waits on (a channel keeps
+/// what is queued while any sender lives, and handles hold senders).
+pub(crate) fn drop_queued(stopped: &AtomicBool, inbox: &Receiver<Command>) {
+    stopped.store(true, Ordering::SeqCst);
+    fence(Ordering::SeqCst);
+    while inbox.try_recv().is_ok() {}
 }

@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::os::unix::net::UnixDatagram;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -18,7 +19,7 @@ use crate::link_table::{LinkError, PortId};
 use crate::peer::{
     Carrier, ControlMessage, PeerConfig, PeerError, PeerEvent, PeerId, TransportCounters,
 };
-use crate::peer_control::ask;
+use crate::peer_control::{ask, drop_queued, wait_for};
 use crate::stats::WorkerStats;
 use crate::steered_port::SteeredEnd;
 use crate::switch::Switch;
@@ -323,6 +324,8 @@ pub struct Worker {
     pub(crate) commands: Sender<Command>,
     /// Wakes a sleeping worker for a command (one byte per command).
     pub(crate) wake: UnixDatagram,
+    /// Set by the worker's thread once it takes no more commands (see `peer_control::ask`).
+    pub(crate) stopped: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     /// The kernel's id of the worker's thread, for its CPU time.
     thread_id: libc::pid_t,
@@ -334,6 +337,8 @@ impl Worker {
     pub fn spawn(config: WorkerConfig) -> Result<Worker, WorkerError> {
         let (commands, inbox) = bounded(64);
         let (ready_tx, ready_rx) = bounded(1);
+        let stopped = Arc::new(AtomicBool::new(false));
+        let stopped_here = Arc::clone(&stopped);
         let (wake, woken) = UnixDatagram::pair().map_err(|e| WorkerError::Start(e.to_string()))?;
         for end in [&wake, &woken] {
             end.set_nonblocking(true)
@@ -354,12 +359,14 @@ impl Worker {
                         let _ = ready_tx.send(Err(e));
                     }
                 }
+                drop_queued(&stopped_here, &inbox);
             })
             .map_err(|e| WorkerError::Start(e.to_string()))?;
         match ready_rx.recv() {
             Ok(Ok(thread_id)) => Ok(Worker {
                 commands,
                 wake,
+                stopped,
                 thread: Some(thread),
                 thread_id,
             }),
@@ -437,7 +444,7 @@ impl Worker {
         }
         answers
             .into_iter()
-            .map(|answer| answer?.recv().map_err(|_| WorkerError::Stopped)?)
+            .map(|answer| wait_for(&answer?, &self.stopped)?)
             .collect()
     }
 
@@ -610,7 +617,7 @@ impl Worker {
     }
 
     fn ask<T>(&self, command: impl FnOnce(Sender<T>) -> Command) -> Result<T, WorkerError> {
-        ask(&self.commands, &self.wake, command)
+        ask((&self.commands, &self.wake, &self.stopped), command)
     }
 }
 
