@@ -212,3 +212,35 @@ fn a_daemon_with_peers_up_stops_at_once_on_sigterm() {
     assert!(stopped, "still running 3 s after SIGTERM:\n{}", n1.log());
     assert!(n1.log().contains("stopping"), "{}", n1.log());
 }
+
+#[test]
+fn a_far_end_deleted_while_it_waited_is_forgotten_by_the_other_node() {
+    // r1 goes first, so r2's end waits again (and says so to n1); then r2 goes too. r1
+    // added again must wait for r2, not join a wire to a pod that is gone.
+    let certs = TempDir::new("certs");
+    let (n1, n2) = two_nodes(&certs);
+    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
+    let (c1, c2) = (n1.net_config("1.0.0"), n2.net_config("1.0.0"));
+    assert_eq!(call(&r1, "ADD", &c1).code, 0);
+    assert_eq!(call(&r2, "ADD", &c2).code, 0);
+    assert!(eventually(Duration::from_secs(10), || r1.has("eth1")));
+    assert_eq!(call(&r1, "DEL", &c1).code, 0);
+    assert!(eventually(Duration::from_secs(10), || n2
+        .wire_state("r2", 0)
+        .as_deref()
+        == Some("pending")));
+    assert_eq!(call(&r2, "DEL", &c2).code, 0);
+    assert_eq!(call(&r1, "ADD", &c1).code, 0);
+    let waits = || !r1.has("eth1") && n1.wire_state("r1", 0).as_deref() == Some("pending");
+    assert!(eventually(Duration::from_secs(10), waits), "{}", n1.log());
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        waits(),
+        "r1 joined a wire to a pod that is gone:\n{}",
+        n1.log()
+    );
+    // r2 back: the wire joins.
+    assert_eq!(call(&r2, "ADD", &c2).code, 0);
+    assert!(eventually(Duration::from_secs(10), || r1.has("eth1") && r2.has("eth1")));
+    assert!(ping(&r1.ns, "10.0.0.2", 2).unwrap(), "{}", n1.log());
+}

@@ -200,8 +200,8 @@ fn a_vxlan_wire_whose_vni_another_holds_is_refused_by_name() {
         ]))
         .unwrap();
     assert!(squat.status.success(), "{squat:?}");
-    // The node still knows r2's end from before, so r1's ADD joins at once, and fails
-    // naming the VNI; joined later (by a pass), the pass's report says it.
+    // r1's ADD joins at once if n1 has not yet heard that r2 went (and fails naming the
+    // VNI); else r2's ADD brings the join, and the pass's report names it.
     let added = call(&r1, "ADD", &c1);
     assert_eq!(call(&r2, "ADD", &c2).code, 0);
     let named = format!("VNI {vni}");

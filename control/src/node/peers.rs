@@ -166,7 +166,7 @@ impl Node {
 
     /// The configured peer that runs `pod` by its placement (in a cluster, the Pod's
     /// node; elsewhere, the node at the address its Topology's status names), if any.
-    fn placed_peer(&self, namespace: &str, pod: &str) -> Option<String> {
+    pub(super) fn placed_peer(&self, namespace: &str, pod: &str) -> Option<String> {
         let fastpath = self.fastpath.as_ref()?;
         match self.store.pod_placement(namespace, pod) {
             PodPlacement::On(node) => {

@@ -515,6 +515,14 @@ impl Node {
     /// peer pod's end with it, whose record goes back to pending.
     pub(super) fn disconnect_end(&mut self, record: &WireRecord, tell_peer: bool) {
         match record.state {
+            // A waiting end was announced to the node its far end's pod is placed on
+            // (`announce_pod`): that node forgets it, or it would join a later end of this
+            // wire at once, to a pod that is gone.
+            WireState::Pending if tell_peer => {
+                if let Some(node) = self.placed_peer(&record.topo_namespace, &record.peer_pod) {
+                    self.send_to(&node, ControlBody::DelWire(record.wire()));
+                }
+            }
             WireState::Pending => {}
             WireState::Veth => {
                 self.forget_steering(&record.wire());
