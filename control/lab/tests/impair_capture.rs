@@ -540,9 +540,24 @@ links:
         assert!(seen.contains(&("r1:eth1".to_owned(), 8, seq)), "{seen:?}");
         assert!(seen.contains(&("r2:eth1".to_owned(), 0, seq)), "{seen:?}");
     }
-    // The capture over, r1's end is a VXLAN device in its pod again.
+    // The capture over, r1's end is a VXLAN device in its pod again, and the bridge's
+    // node devices (the veth's node end, the node's own VXLAN device) are gone.
     assert!(eventually(Duration::from_secs(15), || vxlan_in_pod(
         &lab, "r1", "eth1"
     )));
     assert!(lab.pings("r1", "10.0.3.2", 1400));
+    let node = format!("xl.{name}.n.node-a");
+    let out = Command::new("ip")
+        .args(["-n", &node, "-o", "link"])
+        .output()
+        .unwrap();
+    let links = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && links.contains("underlay0"),
+        "{links}"
+    );
+    assert!(
+        !links.contains(": xv") && !links.contains(": xw"),
+        "left on node-a:\n{links}"
+    );
 }
