@@ -147,6 +147,40 @@ fn wires_cross_pools_through_their_gateways_and_move_to_the_standby() {
     assert_eq!(namespaces_of(&name), Vec::<String>::new());
 }
 
+#[test]
+fn vxlan_wires_cross_pools_through_their_gateways_too() {
+    // The kernel's tunnel between two pools goes to the far node's address, which the
+    // node routes through its pool's gateway as it does QUIC.
+    let name = unique("tpvx");
+    let yaml = lab_file(&name)
+        .replace(
+            "    ips: [10.1.0.1/30, 10.1.0.2/30]\n",
+            "    ips: [10.1.0.1/30, 10.1.0.2/30]\n    carrier: vxlan\n",
+        )
+        .replace(
+            "    ips: [10.4.0.1/30, 10.4.0.2/30]\n",
+            "    ips: [10.4.0.1/30, 10.4.0.2/30]\n    carrier: vxlan\n",
+        );
+    assert_eq!(yaml.matches("carrier: vxlan").count(), 2, "{yaml}");
+    let lab = Lab::up(&name, &yaml);
+    let status = lab.status();
+    for wire in status["wires"].as_array().unwrap() {
+        assert_eq!(wire["state"], "up", "{status:#}");
+    }
+    let vxlan: Vec<&Value> = status["wires"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["carrier"] == "vxlan")
+        .collect();
+    assert_eq!(vxlan.len(), 2, "{status:#}");
+    for (pod, address, crosses) in WIRES {
+        let answers = eventually(Duration::from_secs(15), || ping_once(&lab, pod, address));
+        assert!(answers, "{crosses}: {pod} -> {address}");
+    }
+    assert!(lab.pings("e1", "10.1.0.2", 1400), "east - west at 1400 B");
+}
+
 fn lab_node_exec(lab: &str, node: &str, command: &[&str]) -> std::process::Output {
     Command::new("ip")
         .args(["netns", "exec", &format!("xl.{lab}.n.{node}")])
