@@ -221,15 +221,10 @@ pub fn create_veth(
             |h| async move { h.link().add(message).execute().await },
         )?;
         let configured = configure(a_ns, a).and_then(|()| configure(b_ns, b));
-        if let Err(e) = configured {
-            // The veth this call just made, which may not carry its alias yet.
-            let _ = a_ns.netlink(&op, |h| async move {
-                let index = index_of(&h, &a.name).await?;
-                h.link().del(index).execute().await
-            });
-            return Err(e);
+        if configured.is_err() {
+            delete_just_made(a_ns, &op, &a.name);
         }
-        Ok(())
+        configured
     })
 }
 
@@ -264,15 +259,21 @@ pub fn create_vxlan(
             &op,
             |h| async move { h.link().add(message).execute().await },
         )?;
-        if let Err(e) = configure(pod_ns, end) {
-            let _ = pod_ns.netlink(&op, |h| async move {
-                let index = index_of(&h, &end.name).await?;
-                h.link().del(index).execute().await
-            });
-            return Err(e);
+        let configured = configure(pod_ns, end);
+        if configured.is_err() {
+            delete_just_made(pod_ns, &op, &end.name);
         }
-        Ok(())
+        configured
     })
+}
+
+/// Deletes `name`, which the call `op` just made and could not set up; it may not carry
+/// its alias yet, so it is found by name alone.
+fn delete_just_made(ns: &NetnsFd, op: &str, name: &str) {
+    let _ = ns.netlink(op, |h| async move {
+        let index = index_of(&h, name).await?;
+        h.link().del(index).execute().await
+    });
 }
 
 /// The longest interface alias the kernel keeps (IFALIASZ less its terminating NUL).

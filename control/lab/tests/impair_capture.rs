@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use support::eventually;
@@ -290,25 +290,21 @@ fn icmp_in(file: &std::path::Path) -> Vec<(String, u8, u16)> {
         .collect()
 }
 
-#[test]
-fn a_capture_of_a_ping_across_a_remote_wire_shows_both_directions_in_order() {
-    let name = unique("tcap");
-    let lab = Lab::up(&name, &impaired_lab(&name));
-    assert!(lab.pings("r1", "10.0.13.2", 56));
-    let file = lab.file.with_file_name("remote.pcapng");
-    let mut capture = xwirectl()
-        .args(["lab", "capture", "1", "--lab", &name, "-w"])
-        .arg(&file)
+/// `lab capture LINK -w FILE` of lab `name`, once the file has its first bytes (within
+/// `limit`).
+fn start_capture(name: &str, link: &str, file: &std::path::Path, limit: Duration) -> Child {
+    let capture = xwirectl()
+        .args(["lab", "capture", link, "--lab", name, "-w"])
+        .arg(file)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    assert!(eventually(Duration::from_secs(10), || std::fs::metadata(
-        &file
-    )
-    .is_ok_and(|m| m.len() > 0)));
-    let replies = rtts(&lab, "r1", "10.0.13.2", 3);
-    assert_eq!(replies.len(), 3);
-    // Ctrl-C ends it with a whole file.
+    assert!(eventually(limit, || std::fs::metadata(file).is_ok_and(|m| m.len() > 0)));
+    capture
+}
+
+/// Ends a capture as Ctrl-C does; it must exit cleanly.
+fn end_capture(mut capture: Child) {
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(capture.id() as i32),
         nix::sys::signal::Signal::SIGINT,
@@ -316,6 +312,19 @@ fn a_capture_of_a_ping_across_a_remote_wire_shows_both_directions_in_order() {
     .unwrap();
     let ended = capture.wait().unwrap();
     assert!(ended.success(), "{ended:?}");
+}
+
+#[test]
+fn a_capture_of_a_ping_across_a_remote_wire_shows_both_directions_in_order() {
+    let name = unique("tcap");
+    let lab = Lab::up(&name, &impaired_lab(&name));
+    assert!(lab.pings("r1", "10.0.13.2", 56));
+    let file = lab.file.with_file_name("remote.pcapng");
+    let capture = start_capture(&name, "1", &file, Duration::from_secs(10));
+    let replies = rtts(&lab, "r1", "10.0.13.2", 3);
+    assert_eq!(replies.len(), 3);
+    // Ctrl-C ends it with a whole file.
+    end_capture(capture);
     let expected: Vec<(String, u8, u16)> = (1..=3)
         .flat_map(|seq| {
             [
@@ -514,27 +523,12 @@ links:
     // Captured (at r1's end, whose node's switch sees both directions): that end is
     // bridged while the capture runs; each direction is named by the end it left.
     let file = lab.file.with_file_name("vxlan.pcapng");
-    let mut capture = xwirectl()
-        .args(["lab", "capture", "0", "--lab", &name, "-w"])
-        .arg(&file)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(eventually(Duration::from_secs(15), || std::fs::metadata(
-        &file
-    )
-    .is_ok_and(|m| m.len() > 0)));
+    let capture = start_capture(&name, "0", &file, Duration::from_secs(15));
     assert!(!vxlan_in_pod(&lab, "r1", "eth1") && vxlan_in_pod(&lab, "r2", "eth1"));
     assert!(lab.pings("r1", "10.0.3.2", 56));
     let replies = rtts(&lab, "r1", "10.0.3.2", 3);
     assert_eq!(replies.len(), 3);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(capture.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let ended = capture.wait().unwrap();
-    assert!(ended.success(), "{ended:?}");
+    end_capture(capture);
     let seen = icmp_in(&file);
     for seq in 1..=3u16 {
         assert!(seen.contains(&("r1:eth1".to_owned(), 8, seq)), "{seen:?}");

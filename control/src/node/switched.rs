@@ -88,19 +88,25 @@ impl Node {
         switched
     }
 
-    /// The VXLAN wires of `desired` bridged through the switch: impaired or captured.
+    /// The VXLAN wires of `desired` bridged through the switch.
     pub(super) fn bridged_wires(&self, desired: &Desired) -> HashSet<WireKey> {
         let mut bridged = HashSet::new();
         for pod in &desired.pods {
+            let namespace = &pod.attachment.pod.namespace;
             let vxlan = |l: &&LinkSpec| l.carrier == Some(Carrier::Vxlan);
             for link in pod.links.iter().filter(vxlan) {
-                let wire = link.wire(&pod.attachment.pod.namespace);
-                if link.impairment.is_some() || self.captured(&wire) {
-                    bridged.insert(wire);
+                if self.wants_bridge(namespace, link) {
+                    bridged.insert(link.wire(namespace));
                 }
             }
         }
         bridged
+    }
+
+    /// Whether this node's end of a VXLAN wire of `link` goes through the switch: its
+    /// link is impaired (what this pod sends), or a capture runs on it.
+    pub(super) fn wants_bridge(&self, namespace: &str, link: &LinkSpec) -> bool {
+        link.impairment.is_some() || self.captured(&link.wire(namespace))
     }
 
     /// Makes one pod's end of a switched wire: the veth to the node and the port on its

@@ -22,7 +22,7 @@ use xwire_proto::WireId;
 
 use super::steered::max_frame;
 use super::switched::PodEnd;
-use super::wiring::{log_removal, own_end};
+use super::wiring::{end_ifname, log_removal, own_end};
 use super::{ErrorKind, Journal, Node, NodeError, Step};
 use crate::interfaces::{self, EndSettings, Tunnel};
 use crate::netns::NetnsFd;
@@ -46,8 +46,7 @@ pub(crate) fn vni(id: WireId) -> u32 {
 /// The node's VXLAN device of a bridged end: `xv` and 13 hex digits of a hash of the
 /// wire end (as the veth's node end is `xw` and the same digits).
 pub(crate) fn tunnel_ifname(namespace: &str, pod: &str, uid: u64) -> String {
-    let hash = xwire_proto::fnv1a64(EndKey::new(namespace, pod, uid).as_str().as_bytes());
-    format!("xv{:013x}", hash >> 12)
+    end_ifname("xv", namespace, pod, uid)
 }
 
 /// The alias of a bridged end's VXLAN device: the node end's, marked as the tunnel.
@@ -98,8 +97,7 @@ impl Node {
         let id = link.wire(&namespace).id();
         let tunnel = tunnel_to(id, remote);
         let own = own_end(&namespace, &record.local_pod_name, link);
-        let bridged = link.impairment.is_some() || self.captured(&link.wire(&namespace));
-        record.wire_ifname = if bridged {
+        record.wire_ifname = if self.wants_bridge(&namespace, link) {
             self.bridge(pod_ns, link, record, own, tunnel, journal)?
         } else {
             let netns = record.local_pod_netns.clone();
@@ -288,13 +286,9 @@ impl Node {
         wires
             .iter()
             .filter(|w| w.state == WireState::Vxlan && w.key() != *key)
-            .find(|w| vni_of_record(w) == vni)
+            .find(|w| self::vni(w.wire().id()) == vni)
             .map(|w| w.key().to_string())
     }
-}
-
-fn vni_of_record(record: &WireRecord) -> u32 {
-    vni(record.wire().id())
 }
 
 #[cfg(test)]

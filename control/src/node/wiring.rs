@@ -22,8 +22,14 @@ use crate::topology::{format_cidr, LinkSpec};
 /// The node-side end of a remote wire: `xw` and 13 hex digits of a hash of the wire
 /// end, within Linux's 15 characters and the same on every start.
 pub(crate) fn node_ifname(namespace: &str, pod: &str, uid: u64) -> String {
+    end_ifname("xw", namespace, pod, uid)
+}
+
+/// A node interface of one wire end: a two-letter `prefix` and 13 hex digits of a hash
+/// of the end's key.
+pub(crate) fn end_ifname(prefix: &str, namespace: &str, pod: &str, uid: u64) -> String {
     let hash = xwire_proto::fnv1a64(EndKey::new(namespace, pod, uid).as_str().as_bytes());
-    format!("xw{:013x}", hash >> 12)
+    format!("{prefix}{:013x}", hash >> 12)
 }
 
 /// Whether a remote end's interfaces are already there (made by an earlier run that
