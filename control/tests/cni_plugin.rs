@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::json;
-use support::{call, eventually, pair_topology, plugin, plugin_raw, start_node, Pod};
+use support::{call, eventually, failed_check, pair_topology, plugin, plugin_raw, start_node, Pod};
 use xwire_proto::local::codes;
 use xwire_testbed::checks::ping;
 
@@ -58,18 +58,8 @@ fn same_node_pods_get_a_veth_in_either_order_and_lose_it_on_del() {
 
     // CHECK names what is wrong.
     r1.ns.set_mtu("eth1", 1400).unwrap();
-    let checked = call(&r1, "CHECK", &config);
-    assert_eq!(
-        checked.error_code(),
-        Some(u64::from(codes::CHECK_FAILED)),
-        "{}",
-        checked.output
-    );
-    assert!(
-        checked.output["msg"].as_str().unwrap().contains("MTU 1400"),
-        "{}",
-        checked.output
-    );
+    let msg = failed_check(&r1, &config);
+    assert!(msg.contains("MTU 1400"), "{msg}");
 
     // DEL of r1 takes the wire; r2's end waits for r1 again, which comes back on ADD.
     assert_eq!(call(&r1, "DEL", &config).code, 0);
@@ -826,4 +816,37 @@ fn xwirectl_topology(
         .arg(last)
         .output()
         .unwrap()
+}
+
+/// CHECK looks at what the switch should carry as it looks at interfaces: an impaired
+/// same-node wire on a node without a fast path (no certificates) is a plain veth the
+/// impairment never reaches, and CHECK says so; with the impairment gone, it passes.
+#[test]
+fn check_names_an_impaired_wire_that_the_switch_does_not_carry() {
+    let node = start_node("n1", "");
+    let plain = pair_topology("r1", "r2", R1_R2);
+    let impaired = plain.replacen(
+        "local_ip: 10.0.0.1/30,",
+        "local_ip: 10.0.0.1/30, impairment: {delay: 20ms},",
+        1,
+    );
+    assert_ne!(impaired, plain);
+    node.apply(&impaired);
+    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
+    let config = node.net_config("1.1.0");
+    assert_eq!(call(&r1, "ADD", &config).code, 0);
+    let added = call(&r2, "ADD", &config);
+    assert_eq!(added.code, 0, "{}", added.output);
+    assert!(ping(&r1.ns, "10.0.0.2", 1).unwrap());
+
+    for pod in [&r1, &r2] {
+        let msg = failed_check(pod, &config);
+        assert!(msg.contains("not steered through the switch"), "{msg}");
+    }
+
+    node.apply(&plain);
+    for pod in [&r1, &r2] {
+        let checked = call(pod, "CHECK", &config);
+        assert_eq!(checked.code, 0, "{}", checked.output);
+    }
 }

@@ -10,7 +10,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{call, eventually, start_node, Pod};
+use support::{call, eventually, failed_check, start_node, Pod};
+use xwire_proto::local::{Request, Response};
 use xwire_testbed::checks::ping;
 use xwire_testbed::Netns;
 
@@ -291,4 +292,58 @@ fn a_topology_with_a_route_that_cannot_be_is_refused() {
         let text = format!("{response:?}");
         assert!(text.contains(expected), "{extra}: {text}");
     }
+}
+
+/// CHECK looks at a pod's routes as it looks at its interfaces: one taken away by hand
+/// fails it, named, and the next pass puts it back.
+#[test]
+fn check_names_a_route_taken_away_and_the_next_pass_puts_it_back() {
+    let node = start_node("rtchk", "");
+    node.apply(&topology(R1_ROUTED, R2_ROUTED));
+    let (r1, r2) = (Pod::new("r1"), Pod::new("r2"));
+    let config = node.net_config("1.1.0");
+    assert_eq!(call(&r1, "ADD", &config).code, 0);
+    assert_eq!(call(&r2, "ADD", &config).code, 0);
+    let static_route = "192.0.2.0/24 via 10.0.1.2 dev eth1 table main proto 120";
+    let routed = eventually(Duration::from_secs(10), || {
+        xwire_rules_and_routes(&r1.ns) == (2, 5)
+    });
+    assert!(routed, "r1: {:#?}\n{}", routes(&r1.ns), node.log());
+    let checked = call(&r1, "CHECK", &config);
+    assert_eq!(checked.code, 0, "{}", checked.output);
+
+    run(&r1.ns, &["route", "del", "192.0.2.0/24", "via", "10.0.1.2"]);
+    let msg = failed_check(&r1, &config);
+    assert!(
+        msg.contains("192.0.2.0/24") && msg.contains("missing"),
+        "{msg}"
+    );
+    // r2 is as its Topology says: its CHECK passes.
+    assert_eq!(call(&r2, "CHECK", &config).code, 0);
+
+    let (changes, failures) = match node.ask(&Request::Reconcile).unwrap() {
+        Response::Reconciled { changes, failures } => (changes, failures),
+        other => panic!("{other:?}"),
+    };
+    assert!(failures.is_empty(), "{failures:?}");
+    assert!(
+        changes.iter().any(|c| c.contains("192.0.2.0/24")),
+        "{changes:?}"
+    );
+    assert!(has_route(&r1.ns, static_route), "{:#?}", routes(&r1.ns));
+    assert_eq!(call(&r1, "CHECK", &config).code, 0);
+
+    // A rule of xwire's that its Topology does not ask for (left by hand, or by an older
+    // Topology): CHECK names it too.
+    run(
+        &r1.ns,
+        &[
+            "rule", "add", "from", "10.7.7.7", "lookup", "1000", "priority", "1000", "proto", "120",
+        ],
+    );
+    let msg = failed_check(&r1, &config);
+    assert!(
+        msg.contains("10.7.7.7") && msg.contains("not asked for"),
+        "{msg}"
+    );
 }

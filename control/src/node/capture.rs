@@ -10,7 +10,7 @@ use xwire_fastpath::capture::{Direction, Tap, TapReader};
 use xwire_proto::control::WireKey;
 use xwire_proto::local::{CaptureCall, CaptureDirection, Response};
 
-use super::plan::Desired;
+use super::reconcile::Observation;
 use super::reconcile::Scope;
 use super::steered::steerable;
 use super::{ErrorKind, Node, NodeError};
@@ -125,7 +125,7 @@ impl Node {
             record.link_uid,
         )?;
         if record.state == WireState::Veth && link.as_ref().is_none_or(steerable) {
-            let failures = self.sync_steering(&Desired::default());
+            let failures = self.settle(&mut Observation::default(), false).failures;
             if !self.steered.contains_key(&wire) {
                 return Err(NodeError::new(
                     ErrorKind::Fastpath,
@@ -229,7 +229,7 @@ impl Node {
             !captures.is_empty()
         });
         if ended.iter().any(|wire| self.steered.contains_key(wire)) {
-            for failure in self.sync_steering(&Desired::default()) {
+            for failure in self.settle(&mut Observation::default(), false).failures {
                 tracing::warn!("after a capture: {failure}");
             }
         }

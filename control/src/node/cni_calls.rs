@@ -239,8 +239,10 @@ impl Node {
             ));
         };
         self.open_pod_netns(&call.netns)?;
-        // CHECK answers from the plan: what a pass would do to this pod is what differs.
-        let observation = self.observe(Scope::Pods(std::slice::from_ref(&attachment)))?;
+        // CHECK answers from the plan, both stages: what a pass would do to this pod,
+        // its wire ends, steering, impairments and routes, is what differs.
+        let mut observation = self.observe(Scope::Pods(std::slice::from_ref(&attachment)))?;
+        self.observe_settings(&mut observation, true);
         let problems: Vec<String> = plan(&observation.desired, &observation.observed)
             .iter()
             .filter(|action| action.concerns(&attachment))

@@ -7,8 +7,8 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use super::plan::{node_side, plan, Action, Desired, DesiredPod, Interfaces, Observed, PodNetns};
-use super::wiring::{log_removal, node_ifname, own_end, Made};
+use super::plan::{self, Action, Desired, DesiredPod, Interfaces, Observed, PodNetns};
+use super::wiring::{log_removal, own_end, Made};
 use super::{ErrorKind, Journal, Node, NodeError, Step};
 use crate::interfaces::{self, EndSettings};
 use crate::netns::{NetnsError, NetnsFd};
@@ -25,7 +25,7 @@ pub struct Reconciled {
 }
 
 impl Reconciled {
-    fn changed(&mut self, wire: &str, what: impl std::fmt::Display) {
+    pub(super) fn changed(&mut self, wire: &str, what: impl std::fmt::Display) {
         tracing::info!(wire, "reconcile: {what}");
         self.changes.push(format!("{wire}: {what}"));
     }
@@ -34,6 +34,11 @@ impl Reconciled {
         tracing::warn!(wire, "reconcile: {}: {}", e.msg, e.details);
         self.failures
             .push(format!("{wire}: {}: {}", e.msg, e.details));
+    }
+
+    pub(super) fn merge(&mut self, other: Reconciled) {
+        self.changes.extend(other.changes);
+        self.failures.extend(other.failures);
     }
 }
 
@@ -48,6 +53,16 @@ struct Pass {
     announce: BTreeSet<(String, String)>,
 }
 
+/// What `apply` does when an action fails.
+pub(super) enum OnFailure<'j> {
+    /// A pass: the failure is reported, the other actions go on, and the next pass plans
+    /// it again.
+    GoOn,
+    /// An ADD: all or nothing. Every join's steps go in the journal, for the caller to
+    /// undo when one fails, and the first failure ends the apply.
+    Stop(&'j mut Journal),
+}
+
 /// What a pass looks at.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Scope<'a> {
@@ -59,13 +74,15 @@ pub(super) enum Scope<'a> {
     Detached(&'a AttachmentRecord),
 }
 
-/// What `observe` found, with the namespaces it opened (for `apply`).
+/// What `observe` found, with the namespaces it opened (for `apply`). Empty, it is a
+/// settings stage about no pod: the steered and captured wires alone.
+#[derive(Default)]
 pub(super) struct Observation {
     pub(super) desired: Desired,
     pub(super) observed: Observed,
     pub(super) namespaces: HashMap<AttachmentKey, NetnsFd>,
-    /// The pods looked at (every pod of the node, for a whole-node pass).
-    pub(super) looked_at: HashSet<(String, String)>,
+    /// What could not be observed for the settings stage (`settings.rs`), one line each.
+    pub(super) failures: Vec<String>,
 }
 
 impl Node {
@@ -96,8 +113,11 @@ impl Node {
     ) -> Result<Reconciled, NodeError> {
         let mut observation = self.observe(scope)?;
         observation.desired.rebuild = rebuild.clone();
-        let actions = plan(&observation.desired, &observation.observed);
-        Ok(self.apply(actions, &observation))
+        let actions = plan::wires(&observation.desired, &observation.observed);
+        let mut report = self.apply(actions, &observation, OnFailure::GoOn)?;
+        let clear_stale = !observation.observed.whole_node;
+        report.merge(self.settle(&mut observation, clear_stale));
+        Ok(report)
     }
 
     /// Attaches a pod all or nothing (ADD): its attachment is recorded and its plan
@@ -112,54 +132,13 @@ impl Node {
         journal.record(Step::Attachment {
             key: attachment.key(),
         });
-        let observation = self.observe(Scope::Pods(std::slice::from_ref(attachment)))?;
-        for action in plan(&observation.desired, &observation.observed) {
-            match action {
-                Action::Join {
-                    attachment,
-                    uid,
-                    half_made,
-                    ..
-                } => {
-                    let end = self.end(
-                        &observation.desired,
-                        &observation.observed,
-                        &observation.namespaces,
-                        &attachment,
-                        uid,
-                    )?;
-                    if !self.is_joined(end.pod, uid)? {
-                        let made = Made::from_plan(half_made);
-                        self.connect_end(end.pod, end.ns, end.link, made, journal)?;
-                    }
-                }
-                other => {
-                    let mut pass = Pass::default();
-                    let subject = other.subject();
-                    if let Err(e) = self.apply_one(other, &observation, &mut pass) {
-                        pass.report.failed(&subject, &e);
-                        return Err(e);
-                    }
-                    self.reattach_ports(&mut pass);
-                }
-            }
-        }
-        // The pod's impaired ends are impaired from their first frame.
-        let steering = self.sync_steering(&observation.desired);
-        let impairing = self.sync_impairments(&observation.looked_at);
-        for failure in steering.into_iter().chain(impairing) {
-            tracing::warn!("{failure}");
-        }
-        // Its routes, where its interfaces are up now (and those of a same-node peer
-        // whose end this ADD made); one the kernel refuses is tried again by later passes.
-        let mut routing = Reconciled::default();
-        self.sync_pod_routing(
-            &observation.desired,
-            &observation.namespaces,
-            false,
-            &mut routing,
-        );
-        for failure in &routing.failures {
+        let mut observation = self.observe(Scope::Pods(std::slice::from_ref(attachment)))?;
+        let actions = plan::wires(&observation.desired, &observation.observed);
+        self.apply(actions, &observation, OnFailure::Stop(journal))?;
+        // The pod's impaired ends are impaired from their first frame, and it has its
+        // routes where its interfaces are up now (and those of a same-node peer whose end
+        // this ADD made). What fails here is tried again by later passes.
+        for failure in self.settle(&mut observation, false).failures {
             tracing::warn!("{failure}");
         }
         Ok(())
@@ -198,258 +177,68 @@ impl Node {
             .is_some_and(|w| w.state != WireState::Pending))
     }
 
-    /// Gathers what should be and what is, as plain data: the attachments and their
-    /// topologies' links, the wire records, the interfaces of each pod's namespace (and
-    /// of the node's), the open fast-path ports and the far ends peers announced.
-    pub(super) fn observe(&self, scope: Scope<'_>) -> Result<Observation, NodeError> {
-        let mut desired = Desired::default();
-        let mut observed = Observed {
-            node_name: self.config.node_name.clone(),
-            whole_node: matches!(scope, Scope::Node),
-            ..Observed::default()
-        };
-        let mut namespaces = HashMap::new();
-        let looked_at_pods =
-            self.observe_pods(scope, &mut desired, &mut observed, &mut namespaces)?;
-        let records = self.records_of(scope, &looked_at_pods)?;
-        observed.records = records.into_iter().map(|w| (w.key(), w)).collect();
-        let node_interfaces = match scope {
-            Scope::Node => interfaces::observe(&self.node_ns),
-            // Only the node ends of the pods looked at: one read each, rather than a dump
-            // of a node namespace that may hold thousands.
-            Scope::Pods(_) | Scope::Detached(_) => {
-                self.node_ends_of(&desired, &observed, &looked_at_pods)
-            }
-        };
-        match node_interfaces {
-            Ok(interfaces) => observed.node_interfaces = interfaces,
-            Err(e) => observed.node_unreadable = Some(format!("list its interfaces: {e}")),
-        }
-        if let Scope::Detached(attachment) = scope {
-            observed.detached = Some(attachment.pod.clone());
-        }
-        self.observe_ports_and_far_ends(&mut desired, &mut observed);
-        desired.withdrawn = self.withdrawn.clone();
-        desired.switched = self.switched_wires(&desired);
-        desired.bridged = self.bridged_wires(&desired);
-        Ok(Observation {
-            desired,
-            observed,
-            namespaces,
-            looked_at: looked_at_pods,
-        })
-    }
-
-    /// The attachments the pass plans with and their links (`desired`), and the
-    /// namespaces of the pods it looks at, opened (`namespaces`) and listed
-    /// (`observed`). Returns the pods looked at.
-    fn observe_pods(
-        &self,
-        scope: Scope<'_>,
-        desired: &mut Desired,
-        observed: &mut Observed,
-        namespaces: &mut HashMap<AttachmentKey, NetnsFd>,
-    ) -> Result<HashSet<(String, String)>, NodeError> {
-        let mut looked_at_pods = HashSet::new();
-        // By container and interface, the parts of an attachment's key: a lookup per
-        // attachment makes no key.
-        let scope_keys: HashSet<(&str, &str)> = match scope {
-            Scope::Pods(pods) => pods
-                .iter()
-                .map(|p| (p.container_id.as_str(), p.ifname.as_str()))
-                .collect(),
-            Scope::Node | Scope::Detached(_) => HashSet::new(),
-        };
-        let attachments = match scope {
-            Scope::Node => self.store.attachments()?,
-            Scope::Pods(pods) => self.attachments_and_peers(pods)?,
-            // Nothing is planned for the attached pods; the detached pod's records go.
-            Scope::Detached(_) => Vec::new(),
-        };
-        for attachment in attachments {
-            let (namespace, name) = (&attachment.pod.namespace, &attachment.pod.name);
-            let links = self
-                .topology(namespace, name)?
-                .map(|t| t.links.clone())
-                .unwrap_or_default();
-            let looked_at = match scope {
-                Scope::Node => true,
-                Scope::Pods(_) => scope_keys
-                    .contains(&(attachment.container_id.as_str(), attachment.ifname.as_str())),
-                Scope::Detached(_) => false,
-            };
-            if looked_at {
-                looked_at_pods.insert((namespace.clone(), name.clone()));
-                let seen = match attachment.open_netns() {
-                    Ok(ns) => {
-                        let seen = match interfaces::observe(&ns) {
-                            Ok(interfaces) => PodNetns::Open(interfaces),
-                            Err(e) => PodNetns::Unreadable(format!("list its interfaces: {e}")),
-                        };
-                        namespaces.insert(attachment.key(), ns);
-                        seen
-                    }
-                    Err(e) if e.is_gone() => PodNetns::Gone,
-                    Err(e) => PodNetns::Unreadable(e.to_string()),
-                };
-                observed.pods.insert(attachment.key(), seen);
-            }
-            desired.pods.push(DesiredPod { attachment, links });
-        }
-        Ok(looked_at_pods)
-    }
-
-    /// The wire records the pass plans with. A pass over some pods plans for theirs only
-    /// (the others are taken as they are): it reads their records alone, not every record
-    /// of a node that may hold thousands.
-    fn records_of(
-        &self,
-        scope: Scope<'_>,
-        looked_at_pods: &HashSet<(String, String)>,
-    ) -> Result<Vec<WireRecord>, NodeError> {
-        if let Scope::Node = scope {
-            return Ok(self.store.wires()?);
-        }
-        let detached = match scope {
-            Scope::Detached(attachment) => Some((&attachment.pod.namespace, &attachment.pod.name)),
-            _ => None,
-        };
-        let mut records = Vec::new();
-        for (namespace, pod) in looked_at_pods.iter().map(|(n, p)| (n, p)).chain(detached) {
-            records.extend(self.store.wires_of_pod(namespace, pod)?);
-        }
-        Ok(records)
-    }
-
-    /// The open fast-path ports and the far ends peers announced, of the records the
-    /// plan has only: a pass over some pods looks up the ports and far ends of their
-    /// wires, rather than copying the node's thousands.
-    fn observe_ports_and_far_ends(&self, desired: &mut Desired, observed: &mut Observed) {
-        if observed.whole_node {
-            observed.ports = self.ports.keys().cloned().collect();
-            desired.remote_ends = self
-                .remote_ends
-                .iter()
-                .map(|(key, end)| (key.clone(), end.pod.clone()))
-                .collect();
-            return;
-        }
-        for (key, record) in &observed.records {
-            if self.ports.contains_key(key) {
-                observed.ports.insert(key.clone());
-            }
-            let wire = record.wire();
-            if let Some(end) = self.remote_ends.get(&wire) {
-                desired.remote_ends.insert(wire, end.pod.clone());
-            }
-        }
-    }
-
-    /// The stored attachments of `pods`, and of the pods attached here that their links
-    /// lead to, by key: what a pass over some pods plans with. The plan looks at the
-    /// pods of a scoped pass alone, and at the others only as the far ends of those
-    /// pods' links. Every attachment of the node, copied with its links at every ADD,
-    /// made a lab's ADDs cost the square of its pods: `perf` during a 3,000-pod
-    /// `lab up` found the node threads' time in copies, allocation and hashing.
-    fn attachments_and_peers(
-        &self,
-        pods: &[AttachmentRecord],
-    ) -> Result<Vec<AttachmentRecord>, NodeError> {
-        let mut found = std::collections::BTreeMap::new();
-        let mut peers_sought = HashSet::new();
-        for pod in pods {
-            let Some(stored) = self.store.attachment(&pod.key())? else {
-                continue;
-            };
-            let (namespace, name) = (&stored.pod.namespace, &stored.pod.name);
-            if let Some(topology) = self.topology(namespace, name)? {
-                for link in topology.links.iter() {
-                    if !peers_sought.insert((namespace.clone(), link.peer_pod.clone())) {
-                        continue;
-                    }
-                    if let Some(peer) = self.store.attachment_of_pod(namespace, &link.peer_pod)? {
-                        found.insert(peer.key(), peer);
-                    }
-                }
-            }
-            found.insert(stored.key(), stored);
-        }
-        Ok(found.into_values().collect())
-    }
-
-    /// The node-side interfaces that the remote records of `pods` name, and those of
-    /// their unjoined ends whose pod interface xwire made (a half-made remote end's,
-    /// see `Action::Join`).
-    fn node_ends_of(
-        &self,
-        desired: &Desired,
-        observed: &Observed,
-        pods: &HashSet<(String, String)>,
-    ) -> Result<Interfaces, crate::netns::NetnsError> {
-        let mut found = Interfaces::new();
-        for record in observed.records.values().filter(|r| {
-            r.has_node_end() && pods.contains(&(r.topo_namespace.clone(), r.local_pod_name.clone()))
-        }) {
-            for name in node_side(record) {
-                if let Some(state) = interfaces::inspect(&self.node_ns, &name)? {
-                    found.insert(name, state);
-                }
-            }
-        }
-        for pod in &desired.pods {
-            let Some(PodNetns::Open(in_pod)) = observed.pods.get(&pod.attachment.key()) else {
-                continue;
-            };
-            let (namespace, name) = (&pod.attachment.pod.namespace, &pod.attachment.pod.name);
-            for link in pod.links.iter() {
-                let unjoined = observed
-                    .records
-                    .get(&EndKey::new(namespace, name, link.uid))
-                    .is_none_or(|r| r.state == WireState::Pending);
-                let ours = interfaces::pod_alias(namespace, name, link.uid);
-                let made_here = in_pod
-                    .get(&link.local_intf)
-                    .is_some_and(|i| i.alias.as_deref() == Some(ours.as_str()));
-                if unjoined && made_here {
-                    let node_end = node_ifname(namespace, name, link.uid);
-                    if let Some(state) = interfaces::inspect(&self.node_ns, &node_end)? {
-                        found.insert(node_end, state);
-                    }
-                }
-            }
-        }
-        Ok(found)
-    }
-
-    /// Carries out `actions` one at a time; one that fails is reported, and the rest go
-    /// on (the next pass plans it again).
-    fn apply(&mut self, actions: Vec<Action>, observation: &Observation) -> Reconciled {
+    /// Carries out `actions` one at a time, every kind of action, for a pass and for an
+    /// ADD alike; `on_failure` says what an action that fails does to the others.
+    pub(super) fn apply(
+        &mut self,
+        actions: Vec<Action>,
+        observation: &Observation,
+        mut on_failure: OnFailure<'_>,
+    ) -> Result<Reconciled, NodeError> {
         let mut pass = Pass::default();
-        self.remove_node_ends_at_once(&actions, observation);
+        if let OnFailure::GoOn = on_failure {
+            self.remove_node_ends_at_once(&actions, observation);
+        }
         for action in actions {
             let subject = action.subject();
-            match self.apply_one(action, observation, &mut pass) {
+            let done = match (&mut on_failure, action) {
+                (
+                    OnFailure::Stop(journal),
+                    Action::Join {
+                        attachment,
+                        uid,
+                        half_made,
+                        ..
+                    },
+                ) => self.join_journalled(observation, &attachment, uid, half_made, journal),
+                (_, action) => self.apply_one(action, observation, &mut pass),
+            };
+            match done {
                 Ok(Some((subject, change))) => pass.report.changed(&subject, change),
                 Ok(None) => {}
-                Err(e) => pass.report.failed(&subject, &e),
+                Err(e) => {
+                    pass.report.failed(&subject, &e);
+                    if let OnFailure::Stop(_) = on_failure {
+                        return Err(e);
+                    }
+                }
             }
         }
         self.reattach_ports(&mut pass);
-        for (namespace, pod) in std::mem::take(&mut pass.announce) {
-            self.announce_pod(&namespace, &pod);
+        // An ADD's pod is announced by the call, once it is all done.
+        if let OnFailure::GoOn = on_failure {
+            for (namespace, pod) in std::mem::take(&mut pass.announce) {
+                self.announce_pod(&namespace, &pod);
+            }
         }
-        let steering = self.sync_steering(&observation.desired);
-        let impairing = self.sync_impairments(&observation.looked_at);
-        for failure in steering.into_iter().chain(impairing) {
-            pass.report.failures.push(failure);
+        Ok(pass.report)
+    }
+
+    /// Joins an end for an ADD, every step in `journal` (see `Action::Join`).
+    fn join_journalled(
+        &mut self,
+        observation: &Observation,
+        attachment: &AttachmentKey,
+        uid: u64,
+        half_made: bool,
+        journal: &mut Journal,
+    ) -> Result<Option<(String, String)>, NodeError> {
+        let end = self.end(observation, attachment, uid)?;
+        if !self.is_joined(end.pod, uid)? {
+            let made = Made::from_plan(half_made);
+            self.connect_end(end.pod, end.ns, end.link, made, journal)?;
         }
-        self.sync_pod_routing(
-            &observation.desired,
-            &observation.namespaces,
-            !observation.observed.whole_node,
-            &mut pass.report,
-        );
-        pass.report
+        Ok(None)
     }
 
     /// Deletes the node ends of the remote wires that `actions` take apart (their far
@@ -492,12 +281,10 @@ impl Node {
         pass: &mut Pass,
     ) -> Result<Option<(String, String)>, NodeError> {
         let Observation {
-            desired,
-            observed,
-            namespaces,
-            ..
+            desired, observed, ..
         } = observation;
         let record = |key: &EndKey| record_of(observed, key);
+        let subject = action.subject();
         match action {
             Action::ForgetPod { attachment } => {
                 let pod = pod_of(desired, &attachment)?;
@@ -517,14 +304,14 @@ impl Node {
                 why,
                 half_made,
             } => {
-                let end = self.end(desired, observed, namespaces, &attachment, uid)?;
+                let end = self.end(observation, &attachment, uid)?;
                 if self.is_joined(end.pod, uid)? {
                     return Ok(None);
                 }
                 self.join_end(end, Made::from_plan(half_made), why, pass)
             }
             Action::RemakeVeth { attachment, uid } => {
-                let end = self.end(desired, observed, namespaces, &attachment, uid)?;
+                let end = self.end(observation, &attachment, uid)?;
                 self.set_pending(record(&end.key)?);
                 self.join_end(end, Made::Not, "veth gone: made again", pass)
             }
@@ -536,7 +323,7 @@ impl Node {
                 Ok(change(key, "far end gone: back to pending"))
             }
             Action::Rebuild { attachment, uid } => {
-                let end = self.end(desired, observed, namespaces, &attachment, uid)?;
+                let end = self.end(observation, &attachment, uid)?;
                 let made = record(&end.key)?;
                 // A VXLAN end moving on or off the switch's bridge keeps its tunnel's VNI
                 // and far end: the far end's node has nothing to do.
@@ -547,7 +334,7 @@ impl Node {
                 self.join_end(end, Made::Not, "made anew for its changed link", pass)
             }
             Action::Reattach { attachment, uid } => {
-                let end = self.end(desired, observed, namespaces, &attachment, uid)?;
+                let end = self.end(observation, &attachment, uid)?;
                 let record = record(&end.key)?;
                 if record.state == WireState::Switched {
                     self.reopen_switched(&record, end.link)?;
@@ -561,7 +348,7 @@ impl Node {
                 Ok(None)
             }
             Action::RepairRemote { attachment, uid } => {
-                let end = self.end(desired, observed, namespaces, &attachment, uid)?;
+                let end = self.end(observation, &attachment, uid)?;
                 let what =
                     self.repair_remote(end.ns, end.link, record(&end.key)?, end.interfaces)?;
                 Ok(change(end.key, what))
@@ -574,7 +361,7 @@ impl Node {
                 uid,
                 differs,
             } => {
-                let end = self.end(desired, observed, namespaces, &attachment, uid)?;
+                let end = self.end(observation, &attachment, uid)?;
                 configure_end(&end, &differs)
             }
             Action::ClosePort { key } => {
@@ -590,6 +377,32 @@ impl Node {
                     )
                 })?;
                 Ok(change(name, "node interface with no wire: removed"))
+            }
+            Action::Steer {
+                wire,
+                pods,
+                max_frame,
+            } => {
+                let records = [&pods[0], &pods[1]].map(|pod| {
+                    let key = EndKey::new(&wire.namespace, pod, wire.link_uid);
+                    self.store.wire(&key)?.ok_or_else(|| {
+                        NodeError::new(ErrorKind::Store, format!("no wire record {key}"), "")
+                    })
+                });
+                let [own, peer] = records;
+                self.steer(&wire, [own?, peer?], max_frame)?;
+                Ok(change(subject, "steered through the switch"))
+            }
+            Action::Unsteer { wire, .. } => {
+                self.unsteer(&wire);
+                Ok(change(subject, "back to a straight veth"))
+            }
+            Action::Impair { key, impairment } => self.impair(&key, impairment),
+            Action::Route {
+                attachment, pod, ..
+            } => {
+                self.route(observation, &attachment, &pod, &mut pass.report)?;
+                Ok(None)
             }
         }
     }
@@ -623,12 +436,16 @@ impl Node {
     /// One end of an action: its pod's attachment, namespace and interfaces, and link.
     fn end<'a>(
         &self,
-        desired: &'a Desired,
-        observed: &'a Observed,
-        namespaces: &'a HashMap<AttachmentKey, NetnsFd>,
+        observation: &'a Observation,
         attachment: &AttachmentKey,
         uid: u64,
     ) -> Result<PlannedEnd<'a>, NodeError> {
+        let Observation {
+            desired,
+            observed,
+            namespaces,
+            ..
+        } = observation;
         let pod = pod_of(desired, attachment)?;
         let missing = || {
             NodeError::new(

@@ -9,18 +9,16 @@
 //! Frames larger than native XDP on a veth takes (jumbo MTUs) cannot be steered: such a
 //! wire is remade through the node instead (`switched.rs`).
 
-use std::collections::HashSet;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use xwire_fastpath::{SteeredEnd, NATIVE_MAX_FRAME};
 use xwire_proto::control::WireKey;
 
-use super::plan::Desired;
 use super::{ErrorKind, Node, NodeError, OpenPort};
 use crate::netns::offload::{set_offload, Offload};
 use crate::step_times;
-use crate::store::{EndKey, WireRecord, WireState};
+use crate::store::{EndKey, WireRecord};
 use crate::topology::LinkSpec;
 
 /// How long taking a wire off the switch path waits for the frames its delay holds.
@@ -40,13 +38,6 @@ pub(super) fn steerable(link: &LinkSpec) -> bool {
     max_frame(link) <= NATIVE_MAX_FRAME
 }
 
-/// A wire to steer: its two records (the one of the pod it was found by first) and the
-/// largest frame it carries.
-struct ToSteer {
-    records: [WireRecord; 2],
-    max_frame: usize,
-}
-
 fn steer_error(wire: &WireKey, e: impl std::fmt::Display) -> NodeError {
     NodeError::new(
         ErrorKind::Fastpath,
@@ -59,100 +50,14 @@ fn steer_error(wire: &WireKey, e: impl std::fmt::Display) -> NodeError {
 }
 
 impl Node {
-    /// Steers every same-node veth wire that should go through the switch (impaired or
-    /// captured) and is not, and puts back every steered wire that should not any more.
-    /// Looks at the impaired links of `desired`, the captures, and the wires steered now.
-    /// Returns the failures, one line each.
-    pub(super) fn sync_steering(&mut self, desired: &Desired) -> Vec<String> {
-        let mut candidates: HashSet<(WireKey, String)> = HashSet::new();
-        for pod in &desired.pods {
-            for link in pod.links.iter().filter(|l| l.impairment.is_some()) {
-                let wire = link.wire(&pod.attachment.pod.namespace);
-                candidates.insert((wire, pod.attachment.pod.name.clone()));
-            }
-        }
-        for (wire, ends) in &self.steered {
-            candidates.insert((wire.clone(), ends[0].1.pod.clone()));
-        }
-        let captured: Vec<WireKey> = self
-            .captures
-            .keys()
-            .filter(|w| self.captured(w) && !self.steered.contains_key(*w))
-            .cloned()
-            .collect();
-        if !captured.is_empty() {
-            for record in self.store.wires().unwrap_or_default() {
-                let wire = record.wire();
-                if captured.contains(&wire) {
-                    candidates.insert((wire, record.local_pod_name));
-                }
-            }
-        }
-        let mut failures = Vec::new();
-        let mut seen = HashSet::new();
-        for (wire, pod) in candidates {
-            if !seen.insert(wire.clone()) {
-                continue;
-            }
-            let wanted = match self.steering_wanted(&wire, &pod) {
-                Ok(wanted) => wanted,
-                Err(e) => {
-                    failures.push(format!("{}: {}", e.msg, e.details));
-                    continue;
-                }
-            };
-            let result = match (wanted, self.steered.contains_key(&wire)) {
-                (Some(to_steer), false) => self.steer(&wire, &to_steer),
-                (None, true) => {
-                    self.unsteer(&wire);
-                    Ok(())
-                }
-                _ => Ok(()),
-            };
-            if let Err(e) = result {
-                failures.push(format!("{}: {}", e.msg, e.details));
-            }
-        }
-        failures
-    }
-
-    /// The two records of `wire` (the one of `pod` first) when the wire should be
-    /// steered now: a straight veth on this node, impaired either way or captured, of a
-    /// size that can be steered.
-    fn steering_wanted(&self, wire: &WireKey, pod: &str) -> Result<Option<ToSteer>, NodeError> {
-        let Some(own) = self
-            .store
-            .wire(&EndKey::new(&wire.namespace, pod, wire.link_uid))?
-        else {
-            return Ok(None);
-        };
-        let Some(peer) =
-            self.store
-                .wire(&EndKey::new(&wire.namespace, &own.peer_pod, wire.link_uid))?
-        else {
-            return Ok(None);
-        };
-        if own.state != WireState::Veth || peer.state != WireState::Veth {
-            return Ok(None);
-        }
-        let links = [
-            self.topology_link(&wire.namespace, &own.local_pod_name, wire.link_uid)?,
-            self.topology_link(&wire.namespace, &peer.local_pod_name, wire.link_uid)?,
-        ];
-        let impaired = links.iter().flatten().any(|l| l.impairment.is_some());
-        let fits = links.iter().flatten().all(steerable);
-        let max_frame = links.iter().flatten().map(max_frame).max().unwrap_or(1518);
-        Ok(
-            ((impaired || self.captured(wire)) && fits).then_some(ToSteer {
-                records: [own, peer],
-                max_frame,
-            }),
-        )
-    }
-
     /// Steers the pair of `records` through the worker and records its two ports.
-    fn steer(&mut self, wire: &WireKey, to_steer: &ToSteer) -> Result<(), NodeError> {
-        let records = &to_steer.records;
+    pub(super) fn steer(
+        &mut self,
+        wire: &WireKey,
+        records: [WireRecord; 2],
+        max_frame: usize,
+    ) -> Result<(), NodeError> {
+        let records = &records;
         let Some(fastpath) = &self.fastpath else {
             return Err(NodeError::new(
                 ErrorKind::Fastpath,
@@ -186,7 +91,7 @@ impl Node {
         let id = wire.id();
         let ports = fastpath
             .worker_of(id)
-            .steer_pair(id, ends, to_steer.max_frame)
+            .steer_pair(id, ends, max_frame)
             .map_err(|e| steer_error(wire, e))?
             .ports;
         let end = |i: usize| {
@@ -213,7 +118,7 @@ impl Node {
     /// Takes `wire` off the switch path: its impairments cleared, the frames its delay
     /// holds sent on (for up to `RELEASE_LIMIT`), then its ports closed together, which
     /// forwards what was in flight. Nothing is lost.
-    fn unsteer(&mut self, wire: &WireKey) {
+    pub(super) fn unsteer(&mut self, wire: &WireKey) {
         let Some(ends) = self.steered.remove(wire) else {
             return;
         };

@@ -8,8 +8,8 @@
 //! them (name, MAC, MTU, address); the pods keep running, and frames in flight are lost.
 //!
 //! Impairments are kept as the topology says on every end with a port (remote or
-//! switched): `sync_impairments` compares what the worker was told with the links and
-//! tells it the difference, after every pass.
+//! switched): the settings stage of every pass compares what the worker was told with the
+//! links (`plan/impairments.rs`), and `impair` tells it the difference.
 
 use std::collections::HashSet;
 
@@ -301,73 +301,38 @@ impl Node {
         }
     }
 
-    /// Tells the worker the impairment of each end of `pods` (those the pass or the ADD
-    /// looked at) whose link says other than what it was told last, of each end opened
-    /// since the last sync or left waiting for its link, and of every steered end.
-    /// Returns the failures, one line each.
-    ///
-    /// Only the pods the pass is about, their ends found by key: every port of the node,
-    /// after every ADD, made a lab's bring-up grow with the square of its pods.
-    pub(super) fn sync_impairments(&mut self, pods: &HashSet<(String, String)>) -> Vec<String> {
-        let Some(fastpath) = &self.fastpath else {
-            return Vec::new();
+    /// Tells the worker of `key`'s port its link's impairment (`Action::Impair`). A
+    /// remote end whose link waits for its peer is told by a later pass, of whatever
+    /// pods, once it is up; a port closed since the plan has nothing to tell.
+    pub(super) fn impair(
+        &mut self,
+        key: &EndKey,
+        impairment: Option<ImpairmentSpec>,
+    ) -> Result<Option<(String, String)>, NodeError> {
+        let (Some(fastpath), Some(port)) = (&self.fastpath, self.end_port(key)) else {
+            return Ok(None);
         };
-        let mut keys: Vec<EndKey> = Vec::new();
-        for (namespace, pod) in pods {
-            if let Ok(Some(topology)) = self.topology(namespace, pod) {
-                keys.extend(
-                    topology
-                        .links
-                        .iter()
-                        .map(|l| EndKey::new(namespace, pod, l.uid)),
-                );
-            }
-        }
-        keys.extend(self.impairments_unsynced.iter().cloned());
-        keys.sort_unstable();
-        keys.dedup();
-        let mut failures = Vec::new();
-        let mut told: Vec<(EndKey, Option<ImpairmentSpec>)> = Vec::new();
-        let mut waiting = Vec::new();
-        let open = keys.iter().filter_map(|key| self.ports.get_key_value(key));
-        // Steered ends are few (only impaired or captured same-node wires): all looked
-        // at, as a pod's ADD may steer the wire of a pod it is not.
-        let steered = self.steered.values().flatten().map(|(k, p)| (k, p));
-        for (key, port) in open.chain(steered) {
-            // The link is looked at in place, not copied.
-            let wanted = match self.topology(&port.wire.namespace, &port.pod) {
-                Ok(topology) => topology.and_then(|t| {
-                    let link = t.links.iter().find(|l| l.uid == port.wire.link_uid);
-                    link.and_then(|l| l.impairment)
-                }),
-                Err(e) => {
-                    failures.push(format!("{key}: {}", e.msg));
-                    continue;
+        let (wire, id) = (port.wire_id, port.id);
+        match fastpath
+            .worker_of(wire)
+            .set_impairment(wire, id, impairment)
+        {
+            Ok(()) => {
+                if let Some(port) = self.end_port_mut(key) {
+                    port.impairment = impairment;
                 }
-            };
-            if wanted == port.impairment {
-                continue;
+                let what = if impairment.is_some() {
+                    "impairment set"
+                } else {
+                    "impairment cleared"
+                };
+                Ok(Some((key.to_string(), what.to_owned())))
             }
-            let wire = port.wire_id;
-            match fastpath
-                .worker_of(wire)
-                .set_impairment(wire, port.id, wanted)
-            {
-                Ok(()) => told.push((key.clone(), wanted)),
-                // A remote end whose link waits for its peer: told by a later pass, of
-                // whatever pods, once it is up.
-                Err(WorkerError::NoSuchLink(..)) => waiting.push(key.clone()),
-                Err(e) => failures.push(format!("{key}: impairment not set: {e}")),
+            Err(WorkerError::NoSuchLink(..)) => {
+                self.impairments_unsynced.insert(key.clone());
+                Ok(None)
             }
+            Err(e) => Err(fastpath_error(format!("{key}: impairment not set"), e)),
         }
-        // Every waiting end was looked at: those that still wait are waiting again.
-        self.impairments_unsynced.clear();
-        self.impairments_unsynced.extend(waiting);
-        for (key, spec) in told {
-            if let Some(port) = self.end_port_mut(&key) {
-                port.impairment = spec;
-            }
-        }
-        failures
     }
 }

@@ -5,5 +5,5 @@ pub mod netlink;
 pub mod plan;
 
 pub(crate) use netlink::sync_table;
-pub use netlink::{remove_all, sync, PodRoutingSpec};
+pub use netlink::{observe, remove_all, sync, PodRoutingSpec, RoutingSeen};
 pub use plan::{AddressedEnd, PodRouting, PolicySettings, Route, Rule, Selector, StaticRoute};

@@ -1,7 +1,7 @@
 //! Reads xwire's routes and rules in a namespace back, and writes the changes
 //! `super::plan::changes` names: all of one pod's in one netlink session.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use futures::TryStreamExt;
@@ -36,15 +36,37 @@ struct Found {
 /// interfaces that are there now; the others are never touched.
 pub fn sync(ns: &NetnsFd, spec: &PodRoutingSpec) -> Result<Synced, NetnsError> {
     step_times::time(step_times::ROUTING, || {
-        let mut spec = spec.clone();
+        let spec = spec.clone();
         ns.netlink("set the pod's routes and rules", |h| async move {
             let indexes = link_indexes(&h).await?;
-            for end in &mut spec.ends {
-                end.present = indexes.contains_key(&end.ifname);
-            }
-            let want = plan::desired(&spec.ends, &spec.statics, spec.policy);
+            let want = spec.want(|ifname| indexes.contains_key(ifname));
             let found = read(&h, &indexes).await?;
             Ok(converge(&h, &indexes, found, &want).await)
+        })
+    })
+}
+
+/// xwire's routes and rules in a pod's namespace as they are, and the names of the
+/// interfaces there: what `PodRoutingSpec::changes` compares with what the pod's Topology
+/// asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoutingSeen {
+    pub interfaces: BTreeSet<String>,
+    pub rules: Vec<Rule>,
+    pub routes: Vec<Route>,
+}
+
+/// Reads xwire's routes and rules in `ns`, and its interfaces' names; changes nothing.
+pub fn observe(ns: &NetnsFd) -> Result<RoutingSeen, NetnsError> {
+    step_times::time(step_times::ROUTING, || {
+        ns.netlink("read the pod's routes and rules", |h| async move {
+            let indexes = link_indexes(&h).await?;
+            let found = read(&h, &indexes).await?;
+            Ok(RoutingSeen {
+                interfaces: indexes.into_keys().collect(),
+                rules: found.rules.into_iter().map(|(rule, _)| rule).collect(),
+                routes: found.routes.into_iter().map(|(route, _)| route).collect(),
+            })
         })
     })
 }
@@ -133,6 +155,35 @@ impl PodRoutingSpec {
     /// Whether it asks for nothing at all.
     pub fn is_empty(&self) -> bool {
         self.statics.is_empty() && (self.policy.is_none() || self.ends.is_empty())
+    }
+
+    /// The routes and rules it asks for where the interfaces that `present` names are
+    /// in the pod (an end's table is filled only once its interface is there).
+    /// A static route whose gateway is in the subnet of an end that is not there yet
+    /// waits for it, as the end waits for its wire: the kernel would refuse it, and a
+    /// pod whose wire waits for its far end is as it should be for now.
+    pub fn want(&self, present: impl Fn(&str) -> bool) -> PodRouting {
+        let mut ends = self.ends.clone();
+        for end in &mut ends {
+            end.present = present(&end.ifname);
+        }
+        let statics: Vec<StaticRoute> = self
+            .statics
+            .iter()
+            .filter(|route| {
+                !ends
+                    .iter()
+                    .any(|end| !end.present && plan::within(route.via, end.address))
+            })
+            .cloned()
+            .collect();
+        plan::desired(&ends, &statics, self.policy)
+    }
+
+    /// What to change in a pod found as `seen` to give it what this asks for.
+    pub fn changes(&self, seen: &RoutingSeen) -> plan::Changes {
+        let want = self.want(|ifname| seen.interfaces.contains(ifname));
+        plan::changes(&want, &seen.rules, &seen.routes)
     }
 }
 
@@ -354,4 +405,44 @@ pub(crate) fn describe_route(route: &Route) -> String {
         text.push_str(&format!(" table {}", route.table));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn a_static_route_through_an_end_not_there_yet_waits_for_it() {
+        let end = |ifname: &str, address: &str| AddressedEnd {
+            ifname: ifname.into(),
+            address: (ip(address), 30),
+            peer: None,
+            present: false,
+        };
+        let via = |dst: &str, gateway: &str| StaticRoute {
+            dst: (ip(dst), 24),
+            via: ip(gateway),
+        };
+        let spec = PodRoutingSpec {
+            ends: vec![end("eth1", "10.0.1.1"), end("eth2", "10.0.2.1")],
+            statics: vec![
+                via("192.0.2.0", "10.0.1.2"),
+                via("198.51.100.0", "10.0.2.2"),
+                // Through no end of xwire's (the pod's primary network, say): never waits.
+                via("203.0.113.0", "172.16.0.1"),
+            ],
+            policy: None,
+        };
+        let gateways = |present: &[&str]| -> Vec<IpAddr> {
+            let want = spec.want(|ifname| present.contains(&ifname));
+            want.routes.iter().filter_map(|r| r.via).collect()
+        };
+        assert_eq!(gateways(&[]), vec![ip("172.16.0.1")]);
+        assert_eq!(gateways(&["eth2"]), vec![ip("10.0.2.2"), ip("172.16.0.1")]);
+        assert_eq!(gateways(&["eth1", "eth2"]).len(), 3);
+    }
 }

@@ -229,6 +229,12 @@ fn usable_table(table: u32) -> u32 {
 }
 
 /// `address/prefix` with the host bits cleared.
+/// Whether `address` is in the subnet of `(interface_address, prefix)`.
+pub fn within(address: IpAddr, (interface_address, prefix): (IpAddr, u8)) -> bool {
+    address.is_ipv4() == interface_address.is_ipv4()
+        && network(address, prefix) == network(interface_address, prefix)
+}
+
 pub fn network(address: IpAddr, prefix: u8) -> (IpAddr, u8) {
     let max = if address.is_ipv4() { 32 } else { 128 };
     let net = ipnet::IpNet::new(address, prefix.min(max)).expect("a prefix length in range");

@@ -65,6 +65,23 @@ pub fn plugin_raw(command: &str, env: &[(&str, &str)], stdin: &[u8]) -> Outcome 
 pub fn call(pod: &Pod, command: &str, config: &Value) -> Outcome {
     pod.call(&plugin_bin(), command, config)
 }
+
+/// CHECK of `pod`, which is to find it not as its topology says (code 105): the message
+/// that names what differs.
+#[allow(dead_code)] // not every test file checks
+pub fn failed_check(pod: &Pod, config: &Value) -> String {
+    let checked = call(pod, "CHECK", config);
+    assert_eq!(
+        checked.error_code(),
+        Some(u64::from(xwire_proto::local::codes::CHECK_FAILED)),
+        "{}",
+        checked.output
+    );
+    checked.output["msg"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
 /// Two pods' Topology objects joined by one link per entry of `links`:
 /// (uid, r1's interface and address, r2's interface and address).
 pub fn pair_topology(a: &str, b: &str, links: &[(u64, &str, &str, &str, &str)]) -> String {

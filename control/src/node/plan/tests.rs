@@ -10,6 +10,8 @@ use std::net::IpAddr;
 use xwire_proto::local::PodRef;
 
 use super::*;
+use crate::interfaces;
+use xwire_proto::control::Carrier;
 
 const NODE: &str = "n1";
 

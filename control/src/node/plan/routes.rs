@@ -1,0 +1,50 @@
+//! Which pods' routes and rules are to be brought to what their Topology asks for: each
+//! pod the settings stage read whose xwire routes and rules differ from it, with the
+//! difference in words (`crate::routing` decides what a pod should have).
+
+use super::{Action, Desired, Observed};
+use crate::routing::netlink::{describe_route, describe_rule};
+
+pub(super) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
+    let mut actions = Vec::new();
+    for (attachment, seen) in &observed.routing {
+        let Some(spec) = desired.routing.get(attachment) else {
+            continue;
+        };
+        let changes = spec.changes(seen);
+        if changes.is_empty() {
+            continue;
+        }
+        let mut differs = Vec::new();
+        for &i in &changes.remove_rules {
+            differs.push(format!(
+                "rule {} is not asked for",
+                describe_rule(&seen.rules[i])
+            ));
+        }
+        for &i in &changes.remove_routes {
+            let route = describe_route(&seen.routes[i]);
+            differs.push(format!("route {route} is not asked for"));
+        }
+        for route in &changes.add_routes {
+            differs.push(format!("route {} is missing", describe_route(route)));
+        }
+        for rule in &changes.add_rules {
+            differs.push(format!("rule {} is missing", describe_rule(rule)));
+        }
+        let pod = desired
+            .pods
+            .iter()
+            .find(|p| p.attachment.key() == *attachment)
+            .map_or_else(
+                || attachment.to_string(),
+                |p| format!("{}/{}", p.attachment.pod.namespace, p.attachment.pod.name),
+            );
+        actions.push(Action::Route {
+            attachment: attachment.clone(),
+            pod,
+            differs,
+        });
+    }
+    actions
+}
