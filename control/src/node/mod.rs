@@ -3,6 +3,7 @@
 //! the API server and the peer desk (which reads what peers say on a thread of its own,
 //! `peer_desk.rs`) hand it work in turn, so every change to a pod's wires is serialized.
 
+mod apply;
 mod capture;
 mod claims;
 mod cni_calls;

@@ -1,0 +1,545 @@
+//! A pass's actions carried out: one `apply` for every kind of action, for a pass (each
+//! failure reported, the rest going on) and for an ADD (all or nothing, in a journal).
+
+use std::collections::BTreeSet;
+
+use super::plan::{Action, Desired, DesiredPod, Interfaces, Observed, PodNetns};
+use super::reconcile::{Observation, OnFailure, Reconciled};
+use super::wiring::{log_removal, own_end, Made};
+use super::{ErrorKind, Journal, Node, NodeError};
+use crate::interfaces::{self, EndSettings};
+use crate::netns::NetnsFd;
+use crate::step_times;
+use crate::store::{AttachmentKey, AttachmentRecord, EndKey, WireRecord, WireState};
+use crate::topology::LinkSpec;
+use xwire_proto::control::Carrier;
+
+/// One pass as it goes: its report, and the remote ends that need only their fast-path
+/// port again (a restart), opened together at the end of the pass.
+#[derive(Default)]
+struct Pass {
+    report: Reconciled,
+    reattach: Vec<(WireRecord, LinkSpec)>,
+    /// Pods with an end joined (or recorded pending) this pass: each tells the peers its
+    /// ends once, at the end of the pass.
+    announce: BTreeSet<(String, String)>,
+}
+
+impl Node {
+    /// Whether the end `uid` of the pod of `attachment` is joined (another action may
+    /// have done it: a same-node veth is made from either end).
+    fn is_joined(&self, attachment: &AttachmentRecord, uid: u64) -> Result<bool, NodeError> {
+        let key = EndKey::new(&attachment.pod.namespace, &attachment.pod.name, uid);
+        Ok(self
+            .store
+            .wire(&key)?
+            .is_some_and(|w| w.state != WireState::Pending))
+    }
+
+    /// Carries out `actions` one at a time, every kind of action, for a pass and for an
+    /// ADD alike; `on_failure` says what an action that fails does to the others.
+    pub(super) fn apply(
+        &mut self,
+        actions: Vec<Action>,
+        observation: &Observation,
+        mut on_failure: OnFailure<'_>,
+    ) -> Result<Reconciled, NodeError> {
+        let mut pass = Pass::default();
+        if let OnFailure::GoOn = on_failure {
+            self.remove_node_ends_at_once(&actions, observation);
+        }
+        for action in actions {
+            let subject = action.subject();
+            let done = match (&mut on_failure, action) {
+                (
+                    OnFailure::Stop(journal),
+                    Action::Join {
+                        attachment,
+                        uid,
+                        half_made,
+                        ..
+                    },
+                ) => self.join_journalled(observation, &attachment, uid, half_made, journal),
+                (_, action) => self.apply_one(action, observation, &mut pass),
+            };
+            match done {
+                Ok(Some((subject, change))) => pass.report.changed(&subject, change),
+                Ok(None) => {}
+                Err(e) => {
+                    pass.report.failed(&subject, &e);
+                    if let OnFailure::Stop(_) = on_failure {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        self.reattach_ports(&mut pass);
+        // An ADD's pod is announced by the call, once it is all done.
+        if let OnFailure::GoOn = on_failure {
+            for (namespace, pod) in std::mem::take(&mut pass.announce) {
+                self.announce_pod(&namespace, &pod);
+            }
+        }
+        Ok(pass.report)
+    }
+
+    /// Joins an end for an ADD, every step in `journal` (see `Action::Join`).
+    fn join_journalled(
+        &mut self,
+        observation: &Observation,
+        attachment: &AttachmentKey,
+        uid: u64,
+        half_made: bool,
+        journal: &mut Journal,
+    ) -> Result<Option<(String, String)>, NodeError> {
+        let end = self.end(observation, attachment, uid)?;
+        if !self.is_joined(end.pod, uid)? {
+            let made = Made::from_plan(half_made);
+            self.connect_end(end.pod, end.ns, end.link, made, journal)?;
+        }
+        Ok(None)
+    }
+
+    /// Deletes the node ends of the remote wires that `actions` take apart (their far
+    /// ends gone: a DEL storm on a peer) in one request, before the actions run: one
+    /// request waits once for the kernel's RCU grace periods where one per end waits
+    /// once per end, and an AF_XDP socket whose interface is gone closes at once. The
+    /// actions then find the interfaces gone. Best effort: they delete what is left.
+    fn remove_node_ends_at_once(&self, actions: &[Action], observation: &Observation) {
+        let ends: Vec<(String, String)> = actions
+            .iter()
+            .filter_map(|action| match action {
+                Action::Unjoin { key } | Action::RemoveWire { key, .. } => {
+                    observation.observed.records.get(key)
+                }
+                _ => None,
+            })
+            .filter(|record| record.state == WireState::Remote && !record.wire_ifname.is_empty())
+            .map(|record| {
+                let alias = interfaces::node_alias(
+                    &self.config.node_name,
+                    &record.topo_namespace,
+                    &record.local_pod_name,
+                    record.link_uid,
+                );
+                (record.wire_ifname.clone(), alias)
+            })
+            .collect();
+        if ends.len() > 1 {
+            if let Err(e) = interfaces::delete_all(&self.node_ns, &ends) {
+                tracing::debug!("deleting node ends at once: {e}");
+            }
+        }
+    }
+
+    /// One action; what it changed (and on what), if anything.
+    fn apply_one(
+        &mut self,
+        action: Action,
+        observation: &Observation,
+        pass: &mut Pass,
+    ) -> Result<Option<(String, String)>, NodeError> {
+        let Observation {
+            desired, observed, ..
+        } = observation;
+        let record = |key: &EndKey| record_of(observed, key);
+        let subject = action.subject();
+        match action {
+            Action::ForgetPod { attachment } => {
+                let pod = pod_of(desired, &attachment)?;
+                self.detach(&pod.attachment)?;
+                let what = "the pod's namespace is gone: forgotten";
+                Ok(change(pod_label(&pod.attachment), what))
+            }
+            Action::Unreachable { reason, .. } => Err(unreachable_pod(reason)),
+            Action::RemoveWire { key, why } => {
+                self.disconnect_end(&record(&key)?, true);
+                self.store.remove_wire(&key)?;
+                Ok(change(key, why))
+            }
+            Action::Join {
+                attachment,
+                uid,
+                why,
+                half_made,
+            } => {
+                let end = self.end(observation, &attachment, uid)?;
+                if self.is_joined(end.pod, uid)? {
+                    return Ok(None);
+                }
+                self.join_end(end, Made::from_plan(half_made), why, pass)
+            }
+            Action::RemakeVeth { attachment, uid } => {
+                let end = self.end(observation, &attachment, uid)?;
+                self.set_pending(record(&end.key)?);
+                self.join_end(end, Made::Not, "veth gone: made again", pass)
+            }
+            Action::Unjoin { key } => {
+                let record = record(&key)?;
+                tracing::info!(wire = %key, peer = ?record.peer_node, "far end gone");
+                self.disconnect_end(&record, false);
+                self.set_pending(record);
+                Ok(change(key, "far end gone: back to pending"))
+            }
+            Action::Rebuild { attachment, uid } => {
+                let end = self.end(observation, &attachment, uid)?;
+                let made = record(&end.key)?;
+                // A VXLAN end moving on or off the switch's bridge keeps its tunnel's VNI
+                // and far end: the far end's node has nothing to do.
+                let stays_vxlan =
+                    made.state == WireState::Vxlan && end.link.carrier == Some(Carrier::Vxlan);
+                self.disconnect_end(&made, !stays_vxlan);
+                self.store.remove_wire(&end.key)?;
+                self.join_end(end, Made::Not, "made anew for its changed link", pass)
+            }
+            Action::Reattach { attachment, uid } => {
+                let end = self.end(observation, &attachment, uid)?;
+                let record = record(&end.key)?;
+                if record.state == WireState::Switched {
+                    self.reopen_switched(&record, end.link)?;
+                    return Ok(change(end.key, "re-attached to its interfaces"));
+                }
+                if record.state == WireState::Vxlan {
+                    self.reopen_bridged(&record, end.link)?;
+                    return Ok(change(end.key, "re-attached to its interfaces"));
+                }
+                pass.reattach.push((record, end.link.clone()));
+                Ok(None)
+            }
+            Action::RepairRemote { attachment, uid } => {
+                let end = self.end(observation, &attachment, uid)?;
+                let what =
+                    self.repair_remote(end.ns, end.link, record(&end.key)?, end.interfaces)?;
+                Ok(change(end.key, what))
+            }
+            Action::Foreign { key, ifname, alias } => {
+                Err(foreign_interface(&key, &ifname, alias.as_deref()))
+            }
+            Action::Configure {
+                attachment,
+                uid,
+                differs,
+            } => {
+                let end = self.end(observation, &attachment, uid)?;
+                configure_end(&end, &differs)
+            }
+            Action::ClosePort { key } => {
+                self.close_port(&key);
+                Ok(change(key, "fast-path port with no wire: closed"))
+            }
+            Action::RemoveNodeInterface { name, alias } => {
+                interfaces::delete(&self.node_ns, &name, &alias).map_err(|e| {
+                    NodeError::new(
+                        ErrorKind::Interface,
+                        "remove a stray interface",
+                        e.to_string(),
+                    )
+                })?;
+                Ok(change(name, "node interface with no wire: removed"))
+            }
+            Action::Steer {
+                wire,
+                pods,
+                max_frame,
+            } => {
+                let records = [&pods[0], &pods[1]].map(|pod| {
+                    let key = EndKey::new(&wire.namespace, pod, wire.link_uid);
+                    self.store.wire(&key)?.ok_or_else(|| {
+                        NodeError::new(ErrorKind::Store, format!("no wire record {key}"), "")
+                    })
+                });
+                let [own, peer] = records;
+                self.steer(&wire, [own?, peer?], max_frame)?;
+                Ok(change(subject, "steered through the switch"))
+            }
+            Action::Unsteer { wire, .. } => {
+                self.unsteer(&wire);
+                Ok(change(subject, "back to a straight veth"))
+            }
+            Action::Impair { key, impairment } => self.impair(&key, impairment),
+            Action::Route {
+                attachment, pod, ..
+            } => {
+                self.route(observation, &attachment, &pod, &mut pass.report)?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Joins `end`'s wire (see `join`), and notes its pod for the announcement that
+    /// follows the pass.
+    fn join_end(
+        &mut self,
+        end: PlannedEnd<'_>,
+        made: Made,
+        why: &'static str,
+        pass: &mut Pass,
+    ) -> Result<Option<(String, String)>, NodeError> {
+        let change = self.join(end.pod, end.ns, end.link, end.interfaces, made, why)?;
+        pass.announce.insert(pod_name(end.pod));
+        Ok(change.map(|c| (end.key.to_string(), c.into())))
+    }
+
+    /// Closes the fast-path port of wire record `key`, if it has one.
+    fn close_port(&mut self, key: &EndKey) {
+        if let Some(port) = self.ports.remove(key) {
+            if let Some(fastpath) = &self.fastpath {
+                let wire = port.wire_id;
+                step_times::time(step_times::PORT_CLOSE, || {
+                    let _ = fastpath.worker_of(wire).remove_port(port.id);
+                });
+            }
+        }
+    }
+
+    /// One end of an action: its pod's attachment, namespace and interfaces, and link.
+    fn end<'a>(
+        &self,
+        observation: &'a Observation,
+        attachment: &AttachmentKey,
+        uid: u64,
+    ) -> Result<PlannedEnd<'a>, NodeError> {
+        let Observation {
+            desired,
+            observed,
+            namespaces,
+            ..
+        } = observation;
+        let pod = pod_of(desired, attachment)?;
+        let missing = || {
+            NodeError::new(
+                ErrorKind::Store,
+                format!("{attachment}: nothing observed"),
+                "",
+            )
+        };
+        let link = pod
+            .links
+            .iter()
+            .find(|l| l.uid == uid)
+            .ok_or_else(missing)?;
+        let ns = namespaces.get(attachment).ok_or_else(missing)?;
+        let Some(PodNetns::Open(interfaces)) = observed.pods.get(attachment) else {
+            return Err(missing());
+        };
+        Ok(PlannedEnd {
+            key: EndKey::new(&pod.attachment.pod.namespace, &pod.attachment.pod.name, uid),
+            pod: &pod.attachment,
+            ns,
+            link,
+            interfaces,
+        })
+    }
+
+    /// Opens the ports of the remote ends found with both interfaces in place, all in
+    /// one batch: the worker opens each while this thread waits for them all, instead
+    /// of the two threads taking turns for each port (at a restart of a node with 1000
+    /// remote wires, that halved the time the two spent waiting on each other).
+    fn reattach_ports(&mut self, pass: &mut Pass) {
+        let mut records = Vec::new();
+        let mut specs = Vec::new();
+        for (record, link) in std::mem::take(&mut pass.reattach) {
+            match self.remote_port(&record, &link) {
+                Ok(spec) => {
+                    records.push(record);
+                    specs.push(spec);
+                }
+                Err(e) => pass.report.failed(record.key().as_str(), &e),
+            }
+        }
+        let Some(fastpath) = &self.fastpath else {
+            return; // `remote_port` refused every end: there are no peers.
+        };
+        let opened = fastpath.add_remote_ports(&specs);
+        for ((record, spec), opened) in records.iter().zip(&specs).zip(opened) {
+            // Nothing to undo on failure: a port that could not join was closed again.
+            let mut journal = Journal::default();
+            match self.adopt_remote_port(record, spec, opened, &mut journal) {
+                Ok(()) => pass
+                    .report
+                    .changed(record.key().as_str(), "re-attached to its interfaces"),
+                Err(e) => pass.report.failed(record.key().as_str(), &e),
+            }
+        }
+    }
+
+    /// Joins one end as far as is possible now. A half-made remote end is taken as it
+    /// is; otherwise an interface of the end's name that xwire made for this very end (a
+    /// start interrupted before its record was written) is removed first, and anyone
+    /// else's is left, and the join fails.
+    fn join(
+        &mut self,
+        attachment: &AttachmentRecord,
+        pod_ns: &NetnsFd,
+        link: &LinkSpec,
+        pod_interfaces: &Interfaces,
+        made: Made,
+        what: &'static str,
+    ) -> Result<Option<&'static str>, NodeError> {
+        let ours = interfaces::pod_alias(&attachment.pod.namespace, &attachment.pod.name, link.uid);
+        if made == Made::Not
+            && pod_interfaces
+                .get(&link.local_intf)
+                .is_some_and(|i| i.alias.as_deref() == Some(&ours))
+        {
+            log_removal(
+                interfaces::delete(pod_ns, &link.local_intf, &ours),
+                &link.local_intf,
+            );
+        }
+        let mut journal = Journal::default();
+        match self.connect_end(attachment, pod_ns, link, made, &mut journal) {
+            Ok(()) => {
+                let key = EndKey::new(&attachment.pod.namespace, &attachment.pod.name, link.uid);
+                let pending = self
+                    .store
+                    .wire(&key)?
+                    .is_none_or(|w| w.state == WireState::Pending);
+                if pending {
+                    Ok(Some("recorded, waiting for its far end"))
+                } else {
+                    Ok(Some(what))
+                }
+            }
+            Err(e) => {
+                self.rollback(journal);
+                Err(e)
+            }
+        }
+    }
+
+    /// A remote end with either of its interfaces gone is made again (the plan has
+    /// checked that an interface of its name in the pod is xwire's).
+    fn repair_remote(
+        &mut self,
+        pod_ns: &NetnsFd,
+        link: &LinkSpec,
+        record: WireRecord,
+        pod_interfaces: &Interfaces,
+    ) -> Result<&'static str, NodeError> {
+        let ours = interfaces::pod_alias(
+            &record.topo_namespace,
+            &record.local_pod_name,
+            record.link_uid,
+        );
+        let in_pod = pod_interfaces.contains_key(&record.local_pod_ifname);
+        let mut journal = Journal::default();
+        // Half a veth cannot be: what is left of it is taken away with the rest.
+        self.disconnect_end(&record, false);
+        if in_pod {
+            log_removal(
+                interfaces::delete(pod_ns, &record.local_pod_ifname, &ours),
+                &record.local_pod_ifname,
+            );
+        }
+        let node = record.peer_node.clone().unwrap_or_default();
+        let mut rebuilt = record.clone();
+        let result = self
+            .connect_far(pod_ns, link, &node, Made::Not, &mut rebuilt, &mut journal)
+            .and_then(|()| self.write_wire(&rebuilt).map(drop));
+        match result {
+            Ok(()) => Ok("an interface was gone: made again"),
+            Err(e) => {
+                self.rollback(journal);
+                self.set_pending(record);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// How a pass's report names a pod: `namespace/name`.
+pub(super) fn pod_label(attachment: &AttachmentRecord) -> String {
+    format!("{}/{}", attachment.pod.namespace, attachment.pod.name)
+}
+
+fn pod_name(attachment: &AttachmentRecord) -> (String, String) {
+    (
+        attachment.pod.namespace.clone(),
+        attachment.pod.name.clone(),
+    )
+}
+
+/// The attached pod of an action.
+fn pod_of<'a>(
+    desired: &'a Desired,
+    attachment: &AttachmentKey,
+) -> Result<&'a DesiredPod, NodeError> {
+    desired
+        .pods
+        .iter()
+        .find(|p| p.attachment.has_key(attachment))
+        .ok_or_else(|| NodeError::new(ErrorKind::Store, format!("no attachment {attachment}"), ""))
+}
+
+/// A change a pass reports: what it was about, and what was done.
+fn change(subject: impl std::fmt::Display, what: impl Into<String>) -> Option<(String, String)> {
+    Some((subject.to_string(), what.into()))
+}
+
+/// The wire record `key` as observed.
+fn record_of(observed: &Observed, key: &EndKey) -> Result<WireRecord, NodeError> {
+    (observed.records.get(key).cloned())
+        .ok_or_else(|| NodeError::new(ErrorKind::Store, format!("no record {key}"), ""))
+}
+
+/// Why a pod whose namespace cannot be opened keeps its wires as they are.
+fn unreachable_pod(reason: String) -> NodeError {
+    NodeError::new(
+        ErrorKind::Interface,
+        "its namespace cannot be opened now; its wires are left as they are",
+        reason,
+    )
+}
+
+/// Why a wire whose pod has an interface of its name that xwire did not make is left
+/// alone.
+fn foreign_interface(key: &EndKey, ifname: &str, alias: Option<&str>) -> NodeError {
+    NodeError::new(
+        ErrorKind::InterfaceExists,
+        format!(
+            "the pod of wire {key} has an interface {ifname} that xwire did not make: \
+             the wire is not made again"
+        ),
+        format!("its alias is {alias:?}"),
+    )
+}
+
+/// Sets `end`'s pod interface as its link says, where it `differs` (an address missing,
+/// say): only what is missing is added.
+fn configure_end(
+    end: &PlannedEnd<'_>,
+    differs: &[String],
+) -> Result<Option<(String, String)>, NodeError> {
+    let own = own_end(&end.pod.pod.namespace, &end.pod.pod.name, end.link);
+    let present = end
+        .interfaces
+        .get(&own.name)
+        .map(|i| i.addresses.clone())
+        .unwrap_or_default();
+    let settings = EndSettings {
+        // Only what is missing is added; the alias is the end's already.
+        address: own.address.filter(|a| !present.contains(a)),
+        alias: None,
+        ..own
+    };
+    interfaces::configure(end.ns, &settings).map_err(|e| {
+        NodeError::new(
+            ErrorKind::Interface,
+            format!("configure {}", settings.name),
+            e.to_string(),
+        )
+    })?;
+    let change = format!("set as the topology says ({})", differs.join("; "));
+    Ok(Some((end.key.to_string(), change)))
+}
+
+/// An end an action works on, as observed.
+struct PlannedEnd<'a> {
+    /// Its wire record's key.
+    key: EndKey,
+    pod: &'a AttachmentRecord,
+    ns: &'a NetnsFd,
+    link: &'a LinkSpec,
+    interfaces: &'a Interfaces,
+}
