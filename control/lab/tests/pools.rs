@@ -80,17 +80,29 @@ fn wires_cross_pools_through_their_gateways_and_move_to_the_standby() {
         "{edge}"
     );
     // a3 routes the other pools through a1 in the pools' table, read back by iproute2.
-    let routes = text(&lab_node_exec(
-        &name,
-        "a3",
-        &["ip", "-d", "route", "show", "table", "900"],
-    ));
-    assert!(
-        routes.contains("172.31.3.0/24 via 172.31.1.1 dev underlay0 proto 120"),
-        "{routes}"
-    );
+    let routes_west = || {
+        let table = ["ip", "-d", "route", "show", "table", "900"];
+        let routes = text(&lab_node_exec(&name, "a3", &table));
+        let west = "172.31.3.0/24 via 172.31.1.1 dev underlay0 proto 120";
+        assert!(routes.contains(west), "{routes}");
+    };
+    routes_west();
     let rules = text(&lab_node_exec(&name, "a3", &["ip", "rule"]));
     assert!(rules.contains("to 172.31.3.0/24 lookup 900"), "{rules}");
+
+    // A route of the pools' table taken away by hand is what a pass over the node finds
+    // other than the pools ask, and puts back.
+    let deleted = lab_node_exec(
+        &name,
+        "a3",
+        &["ip", "route", "del", "172.31.3.0/24", "table", "900"],
+    );
+    assert!(deleted.status.success(), "{}", text(&deleted));
+    let socket = format!("/run/xwire/labs/{name}/nodes/a3/api.sock");
+    let pass = run(&["--socket", &socket, "reconcile"]);
+    assert!(pass.status.success(), "{}", text(&pass));
+    assert!(text(&pass).contains("the pools' routes"), "{}", text(&pass));
+    routes_west();
 
     // kill -9 of the active gateway (and of the supervisor first, so that a1 stays
     // down), with a wire inside the pool under traffic meanwhile.

@@ -257,6 +257,10 @@ impl Node {
                 Ok(change(subject, "back to a straight veth"))
             }
             Action::Impair { key, impairment } => self.impair(&key, impairment),
+            Action::PoolRoutes { .. } => {
+                self.sync_pool_routes();
+                Ok(change(subject, "set as the pools ask"))
+            }
             Action::Route {
                 attachment, pod, ..
             } => {

@@ -210,8 +210,27 @@ impl Node {
         true
     }
 
+    /// What the pools ask of their table, and what it has, for a pass over the whole
+    /// node (`plan/routes.rs`); nothing when the node is in no pool.
+    pub(super) fn observe_pool_routing(
+        &self,
+        failures: &mut Vec<String>,
+    ) -> (Option<PodRouting>, Option<routing::RoutingSeen>) {
+        let Some(role) = &self.pools else {
+            return (None, None);
+        };
+        match routing::observe_table(&self.node_ns, role.config.table) {
+            Ok(seen) => (Some(role.desired()), Some(seen)),
+            Err(e) => {
+                failures.push(format!("pools: {e}"));
+                (None, None)
+            }
+        }
+    }
+
     /// Brings the pools' table and its rules to what the role asks for now (at the
-    /// start, when a gateway comes or goes, and on every pass over the node).
+    /// start, when a gateway comes or goes, and when a pass over the node finds them
+    /// other than that: a gateway's TUN device made again takes its routes with it).
     pub(super) fn sync_pool_routes(&mut self) {
         let Some(role) = &mut self.pools else {
             return;

@@ -83,8 +83,6 @@ impl Node {
     /// next pass. An action that fails is reported, and the others go on.
     pub fn reconcile(&mut self) -> Result<Reconciled, NodeError> {
         let started = std::time::Instant::now();
-        // A gateway's TUN device made again takes its routes with it: they come back here.
-        self.sync_pool_routes();
         let done = self.pass(Scope::Node, &HashSet::new());
         self.metrics
             .observe_reconcile_pass(started.elapsed().as_secs_f64());

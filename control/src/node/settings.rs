@@ -74,6 +74,11 @@ impl Node {
         into_observed.steering = observed.steering;
         into_observed.impairments = observed.impairments;
         (into_desired.routing, into_observed.routing) = routing;
+        (into_desired.pool_routing, into_observed.pool_routing) = if into_observed.whole_node {
+            self.observe_pool_routing(&mut failures)
+        } else {
+            (None, None)
+        };
         observation.failures.extend(failures);
     }
 

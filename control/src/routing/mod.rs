@@ -4,6 +4,6 @@
 pub mod netlink;
 pub mod plan;
 
-pub(crate) use netlink::sync_table;
 pub use netlink::{observe, remove_all, sync, PodRoutingSpec, RoutingSeen};
+pub(crate) use netlink::{observe_table, sync_table};
 pub use plan::{AddressedEnd, PodRouting, PolicySettings, Route, Rule, Selector, StaticRoute};

@@ -71,6 +71,32 @@ pub fn observe(ns: &NetnsFd) -> Result<RoutingSeen, NetnsError> {
     })
 }
 
+/// xwire's routes and rules of routing table `table` in `ns` (the rules that look it up
+/// and the routes in it), as they are; changes nothing.
+pub(crate) fn observe_table(ns: &NetnsFd, table: u32) -> Result<RoutingSeen, NetnsError> {
+    step_times::time(step_times::ROUTING, || {
+        ns.netlink("read the node's routes and rules", |h| async move {
+            let indexes = link_indexes(&h).await?;
+            let found = read(&h, &indexes).await?;
+            Ok(RoutingSeen {
+                interfaces: BTreeSet::new(),
+                rules: found
+                    .rules
+                    .into_iter()
+                    .map(|(r, _)| r)
+                    .filter(|r| r.table == table)
+                    .collect(),
+                routes: found
+                    .routes
+                    .into_iter()
+                    .map(|(r, _)| r)
+                    .filter(|r| r.table == table)
+                    .collect(),
+            })
+        })
+    })
+}
+
 /// Brings xwire's routes and rules of routing table `table` in `ns` (the rules that look
 /// it up and the routes in it) to `want`; everything else, xwire's own elsewhere
 /// included, is left as it is.

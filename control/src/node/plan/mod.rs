@@ -20,7 +20,7 @@ use xwire_proto::local::PodRef;
 
 use crate::interfaces::InterfaceState;
 use crate::node::vxlan::tunnel_ifname;
-use crate::routing::{PodRoutingSpec, RoutingSeen};
+use crate::routing::{PodRouting, PodRoutingSpec, RoutingSeen};
 use crate::store::{AttachmentKey, AttachmentRecord, EndKey, WireRecord, WireState};
 use crate::topology::LinkSpec;
 
@@ -66,6 +66,9 @@ pub(crate) struct Desired {
     /// What the Topology of each pod the settings stage looks at asks of its routes and
     /// rules.
     pub(crate) routing: BTreeMap<AttachmentKey, PodRoutingSpec>,
+    /// What the node's pools ask of the pools' routing table, where the node is in a
+    /// pool and the whole node is looked at.
+    pub(crate) pool_routing: Option<PodRouting>,
 }
 
 /// The interfaces of one namespace, by name.
@@ -108,6 +111,8 @@ pub(crate) struct Observed {
     pub(crate) impairments: BTreeMap<EndKey, Option<ImpairmentSpec>>,
     /// xwire's routes and rules in each pod the settings stage looks at, as read back.
     pub(crate) routing: BTreeMap<AttachmentKey, RoutingSeen>,
+    /// xwire's rules and routes of the pools' table on the node, as read back.
+    pub(crate) pool_routing: Option<RoutingSeen>,
 }
 
 /// One step towards the desired state.
@@ -181,6 +186,8 @@ pub(crate) enum Action {
         pod: String,
         differs: Vec<String>,
     },
+    /// The node's routes to the other pools are not what its pool's gateways ask for.
+    PoolRoutes { differs: Vec<String> },
 }
 
 impl Action {
@@ -209,6 +216,7 @@ impl Action {
             }
             Action::Impair { key, .. } => key.to_string(),
             Action::Route { pod, .. } => pod.clone(),
+            Action::PoolRoutes { .. } => "the pools' routes".into(),
         }
     }
 
@@ -252,7 +260,7 @@ impl Action {
                 "the fast path of {key} was not told its link's impairment ({})",
                 if impairment.is_some() { "one" } else { "none" }
             ),
-            Action::Route { differs, .. } => differs.join("; "),
+            Action::Route { differs, .. } | Action::PoolRoutes { differs } => differs.join("; "),
         }
     }
 
@@ -278,6 +286,7 @@ impl Action {
             }
             Action::Impair { key: end, .. } => end.is_of_pod(namespace, pod),
             Action::Route { attachment, .. } => *attachment == key,
+            Action::PoolRoutes { .. } => false,
         }
     }
 }
@@ -296,7 +305,7 @@ pub(crate) fn wires(desired: &Desired, observed: &Observed) -> Vec<Action> {
 }
 
 /// The settings' actions: steering, then impairments (a wire steered now has ports that
-/// start with none), then routes.
+/// start with none), then the pods' routes, then the node's routes to the other pools.
 pub(crate) fn settings(desired: &Desired, observed: &Observed) -> Vec<Action> {
     let mut actions = steering::plan(desired, observed);
     let impairing = impairments::plan(desired, observed, &actions);
