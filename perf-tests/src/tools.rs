@@ -89,11 +89,14 @@ pub fn ensure(needed: &[Tool], install: bool) -> Result<()> {
         packages.join(" "),
         programs.join(", ")
     );
+    // apt-get and dpkg write their progress to standard output, which is this program's
+    // table or JSON: it goes to standard error with the rest of the chatter.
     let status = Command::new("apt-get")
         .args(["-o", "DPkg::Lock::Timeout=300", "install", "-y", "-qq"])
         .arg("--no-install-recommends")
         .args(&packages)
         .env("DEBIAN_FRONTEND", "noninteractive")
+        .stdout(std::process::Stdio::from(std::io::stderr()))
         .status()
         .context("run apt-get")?;
     let still = missing(needed);
