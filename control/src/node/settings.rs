@@ -2,7 +2,7 @@
 //! Steering same-node wires through the switch, the impairments told to ports, and the
 //! pods' routes and rules are observed here, for the pods an observation opened (a
 //! pass's, an ADD's or a CHECK's), planned by `plan::settings` and applied by the one
-//! `apply` of `reconcile.rs`.
+//! `apply` of `apply.rs`.
 
 use std::collections::{BTreeMap, HashMap};
 

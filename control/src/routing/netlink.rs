@@ -58,40 +58,27 @@ pub struct RoutingSeen {
 
 /// Reads xwire's routes and rules in `ns`, and its interfaces' names; changes nothing.
 pub fn observe(ns: &NetnsFd) -> Result<RoutingSeen, NetnsError> {
+    read_seen(ns, "read the pod's routes and rules")
+}
+
+/// xwire's routes and rules of routing table `table` in `ns` (the rules that look it up
+/// and the routes in it), as they are; changes nothing.
+pub(crate) fn observe_table(ns: &NetnsFd, table: u32) -> Result<RoutingSeen, NetnsError> {
+    let mut seen = read_seen(ns, "read the node's routes and rules")?;
+    seen.rules.retain(|r| r.table == table);
+    seen.routes.retain(|r| r.table == table);
+    Ok(seen)
+}
+
+fn read_seen(ns: &NetnsFd, op: &str) -> Result<RoutingSeen, NetnsError> {
     step_times::time(step_times::ROUTING, || {
-        ns.netlink("read the pod's routes and rules", |h| async move {
+        ns.netlink(op, |h| async move {
             let indexes = link_indexes(&h).await?;
             let found = read(&h, &indexes).await?;
             Ok(RoutingSeen {
                 interfaces: indexes.into_keys().collect(),
                 rules: found.rules.into_iter().map(|(rule, _)| rule).collect(),
                 routes: found.routes.into_iter().map(|(route, _)| route).collect(),
-            })
-        })
-    })
-}
-
-/// xwire's routes and rules of routing table `table` in `ns` (the rules that look it up
-/// and the routes in it), as they are; changes nothing.
-pub(crate) fn observe_table(ns: &NetnsFd, table: u32) -> Result<RoutingSeen, NetnsError> {
-    step_times::time(step_times::ROUTING, || {
-        ns.netlink("read the node's routes and rules", |h| async move {
-            let indexes = link_indexes(&h).await?;
-            let found = read(&h, &indexes).await?;
-            Ok(RoutingSeen {
-                interfaces: BTreeSet::new(),
-                rules: found
-                    .rules
-                    .into_iter()
-                    .map(|(r, _)| r)
-                    .filter(|r| r.table == table)
-                    .collect(),
-                routes: found
-                    .routes
-                    .into_iter()
-                    .map(|(r, _)| r)
-                    .filter(|r| r.table == table)
-                    .collect(),
             })
         })
     })

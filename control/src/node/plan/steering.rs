@@ -6,6 +6,7 @@
 use xwire_proto::control::WireKey;
 
 use super::{Action, Desired, Observed};
+use crate::store::EndKey;
 
 /// What a same-node wire's links, and the captures, ask of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,9 +52,9 @@ pub(super) fn plan(desired: &Desired, observed: &Observed) -> Vec<Action> {
 }
 
 /// The two ends' keys of a steered (or to be steered) wire.
-pub(super) fn ends(wire: &WireKey, pods: &[String; 2]) -> [crate::store::EndKey; 2] {
+pub(super) fn ends(wire: &WireKey, pods: &[String; 2]) -> [EndKey; 2] {
     pods.clone()
-        .map(|pod| crate::store::EndKey::new(&wire.namespace, &pod, wire.link_uid))
+        .map(|pod| EndKey::new(&wire.namespace, &pod, wire.link_uid))
 }
 
 #[cfg(test)]
