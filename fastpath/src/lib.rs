@@ -17,6 +17,7 @@ pub mod logs;
 mod packet_port;
 pub mod peer;
 mod peer_control;
+pub mod remote_transport;
 pub mod stats;
 pub mod steered_port;
 mod switch;

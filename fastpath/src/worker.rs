@@ -17,9 +17,11 @@ use crate::counters::LinkCounters;
 use crate::impairment::ImpairmentSpec;
 use crate::link_table::{LinkError, PortId};
 use crate::peer::{
-    Carrier, ControlMessage, PeerConfig, PeerError, PeerEvent, PeerId, TransportCounters,
+    Carrier, ControlMessage, PeerConfig, PeerError, PeerEvent, PeerId, PeerTransport,
+    TransportCounters,
 };
 use crate::peer_control::{ask, drop_queued, wait_for};
+use crate::remote_transport::{BindTransport, RemoteTransport};
 use crate::stats::WorkerStats;
 use crate::steered_port::SteeredEnd;
 use crate::switch::Switch;
@@ -288,7 +290,7 @@ impl Command {
 /// The commands about a worker's peers.
 pub(crate) enum PeerCommand {
     AttachPeers {
-        config: Box<PeerConfig>,
+        bind: BindTransport,
         reply: Sender<Result<SocketAddr, WorkerError>>,
     },
     AddPeer {
@@ -499,12 +501,15 @@ impl Worker {
     /// worker's network namespace; returns the bound address. The worker drives it
     /// between batches, so remote frames take no thread hand-off.
     pub fn attach_peers(&self, config: PeerConfig) -> Result<SocketAddr, WorkerError> {
-        self.ask(|reply| {
-            Command::Peer(PeerCommand::AttachPeers {
-                config: Box::new(config),
-                reply,
-            })
-        })?
+        self.attach_transport(Box::new(move || {
+            PeerTransport::bind(config).map(|t| Box::new(t) as Box<dyn RemoteTransport>)
+        }))
+    }
+
+    /// Gives the worker the transport `bind` makes on the worker's thread (see
+    /// `RemoteTransport`); returns the address it receives on.
+    pub fn attach_transport(&self, bind: BindTransport) -> Result<SocketAddr, WorkerError> {
+        self.ask(|reply| Command::Peer(PeerCommand::AttachPeers { bind, reply }))?
     }
 
     /// Declares a peer node (see `PeerTransport::add_peer`).

@@ -5,10 +5,14 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use super::endpoint::PeerEndpoint;
+use xwire_proto::control::{Carrier, ControlMessage};
+use xwire_proto::WireId;
+
+use super::endpoint::{NotSent, PeerEndpoint};
+use super::inbox::ReceivedFrame;
 use super::transmit::{Flush, Transmit};
 use super::udp::Udp;
-use super::{PeerConfig, PeerError, TransportCounters};
+use super::{PeerConfig, PeerError, PeerEvent, PeerId, TransportCounters};
 
 /// Receive batches per `poll`: a few, so that sending gets its turn under load.
 const RECV_ROUNDS: usize = 4;
@@ -151,5 +155,77 @@ impl PeerTransport {
         let now = Instant::now();
         self.endpoint.close_all(now);
         self.transmit(now);
+    }
+}
+
+/// The switch's view of QUIC: everything it asks goes to the endpoint or the socket.
+impl crate::remote_transport::RemoteTransport for PeerTransport {
+    fn local_addr(&self) -> SocketAddr {
+        PeerTransport::local_addr(self)
+    }
+
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        PeerTransport::as_fd(self)
+    }
+
+    fn send_frame(
+        &mut self,
+        now: Instant,
+        peer: PeerId,
+        wire: WireId,
+        frame: &[u8],
+        carrier: Option<Carrier>,
+    ) -> Result<(), NotSent> {
+        self.endpoint.send_frame(now, peer, wire, frame, carrier)
+    }
+
+    fn poll(&mut self, flush: Flush) -> Polled {
+        PeerTransport::poll(self, flush)
+    }
+
+    fn next_frame(&mut self) -> Option<ReceivedFrame<'_>> {
+        self.endpoint.poll_frame()
+    }
+
+    fn count_unknown_link(&mut self) {
+        self.endpoint.count_unknown_link();
+    }
+
+    fn timeout(&mut self) -> Option<Duration> {
+        PeerTransport::timeout(self)
+    }
+
+    fn add_peer(
+        &mut self,
+        name: &str,
+        addr: SocketAddr,
+        carrier: Carrier,
+        now: Instant,
+    ) -> Result<PeerId, PeerError> {
+        self.endpoint.add_peer(name, addr, carrier, now)
+    }
+
+    fn retire_peer(&mut self, peer: PeerId, now: Instant) -> bool {
+        self.endpoint.retire_peer(peer, now)
+    }
+
+    fn send_control(&mut self, now: Instant, peer: PeerId, message: &ControlMessage) -> bool {
+        self.endpoint.send_control(now, peer, message)
+    }
+
+    fn counters(&self) -> TransportCounters {
+        PeerTransport::counters(self)
+    }
+
+    fn peer_stats(&mut self) -> Vec<crate::stats::PeerStats> {
+        self.endpoint.peer_stats()
+    }
+
+    fn take_events(&mut self) -> Vec<PeerEvent> {
+        self.endpoint.take_events()
+    }
+
+    fn close(&mut self) {
+        PeerTransport::close(self)
     }
 }

@@ -8,7 +8,7 @@ use xwire_proto::WireId;
 
 use crate::counters::{Direction, LinkCounters};
 use crate::link_table::PortId;
-use crate::peer::{PeerEndpoint, PeerTransport};
+use crate::remote_transport::RemoteTransport;
 use crate::worker::{Command, Join, PeerCommand, WorkerConfig, WorkerError};
 
 use super::extras::LinkExtras;
@@ -99,16 +99,14 @@ impl Switch {
 
     fn apply_to_peers(&mut self, command: PeerCommand) {
         match command {
-            PeerCommand::AttachPeers { config, reply } => {
-                let result = PeerTransport::bind(*config)
-                    .map_err(WorkerError::from)
-                    .and_then(|t| {
-                        let addr = t.local_addr();
-                        self.attach_peers(t).map_err(|e| {
-                            WorkerError::Start(format!("watch the peer transport's socket: {e}"))
-                        })?;
-                        Ok(addr)
-                    });
+            PeerCommand::AttachPeers { bind, reply } => {
+                let result = bind().map_err(WorkerError::from).and_then(|t| {
+                    let addr = t.local_addr();
+                    self.attach_peers(t).map_err(|e| {
+                        WorkerError::Start(format!("watch the peer transport's socket: {e}"))
+                    })?;
+                    Ok(addr)
+                });
                 let _ = reply.send(result);
             }
             PeerCommand::AddPeer {
@@ -169,12 +167,12 @@ impl Switch {
         Ok(f(&mut self.extras, link, direction))
     }
 
-    /// What `f` does with the peer endpoint; an error if the worker has no peers.
+    /// What `f` does with the peer transport; an error if the worker has no peers.
     fn with_peers<T>(
         &mut self,
-        f: impl FnOnce(&mut PeerEndpoint) -> Result<T, WorkerError>,
+        f: impl FnOnce(&mut (dyn RemoteTransport + 'static)) -> Result<T, WorkerError>,
     ) -> Result<T, WorkerError> {
-        f(self.peers_mut().ok_or(WorkerError::NoPeers)?.endpoint_mut())
+        f(self.peers_mut().ok_or(WorkerError::NoPeers)?)
     }
 
     pub(super) fn join_remote(

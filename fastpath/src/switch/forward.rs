@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use crate::counters::{Direction, DropReason};
 use crate::link_table::{LinkTable, PortId, Verdict};
-use crate::peer::PeerTransport;
+use crate::remote_transport::RemoteTransport;
 use crate::worker::WorkerConfig;
 use crate::xdp_port::{Lent, XdpPort, MAX_FRAME_ROOM};
 
@@ -452,7 +452,7 @@ fn split_slot<'a>(
 /// impairment (`LinkExtras::admit`).
 fn route(
     table: &LinkTable,
-    peers: &mut Option<PeerTransport>,
+    peers: &mut Option<Box<dyn RemoteTransport>>,
     others: &mut OtherSlots<'_>,
     extras: &mut LinkExtras,
     verdict: Verdict,
@@ -471,7 +471,7 @@ fn route(
 
 fn send_now(
     table: &LinkTable,
-    peers: &mut Option<PeerTransport>,
+    peers: &mut Option<Box<dyn RemoteTransport>>,
     others: &mut OtherSlots<'_>,
     verdict: Verdict,
     frame: &[u8],

@@ -16,7 +16,7 @@ use crossbeam_channel::{Receiver, TryRecvError};
 
 use crate::link_table::{LinkTable, PortId};
 use crate::packet_port::PacketPort;
-use crate::peer::PeerTransport;
+use crate::remote_transport::RemoteTransport;
 use crate::steered_port::SteeredPort;
 use crate::worker::{Command, Join, PortChoice, PortInfo, PortKind, WorkerConfig, WorkerError};
 use crate::xdp_port::{KernelDrops, Lent, PortError, Steering, XdpMode, XdpPort};
@@ -112,8 +112,8 @@ struct WaitingPort {
 pub(crate) struct Switch {
     /// Indexed by `PortId`; `None` where a port was removed (reused by the next one).
     slots: Vec<Option<Slot>>,
-    /// The QUIC transport to peer nodes, once attached.
-    peers: Option<PeerTransport>,
+    /// The transport to peer nodes, once attached.
+    peers: Option<Box<dyn RemoteTransport>>,
     /// One frame gathered from its descriptor chain (a jumbo frame).
     frame_buf: Vec<u8>,
     table: LinkTable,
@@ -323,7 +323,7 @@ impl Switch {
         } else {
             REBIND_PAUSE
         };
-        if let Some(timer) = self.peers.as_mut().and_then(PeerTransport::timeout) {
+        if let Some(timer) = self.peers.as_mut().and_then(|peers| peers.timeout()) {
             limit = limit.min(timer);
         }
         if self.resizing > 0 {

@@ -1,11 +1,14 @@
-//! The switch's side of remote wires: frames to and from the peer transport, counted on
-//! their links like any other.
+//! The switch's side of remote wires: frames to and from the node's transport to its
+//! peers (whatever carries them: see `remote_transport.rs`), counted on their links like
+//! any other.
 
 use std::time::Instant;
 
 use crate::counters::DropReason;
 use crate::link_table::{LinkTable, Verdict};
-use crate::peer::{Flush, NotSent, PeerEvent, PeerTransport, ReceivedFrame, TransportCounters};
+use crate::remote_transport::{
+    Flush, NotSent, PeerEvent, ReceivedFrame, RemoteTransport, TransportCounters,
+};
 
 use super::extras::LinkExtras;
 use super::forward::{count_drop, deliver, Pass};
@@ -13,7 +16,7 @@ use super::{sleep, Slot, Switch};
 
 /// Hands one frame with a `Verdict::Remote` to the transport, counted on its link.
 pub(super) fn send(
-    peers: &mut Option<PeerTransport>,
+    peers: &mut Option<Box<dyn RemoteTransport>>,
     table: &LinkTable,
     verdict: Verdict,
     frame: &[u8],
@@ -30,7 +33,7 @@ pub(super) fn send(
         return;
     };
     let sent = match peers.as_mut() {
-        Some(p) => p.endpoint_mut().send_frame(now, peer, wire, frame, carrier),
+        Some(p) => p.send_frame(now, peer, wire, frame, carrier),
         None => Err(NotSent::NotConnected),
     };
     let reason = match sent {
@@ -110,16 +113,15 @@ impl Switch {
             return Pass::default();
         };
         let polled = peers.poll(flush);
-        let endpoint = peers.endpoint_mut();
         let sparse = super::forward::sparse(slots.len());
-        while let Some(frame) = endpoint.poll_frame() {
+        while let Some(frame) = peers.next_frame() {
             // Only DATAGRAM frames count: a stream's flow control already holds its
             // sender back, and giving the socket a stream's frames first only tipped the
             // balance between the two directions (see `forward::port_batches`).
             *from_peers += usize::from(!frame.on_stream);
             let touched = sparse.then_some(&mut *touched);
             if !deliver_remote(table, slots, extras, touched, frame) {
-                endpoint.count_unknown_link();
+                peers.count_unknown_link();
             }
         }
         Pass {
@@ -130,18 +132,18 @@ impl Switch {
 
     /// Takes the transport, or gives it back when the worker cannot watch its socket
     /// (it would then hear peers only while it spins).
-    pub(super) fn attach_peers(&mut self, transport: PeerTransport) -> nix::Result<()> {
+    pub(super) fn attach_peers(&mut self, transport: Box<dyn RemoteTransport>) -> nix::Result<()> {
         self.sleeper.watch(transport.as_fd(), sleep::NOT_A_PORT)?;
         self.peers = Some(transport);
         Ok(())
     }
 
-    pub(super) fn peers_mut(&mut self) -> Option<&mut PeerTransport> {
-        self.peers.as_mut()
+    pub(super) fn peers_mut(&mut self) -> Option<&mut (dyn RemoteTransport + 'static)> {
+        self.peers.as_deref_mut()
     }
 
     pub(super) fn peer_status(&mut self) -> Option<(TransportCounters, Vec<PeerEvent>)> {
         let peers = self.peers.as_mut()?;
-        Some((peers.counters(), peers.endpoint_mut().take_events()))
+        Some((peers.counters(), peers.take_events()))
     }
 }

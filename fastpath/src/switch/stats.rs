@@ -38,7 +38,7 @@ impl Switch {
             link.umem_frames = [frames(link.a), link.b.and_then(frames)];
         }
         let (transport, peers) = match self.peers.as_mut() {
-            Some(peers) => (Some(peers.counters()), peers.endpoint_mut().peer_stats()),
+            Some(peers) => (Some(peers.counters()), peers.peer_stats()),
             None => (None, Vec::new()),
         };
         WorkerStats {
