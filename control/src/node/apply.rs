@@ -26,16 +26,6 @@ struct Pass {
 }
 
 impl Node {
-    /// Whether the end `uid` of the pod of `attachment` is joined (another action may
-    /// have done it: a same-node veth is made from either end).
-    fn is_joined(&self, attachment: &AttachmentRecord, uid: u64) -> Result<bool, NodeError> {
-        let key = EndKey::new(&attachment.pod.namespace, &attachment.pod.name, uid);
-        Ok(self
-            .store
-            .wire(&key)?
-            .is_some_and(|w| w.state != WireState::Pending))
-    }
-
     /// Carries out `actions` one at a time, every kind of action, for a pass and for an
     /// ADD alike; `on_failure` says what an action that fails does to the others.
     pub(super) fn apply(
@@ -93,9 +83,10 @@ impl Node {
         journal: &mut Journal,
     ) -> Result<Option<(String, String)>, NodeError> {
         let end = self.end(observation, attachment, uid)?;
-        if !self.is_joined(end.pod, uid)? {
+        if !self.records.is_joined(end.pod, uid)? {
             let made = Made::from_plan(half_made);
-            self.connect_end(end.pod, end.ns, end.link, made, journal)?;
+            self.wiring()
+                .connect_end(end.pod, end.ns, end.link, made, journal)?;
         }
         Ok(None)
     }
@@ -126,7 +117,7 @@ impl Node {
             })
             .collect();
         if ends.len() > 1 {
-            if let Err(e) = interfaces::delete_all(&self.node_ns, &ends) {
+            if let Err(e) = interfaces::delete_all(&self.netns.node_ns, &ends) {
                 tracing::debug!("deleting node ends at once: {e}");
             }
         }
@@ -153,8 +144,8 @@ impl Node {
             }
             Action::Unreachable { reason, .. } => Err(unreachable_pod(reason)),
             Action::RemoveWire { key, why } => {
-                self.disconnect_end(&record(&key)?, true);
-                self.store.remove_wire(&key)?;
+                self.wiring().disconnect_end(&record(&key)?, true);
+                self.records.store.remove_wire(&key)?;
                 Ok(change(key, why))
             }
             Action::Join {
@@ -164,21 +155,21 @@ impl Node {
                 half_made,
             } => {
                 let end = self.end(observation, &attachment, uid)?;
-                if self.is_joined(end.pod, uid)? {
+                if self.records.is_joined(end.pod, uid)? {
                     return Ok(None);
                 }
                 self.join_end(end, Made::from_plan(half_made), why, pass)
             }
             Action::RemakeVeth { attachment, uid } => {
                 let end = self.end(observation, &attachment, uid)?;
-                self.set_pending(record(&end.key)?);
+                self.records.set_pending(record(&end.key)?);
                 self.join_end(end, Made::Not, "veth gone: made again", pass)
             }
             Action::Unjoin { key } => {
                 let record = record(&key)?;
                 tracing::info!(wire = %key, peer = ?record.peer_node, "far end gone");
-                self.disconnect_end(&record, false);
-                self.set_pending(record);
+                self.wiring().disconnect_end(&record, false);
+                self.records.set_pending(record);
                 Ok(change(key, "far end gone: back to pending"))
             }
             Action::Rebuild { attachment, uid } => {
@@ -188,19 +179,19 @@ impl Node {
                 // and far end: the far end's node has nothing to do.
                 let stays_vxlan =
                     made.state == WireState::Vxlan && end.link.carrier == Some(Carrier::Vxlan);
-                self.disconnect_end(&made, !stays_vxlan);
-                self.store.remove_wire(&end.key)?;
+                self.wiring().disconnect_end(&made, !stays_vxlan);
+                self.records.store.remove_wire(&end.key)?;
                 self.join_end(end, Made::Not, "made anew for its changed link", pass)
             }
             Action::Reattach { attachment, uid } => {
                 let end = self.end(observation, &attachment, uid)?;
                 let record = record(&end.key)?;
                 if record.state == WireState::Switched {
-                    self.reopen_switched(&record, end.link)?;
+                    self.wiring().reopen_switched(&record, end.link)?;
                     return Ok(change(end.key, "re-attached to its interfaces"));
                 }
                 if record.state == WireState::Vxlan {
-                    self.reopen_bridged(&record, end.link)?;
+                    self.wiring().reopen_bridged(&record, end.link)?;
                     return Ok(change(end.key, "re-attached to its interfaces"));
                 }
                 pass.reattach.push((record, end.link.clone()));
@@ -224,11 +215,11 @@ impl Node {
                 configure_end(&end, &differs)
             }
             Action::ClosePort { key } => {
-                self.close_port(&key);
+                self.data.close_port(&key);
                 Ok(change(key, "fast-path port with no wire: closed"))
             }
             Action::RemoveNodeInterface { name, alias } => {
-                interfaces::delete(&self.node_ns, &name, &alias).map_err(|e| {
+                interfaces::delete(&self.netns.node_ns, &name, &alias).map_err(|e| {
                     NodeError::new(
                         ErrorKind::Interface,
                         "remove a stray interface",
@@ -244,27 +235,28 @@ impl Node {
             } => {
                 let records = [&pods[0], &pods[1]].map(|pod| {
                     let key = EndKey::new(&wire.namespace, pod, wire.link_uid);
-                    self.store.wire(&key)?.ok_or_else(|| {
+                    self.records.store.wire(&key)?.ok_or_else(|| {
                         NodeError::new(ErrorKind::Store, format!("no wire record {key}"), "")
                     })
                 });
                 let [own, peer] = records;
-                self.steer(&wire, [own?, peer?], max_frame)?;
+                self.data.steer(&wire, [own?, peer?], max_frame)?;
                 Ok(change(subject, "steered through the switch"))
             }
             Action::Unsteer { wire, .. } => {
-                self.unsteer(&wire);
+                self.data.unsteer(&wire);
                 Ok(change(subject, "back to a straight veth"))
             }
-            Action::Impair { key, impairment } => self.impair(&key, impairment),
+            Action::Impair { key, impairment } => self.data.impair(&key, impairment),
             Action::PoolRoutes { .. } => {
-                self.sync_pool_routes();
+                self.routing.sync_pool_routes(&self.netns.node_ns);
                 Ok(change(subject, "set as the pools ask"))
             }
             Action::Route {
                 attachment, pod, ..
             } => {
-                self.route(observation, &attachment, &pod, &mut pass.report)?;
+                self.records
+                    .route(observation, &attachment, &pod, &mut pass.report)?;
                 Ok(None)
             }
         }
@@ -282,18 +274,6 @@ impl Node {
         let change = self.join(end.pod, end.ns, end.link, end.interfaces, made, why)?;
         pass.announce.insert(pod_name(end.pod));
         Ok(change.map(|c| (end.key.to_string(), c.into())))
-    }
-
-    /// Closes the fast-path port of wire record `key`, if it has one.
-    fn close_port(&mut self, key: &EndKey) {
-        if let Some(port) = self.ports.remove(key) {
-            if let Some(fastpath) = &self.fastpath {
-                let wire = port.wire_id;
-                step_times::time(step_times::PORT_CLOSE, || {
-                    let _ = fastpath.worker_of(wire).remove_port(port.id);
-                });
-            }
-        }
     }
 
     /// One end of an action: its pod's attachment, namespace and interfaces, and link.
@@ -343,7 +323,7 @@ impl Node {
         let mut records = Vec::new();
         let mut specs = Vec::new();
         for (record, link) in std::mem::take(&mut pass.reattach) {
-            match self.remote_port(&record, &link) {
+            match self.wiring().remote_port(&record, &link) {
                 Ok(spec) => {
                     records.push(record);
                     specs.push(spec);
@@ -351,14 +331,17 @@ impl Node {
                 Err(e) => pass.report.failed(record.key().as_str(), &e),
             }
         }
-        let Some(fastpath) = &self.fastpath else {
+        let Some(fastpath) = &self.data.fastpath else {
             return; // `remote_port` refused every end: there are no peers.
         };
         let opened = fastpath.add_remote_ports(&specs);
         for ((record, spec), opened) in records.iter().zip(&specs).zip(opened) {
             // Nothing to undo on failure: a port that could not join was closed again.
             let mut journal = Journal::default();
-            match self.adopt_remote_port(record, spec, opened, &mut journal) {
+            match self
+                .data
+                .adopt_remote_port(record, spec, opened, &mut journal)
+            {
                 Ok(()) => pass
                     .report
                     .changed(record.key().as_str(), "re-attached to its interfaces"),
@@ -392,10 +375,14 @@ impl Node {
             );
         }
         let mut journal = Journal::default();
-        match self.connect_end(attachment, pod_ns, link, made, &mut journal) {
+        match self
+            .wiring()
+            .connect_end(attachment, pod_ns, link, made, &mut journal)
+        {
             Ok(()) => {
                 let key = EndKey::new(&attachment.pod.namespace, &attachment.pod.name, link.uid);
                 let pending = self
+                    .records
                     .store
                     .wire(&key)?
                     .is_none_or(|w| w.state == WireState::Pending);
@@ -406,7 +393,7 @@ impl Node {
                 }
             }
             Err(e) => {
-                self.rollback(journal);
+                self.wiring().rollback(journal);
                 Err(e)
             }
         }
@@ -429,7 +416,7 @@ impl Node {
         let in_pod = pod_interfaces.contains_key(&record.local_pod_ifname);
         let mut journal = Journal::default();
         // Half a veth cannot be: what is left of it is taken away with the rest.
-        self.disconnect_end(&record, false);
+        self.wiring().disconnect_end(&record, false);
         if in_pod {
             log_removal(
                 interfaces::delete(pod_ns, &record.local_pod_ifname, &ours),
@@ -439,13 +426,14 @@ impl Node {
         let node = record.peer_node.clone().unwrap_or_default();
         let mut rebuilt = record.clone();
         let result = self
+            .wiring()
             .connect_far(pod_ns, link, &node, Made::Not, &mut rebuilt, &mut journal)
-            .and_then(|()| self.write_wire(&rebuilt).map(drop));
+            .and_then(|()| self.records.write_wire(&rebuilt).map(drop));
         match result {
             Ok(()) => Ok("an interface was gone: made again"),
             Err(e) => {
-                self.rollback(journal);
-                self.set_pending(record);
+                self.wiring().rollback(journal);
+                self.records.set_pending(record);
                 Err(e)
             }
         }
@@ -546,4 +534,30 @@ struct PlannedEnd<'a> {
     ns: &'a NetnsFd,
     link: &'a LinkSpec,
     interfaces: &'a Interfaces,
+}
+
+impl super::DataPlane {
+    /// Closes the fast-path port of wire record `key`, if it has one.
+    fn close_port(&mut self, key: &EndKey) {
+        if let Some(port) = self.ports.remove(key) {
+            if let Some(fastpath) = &self.fastpath {
+                let wire = port.wire_id;
+                step_times::time(step_times::PORT_CLOSE, || {
+                    let _ = fastpath.worker_of(wire).remove_port(port.id);
+                });
+            }
+        }
+    }
+}
+
+impl super::Records {
+    /// Whether the end `uid` of the pod of `attachment` is joined (another action may
+    /// have done it: a same-node veth is made from either end).
+    fn is_joined(&self, attachment: &AttachmentRecord, uid: u64) -> Result<bool, NodeError> {
+        let key = EndKey::new(&attachment.pod.namespace, &attachment.pod.name, uid);
+        Ok(self
+            .store
+            .wire(&key)?
+            .is_some_and(|w| w.state != WireState::Pending))
+    }
 }

@@ -31,23 +31,12 @@ pub struct CaptureStream {
 }
 
 impl Node {
-    /// Whether a capture of `wire` runs.
-    pub(super) fn captured(&self, wire: &WireKey) -> bool {
-        self.captures
-            .get(wire)
-            .is_some_and(|c| c.iter().any(|w| w.strong_count() > 0))
-    }
-
-    /// The capture started by the last request, for the API connection to take.
-    pub(crate) fn take_started_capture(&mut self) -> Option<CaptureStream> {
-        self.started_capture.take()
-    }
-
     pub(super) fn start_capture(&mut self, call: CaptureCall) -> Result<Response, NodeError> {
-        let record = self.captured_end(&call)?;
+        let record = self.records.captured_end(&call)?;
         let wire = record.wire();
         let alive = Arc::new(());
-        self.captures
+        self.data
+            .captures
             .entry(wire.clone())
             .or_default()
             .push(Arc::downgrade(&alive));
@@ -60,7 +49,7 @@ impl Node {
                 return Err(e);
             }
         };
-        self.started_capture = Some(CaptureStream {
+        self.data.started_capture = Some(CaptureStream {
             reader,
             interfaces: interfaces.clone(),
             snaplen: call.snaplen,
@@ -71,6 +60,166 @@ impl Node {
         })
     }
 
+    /// Puts the tap on the end's link, moving a straight veth onto the switch path first.
+    fn tap(
+        &mut self,
+        call: &CaptureCall,
+        mut record: WireRecord,
+    ) -> Result<(TapReader, [String; 2]), NodeError> {
+        let wire = record.wire();
+        let link = self.records.topology_link(
+            &record.topo_namespace,
+            &record.local_pod_name,
+            record.link_uid,
+        )?;
+        if record.state == WireState::Veth && link.as_ref().is_none_or(steerable) {
+            let failures = self.settle(&mut Observation::default(), false).failures;
+            if !self.data.steered.contains_key(&wire) {
+                return Err(NodeError::new(
+                    ErrorKind::Fastpath,
+                    format!(
+                        "wire {} could not be steered through the switch to capture it",
+                        record.key()
+                    ),
+                    failures.join("\n"),
+                ));
+            }
+        } else if record.state == WireState::Veth
+            || (record.state == WireState::Vxlan && !record.has_node_end())
+        {
+            // Remade through the switch: a same-node wire switched, a VXLAN one bridged.
+            let was = record.state;
+            self.repass_wire(&record)?;
+            record = self.records.store.wire(&record.key())?.unwrap_or(record);
+            let moved = match was {
+                WireState::Veth => record.state == WireState::Switched,
+                _ => record.has_node_end(),
+            };
+            if !moved {
+                return Err(NodeError::new(
+                    ErrorKind::Fastpath,
+                    format!(
+                        "wire {} could not be moved onto the switch path to capture it",
+                        record.key()
+                    ),
+                    "see the daemon's log",
+                ));
+            }
+        }
+        let Some(port) = self.data.end_port(&record.key()) else {
+            return Err(NodeError::new(
+                ErrorKind::Fastpath,
+                format!("wire {} has no fast-path port now", record.key()),
+                "its far end's node may be down",
+            ));
+        };
+        let directions: &[Direction] = match call.direction {
+            CaptureDirection::Egress => &[Direction::AToB],
+            CaptureDirection::Ingress => &[Direction::BToA],
+            CaptureDirection::Both => &[Direction::AToB, Direction::BToA],
+        };
+        let snaplen = match call.snaplen {
+            0 => usize::from(u16::MAX),
+            n => n as usize,
+        };
+        let (tap, reader) = Tap::new(directions, snaplen, CAPTURE_QUEUE);
+        let fastpath = self
+            .data
+            .fastpath
+            .as_ref()
+            .expect("a port means a fast path");
+        let wire = record.wire().id();
+        fastpath
+            .worker_of(wire)
+            .capture(wire, port.id, tap)
+            .map_err(|e| {
+                NodeError::new(
+                    ErrorKind::Fastpath,
+                    format!("tap wire {}", record.key()),
+                    e.to_string(),
+                )
+            })?;
+        let peer_intf = link.map_or_else(String::new, |l| l.peer_intf);
+        Ok((
+            reader,
+            [
+                format!("{}:{}", record.local_pod_name, record.local_pod_ifname),
+                format!("{}:{peer_intf}", record.peer_pod),
+            ],
+        ))
+    }
+
+    /// A pass over the pods of a same-node wire, so that it is made as it should be now
+    /// (switched or a straight veth).
+    fn repass_wire(&mut self, record: &WireRecord) -> Result<(), NodeError> {
+        let mut pods = Vec::new();
+        for pod in [&record.local_pod_name, &record.peer_pod] {
+            if let Some(attachment) = self
+                .records
+                .attachment_of_pod(&record.topo_namespace, pod)?
+            {
+                pods.push(attachment);
+            }
+        }
+        let done = self.pass(Scope::Pods(&pods), &HashSet::new())?;
+        match done.failures.first() {
+            None => Ok(()),
+            Some(failure) => Err(NodeError::new(
+                ErrorKind::Interface,
+                format!("wire {}: {failure}", record.key()),
+                done.failures.join("\n"),
+            )),
+        }
+    }
+
+    /// Forgets captures that ended; a same-node wire moved only for them goes back to a
+    /// straight veth. Returns whether any ended.
+    pub(crate) fn captures_ended(&mut self) -> bool {
+        let mut ended = Vec::new();
+        self.data.captures.retain(|wire, captures| {
+            captures.retain(|c: &Weak<()>| c.strong_count() > 0);
+            if captures.is_empty() {
+                ended.push(wire.clone());
+            }
+            !captures.is_empty()
+        });
+        if ended
+            .iter()
+            .any(|wire| self.data.steered.contains_key(wire))
+        {
+            for failure in self.settle(&mut Observation::default(), false).failures {
+                tracing::warn!("after a capture: {failure}");
+            }
+        }
+        for wire in &ended {
+            let switched = self.records.store.wires().ok().and_then(|wires| {
+                wires.into_iter().find(|w| {
+                    w.topo_namespace == wire.namespace
+                        && w.link_uid == wire.link_uid
+                        && matches!(w.state, WireState::Switched | WireState::Vxlan)
+                        && w.has_node_end()
+                })
+            });
+            if let Some(record) = switched {
+                if let Err(e) = self.repass_wire(&record) {
+                    tracing::warn!("after a capture: {}: {}", e.msg, e.details);
+                }
+            }
+        }
+        !ended.is_empty()
+    }
+}
+
+impl super::DataPlane {
+    /// Whether a capture of `wire` runs.
+    pub(super) fn captured(&self, wire: &WireKey) -> bool {
+        self.captures
+            .get(wire)
+            .is_some_and(|c| c.iter().any(|w| w.strong_count() > 0))
+    }
+}
+
+impl super::Records {
     /// The record of the end a capture names, joined.
     fn captured_end(&self, call: &CaptureCall) -> Result<WireRecord, NodeError> {
         let not_found = |what: String| NodeError::new(ErrorKind::UnknownContainer, what, "");
@@ -110,144 +259,5 @@ impl Node {
             )),
             Some(r) => Ok(r),
         }
-    }
-
-    /// Puts the tap on the end's link, moving a straight veth onto the switch path first.
-    fn tap(
-        &mut self,
-        call: &CaptureCall,
-        mut record: WireRecord,
-    ) -> Result<(TapReader, [String; 2]), NodeError> {
-        let wire = record.wire();
-        let link = self.topology_link(
-            &record.topo_namespace,
-            &record.local_pod_name,
-            record.link_uid,
-        )?;
-        if record.state == WireState::Veth && link.as_ref().is_none_or(steerable) {
-            let failures = self.settle(&mut Observation::default(), false).failures;
-            if !self.steered.contains_key(&wire) {
-                return Err(NodeError::new(
-                    ErrorKind::Fastpath,
-                    format!(
-                        "wire {} could not be steered through the switch to capture it",
-                        record.key()
-                    ),
-                    failures.join("\n"),
-                ));
-            }
-        } else if record.state == WireState::Veth
-            || (record.state == WireState::Vxlan && !record.has_node_end())
-        {
-            // Remade through the switch: a same-node wire switched, a VXLAN one bridged.
-            let was = record.state;
-            self.repass_wire(&record)?;
-            record = self.store.wire(&record.key())?.unwrap_or(record);
-            let moved = match was {
-                WireState::Veth => record.state == WireState::Switched,
-                _ => record.has_node_end(),
-            };
-            if !moved {
-                return Err(NodeError::new(
-                    ErrorKind::Fastpath,
-                    format!(
-                        "wire {} could not be moved onto the switch path to capture it",
-                        record.key()
-                    ),
-                    "see the daemon's log",
-                ));
-            }
-        }
-        let Some(port) = self.end_port(&record.key()) else {
-            return Err(NodeError::new(
-                ErrorKind::Fastpath,
-                format!("wire {} has no fast-path port now", record.key()),
-                "its far end's node may be down",
-            ));
-        };
-        let directions: &[Direction] = match call.direction {
-            CaptureDirection::Egress => &[Direction::AToB],
-            CaptureDirection::Ingress => &[Direction::BToA],
-            CaptureDirection::Both => &[Direction::AToB, Direction::BToA],
-        };
-        let snaplen = match call.snaplen {
-            0 => usize::from(u16::MAX),
-            n => n as usize,
-        };
-        let (tap, reader) = Tap::new(directions, snaplen, CAPTURE_QUEUE);
-        let fastpath = self.fastpath.as_ref().expect("a port means a fast path");
-        let wire = record.wire().id();
-        fastpath
-            .worker_of(wire)
-            .capture(wire, port.id, tap)
-            .map_err(|e| {
-                NodeError::new(
-                    ErrorKind::Fastpath,
-                    format!("tap wire {}", record.key()),
-                    e.to_string(),
-                )
-            })?;
-        let peer_intf = link.map_or_else(String::new, |l| l.peer_intf);
-        Ok((
-            reader,
-            [
-                format!("{}:{}", record.local_pod_name, record.local_pod_ifname),
-                format!("{}:{peer_intf}", record.peer_pod),
-            ],
-        ))
-    }
-
-    /// A pass over the pods of a same-node wire, so that it is made as it should be now
-    /// (switched or a straight veth).
-    fn repass_wire(&mut self, record: &WireRecord) -> Result<(), NodeError> {
-        let mut pods = Vec::new();
-        for pod in [&record.local_pod_name, &record.peer_pod] {
-            if let Some(attachment) = self.attachment_of_pod(&record.topo_namespace, pod)? {
-                pods.push(attachment);
-            }
-        }
-        let done = self.pass(Scope::Pods(&pods), &HashSet::new())?;
-        match done.failures.first() {
-            None => Ok(()),
-            Some(failure) => Err(NodeError::new(
-                ErrorKind::Interface,
-                format!("wire {}: {failure}", record.key()),
-                done.failures.join("\n"),
-            )),
-        }
-    }
-
-    /// Forgets captures that ended; a same-node wire moved only for them goes back to a
-    /// straight veth. Returns whether any ended.
-    pub(crate) fn captures_ended(&mut self) -> bool {
-        let mut ended = Vec::new();
-        self.captures.retain(|wire, captures| {
-            captures.retain(|c: &Weak<()>| c.strong_count() > 0);
-            if captures.is_empty() {
-                ended.push(wire.clone());
-            }
-            !captures.is_empty()
-        });
-        if ended.iter().any(|wire| self.steered.contains_key(wire)) {
-            for failure in self.settle(&mut Observation::default(), false).failures {
-                tracing::warn!("after a capture: {failure}");
-            }
-        }
-        for wire in &ended {
-            let switched = self.store.wires().ok().and_then(|wires| {
-                wires.into_iter().find(|w| {
-                    w.topo_namespace == wire.namespace
-                        && w.link_uid == wire.link_uid
-                        && matches!(w.state, WireState::Switched | WireState::Vxlan)
-                        && w.has_node_end()
-                })
-            });
-            if let Some(record) = switched {
-                if let Err(e) = self.repass_wire(&record) {
-                    tracing::warn!("after a capture: {}: {}", e.msg, e.details);
-                }
-            }
-        }
-        !ended.is_empty()
     }
 }

@@ -15,17 +15,36 @@ use crate::store::{AttachmentKey, AttachmentRecord, WireRecord, WireState};
 use crate::topology::format_mac;
 
 impl Node {
+    /// Deletes the interfaces of the pods of DELs that came together (callers waiting
+    /// at once) in one go, before each DEL is answered in turn: the kernel's waits for
+    /// the deletions overlap instead of queueing one pod behind the other. Each DEL still
+    /// answers only once its own pod's interfaces and records are gone.
+    pub(crate) fn begin_dels<'a>(&self, calls: impl IntoIterator<Item = &'a CniCall>) {
+        let attachments: Vec<AttachmentRecord> = calls
+            .into_iter()
+            .filter_map(|call| {
+                let key = AttachmentKey::new(&call.container_id, &call.ifname);
+                self.records.store.attachment(&key).ok().flatten()
+            })
+            .collect();
+        if attachments.len() > 1 {
+            step_times::time(step_times::NETLINK_POD_INTERFACES, || {
+                remove_pods_interfaces_at_once(&attachments)
+            });
+        }
+    }
+
     pub(super) fn add(&mut self, call: CniCall) -> Result<Response, NodeError> {
         let pod = &call.pod;
         // A namespace not opted in (a cluster's label), or a pod with no Topology: the
         // primary plugin's result passes through untouched.
-        if !self.store.wires_namespace(&pod.namespace)
-            || self.topology(&pod.namespace, &pod.name)?.is_none()
+        if !self.records.store.wires_namespace(&pod.namespace)
+            || self.records.topology(&pod.namespace, &pod.name)?.is_none()
         {
             return Ok(Response::NotManaged);
         }
         // The namespace must be a pod's before anything is recorded.
-        let pod_ns = self.open_pod_netns(&call.netns)?;
+        let pod_ns = self.netns.open_pod_netns(&call.netns)?;
         let attachment = AttachmentRecord {
             container_id: call.container_id.clone(),
             ifname: call.ifname.clone(),
@@ -38,6 +57,7 @@ impl Node {
         // An attachment is keyed by container id and interface: one that another pod
         // holds must not be written over (that pod's wires would go with it).
         if let Some(holder) = self
+            .records
             .store
             .attachment(&attachment.key())?
             .filter(|held| held.pod != *pod)
@@ -56,13 +76,13 @@ impl Node {
                 "a container id belongs to one pod",
             ));
         }
-        if let Some(existing) = self.attachment_of_pod(&pod.namespace, &pod.name)? {
+        if let Some(existing) = self.records.attachment_of_pod(&pod.namespace, &pod.name)? {
             // The same path may name a new namespace (a reused pid's): then it is
             // another container, whatever the path says.
             let same_netns = existing.netns == attachment.netns
                 && (existing.netns_id.is_none() || existing.netns_id == attachment.netns_id);
             if existing.key() == attachment.key() && same_netns {
-                return self.added(&attachment).map(Response::Added);
+                return self.records.added(&attachment).map(Response::Added);
             }
             let other_alive = !same_netns
                 && match existing.open_netns() {
@@ -100,18 +120,174 @@ impl Node {
                 self.announce_pod(&pod.namespace, &pod.name);
                 // Links of the object that do not parse (the API server does not check
                 // addresses) were left out: the object's status says which and why.
-                let left_out = self.links_left_out(&pod.namespace, &pod.name);
-                self.report_pod(&attachment, left_out);
-                self.added(&attachment).map(Response::Added)
+                let left_out = self.records.links_left_out(&pod.namespace, &pod.name);
+                self.records.report_pod(&attachment, left_out);
+                self.records.added(&attachment).map(Response::Added)
             }
             Err(e) => {
-                self.rollback(journal);
-                self.report_pod(&attachment, Some(format!("{}: {}", e.msg, e.details)));
+                self.wiring().rollback(journal);
+                self.records
+                    .report_pod(&attachment, Some(format!("{}: {}", e.msg, e.details)));
                 Err(e)
             }
         }
     }
 
+    pub(super) fn del(&mut self, call: CniCall) -> Result<(), NodeError> {
+        let key = AttachmentKey::new(&call.container_id, &call.ifname);
+        match self.records.store.attachment(&key)? {
+            Some(attachment) => self.detach(&attachment),
+            None => Ok(()),
+        }
+    }
+
+    pub(super) fn check(&mut self, call: CniCall) -> Result<(), NodeError> {
+        let pod = &call.pod;
+        if self.records.topology(&pod.namespace, &pod.name)?.is_none() {
+            return Ok(());
+        }
+        let key = AttachmentKey::new(&call.container_id, &call.ifname);
+        let Some(attachment) = self.records.store.attachment(&key)? else {
+            return Err(NodeError::new(
+                ErrorKind::UnknownContainer,
+                format!(
+                    "xwire has no attachment {key} for pod {}/{}",
+                    pod.namespace, pod.name
+                ),
+                "",
+            ));
+        };
+        self.netns.open_pod_netns(&call.netns)?;
+        // CHECK answers from the plan, both stages: what a pass would do to this pod,
+        // its wire ends, steering, impairments and routes, is what differs.
+        let mut observation = self.observe(Scope::Pods(std::slice::from_ref(&attachment)))?;
+        self.observe_settings(&mut observation, true);
+        let problems: Vec<String> = plan(&observation.desired, &observation.observed)
+            .iter()
+            .filter(|action| action.concerns(&attachment))
+            .map(Action::describe)
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(NodeError::new(
+                ErrorKind::CheckFailed,
+                format!(
+                    "pod {}/{} is not as its topology says: {}",
+                    pod.namespace,
+                    pod.name,
+                    problems.join("; ")
+                ),
+                problems.join("\n"),
+            ))
+        }
+    }
+
+    pub(super) fn gc(&mut self, call: GcCall) -> Result<(), NodeError> {
+        let network = network_name(&call.config);
+        let valid: HashSet<AttachmentKey> = call
+            .valid_attachments
+            .iter()
+            .map(|a| AttachmentKey::new(&a.container_id, &a.ifname))
+            .collect();
+        for attachment in self.records.store.attachments()? {
+            if attachment.network == network && !valid.contains(&attachment.key()) {
+                tracing::info!(pod = %attachment.pod.name, container = %attachment.container_id, "GC: not a valid attachment");
+                self.detach(&attachment)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn network_name(config: &serde_json::Value) -> String {
+    config
+        .get("name")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn open_netns(path: &str) -> Result<NetnsFd, NodeError> {
+    if path.is_empty() {
+        return Err(NodeError::new(
+            ErrorKind::InvalidEnvironment,
+            "CNI_NETNS is empty",
+            "ADD and CHECK need the pod's network namespace",
+        ));
+    }
+    NetnsFd::open(Path::new(path)).map_err(|e| {
+        if e.is_shortage() {
+            // The runtime retries code 11; code 4 would tell it the pod is at fault.
+            return NodeError::new(
+                ErrorKind::TryAgainLater,
+                format!("CNI_NETNS {path} cannot be opened now"),
+                e.to_string(),
+            );
+        }
+        NodeError::new(
+            ErrorKind::InvalidEnvironment,
+            format!("CNI_NETNS {path} is not a network namespace"),
+            e.to_string(),
+        )
+    })
+}
+
+impl super::Records {
+    pub(super) fn wires_of(
+        &self,
+        attachment: &AttachmentRecord,
+    ) -> Result<Vec<WireRecord>, NodeError> {
+        let pod = &attachment.pod;
+        Ok(self.store.wires_of_pod(&pod.namespace, &pod.name)?)
+    }
+}
+
+impl super::Namespaces {
+    /// Opens the pod's network namespace that a call names, and refuses one that is not
+    /// a pod's: the node's own (which is the daemon's: a path such as `/proc/self/ns/net`
+    /// is read in the daemon's context, not the caller's) or the host's.
+    fn open_pod_netns(&self, path: &str) -> Result<NetnsFd, NodeError> {
+        let pod_ns = open_netns(path)?;
+        // The caller's own view of the path, where it sent one: the daemon may see other
+        // processes (`/proc/<pid>`) or other mounts, and must wire what the caller meant.
+        match &self.caller_netns {
+            Some(Err(e)) => {
+                return Err(NodeError::new(
+                    ErrorKind::InvalidEnvironment,
+                    format!("CNI_NETNS {path} is not a network namespace where the caller is"),
+                    e.clone(),
+                ))
+            }
+            Some(Ok(theirs)) if !pod_ns.is_same(theirs).unwrap_or(false) => {
+                return Err(NodeError::new(
+                    ErrorKind::InvalidEnvironment,
+                    format!(
+                        "CNI_NETNS {path} is another network namespace for the daemon than for its caller"
+                    ),
+                    "the daemon sees other processes or mounts than the runtime that called it; give a path both see alike (a bind mount under /run/netns)",
+                ));
+            }
+            _ => {}
+        }
+        let not_pods = [
+            ("the node's own", Some(&self.node_ns)),
+            ("the host's", self.host_ns.as_ref()),
+        ];
+        for (whose, ns) in not_pods {
+            if ns.is_some_and(|ns| pod_ns.is_same(ns).unwrap_or(false)) {
+                return Err(NodeError::new(
+                    ErrorKind::InvalidEnvironment,
+                    format!("CNI_NETNS {path} is {whose} network namespace, not a pod's"),
+                    "xwire wires pods' namespaces only",
+                ));
+            }
+        }
+        Ok(pod_ns)
+    }
+}
+
+impl super::Records {
     fn links_left_out(&self, namespace: &str, pod: &str) -> Option<String> {
         let topology = self.topology(namespace, pod).ok().flatten()?;
         let errors: Vec<String> = topology
@@ -186,174 +362,4 @@ impl Node {
         }
         Ok(result)
     }
-
-    pub(super) fn del(&mut self, call: CniCall) -> Result<(), NodeError> {
-        let key = AttachmentKey::new(&call.container_id, &call.ifname);
-        match self.store.attachment(&key)? {
-            Some(attachment) => self.detach(&attachment),
-            None => Ok(()),
-        }
-    }
-
-    /// Deletes the interfaces of the pods of DELs that came together (callers waiting
-    /// at once) in one go, before each DEL is answered in turn: the kernel's waits for
-    /// the deletions overlap instead of queueing one pod behind the other. Each DEL still
-    /// answers only once its own pod's interfaces and records are gone.
-    pub(crate) fn begin_dels<'a>(&self, calls: impl IntoIterator<Item = &'a CniCall>) {
-        let attachments: Vec<AttachmentRecord> = calls
-            .into_iter()
-            .filter_map(|call| {
-                let key = AttachmentKey::new(&call.container_id, &call.ifname);
-                self.store.attachment(&key).ok().flatten()
-            })
-            .collect();
-        if attachments.len() > 1 {
-            step_times::time(step_times::NETLINK_POD_INTERFACES, || {
-                remove_pods_interfaces_at_once(&attachments)
-            });
-        }
-    }
-
-    pub(super) fn wires_of(
-        &self,
-        attachment: &AttachmentRecord,
-    ) -> Result<Vec<WireRecord>, NodeError> {
-        let pod = &attachment.pod;
-        Ok(self.store.wires_of_pod(&pod.namespace, &pod.name)?)
-    }
-
-    pub(super) fn check(&mut self, call: CniCall) -> Result<(), NodeError> {
-        let pod = &call.pod;
-        if self.topology(&pod.namespace, &pod.name)?.is_none() {
-            return Ok(());
-        }
-        let key = AttachmentKey::new(&call.container_id, &call.ifname);
-        let Some(attachment) = self.store.attachment(&key)? else {
-            return Err(NodeError::new(
-                ErrorKind::UnknownContainer,
-                format!(
-                    "xwire has no attachment {key} for pod {}/{}",
-                    pod.namespace, pod.name
-                ),
-                "",
-            ));
-        };
-        self.open_pod_netns(&call.netns)?;
-        // CHECK answers from the plan, both stages: what a pass would do to this pod,
-        // its wire ends, steering, impairments and routes, is what differs.
-        let mut observation = self.observe(Scope::Pods(std::slice::from_ref(&attachment)))?;
-        self.observe_settings(&mut observation, true);
-        let problems: Vec<String> = plan(&observation.desired, &observation.observed)
-            .iter()
-            .filter(|action| action.concerns(&attachment))
-            .map(Action::describe)
-            .collect();
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(NodeError::new(
-                ErrorKind::CheckFailed,
-                format!(
-                    "pod {}/{} is not as its topology says: {}",
-                    pod.namespace,
-                    pod.name,
-                    problems.join("; ")
-                ),
-                problems.join("\n"),
-            ))
-        }
-    }
-
-    pub(super) fn gc(&mut self, call: GcCall) -> Result<(), NodeError> {
-        let network = network_name(&call.config);
-        let valid: HashSet<AttachmentKey> = call
-            .valid_attachments
-            .iter()
-            .map(|a| AttachmentKey::new(&a.container_id, &a.ifname))
-            .collect();
-        for attachment in self.store.attachments()? {
-            if attachment.network == network && !valid.contains(&attachment.key()) {
-                tracing::info!(pod = %attachment.pod.name, container = %attachment.container_id, "GC: not a valid attachment");
-                self.detach(&attachment)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-fn network_name(config: &serde_json::Value) -> String {
-    config
-        .get("name")
-        .and_then(serde_json::Value::as_str)
-        .unwrap_or_default()
-        .to_owned()
-}
-
-impl Node {
-    /// Opens the pod's network namespace that a call names, and refuses one that is not
-    /// a pod's: the node's own (which is the daemon's: a path such as `/proc/self/ns/net`
-    /// is read in the daemon's context, not the caller's) or the host's.
-    fn open_pod_netns(&self, path: &str) -> Result<NetnsFd, NodeError> {
-        let pod_ns = open_netns(path)?;
-        // The caller's own view of the path, where it sent one: the daemon may see other
-        // processes (`/proc/<pid>`) or other mounts, and must wire what the caller meant.
-        match &self.caller_netns {
-            Some(Err(e)) => {
-                return Err(NodeError::new(
-                    ErrorKind::InvalidEnvironment,
-                    format!("CNI_NETNS {path} is not a network namespace where the caller is"),
-                    e.clone(),
-                ))
-            }
-            Some(Ok(theirs)) if !pod_ns.is_same(theirs).unwrap_or(false) => {
-                return Err(NodeError::new(
-                    ErrorKind::InvalidEnvironment,
-                    format!(
-                        "CNI_NETNS {path} is another network namespace for the daemon than for its caller"
-                    ),
-                    "the daemon sees other processes or mounts than the runtime that called it; give a path both see alike (a bind mount under /run/netns)",
-                ));
-            }
-            _ => {}
-        }
-        let not_pods = [
-            ("the node's own", Some(&self.node_ns)),
-            ("the host's", self.host_ns.as_ref()),
-        ];
-        for (whose, ns) in not_pods {
-            if ns.is_some_and(|ns| pod_ns.is_same(ns).unwrap_or(false)) {
-                return Err(NodeError::new(
-                    ErrorKind::InvalidEnvironment,
-                    format!("CNI_NETNS {path} is {whose} network namespace, not a pod's"),
-                    "xwire wires pods' namespaces only",
-                ));
-            }
-        }
-        Ok(pod_ns)
-    }
-}
-
-fn open_netns(path: &str) -> Result<NetnsFd, NodeError> {
-    if path.is_empty() {
-        return Err(NodeError::new(
-            ErrorKind::InvalidEnvironment,
-            "CNI_NETNS is empty",
-            "ADD and CHECK need the pod's network namespace",
-        ));
-    }
-    NetnsFd::open(Path::new(path)).map_err(|e| {
-        if e.is_shortage() {
-            // The runtime retries code 11; code 4 would tell it the pod is at fault.
-            return NodeError::new(
-                ErrorKind::TryAgainLater,
-                format!("CNI_NETNS {path} cannot be opened now"),
-                e.to_string(),
-            );
-        }
-        NodeError::new(
-            ErrorKind::InvalidEnvironment,
-            format!("CNI_NETNS {path} is not a network namespace"),
-            e.to_string(),
-        )
-    })
 }

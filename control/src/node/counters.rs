@@ -23,7 +23,7 @@ pub(super) struct EndOfPort {
 
 impl Node {
     pub(super) fn counters(&self) -> Result<NodeCounters, NodeError> {
-        let Some(fastpath) = &self.fastpath else {
+        let Some(fastpath) = &self.data.fastpath else {
             return Ok(NodeCounters {
                 node: self.config.node_name.clone(),
                 ..NodeCounters::default()
@@ -37,17 +37,19 @@ impl Node {
             )
         })?;
         let records: HashMap<EndKey, WireRecord> = self
+            .records
             .store
             .wires()?
             .into_iter()
             .map(|record| (record.key(), record))
             .collect();
         let mut ends = HashMap::new();
-        let open = self.ports.iter().map(|(key, port)| {
+        let open = self.data.ports.iter().map(|(key, port)| {
             let remote = records.get(key).is_some_and(|r| r.peer_node.is_some());
             (key, port, if remote { "remote" } else { "switched" })
         });
         let steered = self
+            .data
             .steered
             .values()
             .flatten()

@@ -23,19 +23,20 @@ impl ClaimFacts for Node {
         // A pod with no topology is not remembered as such (made-up names would fill the
         // cache), and a store that cannot be read says no.
         let loaded = self
+            .records
             .cached_topology(namespace, pod, super::Remember::Presence)
             .ok()??;
         Some(Arc::clone(&loaded.links))
     }
 
     fn holder(&self, namespace: &str, pod: &str) -> Holder {
-        holder_from(self.store.pod_placement(namespace, pod), || {
-            self.placement(namespace, pod)
+        holder_from(self.records.store.pod_placement(namespace, pod), || {
+            self.records.placement(namespace, pod)
         })
     }
 
     fn peer_ip(&self, name: &str) -> Option<IpAddr> {
-        Node::peer_ip(self, name)
+        self.data.peer_ip(name)
     }
 }
 
@@ -53,7 +54,7 @@ impl Node {
     /// Starts the peer desk (where the node has peers), with a view of every topology
     /// and taking the far ends this node's records join to a peer as that peer's.
     pub(super) fn open_desk(&mut self) {
-        let Some(fastpath) = &self.fastpath else {
+        let Some(fastpath) = &self.data.fastpath else {
             return;
         };
         let controls = match fastpath.peer_controls() {
@@ -64,6 +65,7 @@ impl Node {
             }
         };
         let held: HashMap<WireKey, String> = self
+            .records
             .store
             .wires()
             .unwrap_or_default()
@@ -79,17 +81,17 @@ impl Node {
             controls,
             view,
             held,
-            Arc::clone(&self.refused_claims),
+            Arc::clone(&self.peers.refused_claims),
             Arc::clone(&self.metrics),
         ) {
-            Ok(desk) => self.desk = Some(desk),
+            Ok(desk) => self.peers.desk = Some(desk),
             Err(e) => tracing::error!("starting the peer desk: {e}"),
         }
     }
 
     /// The desk's view of every pod of every topology, and of the peers.
     fn whole_view(&self) -> ViewChange {
-        let pods = match self.store.topologies() {
+        let pods = match self.records.store.topologies() {
             Ok(all) => all
                 .into_iter()
                 .map(|t| (t.metadata.namespace, t.metadata.name))
@@ -100,27 +102,37 @@ impl Node {
             }
         };
         ViewChange::All {
-            pods: self.pod_facts(pods),
-            peer_ips: self.peer_ips(),
+            pods: self.records.pod_facts(pods),
+            peer_ips: self.data.peer_ips(),
         }
     }
 
     /// Tells the desk these pods' topologies or placements may have changed.
     pub(super) fn tell_desk_pods(&self, pods: &HashSet<(String, String)>) {
-        if let Some(desk) = &self.desk {
+        if let Some(desk) = &self.peers.desk {
             desk.tell(ViewChange::Pods(
-                self.pod_facts(pods.iter().cloned().collect()),
+                self.records.pod_facts(pods.iter().cloned().collect()),
             ));
         }
     }
 
     /// Tells the desk the peers' addresses (after nodes joined or left).
     pub(super) fn tell_desk_peers(&self) {
-        if let Some(desk) = &self.desk {
-            desk.tell(ViewChange::PeerIps(self.peer_ips()));
+        if let Some(desk) = &self.peers.desk {
+            desk.tell(ViewChange::PeerIps(self.data.peer_ips()));
         }
     }
+}
 
+impl super::Records {
+    fn known_holder(&self, namespace: &str, pod: &str) -> Holder {
+        holder_from(self.store.known_placement(namespace, pod), || {
+            self.placement(namespace, pod)
+        })
+    }
+}
+
+impl super::DataPlane {
     fn peer_ips(&self) -> HashMap<String, IpAddr> {
         let Some(fastpath) = &self.fastpath else {
             return HashMap::new();
@@ -131,7 +143,9 @@ impl Node {
             .filter_map(|name| Some((name.clone(), self.peer_ip(name)?)))
             .collect()
     }
+}
 
+impl super::Records {
     /// What the desk's view holds of `pods` and of the far ends their links name. A
     /// placement is what the source already knows: building a view asks no server.
     fn pod_facts(&self, pods: BTreeSet<(String, String)>) -> Vec<PodFacts> {
@@ -173,11 +187,5 @@ impl Node {
             });
         }
         facts
-    }
-
-    fn known_holder(&self, namespace: &str, pod: &str) -> Holder {
-        holder_from(self.store.known_placement(namespace, pod), || {
-            self.placement(namespace, pod)
-        })
     }
 }

@@ -20,6 +20,7 @@ mod pod_netns;
 mod pod_routing;
 mod pools;
 mod reconcile;
+mod records;
 mod refusals;
 mod settings;
 mod steered;
@@ -28,7 +29,6 @@ mod topology_calls;
 mod vxlan;
 mod wiring;
 
-use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -42,10 +42,7 @@ use crate::config::DaemonConfig;
 use crate::metrics::NodeMetrics;
 use crate::netns::NetnsFd;
 use crate::step_times;
-use crate::store::{
-    AttachmentKey, AttachmentRecord, EmbeddedStore, EndKey, KubeStore, NodeStore, StoreError,
-};
-use crate::topology::{LinkSpec, Topology};
+use crate::store::{AttachmentKey, EmbeddedStore, EndKey, KubeStore, NodeStore, StoreError};
 
 pub use capture::CaptureStream;
 pub use error::{ErrorKind, NodeError};
@@ -55,6 +52,7 @@ pub use reconcile::Reconciled;
 
 pub use fastpath::worker_index;
 use fastpath::Fastpath;
+use records::{Records, Remember};
 
 /// A wire end another node told this node about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,13 +61,24 @@ struct RemoteEnd {
     pod: String,
 }
 
+/// The node: its configuration and metrics, and five parts a reader can name. Each part
+/// holds the methods that need it alone (in the files named for what they do); what
+/// needs several parts at once (a pass, a CNI call, a peer's claim) is the node's.
 pub struct Node {
     config: DaemonConfig,
-    store: Box<dyn NodeStore>,
-    node_ns: NetnsFd,
+    /// The histograms the metrics endpoint serves (reconcile passes recorded here).
+    metrics: Arc<NodeMetrics>,
+    records: Records,
+    data: DataPlane,
+    peers: PeerBook,
+    netns: Namespaces,
+    routing: Routing,
+}
+
+/// What the node made in the fast path and runs there: the handle on its workers, the
+/// ports of its wire ends, steered wires and captures.
+struct DataPlane {
     fastpath: Option<Fastpath>,
-    /// Wire ends on other nodes, by wire: learned from AddWire and Sync.
-    remote_ends: HashMap<WireKey, RemoteEnd>,
     /// Fast-path ports of this node's remote and switched wire ends, by wire record key.
     ports: HashMap<EndKey, OpenPort>,
     /// The ports on the node's VXLAN devices of bridged VXLAN ends (see `vxlan.rs`); the
@@ -78,6 +87,20 @@ pub struct Node {
     /// Ends whose impairment the next sync tells whatever pods its pass is about: those
     /// opened since the last, and those whose remote link was not up yet.
     impairments_unsynced: HashSet<EndKey>,
+    /// Same-node wires steered through the switch now, and their two ports (see
+    /// `steered.rs`).
+    steered: HashMap<WireKey, steered::SteeredPorts>,
+    /// Captures running, by wire: each holds its wire on the switch path while its
+    /// reader lives (see `capture.rs`).
+    captures: HashMap<WireKey, Vec<std::sync::Weak<()>>>,
+    /// The capture the last request started, until the API connection takes it.
+    started_capture: Option<CaptureStream>,
+}
+
+/// What the node knows of its peers' wire ends and claims (see `peers.rs`).
+struct PeerBook {
+    /// Wire ends on other nodes, by wire: learned from AddWire and Sync.
+    remote_ends: HashMap<WireKey, RemoteEnd>,
     /// The wires listed so far by a peer's Sync that is still coming in parts.
     sync_in_progress: HashMap<String, HashSet<WireKey>>,
     /// Claims to a wire's far end refused since the start, by the peer desk and by the
@@ -87,11 +110,6 @@ pub struct Node {
     refusals: refusals::RefusalBook,
     /// Claims judged on this thread since the start: those the peer desk passed.
     claims_judged: u64,
-    /// The caller's view of the namespace of the request being handled, if it sent one
-    /// (or why what it sent is not a network namespace).
-    caller_netns: Option<Result<NetnsFd, String>>,
-    /// The host's network namespace, where the daemon may open it (a pod's is never it).
-    host_ns: Option<NetnsFd>,
     /// The peer desk: reads what peers say on a thread of its own (see `peer_desk.rs`).
     desk: Option<peer_desk::PeerDesk>,
     /// Whether the last turn at the desk's news ended with news left (`has_peer_backlog`).
@@ -102,22 +120,21 @@ pub struct Node {
     /// Far ends their node let go of, and which node that was: ends joined to them go
     /// back to pending on the pass that follows (then they are forgotten here).
     withdrawn: HashMap<WireKey, String>,
-    /// Topologies read from the store, by pod namespace, then pod name (a lookup, one per
-    /// port on every pass, makes no key): decoded once, not once per link (a Sync of
-    /// thousands of wires of one pod would decode its topology thousands of times).
-    /// Emptied whenever the node writes topologies; nothing else writes them while the
-    /// daemon runs.
-    topologies: RefCell<HashMap<String, PodTopologies>>,
-    /// Captures running, by wire: each holds its wire on the switch path while its
-    /// reader lives (see `capture.rs`).
-    captures: HashMap<WireKey, Vec<std::sync::Weak<()>>>,
-    /// The capture the last request started, until the API connection takes it.
-    started_capture: Option<CaptureStream>,
-    /// Same-node wires steered through the switch now, and their two ports (see
-    /// `steered.rs`).
-    steered: HashMap<WireKey, steered::SteeredPorts>,
-    /// The histograms the metrics endpoint serves (reconcile passes recorded here).
-    metrics: Arc<NodeMetrics>,
+}
+
+/// The network namespaces the node works in: its own, the host's, and the one the
+/// request being handled is about.
+struct Namespaces {
+    node_ns: NetnsFd,
+    /// The host's network namespace, where the daemon may open it (a pod's is never it).
+    host_ns: Option<NetnsFd>,
+    /// The caller's view of the namespace of the request being handled, if it sent one
+    /// (or why what it sent is not a network namespace).
+    caller_netns: Option<Result<NetnsFd, String>>,
+}
+
+/// The node's routing beyond its wires: pods' routes and rules, and the node pools.
+struct Routing {
     /// Pods given routes or rules since the start, by attachment key (see
     /// `pod_routing.rs`).
     routed_pods: HashSet<AttachmentKey>,
@@ -125,24 +142,6 @@ pub struct Node {
     pools: Option<pools::PoolRole>,
     /// The node's certificate: a gateway made later (pools from Node labels) needs it.
     identity: Option<NodeIdentity>,
-}
-
-/// The topologies of one pod namespace's pods, by pod name; `None`: the pod has none.
-type PodTopologies = HashMap<String, Option<Arc<LoadedTopology>>>;
-
-/// What the topology cache keeps of a read: every answer, or only topologies found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Remember {
-    Absence,
-    Presence,
-}
-
-/// A topology as read from the store, with its links parsed (once, here).
-struct LoadedTopology {
-    topology: Topology,
-    /// By uid, ascending; shared with every pass's `DesiredPod`, which would otherwise
-    /// copy every pod's links on every pass.
-    links: Arc<Vec<LinkSpec>>,
 }
 
 /// A fast-path port of a wire end (remote, or switched on this node), the wire whose
@@ -218,33 +217,40 @@ impl Node {
         let metrics = Arc::new(NodeMetrics::default());
         let mut node = Node {
             config,
-            store,
-            node_ns,
-            fastpath,
-            remote_ends: HashMap::new(),
-            ports: HashMap::new(),
-            tunnel_ports: HashMap::new(),
-            impairments_unsynced: HashSet::new(),
-            sync_in_progress: HashMap::new(),
-            refused_claims: Arc::clone(&refused_claims),
-            refusals: refusals::RefusalBook::new(refused_claims, Arc::clone(&metrics)),
-            caller_netns: None,
-            host_ns: NetnsFd::open(std::path::Path::new("/proc/1/ns/net")).ok(),
-            desk: None,
-            turn_ran_out: false,
-            claims_judged: 0,
-            to_join: BTreeSet::new(),
-            withdrawn: HashMap::new(),
-            topologies: RefCell::new(HashMap::new()),
-            captures: HashMap::new(),
-            steered: HashMap::new(),
-            started_capture: None,
-            metrics,
-            routed_pods: HashSet::new(),
-            pools,
-            identity: kept_identity,
+            metrics: Arc::clone(&metrics),
+            records: Records::new(store),
+            data: DataPlane {
+                fastpath,
+                ports: HashMap::new(),
+                tunnel_ports: HashMap::new(),
+                impairments_unsynced: HashSet::new(),
+                steered: HashMap::new(),
+                captures: HashMap::new(),
+                started_capture: None,
+            },
+            peers: PeerBook {
+                remote_ends: HashMap::new(),
+                sync_in_progress: HashMap::new(),
+                refused_claims: Arc::clone(&refused_claims),
+                refusals: refusals::RefusalBook::new(refused_claims, metrics),
+                claims_judged: 0,
+                desk: None,
+                turn_ran_out: false,
+                to_join: BTreeSet::new(),
+                withdrawn: HashMap::new(),
+            },
+            netns: Namespaces {
+                node_ns,
+                host_ns: NetnsFd::open(std::path::Path::new("/proc/1/ns/net")).ok(),
+                caller_netns: None,
+            },
+            routing: Routing {
+                routed_pods: HashSet::new(),
+                pools,
+                identity: kept_identity,
+            },
         };
-        node.sync_pool_routes();
+        node.routing.sync_pool_routes(&node.netns.node_ns);
         // A start that finds records is a restart: this pass re-attaches to what the last
         // run made. What it cannot do now (a peer not up yet) a later pass or the peer's
         // Sync finishes.
@@ -271,7 +277,7 @@ impl Node {
         request: Request,
         caller_netns: Option<std::os::fd::OwnedFd>,
     ) -> Response {
-        self.store.begin_batch();
+        self.records.store.begin_batch();
         let changes = changes(&request);
         let response = self.handle_about(request, caller_netns);
         self.commit(vec![(changes, response)]).pop().expect("one")
@@ -284,11 +290,11 @@ impl Node {
         request: Request,
         caller_netns: Option<std::os::fd::OwnedFd>,
     ) -> Response {
-        self.caller_netns = caller_netns.map(|fd| {
+        self.netns.caller_netns = caller_netns.map(|fd| {
             NetnsFd::from_handle(fd, "the caller's CNI_NETNS").map_err(|e| e.to_string())
         });
         let response = self.handle(request);
-        self.caller_netns = None;
+        self.netns.caller_netns = None;
         response
     }
 
@@ -298,7 +304,7 @@ impl Node {
     /// changing call into the store's error: the calls are retried, and the writes with
     /// them.
     pub(crate) fn commit(&mut self, responses: Vec<(bool, Response)>) -> Vec<Response> {
-        let written = step_times::time(step_times::STORE_COMMIT, || self.store.end_batch());
+        let written = step_times::time(step_times::STORE_COMMIT, || self.records.store.end_batch());
         let Err(e) = written else {
             return responses.into_iter().map(|(_, r)| r).collect();
         };
@@ -324,16 +330,29 @@ impl Node {
     /// Whether ADDs that queue together should share one store batch (see
     /// `WireStore::shares_batches`).
     pub(crate) fn shares_batches(&self) -> bool {
-        self.store.shares_batches()
+        self.records.store.shares_batches()
     }
 
     /// See `handle_batched_about`: for the node's own work between requests.
     pub(crate) fn begin_batch(&self) {
-        self.store.begin_batch();
+        self.records.store.begin_batch();
     }
 
     pub(crate) fn end_batch(&self) -> Result<(), NodeError> {
-        Ok(self.store.end_batch()?)
+        Ok(self.records.store.end_batch()?)
+    }
+
+    /// Whether the last `pump_peer_events` ran out of its turn with news left. News that
+    /// came after it waits for the next request or `PEER_POLL`, as events did when the
+    /// node read them itself: a node that went on with each piece as it came ran a pass
+    /// for each while CNI calls waited (`api_server::PEER_POLL`).
+    pub(crate) fn has_peer_backlog(&self) -> bool {
+        self.peers.turn_ran_out
+    }
+
+    /// The capture started by the last request, for the API connection to take.
+    pub(crate) fn take_started_capture(&mut self) -> Option<CaptureStream> {
+        self.data.started_capture.take()
     }
 
     /// The node's histograms, for the metrics endpoint and the API server to share.
@@ -353,7 +372,7 @@ impl Node {
             Request::Status(_) => Ok(Response::Ok),
             Request::Gc(call) => self.gc(call).map(|()| Response::Ok),
             Request::TopologyApply(apply) => self.apply_topologies(apply),
-            Request::TopologyGet(query) => self.get_topologies(&query),
+            Request::TopologyGet(query) => self.records.get_topologies(&query),
             Request::TopologyDelete(query) => self.delete_topologies(&query),
             Request::State => self.state().map(Response::State),
             Request::Counters => self.counters().map(Response::Counters),
@@ -369,8 +388,15 @@ impl Node {
     fn state(&self) -> Result<NodeState, NodeError> {
         Ok(NodeState {
             node: self.config.node_name.clone(),
-            attachments: self.store.attachments()?.iter().map(to_json).collect(),
+            attachments: self
+                .records
+                .store
+                .attachments()?
+                .iter()
+                .map(to_json)
+                .collect(),
             wires: self
+                .records
                 .store
                 .wires()?
                 .iter()
@@ -378,79 +404,17 @@ impl Node {
                     let mut json = to_json(record);
                     // A straight veth steered through the switch now (not in the store).
                     let wire = record.wire();
-                    if self.steered.contains_key(&wire) {
+                    if self.data.steered.contains_key(&wire) {
                         json["steered"] = serde_json::Value::Bool(true);
                     }
                     json
                 })
                 .collect(),
-            refused_claims: self.refused_claims.load(Ordering::Relaxed),
-            claims_judged_by_node: self.claims_judged,
-            store_requests: self.store.requests(),
-            pool: self.pools.as_ref().map(pools::PoolRole::state),
+            refused_claims: self.peers.refused_claims.load(Ordering::Relaxed),
+            claims_judged_by_node: self.peers.claims_judged,
+            store_requests: self.records.store.requests(),
+            pool: self.routing.pools.as_ref().map(pools::PoolRole::state),
         })
-    }
-
-    fn attachment_of_pod(
-        &self,
-        namespace: &str,
-        pod: &str,
-    ) -> Result<Option<AttachmentRecord>, NodeError> {
-        Ok(self.store.attachment_of_pod(namespace, pod)?)
-    }
-
-    /// The topology of `pod`, from the cache or the store.
-    fn topology(
-        &self,
-        namespace: &str,
-        pod: &str,
-    ) -> Result<Option<Arc<LoadedTopology>>, NodeError> {
-        self.cached_topology(namespace, pod, Remember::Absence)
-    }
-
-    /// The topology of `pod`, from the cache or read into it; a pod with none is
-    /// remembered as such only if `remember` says so.
-    fn cached_topology(
-        &self,
-        namespace: &str,
-        pod: &str,
-        remember: Remember,
-    ) -> Result<Option<Arc<LoadedTopology>>, NodeError> {
-        let topologies = self.topologies.borrow();
-        if let Some(cached) = topologies.get(namespace).and_then(|pods| pods.get(pod)) {
-            return Ok(cached.clone());
-        }
-        drop(topologies);
-        let read = self.store.topology(namespace, pod)?.map(|topology| {
-            Arc::new(LoadedTopology {
-                links: Arc::new(topology.link_specs()),
-                topology,
-            })
-        });
-        if read.is_some() || remember == Remember::Absence {
-            self.topologies
-                .borrow_mut()
-                .entry(namespace.to_owned())
-                .or_default()
-                .insert(pod.to_owned(), read.clone());
-        }
-        Ok(read)
-    }
-
-    /// Forgets the cached topologies: the node is about to write some.
-    fn topologies_changed(&self) {
-        self.topologies.borrow_mut().clear();
-    }
-
-    fn topology_link(
-        &self,
-        namespace: &str,
-        pod: &str,
-        uid: u64,
-    ) -> Result<Option<LinkSpec>, NodeError> {
-        Ok(self
-            .topology(namespace, pod)?
-            .and_then(|t| t.links.iter().find(|l| l.uid == uid).cloned()))
     }
 }
 

@@ -25,15 +25,17 @@ impl Node {
         };
         let mut namespaces = HashMap::new();
         let looked_at_pods =
-            self.observe_pods(scope, &mut desired, &mut observed, &mut namespaces)?;
-        let records = self.records_of(scope, &looked_at_pods)?;
+            self.records
+                .observe_pods(scope, &mut desired, &mut observed, &mut namespaces)?;
+        let records = self.records.records_of(scope, &looked_at_pods)?;
         observed.records = records.into_iter().map(|w| (w.key(), w)).collect();
         let node_interfaces = match scope {
-            Scope::Node => interfaces::observe(&self.node_ns),
+            Scope::Node => interfaces::observe(&self.netns.node_ns),
             // Only the node ends of the pods looked at: one read each, rather than a dump
             // of a node namespace that may hold thousands.
             Scope::Pods(_) | Scope::Detached(_) => {
-                self.node_ends_of(&desired, &observed, &looked_at_pods)
+                self.netns
+                    .node_ends_of(&desired, &observed, &looked_at_pods)
             }
         };
         match node_interfaces {
@@ -44,9 +46,9 @@ impl Node {
             observed.detached = Some(attachment.pod.clone());
         }
         self.observe_ports_and_far_ends(&mut desired, &mut observed);
-        desired.withdrawn = self.withdrawn.clone();
-        desired.switched = self.switched_wires(&desired);
-        desired.bridged = self.bridged_wires(&desired);
+        desired.withdrawn = self.peers.withdrawn.clone();
+        desired.switched = self.data.switched_wires(&desired);
+        desired.bridged = self.data.bridged_wires(&desired);
         Ok(Observation {
             desired,
             observed,
@@ -55,6 +57,103 @@ impl Node {
         })
     }
 
+    /// The open fast-path ports and the far ends peers announced, of the records the
+    /// plan has only: a pass over some pods looks up the ports and far ends of their
+    /// wires, rather than copying the node's thousands.
+    fn observe_ports_and_far_ends(&self, desired: &mut Desired, observed: &mut Observed) {
+        if observed.whole_node {
+            observed.ports = self.data.ports.keys().cloned().collect();
+            desired.remote_ends = self
+                .peers
+                .remote_ends
+                .iter()
+                .map(|(key, end)| (key.clone(), end.pod.clone()))
+                .collect();
+            return;
+        }
+        for (key, record) in &observed.records {
+            if self.data.ports.contains_key(key) {
+                observed.ports.insert(key.clone());
+            }
+            let wire = record.wire();
+            if let Some(end) = self.peers.remote_ends.get(&wire) {
+                desired.remote_ends.insert(wire, end.pod.clone());
+            }
+        }
+    }
+}
+
+impl super::Records {
+    /// The wire records the pass plans with. A pass over some pods plans for theirs only
+    /// (the others are taken as they are): it reads their records alone, not every record
+    /// of a node that may hold thousands.
+    fn records_of(
+        &self,
+        scope: Scope<'_>,
+        looked_at_pods: &HashSet<(String, String)>,
+    ) -> Result<Vec<WireRecord>, NodeError> {
+        if let Scope::Node = scope {
+            return Ok(self.store.wires()?);
+        }
+        let detached = match scope {
+            Scope::Detached(attachment) => Some((&attachment.pod.namespace, &attachment.pod.name)),
+            _ => None,
+        };
+        let mut records = Vec::new();
+        for (namespace, pod) in looked_at_pods.iter().map(|(n, p)| (n, p)).chain(detached) {
+            records.extend(self.store.wires_of_pod(namespace, pod)?);
+        }
+        Ok(records)
+    }
+}
+
+impl super::Namespaces {
+    /// The node-side interfaces that the remote records of `pods` name, and those of
+    /// their unjoined ends whose pod interface xwire made (a half-made remote end's,
+    /// see `Action::Join`).
+    fn node_ends_of(
+        &self,
+        desired: &Desired,
+        observed: &Observed,
+        pods: &HashSet<(String, String)>,
+    ) -> Result<Interfaces, crate::netns::NetnsError> {
+        let mut found = Interfaces::new();
+        for record in observed.records.values().filter(|r| {
+            r.has_node_end() && pods.contains(&(r.topo_namespace.clone(), r.local_pod_name.clone()))
+        }) {
+            for name in node_side(record) {
+                if let Some(state) = interfaces::inspect(&self.node_ns, &name)? {
+                    found.insert(name, state);
+                }
+            }
+        }
+        for pod in &desired.pods {
+            let Some(PodNetns::Open(in_pod)) = observed.pods.get(&pod.attachment.key()) else {
+                continue;
+            };
+            let (namespace, name) = (&pod.attachment.pod.namespace, &pod.attachment.pod.name);
+            for link in pod.links.iter() {
+                let unjoined = observed
+                    .records
+                    .get(&EndKey::new(namespace, name, link.uid))
+                    .is_none_or(|r| r.state == WireState::Pending);
+                let ours = interfaces::pod_alias(namespace, name, link.uid);
+                let made_here = in_pod
+                    .get(&link.local_intf)
+                    .is_some_and(|i| i.alias.as_deref() == Some(ours.as_str()));
+                if unjoined && made_here {
+                    let node_end = node_ifname(namespace, name, link.uid);
+                    if let Some(state) = interfaces::inspect(&self.node_ns, &node_end)? {
+                        found.insert(node_end, state);
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+impl super::Records {
     /// The attachments the pass plans with and their links (`desired`), and the
     /// namespaces of the pods it looks at, opened (`namespaces`) and listed
     /// (`observed`). Returns the pods looked at.
@@ -114,52 +213,6 @@ impl Node {
         Ok(looked_at_pods)
     }
 
-    /// The wire records the pass plans with. A pass over some pods plans for theirs only
-    /// (the others are taken as they are): it reads their records alone, not every record
-    /// of a node that may hold thousands.
-    fn records_of(
-        &self,
-        scope: Scope<'_>,
-        looked_at_pods: &HashSet<(String, String)>,
-    ) -> Result<Vec<WireRecord>, NodeError> {
-        if let Scope::Node = scope {
-            return Ok(self.store.wires()?);
-        }
-        let detached = match scope {
-            Scope::Detached(attachment) => Some((&attachment.pod.namespace, &attachment.pod.name)),
-            _ => None,
-        };
-        let mut records = Vec::new();
-        for (namespace, pod) in looked_at_pods.iter().map(|(n, p)| (n, p)).chain(detached) {
-            records.extend(self.store.wires_of_pod(namespace, pod)?);
-        }
-        Ok(records)
-    }
-
-    /// The open fast-path ports and the far ends peers announced, of the records the
-    /// plan has only: a pass over some pods looks up the ports and far ends of their
-    /// wires, rather than copying the node's thousands.
-    fn observe_ports_and_far_ends(&self, desired: &mut Desired, observed: &mut Observed) {
-        if observed.whole_node {
-            observed.ports = self.ports.keys().cloned().collect();
-            desired.remote_ends = self
-                .remote_ends
-                .iter()
-                .map(|(key, end)| (key.clone(), end.pod.clone()))
-                .collect();
-            return;
-        }
-        for (key, record) in &observed.records {
-            if self.ports.contains_key(key) {
-                observed.ports.insert(key.clone());
-            }
-            let wire = record.wire();
-            if let Some(end) = self.remote_ends.get(&wire) {
-                desired.remote_ends.insert(wire, end.pod.clone());
-            }
-        }
-    }
-
     /// The stored attachments of `pods`, and of the pods attached here that their links
     /// lead to, by key: what a pass over some pods plans with. The plan looks at the
     /// pods of a scoped pass alone, and at the others only as the far ends of those
@@ -190,49 +243,5 @@ impl Node {
             found.insert(stored.key(), stored);
         }
         Ok(found.into_values().collect())
-    }
-
-    /// The node-side interfaces that the remote records of `pods` name, and those of
-    /// their unjoined ends whose pod interface xwire made (a half-made remote end's,
-    /// see `Action::Join`).
-    fn node_ends_of(
-        &self,
-        desired: &Desired,
-        observed: &Observed,
-        pods: &HashSet<(String, String)>,
-    ) -> Result<Interfaces, crate::netns::NetnsError> {
-        let mut found = Interfaces::new();
-        for record in observed.records.values().filter(|r| {
-            r.has_node_end() && pods.contains(&(r.topo_namespace.clone(), r.local_pod_name.clone()))
-        }) {
-            for name in node_side(record) {
-                if let Some(state) = interfaces::inspect(&self.node_ns, &name)? {
-                    found.insert(name, state);
-                }
-            }
-        }
-        for pod in &desired.pods {
-            let Some(PodNetns::Open(in_pod)) = observed.pods.get(&pod.attachment.key()) else {
-                continue;
-            };
-            let (namespace, name) = (&pod.attachment.pod.namespace, &pod.attachment.pod.name);
-            for link in pod.links.iter() {
-                let unjoined = observed
-                    .records
-                    .get(&EndKey::new(namespace, name, link.uid))
-                    .is_none_or(|r| r.state == WireState::Pending);
-                let ours = interfaces::pod_alias(namespace, name, link.uid);
-                let made_here = in_pod
-                    .get(&link.local_intf)
-                    .is_some_and(|i| i.alias.as_deref() == Some(ours.as_str()));
-                if unjoined && made_here {
-                    let node_end = node_ifname(namespace, name, link.uid);
-                    if let Some(state) = interfaces::inspect(&self.node_ns, &node_end)? {
-                        found.insert(node_end, state);
-                    }
-                }
-            }
-        }
-        Ok(found)
     }
 }

@@ -44,10 +44,10 @@ impl Node {
     pub(crate) fn pump_peer_events(&mut self) -> bool {
         let mut any = false;
         let started = Instant::now();
-        self.turn_ran_out = false;
-        while let Some(desk) = &self.desk {
+        self.peers.turn_ran_out = false;
+        while let Some(desk) = &self.peers.desk {
             if started.elapsed() >= TURN {
-                self.turn_ran_out = desk.has_news();
+                self.peers.turn_ran_out = desk.has_news();
                 break;
             }
             let Some(news) = desk.next() else {
@@ -56,24 +56,16 @@ impl Node {
             any = true;
             self.on_news(news);
         }
-        self.refusals.log_due(Instant::now());
+        self.peers.refusals.log_due(Instant::now());
         self.join_announced();
         any
-    }
-
-    /// Whether the last `pump_peer_events` ran out of its turn with news left. News that
-    /// came after it waits for the next request or `PEER_POLL`, as events did when the
-    /// node read them itself: a node that went on with each piece as it came ran a pass
-    /// for each while CNI calls waited (`api_server::PEER_POLL`).
-    pub(crate) fn has_peer_backlog(&self) -> bool {
-        self.turn_ran_out
     }
 
     fn on_news(&mut self, news: PeerNews) {
         match news {
             PeerNews::Up { name } => {
                 // A Sync cut short by the last connection's end is void.
-                self.sync_in_progress.remove(&name);
+                self.peers.sync_in_progress.remove(&name);
                 self.send_sync(&name);
             }
             PeerNews::Claims {
@@ -94,50 +86,33 @@ impl Node {
         }
     }
 
-    /// The wire as this node's end describes it to the far end's node.
-    fn spec_of(&self, record: &WireRecord) -> Option<WireSpec> {
-        let link = self
-            .topology_link(
-                &record.topo_namespace,
-                &record.local_pod_name,
-                record.link_uid,
-            )
-            .ok()??;
-        let carrier = link.carrier.unwrap_or(Carrier::Datagram);
-        Some(WireSpec {
-            key: record.wire(),
-            sender_pod: record.local_pod_name.clone(),
-            sender_intf: record.local_pod_ifname.clone(),
-            receiver_pod: link.peer_pod,
-            receiver_intf: link.peer_intf,
-            carrier,
-        })
-    }
-
     /// Announces a pod's ends that have no local peer.
     pub(super) fn announce_pod(&mut self, namespace: &str, pod: &str) {
-        let Some(fastpath) = &self.fastpath else {
+        let Some(fastpath) = &self.data.fastpath else {
             return;
         };
         if fastpath.peer_names().next().is_none() {
             return;
         }
-        let Ok(wires) = self.store.wires_of_pod(namespace, pod) else {
+        let Ok(wires) = self.records.store.wires_of_pod(namespace, pod) else {
             return;
         };
         for record in &wires {
-            let Some(spec) = self.spec_of(record) else {
+            let Some(spec) = self.records.spec_of(record) else {
                 continue;
             };
             // A waiting end is told only to the node that runs its far end's pod, as the
             // pod's placement says; with none, to nobody (see the module's notes).
             let target = match (&record.state, &record.peer_node) {
-                (WireState::Pending, _) => self.placed_peer(namespace, &record.peer_pod),
+                (WireState::Pending, _) => {
+                    self.data
+                        .placed_peer(&self.records, namespace, &record.peer_pod)
+                }
                 (WireState::Remote | WireState::Vxlan, Some(node)) => Some(node.clone()),
                 _ => None,
             };
             if let Some(node) = target {
-                self.send_to(&node, ControlBody::AddWire(spec));
+                self.data.send_to(&node, ControlBody::AddWire(spec));
             }
         }
     }
@@ -145,10 +120,10 @@ impl Node {
     /// Announces the waiting ends of this node's pods whose far end is a pod of
     /// `changed` (namespace, pod): its placement may have just become known.
     pub(super) fn announce_towards(&mut self, changed: &HashSet<(String, String)>) {
-        if changed.is_empty() || self.fastpath.is_none() {
+        if changed.is_empty() || self.data.fastpath.is_none() {
             return;
         }
-        let Ok(wires) = self.store.wires() else {
+        let Ok(wires) = self.records.store.wires() else {
             return;
         };
         let pods: BTreeSet<(String, String)> = wires
@@ -164,44 +139,28 @@ impl Node {
         }
     }
 
-    /// The configured peer that runs `pod` by its placement (in a cluster, the Pod's
-    /// node; elsewhere, the node at the address its Topology's status names), if any.
-    pub(super) fn placed_peer(&self, namespace: &str, pod: &str) -> Option<String> {
-        let fastpath = self.fastpath.as_ref()?;
-        match self.store.pod_placement(namespace, pod) {
-            PodPlacement::On(node) => {
-                return fastpath.addresses.contains_key(&node).then_some(node)
-            }
-            PodPlacement::Unplaced => return None,
-            PodPlacement::NotTracked => {}
-        }
-        let runs_it = self.placement(namespace, pod)?;
-        fastpath
-            .addresses
-            .keys()
-            .find(|name| self.peer_ip(name) == Some(runs_it))
-            .cloned()
-    }
-
     /// Sends the peer every wire this node believes it shares with it, in parts of
     /// bounded size (every peer speaks protocol version 3, so reads parts).
     fn send_sync(&mut self, peer: &str) {
-        let Ok(wires) = self.store.wires() else {
+        let Ok(wires) = self.records.store.wires() else {
             return;
         };
         let specs: Vec<WireSpec> = wires
             .iter()
             .filter(|w| match w.state {
                 WireState::Pending => {
-                    self.placed_peer(&w.topo_namespace, &w.peer_pod).as_deref() == Some(peer)
+                    self.data
+                        .placed_peer(&self.records, &w.topo_namespace, &w.peer_pod)
+                        .as_deref()
+                        == Some(peer)
                 }
                 WireState::Remote | WireState::Vxlan => w.peer_node.as_deref() == Some(peer),
                 WireState::Veth | WireState::Switched => false,
             })
-            .filter_map(|w| self.spec_of(w))
+            .filter_map(|w| self.records.spec_of(w))
             .collect();
         for part in SyncBody::parts(specs) {
-            self.send_to(peer, ControlBody::Sync(part));
+            self.data.send_to(peer, ControlBody::Sync(part));
         }
     }
 
@@ -212,30 +171,10 @@ impl Node {
         from: &str,
         spec: &WireSpec,
     ) -> Result<Option<WireRecord>, Refusal> {
-        self.claims_judged += 1;
+        self.peers.claims_judged += 1;
         judge(self, from, spec)?;
         let key = EndKey::new(&spec.key.namespace, &spec.receiver_pod, spec.key.link_uid);
-        Ok(self.store.wire(&key).ok().flatten())
-    }
-
-    /// The address of the node that runs `pod`, if its Topology says.
-    pub(super) fn placement(&self, namespace: &str, pod: &str) -> Option<IpAddr> {
-        let loaded = self.topology(namespace, pod).ok()??;
-        let src_ip = loaded
-            .topology
-            .status
-            .as_ref()?
-            .get("src_ip")?
-            .as_str()?
-            .to_owned();
-        // meshnet writes a plain address; a CIDR is read for its address.
-        src_ip.split('/').next()?.parse().ok()
-    }
-
-    /// The configured address of peer `name`.
-    pub(super) fn peer_ip(&self, name: &str) -> Option<IpAddr> {
-        let address = self.fastpath.as_ref()?.addresses.get(name)?;
-        Some(address.parse::<SocketAddr>().ok()?.ip())
+        Ok(self.records.store.wire(&key).ok().flatten())
     }
 
     /// Takes `from`'s word that it holds the far end `spec` describes, if it may; says
@@ -249,13 +188,17 @@ impl Node {
                 // news (this node's end removed and recorded again while the claim was
                 // under way) waits for a far end again instead of waiting on this node
                 // for ever: the next announcement of either end then joins the two.
-                if self.refusals.refuse(from, &refusal, &spec, Instant::now()) {
-                    self.send_to(from, ControlBody::DelWire(spec.key));
+                if self
+                    .peers
+                    .refusals
+                    .refuse(from, &refusal, &spec, Instant::now())
+                {
+                    self.data.send_to(from, ControlBody::DelWire(spec.key));
                 }
                 return false;
             }
         };
-        self.remote_ends.insert(
+        self.peers.remote_ends.insert(
             spec.key.clone(),
             RemoteEnd {
                 node: from.to_owned(),
@@ -274,11 +217,12 @@ impl Node {
                 // An end joined elsewhere gets here only when the Topology places the
                 // far end's pod on `from`: the pod moved.
                 if record.state.crosses_nodes() {
-                    self.disconnect_end(&record, true);
-                    self.set_pending(record.clone());
+                    self.wiring().disconnect_end(&record, true);
+                    self.records.set_pending(record.clone());
                 }
                 // The far end is known now: the pod's next pass joins it.
-                self.to_join
+                self.peers
+                    .to_join
                     .insert((record.topo_namespace, record.local_pod_name));
             }
         }
@@ -289,12 +233,12 @@ impl Node {
     /// of events, so that a Sync of many wires costs one pass, not one each); the pass
     /// tells the peers what it joined.
     fn join_announced(&mut self) {
-        if self.to_join.is_empty() {
+        if self.peers.to_join.is_empty() {
             return;
         }
         let mut pods = Vec::new();
-        for (namespace, pod) in std::mem::take(&mut self.to_join) {
-            match self.attachment_of_pod(&namespace, &pod) {
+        for (namespace, pod) in std::mem::take(&mut self.peers.to_join) {
+            match self.records.attachment_of_pod(&namespace, &pod) {
                 Ok(Some(attachment)) => pods.push(attachment),
                 Ok(None) => {}
                 Err(e) => {
@@ -303,7 +247,7 @@ impl Node {
             }
         }
         let passed = self.pass(Scope::Pods(&pods), &HashSet::new());
-        self.withdrawn.clear();
+        self.peers.withdrawn.clear();
         match passed {
             Ok(done) => {
                 for failure in &done.failures {
@@ -321,9 +265,10 @@ impl Node {
     /// `from` no longer holds the far ends of `gone`: the ends joined to them go back to
     /// pending, on the pass that follows the batch of events.
     fn far_ends_gone(&mut self, from: &str, gone: &HashSet<WireKey>) {
-        self.remote_ends
+        self.peers
+            .remote_ends
             .retain(|key, end| end.node != from || !gone.contains(key));
-        let Ok(wires) = self.store.wires() else {
+        let Ok(wires) = self.records.store.wires() else {
             return;
         };
         for record in wires
@@ -332,8 +277,9 @@ impl Node {
         {
             let key = record.wire();
             if gone.contains(&key) {
-                self.withdrawn.insert(key, from.to_owned());
-                self.to_join
+                self.peers.withdrawn.insert(key, from.to_owned());
+                self.peers
+                    .to_join
                     .insert((record.topo_namespace, record.local_pod_name));
             }
         }
@@ -345,7 +291,7 @@ impl Node {
     /// remembered between parts, so what a peer can make this node hold is bounded by
     /// this node's own topologies.
     fn on_sync(&mut self, from: &str, specs: Vec<WireSpec>, more: bool) {
-        let mut listed = self.sync_in_progress.remove(from).unwrap_or_default();
+        let mut listed = self.peers.sync_in_progress.remove(from).unwrap_or_default();
         for spec in specs {
             let key = spec.key.clone();
             if self.on_add_wire(from, spec) {
@@ -353,18 +299,19 @@ impl Node {
             }
         }
         if more {
-            self.sync_in_progress.insert(from.to_owned(), listed);
+            self.peers.sync_in_progress.insert(from.to_owned(), listed);
             return;
         }
         // What this node believes it shares with `from`: the ends it heard of, and (after
         // a restart, when it has heard nothing yet) the ends its records join to `from`.
         let mut shared: HashSet<WireKey> = self
+            .peers
             .remote_ends
             .iter()
             .filter(|(_, end)| end.node == from)
             .map(|(key, _)| key.clone())
             .collect();
-        if let Ok(records) = self.store.wires() {
+        if let Ok(records) = self.records.store.wires() {
             shared.extend(
                 records
                     .iter()
@@ -384,21 +331,22 @@ impl Node {
     /// declared to the fast path (or its address updated), one that left is retired and
     /// the ends joined to its pods go back to pending. Says whether anything changed.
     pub(crate) fn pump_membership(&mut self) -> bool {
-        let pools_changed = match self.store.take_pools_change() {
+        let pools_changed = match self.records.store.take_pools_change() {
             Some(pools) if self.config.topology.pools_from_labels => {
-                self.apply_labelled_pools(pools);
+                self.routing
+                    .apply_labelled_pools(pools, &self.config, &self.netns.node_ns);
                 true
             }
             _ => false,
         };
-        let changes = self.store.take_peer_changes();
+        let changes = self.records.store.take_peer_changes();
         if changes.is_empty() && pools_changed {
             return true;
         }
         if changes.is_empty() {
             return false;
         }
-        let Some(fastpath) = &mut self.fastpath else {
+        let Some(fastpath) = &mut self.data.fastpath else {
             tracing::warn!("nodes joined or left, but this node has no certificate for peers");
             return true;
         };
@@ -428,13 +376,15 @@ impl Node {
         self.tell_desk_peers();
         for name in left {
             let mut gone: HashSet<WireKey> = self
+                .peers
                 .remote_ends
                 .iter()
                 .filter(|(_, end)| end.node == name)
                 .map(|(key, _)| key.clone())
                 .collect();
             gone.extend(
-                self.store
+                self.records
+                    .store
                     .wires()
                     .unwrap_or_default()
                     .into_iter()
@@ -450,3 +400,71 @@ impl Node {
 /// How long the node's thread works through the peer desk's news before it answers the
 /// local API again.
 const TURN: Duration = Duration::from_millis(20);
+
+impl super::Records {
+    /// The wire as this node's end describes it to the far end's node.
+    fn spec_of(&self, record: &WireRecord) -> Option<WireSpec> {
+        let link = self
+            .topology_link(
+                &record.topo_namespace,
+                &record.local_pod_name,
+                record.link_uid,
+            )
+            .ok()??;
+        let carrier = link.carrier.unwrap_or(Carrier::Datagram);
+        Some(WireSpec {
+            key: record.wire(),
+            sender_pod: record.local_pod_name.clone(),
+            sender_intf: record.local_pod_ifname.clone(),
+            receiver_pod: link.peer_pod,
+            receiver_intf: link.peer_intf,
+            carrier,
+        })
+    }
+
+    /// The address of the node that runs `pod`, if its Topology says.
+    pub(super) fn placement(&self, namespace: &str, pod: &str) -> Option<IpAddr> {
+        let loaded = self.topology(namespace, pod).ok()??;
+        let src_ip = loaded
+            .topology
+            .status
+            .as_ref()?
+            .get("src_ip")?
+            .as_str()?
+            .to_owned();
+        // meshnet writes a plain address; a CIDR is read for its address.
+        src_ip.split('/').next()?.parse().ok()
+    }
+}
+
+impl super::DataPlane {
+    /// The configured peer that runs `pod` by its placement (in a cluster, the Pod's
+    /// node; elsewhere, the node at the address its Topology's status names), if any.
+    pub(super) fn placed_peer(
+        &self,
+        records: &super::Records,
+        namespace: &str,
+        pod: &str,
+    ) -> Option<String> {
+        let fastpath = self.fastpath.as_ref()?;
+        match records.store.pod_placement(namespace, pod) {
+            PodPlacement::On(node) => {
+                return fastpath.addresses.contains_key(&node).then_some(node)
+            }
+            PodPlacement::Unplaced => return None,
+            PodPlacement::NotTracked => {}
+        }
+        let runs_it = records.placement(namespace, pod)?;
+        fastpath
+            .addresses
+            .keys()
+            .find(|name| self.peer_ip(name) == Some(runs_it))
+            .cloned()
+    }
+
+    /// The configured address of peer `name`.
+    pub(super) fn peer_ip(&self, name: &str) -> Option<IpAddr> {
+        let address = self.fastpath.as_ref()?.addresses.get(name)?;
+        Some(address.parse::<SocketAddr>().ok()?.ip())
+    }
+}

@@ -14,7 +14,7 @@ impl Node {
         namespace: &str,
         pod: &str,
     ) -> Result<PodRoutingSpec, NodeError> {
-        let Some(loaded) = self.topology(namespace, pod)? else {
+        let Some(loaded) = self.records.topology(namespace, pod)? else {
             return Ok(PodRoutingSpec::default());
         };
         let spec = &loaded.topology.spec;
@@ -39,7 +39,20 @@ impl Node {
             policy: router_mode.then(|| self.config.routing.settings()),
         })
     }
+}
 
+fn routing_error(attachment: &AttachmentRecord, e: crate::netns::NetnsError) -> NodeError {
+    NodeError::new(
+        ErrorKind::Interface,
+        format!(
+            "pod {}/{}: reading its routes and rules",
+            attachment.pod.namespace, attachment.pod.name
+        ),
+        e.to_string(),
+    )
+}
+
+impl super::Routing {
     /// Takes away every route and rule xwire gave the pod of `attachment` (DEL), where
     /// its namespace is still there (the runtime's other plugins may still use it).
     pub(super) fn remove_pod_routing(
@@ -68,15 +81,4 @@ impl Node {
             )),
         }
     }
-}
-
-fn routing_error(attachment: &AttachmentRecord, e: crate::netns::NetnsError) -> NodeError {
-    NodeError::new(
-        ErrorKind::Interface,
-        format!(
-            "pod {}/{}: reading its routes and rules",
-            attachment.pod.namespace, attachment.pod.name
-        ),
-        e.to_string(),
-    )
 }

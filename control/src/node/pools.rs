@@ -11,7 +11,8 @@ use std::net::SocketAddr;
 use xwire_gateway::{Gateway, GatewayConfig, GatewayProbe, Pools};
 
 use super::Node;
-use crate::config::PoolsConfig;
+use crate::config::{DaemonConfig, PoolsConfig};
+use crate::netns::NetnsFd;
 use crate::routing::{self, PodRouting, Route, Rule, Selector};
 
 /// The TUN device a gateway routes the other pools' CIDRs into.
@@ -156,16 +157,37 @@ impl PoolRole {
 }
 
 impl Node {
+    /// The gateway the routes should go through changed (its probes stopped, or the
+    /// first one answers again): the routes follow. Says whether they did.
+    pub(crate) fn pump_pools(&mut self) -> bool {
+        let Some(role) = &self.routing.pools else {
+            return false;
+        };
+        let active = role.active_gateway().map(|g| g.node.clone());
+        if active == role.active {
+            return false;
+        }
+        self.routing.sync_pool_routes(&self.netns.node_ns);
+        true
+    }
+}
+
+impl super::Routing {
     /// The pools the cluster's Node labels make now (`None`: this node is in none): the
     /// role is made anew when they changed (a gateway's tunnel restarts with it), and the
     /// routes follow.
-    pub(super) fn apply_labelled_pools(&mut self, labelled: Option<crate::store::LabelledPools>) {
-        let base = self.config.pools.clone().unwrap_or_default();
+    pub(super) fn apply_labelled_pools(
+        &mut self,
+        labelled: Option<crate::store::LabelledPools>,
+        daemon: &DaemonConfig,
+        node_ns: &NetnsFd,
+    ) {
+        let base = daemon.pools.clone().unwrap_or_default();
         let Some(labelled) = labelled else {
             if self.pools.take().is_some() {
                 tracing::info!("pools: this node is in no pool any more");
             }
-            let cleared = routing::sync_table(&self.node_ns, base.table, &PodRouting::default());
+            let cleared = routing::sync_table(node_ns, base.table, &PodRouting::default());
             if let Err(e) = cleared {
                 tracing::warn!("pools: {e}");
             }
@@ -185,41 +207,28 @@ impl Node {
         }
         // The old role's gateway and probes stop before the new one's start.
         self.pools = None;
-        let me = self.config.node_address.ip();
-        match PoolRole::start(&self.config.node_name, me, &config, self.identity.as_ref()) {
+        let me = daemon.node_address.ip();
+        match PoolRole::start(&daemon.node_name, me, &config, self.identity.as_ref()) {
             Ok(role) => {
                 tracing::info!(pool = %config.member_of, pools = config.pools.len(), "pools: from the Node labels");
                 self.pools = Some(role);
             }
             Err(e) => tracing::warn!("pools from the Node labels: {e}"),
         }
-        self.sync_pool_routes();
-    }
-
-    /// The gateway the routes should go through changed (its probes stopped, or the
-    /// first one answers again): the routes follow. Says whether they did.
-    pub(crate) fn pump_pools(&mut self) -> bool {
-        let Some(role) = &self.pools else {
-            return false;
-        };
-        let active = role.active_gateway().map(|g| g.node.clone());
-        if active == role.active {
-            return false;
-        }
-        self.sync_pool_routes();
-        true
+        self.sync_pool_routes(node_ns);
     }
 
     /// What the pools ask of their table, and what it has, for a pass over the whole
     /// node (`plan/routes.rs`); nothing when the node is in no pool.
     pub(super) fn observe_pool_routing(
         &self,
+        node_ns: &NetnsFd,
         failures: &mut Vec<String>,
     ) -> (Option<PodRouting>, Option<routing::RoutingSeen>) {
         let Some(role) = &self.pools else {
             return (None, None);
         };
-        match routing::observe_table(&self.node_ns, role.config.table) {
+        match routing::observe_table(node_ns, role.config.table) {
             Ok(seen) => (Some(role.desired()), Some(seen)),
             Err(e) => {
                 failures.push(format!("pools: {e}"));
@@ -231,7 +240,7 @@ impl Node {
     /// Brings the pools' table and its rules to what the role asks for now (at the
     /// start, when a gateway comes or goes, and when a pass over the node finds them
     /// other than that: a gateway's TUN device made again takes its routes with it).
-    pub(super) fn sync_pool_routes(&mut self) {
+    pub(super) fn sync_pool_routes(&mut self, node_ns: &NetnsFd) {
         let Some(role) = &mut self.pools else {
             return;
         };
@@ -253,7 +262,7 @@ impl Node {
             role.active = active;
         }
         let want = role.desired();
-        match routing::sync_table(&self.node_ns, role.config.table, &want) {
+        match routing::sync_table(node_ns, role.config.table, &want) {
             Ok(synced) => {
                 for change in synced.changed {
                     tracing::info!("pools: {change}");

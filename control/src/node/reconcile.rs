@@ -113,7 +113,7 @@ impl Node {
         attachment: &AttachmentRecord,
         journal: &mut Journal,
     ) -> Result<(), NodeError> {
-        self.store.put_attachment(attachment)?;
+        self.records.store.put_attachment(attachment)?;
         journal.record(Step::Attachment {
             key: attachment.key(),
         });
@@ -133,7 +133,7 @@ impl Node {
     /// pod gone): a pass over the pod as detached. The first failure is returned, with
     /// the attachment kept, so that the next DEL or pass tries again.
     pub(super) fn detach(&mut self, attachment: &AttachmentRecord) -> Result<(), NodeError> {
-        self.remove_pod_routing(attachment)?;
+        self.routing.remove_pod_routing(attachment)?;
         step_times::time(step_times::NETLINK_POD_INTERFACES, || {
             remove_pods_interfaces_at_once(std::slice::from_ref(attachment))
         });
@@ -148,7 +148,7 @@ impl Node {
                 failure.clone(),
             ));
         }
-        self.store.remove_attachment(&attachment.key())?;
+        self.records.store.remove_attachment(&attachment.key())?;
         Ok(())
     }
 }

@@ -29,7 +29,7 @@ impl Node {
         let actions = plan::settings(&observation.desired, &observation.observed);
         // Every end waiting to be told was looked at: those that still wait (their
         // remote link is not up yet) wait again (`impair`).
-        self.impairments_unsynced.clear();
+        self.data.impairments_unsynced.clear();
         let mut report = Reconciled {
             failures: std::mem::take(&mut observation.failures),
             ..Reconciled::default()
@@ -40,9 +40,9 @@ impl Node {
         }
         for (key, spec) in &observation.desired.routing {
             if spec.is_empty() {
-                self.routed_pods.remove(key);
+                self.routing.routed_pods.remove(key);
             } else {
-                self.routed_pods.insert(key.clone());
+                self.routing.routed_pods.insert(key.clone());
             }
         }
         report
@@ -75,7 +75,8 @@ impl Node {
         into_observed.impairments = observed.impairments;
         (into_desired.routing, into_observed.routing) = routing;
         (into_desired.pool_routing, into_observed.pool_routing) = if into_observed.whole_node {
-            self.observe_pool_routing(&mut failures)
+            self.routing
+                .observe_pool_routing(&self.netns.node_ns, &mut failures)
         } else {
             (None, None)
         };
@@ -94,7 +95,7 @@ impl Node {
         let mut candidates: BTreeMap<WireKey, String> = BTreeMap::new();
         for attachment in pods {
             let (namespace, name) = (&attachment.pod.namespace, &attachment.pod.name);
-            let links = match self.topology(namespace, name) {
+            let links = match self.records.topology(namespace, name) {
                 Ok(Some(topology)) => topology.links.clone(),
                 Ok(None) => continue,
                 Err(e) => {
@@ -106,6 +107,7 @@ impl Node {
                 // The far end's link is looked at in the cache: its pod may be the one
                 // whose link is impaired.
                 let far_impaired = self
+                    .records
                     .topology(namespace, &link.peer_pod)
                     .ok()
                     .flatten()
@@ -120,19 +122,20 @@ impl Node {
                 }
             }
         }
-        for (wire, ends) in &self.steered {
+        for (wire, ends) in &self.data.steered {
             candidates
                 .entry(wire.clone())
                 .or_insert_with(|| ends[0].1.pod.clone());
         }
         let captured: Vec<&WireKey> = self
+            .data
             .captures
             .keys()
-            .filter(|w| self.captured(w) && !candidates.contains_key(*w))
+            .filter(|w| self.data.captured(w) && !candidates.contains_key(*w))
             .collect();
         if !captured.is_empty() {
             let mut found = Vec::new();
-            for record in self.store.wires().unwrap_or_default() {
+            for record in self.records.store.wires().unwrap_or_default() {
                 let wire = record.wire();
                 if captured.contains(&&wire) {
                     found.push((wire, record.local_pod_name));
@@ -163,15 +166,17 @@ impl Node {
         wire: &WireKey,
         pod: &str,
     ) -> Result<Option<(Option<SteeringWanted>, SteeringSeen)>, NodeError> {
-        let steered = self.steered.get(wire);
+        let steered = self.data.steered.get(wire);
         let own = self
+            .records
             .store
             .wire(&EndKey::new(&wire.namespace, pod, wire.link_uid))?;
         let peer = match &own {
-            Some(own) => {
-                self.store
-                    .wire(&EndKey::new(&wire.namespace, &own.peer_pod, wire.link_uid))?
-            }
+            Some(own) => self.records.store.wire(&EndKey::new(
+                &wire.namespace,
+                &own.peer_pod,
+                wire.link_uid,
+            ))?,
             None => None,
         };
         let (Some(own), Some(peer)) = (own, peer) else {
@@ -186,12 +191,14 @@ impl Node {
             }));
         };
         let links = [
-            self.topology_link(&wire.namespace, &own.local_pod_name, wire.link_uid)?,
-            self.topology_link(&wire.namespace, &peer.local_pod_name, wire.link_uid)?,
+            self.records
+                .topology_link(&wire.namespace, &own.local_pod_name, wire.link_uid)?,
+            self.records
+                .topology_link(&wire.namespace, &peer.local_pod_name, wire.link_uid)?,
         ];
         let wanted = SteeringWanted {
             through_switch: links.iter().flatten().any(|l| l.impairment.is_some())
-                || self.captured(wire),
+                || self.data.captured(wire),
             fits: links.iter().flatten().all(steerable),
             max_frame: links.iter().flatten().map(max_frame).max().unwrap_or(1518),
         };
@@ -221,18 +228,18 @@ impl Node {
         };
         for attachment in pods {
             let (namespace, name) = (&attachment.pod.namespace, &attachment.pod.name);
-            if let Ok(Some(topology)) = self.topology(namespace, name) {
+            if let Ok(Some(topology)) = self.records.topology(namespace, name) {
                 for link in topology.links.iter() {
                     add(&link.wire(namespace), name);
                 }
             }
         }
-        for key in &self.impairments_unsynced {
-            if let Some(port) = self.end_port(key) {
+        for key in &self.data.impairments_unsynced {
+            if let Some(port) = self.data.end_port(key) {
                 add(&port.wire, &port.pod);
             }
         }
-        for (wire, steered) in &self.steered {
+        for (wire, steered) in &self.data.steered {
             for (_, port) in steered {
                 add(wire, &port.pod);
             }
@@ -243,12 +250,12 @@ impl Node {
             }
         }
         for (key, (wire, pod)) in ends {
-            let port = self.end_port(&key);
+            let port = self.data.end_port(&key);
             if port.is_none() && !observed.steering.contains_key(&wire) {
                 continue;
             }
             // The link is looked at in the cache, not copied.
-            let wanted = match self.topology(&wire.namespace, &pod) {
+            let wanted = match self.records.topology(&wire.namespace, &pod) {
                 Ok(topology) => topology.and_then(|t| {
                     let link = t.links.iter().find(|l| l.uid == wire.link_uid);
                     link.and_then(|l| l.impairment)
@@ -313,7 +320,7 @@ impl Node {
                     continue;
                 }
             };
-            let given = self.routed_pods.contains(&key);
+            let given = self.routing.routed_pods.contains(&key);
             if spec.is_empty() && !given && !(clear_stale && looked_at) {
                 continue;
             }
@@ -338,7 +345,17 @@ impl Node {
         }
         (wanted, seen)
     }
+}
 
+fn routes_error(pod: &str, e: impl std::fmt::Display) -> NodeError {
+    NodeError::new(
+        super::ErrorKind::Interface,
+        format!("pod {pod}: its routes and rules"),
+        e.to_string(),
+    )
+}
+
+impl super::Records {
     /// Brings the routes and rules of the pod of `attachment` to what its Topology asks
     /// for (`Action::Route`): each change is reported, and what the kernel refused (a
     /// static route whose gateway is not reachable yet) is the action's failure, tried
@@ -385,12 +402,4 @@ impl Node {
             ))
         }
     }
-}
-
-fn routes_error(pod: &str, e: impl std::fmt::Display) -> NodeError {
-    NodeError::new(
-        super::ErrorKind::Interface,
-        format!("pod {pod}: its routes and rules"),
-        e.to_string(),
-    )
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use xwire_fastpath::{SteeredEnd, NATIVE_MAX_FRAME};
 use xwire_proto::control::WireKey;
 
-use super::{ErrorKind, Node, NodeError, OpenPort};
+use super::{ErrorKind, NodeError, OpenPort};
 use crate::netns::offload::{set_offload, Offload};
 use crate::step_times;
 use crate::store::{EndKey, WireRecord};
@@ -49,7 +49,7 @@ fn steer_error(wire: &WireKey, e: impl std::fmt::Display) -> NodeError {
     )
 }
 
-impl Node {
+impl super::DataPlane {
     /// Steers the pair of `records` through the worker and records its two ports.
     pub(super) fn steer(
         &mut self,

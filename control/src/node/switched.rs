@@ -22,7 +22,7 @@ use xwire_proto::control::{Carrier, WireKey};
 use super::plan::Desired;
 use super::steered::{max_frame, steerable};
 use super::wiring::{log_removal, node_ifname};
-use super::{ErrorKind, Journal, Node, NodeError, OpenPort, Step};
+use super::{ErrorKind, Journal, NodeError, OpenPort, Step};
 use crate::interfaces::{self, EndSettings};
 use crate::netns::NetnsFd;
 use crate::step_times;
@@ -48,7 +48,7 @@ fn no_fastpath(namespace: &str, pod: &str, uid: u64) -> NodeError {
     )
 }
 
-impl Node {
+impl super::DataPlane {
     /// Whether the same-node wire of `link` (and `peer_link`, the far end's view of it)
     /// is remade through the node: it is impaired either way, or captured, and too large
     /// to steer in place.
@@ -109,59 +109,6 @@ impl Node {
         link.impairment.is_some() || self.captured(&link.wire(namespace))
     }
 
-    /// Makes one pod's end of a switched wire: the veth to the node and the port on its
-    /// node end. Returns the node end's name and the port.
-    pub(super) fn make_switched_end(
-        &mut self,
-        namespace: &str,
-        end: PodEnd<'_>,
-        link: &LinkSpec,
-        journal: &mut Journal,
-    ) -> Result<(String, PortId), NodeError> {
-        if self.fastpath.is_none() {
-            return Err(no_fastpath(namespace, end.pod, link.uid));
-        }
-        let node_end = EndSettings {
-            mtu: link.mtu,
-            checksum_off: true,
-            ipv6: interfaces::Ipv6::Off,
-            alias: Some(interfaces::node_alias(
-                &self.config.node_name,
-                namespace,
-                end.pod,
-                link.uid,
-            )),
-            ..EndSettings::named(&node_ifname(namespace, end.pod, link.uid))
-        };
-        let own = EndSettings {
-            checksum_off: true,
-            ..end.settings
-        };
-        interfaces::create_veth(end.ns, &own, &self.node_ns, &node_end).map_err(|e| {
-            NodeError::new(
-                ErrorKind::Interface,
-                format!(
-                    "make the veth {}:{} -- node:{}",
-                    end.pod, own.name, node_end.name
-                ),
-                e.to_string(),
-            )
-        })?;
-        journal.record(Step::Interface {
-            netns: String::new(),
-            name: node_end.name.clone(),
-            alias: node_end.alias.clone().unwrap_or_default(),
-        });
-        let key = EndKey::new(namespace, end.pod, link.uid);
-        let port = self.open_switched_port(&key, &node_end.name, namespace, end.pod, link)?;
-        journal.record(Step::Port {
-            key,
-            wire: link.wire(namespace).id(),
-            id: port,
-        });
-        Ok((node_end.name, port))
-    }
-
     /// Opens the fast-path port on a switched end's node interface and records it under
     /// the end's key.
     fn open_switched_port(
@@ -194,22 +141,6 @@ impl Node {
             },
         );
         Ok(port.id)
-    }
-
-    /// Opens the port again on the node end of `record` (a switched or bridged end,
-    /// whose interfaces are in place).
-    pub(super) fn reopen_node_end_port(
-        &mut self,
-        record: &WireRecord,
-        link: &LinkSpec,
-    ) -> Result<PortId, NodeError> {
-        self.open_switched_port(
-            &record.key(),
-            &record.wire_ifname,
-            &record.topo_namespace,
-            &record.local_pod_name,
-            link,
-        )
     }
 
     /// Links the ports of a switched wire's two ends, once both are open (at a restart
@@ -245,62 +176,6 @@ impl Node {
         }
     }
 
-    /// Opens the port of a switched end whose interfaces are in place (the run that
-    /// opened it ended), and links it to its far end's when that is open too.
-    pub(super) fn reopen_switched(
-        &mut self,
-        record: &WireRecord,
-        link: &LinkSpec,
-    ) -> Result<(), NodeError> {
-        self.reopen_node_end_port(record, link)?;
-        self.link_switched(
-            &record.topo_namespace,
-            [&record.local_pod_name, &record.peer_pod],
-            record.link_uid,
-            None,
-        )
-    }
-
-    /// Takes apart an end with a node end (remote or switched): its link (a switched
-    /// wire's goes with either end), its port and its veth.
-    pub(super) fn release_node_end(&mut self, record: &WireRecord) {
-        if let Some(fastpath) = &self.fastpath {
-            // The wire's id from its namespace and uid, which every end has (a record
-            // going back to pending has its peer_intf_id cleared, and one written by an
-            // older build keeps an id of the older scheme).
-            let wire = record.wire().id();
-            let _ = fastpath.worker_of(wire).remove_link(wire);
-            if let Some(port) = self.ports.remove(&record.key()) {
-                step_times::time(step_times::PORT_CLOSE, || {
-                    let _ = fastpath.worker_of(wire).remove_port(port.id);
-                });
-            }
-        }
-        let alias = interfaces::node_alias(
-            &self.config.node_name,
-            &record.topo_namespace,
-            &record.local_pod_name,
-            record.link_uid,
-        );
-        log_removal(
-            interfaces::delete(&self.node_ns, &record.wire_ifname, &alias),
-            &record.wire_ifname,
-        );
-    }
-
-    /// Takes a switched wire apart from one end: both ends go, and the far end's record
-    /// goes back to pending (the next join makes both, switched or not).
-    pub(super) fn disconnect_switched(&mut self, record: &WireRecord) {
-        self.release_node_end(record);
-        let peer_key = EndKey::new(&record.topo_namespace, &record.peer_pod, record.link_uid);
-        if let Ok(Some(peer)) = self.store.wire(&peer_key) {
-            if peer.state == WireState::Switched {
-                self.release_node_end(&peer);
-                self.set_pending(peer);
-            }
-        }
-    }
-
     /// Tells the worker of `key`'s port its link's impairment (`Action::Impair`). A
     /// remote end whose link waits for its peer is told by a later pass, of whatever
     /// pods, once it is up; a port closed since the plan has nothing to tell.
@@ -333,6 +208,135 @@ impl Node {
                 Ok(None)
             }
             Err(e) => Err(fastpath_error(format!("{key}: impairment not set"), e)),
+        }
+    }
+}
+
+impl super::wiring::Wiring<'_> {
+    /// Makes one pod's end of a switched wire: the veth to the node and the port on its
+    /// node end. Returns the node end's name and the port.
+    pub(super) fn make_switched_end(
+        &mut self,
+        namespace: &str,
+        end: PodEnd<'_>,
+        link: &LinkSpec,
+        journal: &mut Journal,
+    ) -> Result<(String, PortId), NodeError> {
+        if self.data.fastpath.is_none() {
+            return Err(no_fastpath(namespace, end.pod, link.uid));
+        }
+        let node_end = EndSettings {
+            mtu: link.mtu,
+            checksum_off: true,
+            ipv6: interfaces::Ipv6::Off,
+            alias: Some(interfaces::node_alias(
+                &self.config.node_name,
+                namespace,
+                end.pod,
+                link.uid,
+            )),
+            ..EndSettings::named(&node_ifname(namespace, end.pod, link.uid))
+        };
+        let own = EndSettings {
+            checksum_off: true,
+            ..end.settings
+        };
+        interfaces::create_veth(end.ns, &own, &self.netns.node_ns, &node_end).map_err(|e| {
+            NodeError::new(
+                ErrorKind::Interface,
+                format!(
+                    "make the veth {}:{} -- node:{}",
+                    end.pod, own.name, node_end.name
+                ),
+                e.to_string(),
+            )
+        })?;
+        journal.record(Step::Interface {
+            netns: String::new(),
+            name: node_end.name.clone(),
+            alias: node_end.alias.clone().unwrap_or_default(),
+        });
+        let key = EndKey::new(namespace, end.pod, link.uid);
+        let port = self
+            .data
+            .open_switched_port(&key, &node_end.name, namespace, end.pod, link)?;
+        journal.record(Step::Port {
+            key,
+            wire: link.wire(namespace).id(),
+            id: port,
+        });
+        Ok((node_end.name, port))
+    }
+
+    /// Opens the port again on the node end of `record` (a switched or bridged end,
+    /// whose interfaces are in place).
+    pub(super) fn reopen_node_end_port(
+        &mut self,
+        record: &WireRecord,
+        link: &LinkSpec,
+    ) -> Result<PortId, NodeError> {
+        self.data.open_switched_port(
+            &record.key(),
+            &record.wire_ifname,
+            &record.topo_namespace,
+            &record.local_pod_name,
+            link,
+        )
+    }
+
+    /// Opens the port of a switched end whose interfaces are in place (the run that
+    /// opened it ended), and links it to its far end's when that is open too.
+    pub(super) fn reopen_switched(
+        &mut self,
+        record: &WireRecord,
+        link: &LinkSpec,
+    ) -> Result<(), NodeError> {
+        self.reopen_node_end_port(record, link)?;
+        self.data.link_switched(
+            &record.topo_namespace,
+            [&record.local_pod_name, &record.peer_pod],
+            record.link_uid,
+            None,
+        )
+    }
+
+    /// Takes apart an end with a node end (remote or switched): its link (a switched
+    /// wire's goes with either end), its port and its veth.
+    pub(super) fn release_node_end(&mut self, record: &WireRecord) {
+        if let Some(fastpath) = &self.data.fastpath {
+            // The wire's id from its namespace and uid, which every end has (a record
+            // going back to pending has its peer_intf_id cleared, and one written by an
+            // older build keeps an id of the older scheme).
+            let wire = record.wire().id();
+            let _ = fastpath.worker_of(wire).remove_link(wire);
+            if let Some(port) = self.data.ports.remove(&record.key()) {
+                step_times::time(step_times::PORT_CLOSE, || {
+                    let _ = fastpath.worker_of(wire).remove_port(port.id);
+                });
+            }
+        }
+        let alias = interfaces::node_alias(
+            &self.config.node_name,
+            &record.topo_namespace,
+            &record.local_pod_name,
+            record.link_uid,
+        );
+        log_removal(
+            interfaces::delete(&self.netns.node_ns, &record.wire_ifname, &alias),
+            &record.wire_ifname,
+        );
+    }
+
+    /// Takes a switched wire apart from one end: both ends go, and the far end's record
+    /// goes back to pending (the next join makes both, switched or not).
+    pub(super) fn disconnect_switched(&mut self, record: &WireRecord) {
+        self.release_node_end(record);
+        let peer_key = EndKey::new(&record.topo_namespace, &record.peer_pod, record.link_uid);
+        if let Ok(Some(peer)) = self.records.store.wire(&peer_key) {
+            if peer.state == WireState::Switched {
+                self.release_node_end(&peer);
+                self.records.set_pending(peer);
+            }
         }
     }
 }

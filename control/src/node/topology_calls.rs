@@ -13,7 +13,7 @@ use crate::topology::{self, Topology};
 
 impl Node {
     pub(super) fn apply_topologies(&mut self, apply: TopologyApply) -> Result<Response, NodeError> {
-        let stored = self.store.topologies()?;
+        let stored = self.records.store.topologies()?;
         let incoming = topology::check_apply(apply.objects, &stored)
             .map_err(|msg| NodeError::new(ErrorKind::TopologyInvalid, msg, ""))?;
         let old: BTreeMap<String, Topology> = stored
@@ -21,8 +21,8 @@ impl Node {
             .filter(|t| incoming.iter().any(|i| i.key() == t.key()))
             .map(|t| (t.key(), t))
             .collect();
-        self.topologies_changed();
-        self.store.put_topologies(&incoming)?;
+        self.records.topologies_changed();
+        self.records.store.put_topologies(&incoming)?;
 
         // Ends whose link changed are made anew; the pass does the rest (links that
         // came are joined, links that went are taken apart).
@@ -45,17 +45,6 @@ impl Node {
         })
     }
 
-    pub(super) fn get_topologies(&self, query: &TopologyQuery) -> Result<Response, NodeError> {
-        let objects = self
-            .store
-            .topologies()?
-            .iter()
-            .filter(|t| selects(query, t))
-            .map(to_json)
-            .collect();
-        Ok(Response::Topologies { objects })
-    }
-
     pub(super) fn delete_topologies(
         &mut self,
         query: &TopologyQuery,
@@ -68,14 +57,16 @@ impl Node {
             ));
         }
         let chosen: Vec<Topology> = self
+            .records
             .store
             .topologies()?
             .into_iter()
             .filter(|t| selects(query, t))
             .collect();
-        self.topologies_changed();
+        self.records.topologies_changed();
         for t in &chosen {
-            self.store
+            self.records
+                .store
                 .remove_topology(&t.metadata.namespace, &t.metadata.name)?;
         }
         let failures = self.follow_topologies(&chosen, &HashSet::new())?;
@@ -94,7 +85,7 @@ impl Node {
     /// Follows Topology objects someone else changed (a watched source: the API server).
     /// True when there were any.
     pub(crate) fn pump_store_events(&mut self) -> bool {
-        let changed = self.store.take_changes();
+        let changed = self.records.store.take_changes();
         if changed.is_empty() {
             return false;
         }
@@ -107,13 +98,8 @@ impl Node {
             let Some((namespace, name)) = key.split_once('/') else {
                 continue;
             };
-            let before = self
-                .topologies
-                .borrow_mut()
-                .get_mut(namespace)
-                .and_then(|pods| pods.remove(name))
-                .flatten();
-            let now = match self.topology(namespace, name) {
+            let before = self.records.forget_topology(namespace, name);
+            let now = match self.records.topology(namespace, name) {
                 Ok(now) => now,
                 Err(e) => {
                     tracing::warn!(topology = %key, "reading a changed topology: {}", e.msg);
@@ -155,8 +141,9 @@ impl Node {
         self.tell_desk_pods(&changed);
         let mut pods = Vec::new();
         for t in topologies {
-            if let Some(attachment) =
-                self.attachment_of_pod(&t.metadata.namespace, &t.metadata.name)?
+            if let Some(attachment) = self
+                .records
+                .attachment_of_pod(&t.metadata.namespace, &t.metadata.name)?
             {
                 pods.push(attachment);
             }
@@ -206,4 +193,17 @@ fn selects(query: &TopologyQuery, t: &Topology) -> bool {
 
 fn to_json(t: &Topology) -> serde_json::Value {
     serde_json::to_value(t).expect("a Topology serializes")
+}
+
+impl super::Records {
+    pub(super) fn get_topologies(&self, query: &TopologyQuery) -> Result<Response, NodeError> {
+        let objects = self
+            .store
+            .topologies()?
+            .iter()
+            .filter(|t| selects(query, t))
+            .map(to_json)
+            .collect();
+        Ok(Response::Topologies { objects })
+    }
 }

@@ -23,7 +23,7 @@ use xwire_proto::WireId;
 use super::steered::max_frame;
 use super::switched::PodEnd;
 use super::wiring::{end_ifname, log_removal, own_end};
-use super::{ErrorKind, Journal, Node, NodeError, Step};
+use super::{ErrorKind, Journal, NodeError, Step};
 use crate::interfaces::{self, EndSettings, Tunnel};
 use crate::netns::NetnsFd;
 use crate::step_times;
@@ -71,128 +71,19 @@ fn tunnel_to(id: WireId, remote: IpAddr) -> Tunnel {
     }
 }
 
-impl Node {
-    /// Makes the pod's end of a wire to `node` on the kernel's VXLAN (bridged through the
-    /// switch when the link is impaired or captured), and records it so.
-    pub(super) fn connect_vxlan(
-        &mut self,
-        pod_ns: &NetnsFd,
-        link: &LinkSpec,
-        node: &str,
-        record: &mut WireRecord,
-        journal: &mut Journal,
-    ) -> Result<(), NodeError> {
-        let namespace = record.topo_namespace.clone();
-        let address = self
-            .fastpath
-            .as_ref()
-            .and_then(|f| f.addresses.get(node).cloned());
-        let Some(remote) = self.peer_ip(node) else {
-            return Err(NodeError::new(
-                ErrorKind::Fastpath,
-                format!("node {node} is not among this node's peers"),
-                "a VXLAN wire's far end is the peer node's address",
-            ));
-        };
-        let id = link.wire(&namespace).id();
-        let tunnel = tunnel_to(id, remote);
-        let own = own_end(&namespace, &record.local_pod_name, link);
-        record.wire_ifname = if self.wants_bridge(&namespace, link) {
-            self.bridge(pod_ns, link, record, own, tunnel, journal)?
-        } else {
-            let netns = record.local_pod_netns.clone();
-            self.make_tunnel((pod_ns, &netns), &own, tunnel, record, journal)?;
-            String::new()
-        };
-        record.state = WireState::Vxlan;
-        record.peer_intf_id = id;
-        record.peer_node = Some(node.to_owned());
-        record.peer_node_ip = address;
-        Ok(())
+impl super::Records {
+    /// Another VXLAN end of this node whose VNI is `vni`, if the store names one.
+    fn vni_taken_by(&self, key: &EndKey, vni: u32) -> Option<String> {
+        let wires = self.store.wires().ok()?;
+        wires
+            .iter()
+            .filter(|w| w.state == WireState::Vxlan && w.key() != *key)
+            .find(|w| self::vni(w.wire().id()) == vni)
+            .map(|w| w.key().to_string())
     }
+}
 
-    /// Makes the VXLAN device `end` in `ns` (the pod's, or the node's own for a bridged
-    /// end: its path, as the journal names it, is then empty), with its tunnel in the
-    /// node's namespace.
-    fn make_tunnel(
-        &self,
-        (ns, path): (&NetnsFd, &str),
-        end: &EndSettings,
-        tunnel: Tunnel,
-        record: &WireRecord,
-        journal: &mut Journal,
-    ) -> Result<(), NodeError> {
-        interfaces::create_vxlan(&self.node_ns, ns, end, tunnel).map_err(|e| {
-            NodeError::new(
-                ErrorKind::Interface,
-                format!(
-                    "make {}:{} a VXLAN device to {} (VNI {})",
-                    ns.label(),
-                    end.name,
-                    tunnel.remote,
-                    tunnel.vni
-                ),
-                self.vni_taken_by(&record.key(), tunnel.vni)
-                    .map(|other| {
-                        format!(
-                            "{e}: wire {other} has the same VNI on this node (a VNI is 24 bits \
-                             of the wire's id); give one of the two links another carrier"
-                        )
-                    })
-                    .unwrap_or_else(|| e.to_string()),
-            )
-        })?;
-        journal.record(Step::Interface {
-            netns: path.to_owned(),
-            name: end.name.clone(),
-            alias: end.alias.clone().unwrap_or_default(),
-        });
-        Ok(())
-    }
-
-    /// Bridges a VXLAN end through the switch: the tunnel on the node, the pod's veth to
-    /// the node, a port on each, linked. Returns the veth's node end.
-    fn bridge(
-        &mut self,
-        pod_ns: &NetnsFd,
-        link: &LinkSpec,
-        record: &WireRecord,
-        own: EndSettings,
-        tunnel: Tunnel,
-        journal: &mut Journal,
-    ) -> Result<String, NodeError> {
-        let (namespace, pod) = (record.topo_namespace.clone(), record.local_pod_name.clone());
-        let tunnel_end = self.tunnel_end(record, link);
-        self.make_tunnel((&self.node_ns, ""), &tunnel_end, tunnel, record, journal)?;
-        let pod_end = PodEnd {
-            ns: pod_ns,
-            pod: &pod,
-            settings: own,
-        };
-        let (node_end, pod_port) = self.make_switched_end(&namespace, pod_end, link, journal)?;
-        let tunnel_port = self.open_tunnel_port(record, link)?;
-        let wire = link.wire(&namespace).id();
-        journal.record(Step::Port {
-            key: record.key(),
-            wire,
-            id: tunnel_port,
-        });
-        self.link_bridge(record, pod_port, tunnel_port)?;
-        journal.record(Step::RemoteLink { wire });
-        Ok(node_end)
-    }
-
-    /// The settings of a bridged end's VXLAN device on the node.
-    fn tunnel_end(&self, record: &WireRecord, link: &LinkSpec) -> EndSettings {
-        let (namespace, pod, uid) = (&record.topo_namespace, &record.local_pod_name, link.uid);
-        EndSettings {
-            mtu: link.mtu,
-            ipv6: interfaces::Ipv6::Off,
-            alias: Some(tunnel_alias(&self.config.node_name, namespace, pod, uid)),
-            ..EndSettings::named(&tunnel_ifname(namespace, pod, uid))
-        }
-    }
-
+impl super::DataPlane {
     /// Opens the port on a bridged end's VXLAN device, and keeps it.
     fn open_tunnel_port(
         &mut self,
@@ -246,6 +137,137 @@ impl Node {
                 )
             })
     }
+}
+
+impl super::wiring::Wiring<'_> {
+    /// Makes the pod's end of a wire to `node` on the kernel's VXLAN (bridged through the
+    /// switch when the link is impaired or captured), and records it so.
+    pub(super) fn connect_vxlan(
+        &mut self,
+        pod_ns: &NetnsFd,
+        link: &LinkSpec,
+        node: &str,
+        record: &mut WireRecord,
+        journal: &mut Journal,
+    ) -> Result<(), NodeError> {
+        let namespace = record.topo_namespace.clone();
+        let address = self
+            .data
+            .fastpath
+            .as_ref()
+            .and_then(|f| f.addresses.get(node).cloned());
+        let Some(remote) = self.data.peer_ip(node) else {
+            return Err(NodeError::new(
+                ErrorKind::Fastpath,
+                format!("node {node} is not among this node's peers"),
+                "a VXLAN wire's far end is the peer node's address",
+            ));
+        };
+        let id = link.wire(&namespace).id();
+        let tunnel = tunnel_to(id, remote);
+        let own = own_end(&namespace, &record.local_pod_name, link);
+        record.wire_ifname = if self.data.wants_bridge(&namespace, link) {
+            self.bridge(pod_ns, link, record, own, tunnel, journal)?
+        } else {
+            let netns = record.local_pod_netns.clone();
+            self.make_tunnel((pod_ns, &netns), &own, tunnel, record, journal)?;
+            String::new()
+        };
+        record.state = WireState::Vxlan;
+        record.peer_intf_id = id;
+        record.peer_node = Some(node.to_owned());
+        record.peer_node_ip = address;
+        Ok(())
+    }
+
+    /// Makes the VXLAN device `end` in `ns` (the pod's, or the node's own for a bridged
+    /// end: its path, as the journal names it, is then empty), with its tunnel in the
+    /// node's namespace.
+    fn make_tunnel(
+        &self,
+        (ns, path): (&NetnsFd, &str),
+        end: &EndSettings,
+        tunnel: Tunnel,
+        record: &WireRecord,
+        journal: &mut Journal,
+    ) -> Result<(), NodeError> {
+        interfaces::create_vxlan(&self.netns.node_ns, ns, end, tunnel).map_err(|e| {
+            NodeError::new(
+                ErrorKind::Interface,
+                format!(
+                    "make {}:{} a VXLAN device to {} (VNI {})",
+                    ns.label(),
+                    end.name,
+                    tunnel.remote,
+                    tunnel.vni
+                ),
+                self.records
+                    .vni_taken_by(&record.key(), tunnel.vni)
+                    .map(|other| {
+                        format!(
+                            "{e}: wire {other} has the same VNI on this node (a VNI is 24 bits \
+                             of the wire's id); give one of the two links another carrier"
+                        )
+                    })
+                    .unwrap_or_else(|| e.to_string()),
+            )
+        })?;
+        journal.record(Step::Interface {
+            netns: path.to_owned(),
+            name: end.name.clone(),
+            alias: end.alias.clone().unwrap_or_default(),
+        });
+        Ok(())
+    }
+
+    /// Bridges a VXLAN end through the switch: the tunnel on the node, the pod's veth to
+    /// the node, a port on each, linked. Returns the veth's node end.
+    fn bridge(
+        &mut self,
+        pod_ns: &NetnsFd,
+        link: &LinkSpec,
+        record: &WireRecord,
+        own: EndSettings,
+        tunnel: Tunnel,
+        journal: &mut Journal,
+    ) -> Result<String, NodeError> {
+        let (namespace, pod) = (record.topo_namespace.clone(), record.local_pod_name.clone());
+        let tunnel_end = self.tunnel_end(record, link);
+        self.make_tunnel(
+            (&self.netns.node_ns, ""),
+            &tunnel_end,
+            tunnel,
+            record,
+            journal,
+        )?;
+        let pod_end = PodEnd {
+            ns: pod_ns,
+            pod: &pod,
+            settings: own,
+        };
+        let (node_end, pod_port) = self.make_switched_end(&namespace, pod_end, link, journal)?;
+        let tunnel_port = self.data.open_tunnel_port(record, link)?;
+        let wire = link.wire(&namespace).id();
+        journal.record(Step::Port {
+            key: record.key(),
+            wire,
+            id: tunnel_port,
+        });
+        self.data.link_bridge(record, pod_port, tunnel_port)?;
+        journal.record(Step::RemoteLink { wire });
+        Ok(node_end)
+    }
+
+    /// The settings of a bridged end's VXLAN device on the node.
+    fn tunnel_end(&self, record: &WireRecord, link: &LinkSpec) -> EndSettings {
+        let (namespace, pod, uid) = (&record.topo_namespace, &record.local_pod_name, link.uid);
+        EndSettings {
+            mtu: link.mtu,
+            ipv6: interfaces::Ipv6::Off,
+            alias: Some(tunnel_alias(&self.config.node_name, namespace, pod, uid)),
+            ..EndSettings::named(&tunnel_ifname(namespace, pod, uid))
+        }
+    }
 
     /// Opens the ports of a bridged end whose interfaces are in place (the run that
     /// opened them ended), and links them.
@@ -255,16 +277,17 @@ impl Node {
         link: &LinkSpec,
     ) -> Result<(), NodeError> {
         let pod_port = self.reopen_node_end_port(record, link)?;
-        let tunnel_port = self.open_tunnel_port(record, link)?;
-        self.link_bridge(record, pod_port, tunnel_port)
+        let tunnel_port = self.data.open_tunnel_port(record, link)?;
+        self.data.link_bridge(record, pod_port, tunnel_port)
     }
 
     /// Takes a bridged end apart: its link, both ports, the veth and the tunnel.
     pub(super) fn release_bridged(&mut self, record: &WireRecord) {
         self.release_node_end(record);
-        if let (Some(port), Some(fastpath)) =
-            (self.tunnel_ports.remove(&record.key()), &self.fastpath)
-        {
+        if let (Some(port), Some(fastpath)) = (
+            self.data.tunnel_ports.remove(&record.key()),
+            &self.data.fastpath,
+        ) {
             let wire = record.wire().id();
             step_times::time(step_times::PORT_CLOSE, || {
                 let _ = fastpath.worker_of(wire).remove_port(port);
@@ -277,17 +300,10 @@ impl Node {
         );
         let name = tunnel_ifname(namespace, pod, uid);
         let alias = tunnel_alias(&self.config.node_name, namespace, pod, uid);
-        log_removal(interfaces::delete(&self.node_ns, &name, &alias), &name);
-    }
-
-    /// Another VXLAN end of this node whose VNI is `vni`, if the store names one.
-    fn vni_taken_by(&self, key: &EndKey, vni: u32) -> Option<String> {
-        let wires = self.store.wires().ok()?;
-        wires
-            .iter()
-            .filter(|w| w.state == WireState::Vxlan && w.key() != *key)
-            .find(|w| self::vni(w.wire().id()) == vni)
-            .map(|w| w.key().to_string())
+        log_removal(
+            interfaces::delete(&self.netns.node_ns, &name, &alias),
+            &name,
+        );
     }
 }
 

@@ -12,7 +12,12 @@ use xwire_proto::WireId;
 
 use super::steered::max_frame;
 use super::switched::PodEnd;
-use super::{ErrorKind, Journal, Node, NodeError, Step};
+use std::collections::HashMap;
+
+use xwire_proto::control::WireKey;
+
+use super::{DataPlane, ErrorKind, Journal, Namespaces, Node, NodeError, Records, RemoteEnd, Step};
+use crate::config::DaemonConfig;
 use crate::interfaces::{self, EndSettings, Removal};
 use crate::netns::NetnsFd;
 use crate::step_times;
@@ -38,6 +43,30 @@ pub(crate) fn end_ifname(prefix: &str, namespace: &str, pod: &str, uid: u64) -> 
 pub(super) enum Made {
     Not,
     Already,
+}
+
+/// The parts that making and unmaking a pod's wire ends works on, borrowed from the node
+/// for one change: the records, the fast path's ports, the namespaces its interfaces and
+/// VXLAN devices go in, and the far ends peers announced.
+pub(super) struct Wiring<'a> {
+    pub(super) config: &'a DaemonConfig,
+    pub(super) records: &'a mut Records,
+    pub(super) data: &'a mut DataPlane,
+    pub(super) netns: &'a Namespaces,
+    pub(super) remote_ends: &'a HashMap<WireKey, RemoteEnd>,
+}
+
+impl Node {
+    /// The node's parts, borrowed to make or unmake wire ends.
+    pub(super) fn wiring(&mut self) -> Wiring<'_> {
+        Wiring {
+            config: &self.config,
+            records: &mut self.records,
+            data: &mut self.data,
+            netns: &self.netns,
+            remote_ends: &self.peers.remote_ends,
+        }
+    }
 }
 
 impl Made {
@@ -88,375 +117,44 @@ struct LocalEnds<'a> {
     peer_ns: &'a NetnsFd,
 }
 
-impl Node {
-    /// The record of a pod's end before it is joined to anything.
-    pub(super) fn pending_record(
-        &self,
-        attachment: &AttachmentRecord,
-        link: &LinkSpec,
-    ) -> WireRecord {
-        WireRecord {
-            node_name: self.config.node_name.clone(),
-            link_uid: link.uid,
-            topo_namespace: attachment.pod.namespace.clone(),
-            local_pod_netns: attachment.netns.clone(),
-            local_pod_netns_id: attachment.netns_id,
-            local_pod_name: attachment.pod.name.clone(),
-            local_pod_ip: link.local_ip.map(format_cidr),
-            local_pod_ifname: link.local_intf.clone(),
-            wire_ifname: String::new(),
-            peer_intf_id: WireId(0),
-            peer_node_ip: None,
-            peer_pod: link.peer_pod.clone(),
-            peer_node: None,
-            state: WireState::Pending,
-            container_id: attachment.container_id.clone(),
+/// Logs what deleting one of xwire's interfaces did, when it did not simply work.
+pub(super) fn log_removal(removal: Result<Removal, crate::netns::NetnsError>, name: &str) {
+    match removal {
+        Ok(Removal::Removed | Removal::Absent) => {}
+        Ok(Removal::Foreign { alias }) => tracing::warn!(
+            interface = name,
+            ?alias,
+            "not deleted: this interface is not the one xwire made"
+        ),
+        Err(e) => tracing::warn!("{e}"),
+    }
+}
+
+impl super::Records {
+    /// Writes `record` back as pending (its interfaces are gone).
+    pub(super) fn set_pending(&mut self, mut record: WireRecord) {
+        record.state = WireState::Pending;
+        record.wire_ifname.clear();
+        record.peer_intf_id = WireId(0);
+        record.peer_node = None;
+        record.peer_node_ip = None;
+        if let Err(e) = self.store.put_wire(&record) {
+            tracing::error!("{e}");
         }
     }
 
-    /// Joins one end of an attached pod as far as is possible now, and records it. A
-    /// remote end `Made::Already` (both its interfaces made by this node for it, and no
-    /// record) is joined with the interfaces it has.
-    pub(super) fn connect_end(
-        &mut self,
-        attachment: &AttachmentRecord,
-        pod_ns: &NetnsFd,
-        link: &LinkSpec,
-        made: Made,
-        journal: &mut Journal,
-    ) -> Result<(), NodeError> {
-        let namespace = &attachment.pod.namespace;
-        let mut record = self.pending_record(attachment, link);
-        let taken = interfaces::inspect(pod_ns, &link.local_intf)
-            .map_err(|e| interface_error(format!("read {}", link.local_intf), e))?;
-        let ours = interfaces::pod_alias(namespace, &attachment.pod.name, link.uid);
-        // A VXLAN end has no node end for the plan to find: its device with this end's
-        // alias is enough to know that this node made it.
-        let half_made = (made == Made::Already || link.carrier == Some(Carrier::Vxlan))
-            && taken
-                .as_ref()
-                .is_some_and(|i| i.alias.as_deref() == Some(&ours));
-        if taken.is_some() && !half_made {
-            return Err(NodeError::new(
-                ErrorKind::InterfaceExists,
-                format!(
-                    "pod {}/{} already has an interface named {}",
-                    namespace, attachment.pod.name, link.local_intf
-                ),
-                "another plugin or the container made it; rename the link's local_intf",
-            ));
-        }
-        let peer = self.attachment_of_pod(namespace, &link.peer_pod)?;
-        let remote = self.remote_ends.get(&link.wire(namespace));
-        if let Some(peer) = peer.filter(|p| p.key() != attachment.key()) {
-            if half_made {
-                log_removal(
-                    interfaces::delete(pod_ns, &link.local_intf, &ours),
-                    &link.local_intf,
-                );
-            }
-            match peer.open_netns() {
-                Ok(peer_ns) => {
-                    let ends = LocalEnds {
-                        pod_ns,
-                        peer: &peer,
-                        peer_ns: &peer_ns,
-                    };
-                    self.connect_local(attachment, ends, link, &mut record, journal)?;
-                }
-                // The peer pod's namespace is gone, or its path now names another one:
-                // nothing is made there, and this end waits for the peer pod to come
-                // back (the next reconcile detaches the stale attachment).
-                Err(e) if e.is_gone() => {
-                    tracing::info!(pod = %attachment.pod.name, peer = %peer.pod.name, reason = %e, "peer pod's namespace is gone: the end stays pending");
-                }
-                Err(e) => {
-                    return Err(interface_error(
-                        format!("open peer pod {}'s namespace", peer.pod.name),
-                        e,
-                    ))
-                }
-            }
-        } else if let Some(remote) = remote.filter(|r| r.pod == link.peer_pod).cloned() {
-            let made = Made::from_plan(half_made);
-            self.connect_far(pod_ns, link, &remote.node, made, &mut record, journal)?;
-        }
-        let previous = self.write_wire(&record)?;
-        journal.record(Step::Wire {
-            key: record.key(),
-            previous: previous.map(Box::new),
-        });
-        Ok(())
-    }
-
-    /// A veth from the pod straight to its peer pod on this node (or, impaired or
-    /// captured, two veths to the node joined by the switch).
-    fn connect_local(
-        &mut self,
-        attachment: &AttachmentRecord,
-        ends: LocalEnds<'_>,
-        link: &LinkSpec,
-        record: &mut WireRecord,
-        journal: &mut Journal,
-    ) -> Result<(), NodeError> {
-        let LocalEnds {
-            pod_ns,
-            peer,
-            peer_ns,
-        } = ends;
-        let namespace = &attachment.pod.namespace;
-        let peer_link = self.topology_link(namespace, &peer.pod.name, link.uid)?;
-        let peer_end = match &peer_link {
-            Some(back) => own_end(namespace, &peer.pod.name, back),
-            None => far_end(namespace, link),
-        };
-        if interfaces::inspect(peer_ns, &peer_end.name)
-            .map_err(|e| interface_error(format!("read {}", peer_end.name), e))?
-            .is_some()
-        {
-            return Err(NodeError::new(
-                ErrorKind::InterfaceExists,
-                format!(
-                    "peer pod {}/{} already has an interface named {}",
-                    namespace, peer.pod.name, peer_end.name
-                ),
-                "",
-            ));
-        }
-        let own = own_end(namespace, &attachment.pod.name, link);
-        let switched = self.wants_switched(namespace, link, peer_link.as_ref());
-        let (state, own_wire_ifname, peer_wire_ifname) = if switched {
-            let own_end = PodEnd {
-                ns: pod_ns,
-                pod: &attachment.pod.name,
-                settings: own.clone(),
-            };
-            let (own_node_end, _) = self.make_switched_end(namespace, own_end, link, journal)?;
-            let peer_side = PodEnd {
-                ns: peer_ns,
-                pod: &peer.pod.name,
-                settings: peer_end.clone(),
-            };
-            let (peer_node_end, _) = self.make_switched_end(
-                namespace,
-                peer_side,
-                peer_link.as_ref().unwrap_or(link),
-                journal,
-            )?;
-            self.link_switched(
-                namespace,
-                [&attachment.pod.name, &peer.pod.name],
-                link.uid,
-                Some(journal),
-            )?;
-            (WireState::Switched, own_node_end, peer_node_end)
-        } else {
-            interfaces::create_veth(pod_ns, &own, peer_ns, &peer_end).map_err(|e| {
-                interface_error(
-                    format!(
-                        "make the veth {}:{} -- {}:{}",
-                        attachment.pod.name, own.name, peer.pod.name, peer_end.name
-                    ),
-                    e,
-                )
-            })?;
-            journal.record(Step::Interface {
-                netns: attachment.netns.clone(),
-                name: own.name.clone(),
-                alias: own.alias.clone().unwrap_or_default(),
-            });
-            (WireState::Veth, peer_end.name.clone(), own.name.clone())
-        };
-        record.state = state;
-        record.wire_ifname = own_wire_ifname;
-        record.peer_intf_id = link.wire(namespace).id();
-
-        let peer_key = EndKey::new(namespace, &peer.pod.name, link.uid);
-        let mut peer_record = self.store.wire(&peer_key)?.unwrap_or_else(|| {
-            let mut r = self.pending_record(peer, peer_link.as_ref().unwrap_or(link));
-            if peer_link.is_none() {
-                r.local_pod_ifname = link.peer_intf.clone();
-                r.local_pod_ip = link.peer_ip.map(format_cidr);
-                r.peer_pod = attachment.pod.name.clone();
-            }
-            r
-        });
-        peer_record.state = state;
-        peer_record.wire_ifname = peer_wire_ifname;
-        peer_record.peer_intf_id = link.wire(namespace).id();
-        let previous = self.write_wire(&peer_record)?;
-        journal.record(Step::Wire {
-            key: peer_key,
-            previous: previous.map(Box::new),
-        });
-        Ok(())
-    }
-
-    /// The pod's end of a wire to `node`, on the link's carrier: a VXLAN device, or a
-    /// veth to a fast-path port.
-    pub(super) fn connect_far(
-        &mut self,
-        pod_ns: &NetnsFd,
-        link: &LinkSpec,
-        node: &str,
-        made: Made,
-        record: &mut WireRecord,
-        journal: &mut Journal,
-    ) -> Result<(), NodeError> {
-        if link.carrier == Some(Carrier::Vxlan) {
-            if made == Made::Already {
-                let alias =
-                    interfaces::pod_alias(&record.topo_namespace, &record.local_pod_name, link.uid);
-                log_removal(
-                    interfaces::delete(pod_ns, &link.local_intf, &alias),
-                    &link.local_intf,
-                );
-            }
-            self.connect_vxlan(pod_ns, link, node, record, journal)
-        } else {
-            self.connect_remote(pod_ns, link, node, made, record, journal)
-        }
-    }
-
-    /// A veth from the pod to the node, whose node end becomes a fast-path port joined
-    /// to `node` by the wire's id.
-    fn connect_remote(
-        &mut self,
-        pod_ns: &NetnsFd,
-        link: &LinkSpec,
-        node: &str,
-        made: Made,
-        record: &mut WireRecord,
-        journal: &mut Journal,
-    ) -> Result<(), NodeError> {
-        self.peer_of(node, &link.peer_pod, link.wire(&record.topo_namespace).id())?;
-        let namespace = record.topo_namespace.clone();
-        let id = link.wire(&namespace).id();
-        if let Some(other) = self
-            .ports
-            .values()
-            .find(|p| p.wire.namespace != namespace && p.wire_id == id)
-        {
-            return Err(NodeError::new(
- ErrorKind::Fastpath,
-                format!(
-                    "wire {} of namespace {namespace} has the same wire id ({id}) as wire {} of namespace {}, which is up: rename one of the two namespaces",
-                    link.uid, other.wire.link_uid, other.wire.namespace
-                ),
-                "a wire's id is a 32-bit hash of its namespace and its uid; these two namespaces' hashes collide",
-            ));
-        }
-        let mut own = own_end(&namespace, &record.local_pod_name, link);
-        own.checksum_off = true;
-        let node_end = EndSettings {
-            mtu: link.mtu,
-            checksum_off: true,
-            ipv6: interfaces::Ipv6::Off,
-            alias: Some(interfaces::node_alias(
-                &self.config.node_name,
-                &namespace,
-                &record.local_pod_name,
-                link.uid,
-            )),
-            ..EndSettings::named(&node_ifname(&namespace, &record.local_pod_name, link.uid))
-        };
-        let node_end_found = match made {
-            Made::Not => false,
-            Made::Already => interfaces::inspect(&self.node_ns, &node_end.name)
-                .map_err(|e| interface_error(format!("read node:{}", node_end.name), e))?
-                .is_some_and(|i| i.alias == node_end.alias),
-        };
-        if node_end_found {
-            // The pod's end keeps what it has; what it lacks is added.
-            let present = interfaces::inspect(pod_ns, &own.name)
-                .map_err(|e| interface_error(format!("read {}", own.name), e))?
-                .map(|i| i.addresses)
-                .unwrap_or_default();
-            own.address = own.address.filter(|a| !present.contains(a));
-            interfaces::configure(pod_ns, &own)
-                .and_then(|()| interfaces::configure(&self.node_ns, &node_end))
-                .map_err(|e| {
-                    interface_error(
-                        format!(
-                            "take up the veth {}:{} -- node:{} as it was left",
-                            record.local_pod_name, own.name, node_end.name
-                        ),
-                        e,
-                    )
-                })?;
-        } else {
-            if made == Made::Already {
-                let alias = own.alias.clone().unwrap_or_default();
-                log_removal(interfaces::delete(pod_ns, &own.name, &alias), &own.name);
-            }
-            interfaces::create_veth(pod_ns, &own, &self.node_ns, &node_end).map_err(|e| {
-                interface_error(
-                    format!(
-                        "make the veth {}:{} -- node:{}",
-                        record.local_pod_name, own.name, node_end.name
-                    ),
-                    e,
-                )
-            })?;
-        }
-        journal.record(Step::Interface {
-            netns: String::new(),
-            name: node_end.name.clone(),
-            alias: node_end.alias.clone().unwrap_or_default(),
-        });
-        record.state = WireState::Remote;
-        record.wire_ifname = node_end.name;
-        record.peer_intf_id = id;
-        record.peer_node = Some(node.to_owned());
-        record.peer_node_ip = self
-            .fastpath
-            .as_ref()
-            .and_then(|f| f.addresses.get(node).cloned());
-        self.open_remote_port(record, link, journal)
-    }
-
-    /// Opens the fast-path port on a remote wire's node end (which exists) and joins it
-    /// to the record's peer node: at a join, and when a restart finds the end in place.
-    pub(super) fn open_remote_port(
+    /// Writes a wire record, returning the one it replaced.
+    pub(super) fn write_wire(
         &mut self,
         record: &WireRecord,
-        link: &LinkSpec,
-        journal: &mut Journal,
-    ) -> Result<(), NodeError> {
-        let spec = self.remote_port(record, link)?;
-        let fastpath = self
-            .fastpath
-            .as_ref()
-            .expect("remote_port found the fast path");
-        let opened = fastpath
-            .add_remote_ports(std::slice::from_ref(&spec))
-            .pop()
-            .expect("one answer per port");
-        self.adopt_remote_port(record, &spec, opened, journal)
+    ) -> Result<Option<WireRecord>, NodeError> {
+        let previous = self.store.wire(&record.key())?;
+        self.store.put_wire(record)?;
+        Ok(previous)
     }
+}
 
-    /// What the fast path needs to open the port of remote end `record` and join it to
-    /// the peer node.
-    pub(super) fn remote_port(
-        &self,
-        record: &WireRecord,
-        link: &LinkSpec,
-    ) -> Result<RemotePort, NodeError> {
-        let carrier = link.carrier;
-        let node = record.peer_node.as_deref().unwrap_or_default();
-        // From the wire's name, not the id the record keeps: a record written by an older
-        // build keeps an id of the older scheme, which the peer no longer uses.
-        let wire = record.wire().id();
-        let peer = self.peer_of(node, &record.peer_pod, wire)?;
-        Ok(RemotePort {
-            ifname: record.wire_ifname.clone(),
-            max_frame: max_frame(link),
-            wire,
-            peer,
-            carrier,
-        })
-    }
-
+impl super::DataPlane {
     /// Takes note of a port the fast path opened (and joined) for `record`, or says why
     /// it could not.
     pub(super) fn adopt_remote_port(
@@ -516,139 +214,6 @@ impl Node {
         }
     }
 
-    /// Takes a wire end apart (its interfaces, port and link) and tells the peer node
-    /// when `tell_peer`; the record is left to the caller. A same-node veth takes the
-    /// peer pod's end with it, whose record goes back to pending.
-    pub(super) fn disconnect_end(&mut self, record: &WireRecord, tell_peer: bool) {
-        match record.state {
-            // A waiting end was announced to the node its far end's pod is placed on
-            // (`announce_pod`): that node forgets it, or it would join a later end of this
-            // wire at once, to a pod that is gone.
-            WireState::Pending if tell_peer => {
-                if let Some(node) = self.placed_peer(&record.topo_namespace, &record.peer_pod) {
-                    self.send_to(&node, ControlBody::DelWire(record.wire()));
-                }
-            }
-            WireState::Pending => {}
-            WireState::Veth => {
-                self.forget_steering(&record.wire());
-                self.release_pod_end(record);
-                let peer_key =
-                    EndKey::new(&record.topo_namespace, &record.peer_pod, record.link_uid);
-                if let Ok(Some(peer)) = self.store.wire(&peer_key) {
-                    if peer.state == WireState::Veth {
-                        self.set_pending(peer);
-                    }
-                }
-            }
-            WireState::Switched => self.disconnect_switched(record),
-            WireState::Remote | WireState::Vxlan => {
-                match record.state {
-                    WireState::Vxlan if record.has_node_end() => self.release_bridged(record),
-                    WireState::Vxlan => self.release_pod_end(record),
-                    _ => self.release_node_end(record),
-                }
-                if tell_peer {
-                    if let Some(node) = &record.peer_node {
-                        self.send_to(node, ControlBody::DelWire(record.wire()));
-                    }
-                }
-            }
-        }
-    }
-
-    /// Deletes the pod's interface of `record`, if it is still xwire's.
-    fn release_pod_end(&self, record: &WireRecord) {
-        if let Ok(ns) = record.open_local_pod_netns() {
-            let alias = interfaces::pod_alias(
-                &record.topo_namespace,
-                &record.local_pod_name,
-                record.link_uid,
-            );
-            log_removal(
-                interfaces::delete(&ns, &record.local_pod_ifname, &alias),
-                &record.local_pod_ifname,
-            );
-        }
-    }
-
-    /// Writes `record` back as pending (its interfaces are gone).
-    pub(super) fn set_pending(&mut self, mut record: WireRecord) {
-        record.state = WireState::Pending;
-        record.wire_ifname.clear();
-        record.peer_intf_id = WireId(0);
-        record.peer_node = None;
-        record.peer_node_ip = None;
-        if let Err(e) = self.store.put_wire(&record) {
-            tracing::error!("{e}");
-        }
-    }
-
-    /// Writes a wire record, returning the one it replaced.
-    pub(super) fn write_wire(
-        &mut self,
-        record: &WireRecord,
-    ) -> Result<Option<WireRecord>, NodeError> {
-        let previous = self.store.wire(&record.key())?;
-        self.store.put_wire(record)?;
-        Ok(previous)
-    }
-
-    /// Undoes a journal's steps, last first.
-    pub(super) fn rollback(&mut self, journal: Journal) {
-        for step in journal.into_undo_order() {
-            let result = match step {
-                Step::Interface { netns, name, alias } => {
-                    let ns = if netns.is_empty() {
-                        Ok(None)
-                    } else {
-                        NetnsFd::open(Path::new(&netns)).map(Some)
-                    };
-                    let removed = match ns {
-                        Ok(Some(ns)) => interfaces::delete(&ns, &name, &alias),
-                        Ok(None) => interfaces::delete(&self.node_ns, &name, &alias),
-                        Err(_) => Ok(Removal::Absent),
-                    };
-                    log_removal(removed, &name);
-                    Ok(())
-                }
-                Step::Port { key, wire, id } => {
-                    self.ports.remove(&key);
-                    if self.tunnel_ports.get(&key) == Some(&id) {
-                        self.tunnel_ports.remove(&key);
-                    }
-                    match &self.fastpath {
-                        Some(f) => step_times::time(step_times::PORT_CLOSE, || {
-                            f.worker_of(wire).remove_port(id).map_err(|e| e.to_string())
-                        }),
-                        None => Ok(()),
-                    }
-                }
-                Step::RemoteLink { wire } => match &self.fastpath {
-                    Some(f) => f
-                        .worker_of(wire)
-                        .remove_link(wire)
-                        .map(drop)
-                        .map_err(|e| e.to_string()),
-                    None => Ok(()),
-                },
-                Step::Wire { key, previous } => match previous {
-                    Some(previous) => self.store.put_wire(&previous),
-                    None => self.store.remove_wire(&key).map(drop),
-                }
-                .map_err(|e| e.to_string()),
-                Step::Attachment { key } => self
-                    .store
-                    .remove_attachment(&key)
-                    .map(drop)
-                    .map_err(|e| e.to_string()),
-            };
-            if let Err(e) = result {
-                tracing::error!("undoing a step: {e}");
-            }
-        }
-    }
-
     /// Sends a control message to a peer node if it is up (`Sync` on its `Up` event
     /// covers what it misses while down).
     pub(super) fn send_to(&self, node: &str, body: ControlBody) {
@@ -670,16 +235,497 @@ impl Node {
     }
 }
 
-/// Logs what deleting one of xwire's interfaces did, when it did not simply work.
-pub(super) fn log_removal(removal: Result<Removal, crate::netns::NetnsError>, name: &str) {
-    match removal {
-        Ok(Removal::Removed | Removal::Absent) => {}
-        Ok(Removal::Foreign { alias }) => tracing::warn!(
-            interface = name,
-            ?alias,
-            "not deleted: this interface is not the one xwire made"
-        ),
-        Err(e) => tracing::warn!("{e}"),
+impl super::wiring::Wiring<'_> {
+    /// The record of a pod's end before it is joined to anything.
+    pub(super) fn pending_record(
+        &self,
+        attachment: &AttachmentRecord,
+        link: &LinkSpec,
+    ) -> WireRecord {
+        WireRecord {
+            node_name: self.config.node_name.clone(),
+            link_uid: link.uid,
+            topo_namespace: attachment.pod.namespace.clone(),
+            local_pod_netns: attachment.netns.clone(),
+            local_pod_netns_id: attachment.netns_id,
+            local_pod_name: attachment.pod.name.clone(),
+            local_pod_ip: link.local_ip.map(format_cidr),
+            local_pod_ifname: link.local_intf.clone(),
+            wire_ifname: String::new(),
+            peer_intf_id: WireId(0),
+            peer_node_ip: None,
+            peer_pod: link.peer_pod.clone(),
+            peer_node: None,
+            state: WireState::Pending,
+            container_id: attachment.container_id.clone(),
+        }
+    }
+
+    /// Joins one end of an attached pod as far as is possible now, and records it. A
+    /// remote end `Made::Already` (both its interfaces made by this node for it, and no
+    /// record) is joined with the interfaces it has.
+    pub(super) fn connect_end(
+        &mut self,
+        attachment: &AttachmentRecord,
+        pod_ns: &NetnsFd,
+        link: &LinkSpec,
+        made: Made,
+        journal: &mut Journal,
+    ) -> Result<(), NodeError> {
+        let namespace = &attachment.pod.namespace;
+        let mut record = self.pending_record(attachment, link);
+        let taken = interfaces::inspect(pod_ns, &link.local_intf)
+            .map_err(|e| interface_error(format!("read {}", link.local_intf), e))?;
+        let ours = interfaces::pod_alias(namespace, &attachment.pod.name, link.uid);
+        // A VXLAN end has no node end for the plan to find: its device with this end's
+        // alias is enough to know that this node made it.
+        let half_made = (made == Made::Already || link.carrier == Some(Carrier::Vxlan))
+            && taken
+                .as_ref()
+                .is_some_and(|i| i.alias.as_deref() == Some(&ours));
+        if taken.is_some() && !half_made {
+            return Err(NodeError::new(
+                ErrorKind::InterfaceExists,
+                format!(
+                    "pod {}/{} already has an interface named {}",
+                    namespace, attachment.pod.name, link.local_intf
+                ),
+                "another plugin or the container made it; rename the link's local_intf",
+            ));
+        }
+        let peer = self.records.attachment_of_pod(namespace, &link.peer_pod)?;
+        let remote = self.remote_ends.get(&link.wire(namespace));
+        if let Some(peer) = peer.filter(|p| p.key() != attachment.key()) {
+            if half_made {
+                log_removal(
+                    interfaces::delete(pod_ns, &link.local_intf, &ours),
+                    &link.local_intf,
+                );
+            }
+            match peer.open_netns() {
+                Ok(peer_ns) => {
+                    let ends = LocalEnds {
+                        pod_ns,
+                        peer: &peer,
+                        peer_ns: &peer_ns,
+                    };
+                    self.connect_local(attachment, ends, link, &mut record, journal)?;
+                }
+                // The peer pod's namespace is gone, or its path now names another one:
+                // nothing is made there, and this end waits for the peer pod to come
+                // back (the next reconcile detaches the stale attachment).
+                Err(e) if e.is_gone() => {
+                    tracing::info!(pod = %attachment.pod.name, peer = %peer.pod.name, reason = %e, "peer pod's namespace is gone: the end stays pending");
+                }
+                Err(e) => {
+                    return Err(interface_error(
+                        format!("open peer pod {}'s namespace", peer.pod.name),
+                        e,
+                    ))
+                }
+            }
+        } else if let Some(remote) = remote.filter(|r| r.pod == link.peer_pod).cloned() {
+            let made = Made::from_plan(half_made);
+            self.connect_far(pod_ns, link, &remote.node, made, &mut record, journal)?;
+        }
+        let previous = self.records.write_wire(&record)?;
+        journal.record(Step::Wire {
+            key: record.key(),
+            previous: previous.map(Box::new),
+        });
+        Ok(())
+    }
+
+    /// A veth from the pod straight to its peer pod on this node (or, impaired or
+    /// captured, two veths to the node joined by the switch).
+    fn connect_local(
+        &mut self,
+        attachment: &AttachmentRecord,
+        ends: LocalEnds<'_>,
+        link: &LinkSpec,
+        record: &mut WireRecord,
+        journal: &mut Journal,
+    ) -> Result<(), NodeError> {
+        let LocalEnds {
+            pod_ns,
+            peer,
+            peer_ns,
+        } = ends;
+        let namespace = &attachment.pod.namespace;
+        let peer_link = self
+            .records
+            .topology_link(namespace, &peer.pod.name, link.uid)?;
+        let peer_end = match &peer_link {
+            Some(back) => own_end(namespace, &peer.pod.name, back),
+            None => far_end(namespace, link),
+        };
+        if interfaces::inspect(peer_ns, &peer_end.name)
+            .map_err(|e| interface_error(format!("read {}", peer_end.name), e))?
+            .is_some()
+        {
+            return Err(NodeError::new(
+                ErrorKind::InterfaceExists,
+                format!(
+                    "peer pod {}/{} already has an interface named {}",
+                    namespace, peer.pod.name, peer_end.name
+                ),
+                "",
+            ));
+        }
+        let own = own_end(namespace, &attachment.pod.name, link);
+        let switched = self
+            .data
+            .wants_switched(namespace, link, peer_link.as_ref());
+        let (state, own_wire_ifname, peer_wire_ifname) = if switched {
+            let own_end = PodEnd {
+                ns: pod_ns,
+                pod: &attachment.pod.name,
+                settings: own.clone(),
+            };
+            let (own_node_end, _) = self.make_switched_end(namespace, own_end, link, journal)?;
+            let peer_side = PodEnd {
+                ns: peer_ns,
+                pod: &peer.pod.name,
+                settings: peer_end.clone(),
+            };
+            let (peer_node_end, _) = self.make_switched_end(
+                namespace,
+                peer_side,
+                peer_link.as_ref().unwrap_or(link),
+                journal,
+            )?;
+            self.data.link_switched(
+                namespace,
+                [&attachment.pod.name, &peer.pod.name],
+                link.uid,
+                Some(journal),
+            )?;
+            (WireState::Switched, own_node_end, peer_node_end)
+        } else {
+            interfaces::create_veth(pod_ns, &own, peer_ns, &peer_end).map_err(|e| {
+                interface_error(
+                    format!(
+                        "make the veth {}:{} -- {}:{}",
+                        attachment.pod.name, own.name, peer.pod.name, peer_end.name
+                    ),
+                    e,
+                )
+            })?;
+            journal.record(Step::Interface {
+                netns: attachment.netns.clone(),
+                name: own.name.clone(),
+                alias: own.alias.clone().unwrap_or_default(),
+            });
+            (WireState::Veth, peer_end.name.clone(), own.name.clone())
+        };
+        record.state = state;
+        record.wire_ifname = own_wire_ifname;
+        record.peer_intf_id = link.wire(namespace).id();
+
+        let peer_key = EndKey::new(namespace, &peer.pod.name, link.uid);
+        let mut peer_record = self.records.store.wire(&peer_key)?.unwrap_or_else(|| {
+            let mut r = self.pending_record(peer, peer_link.as_ref().unwrap_or(link));
+            if peer_link.is_none() {
+                r.local_pod_ifname = link.peer_intf.clone();
+                r.local_pod_ip = link.peer_ip.map(format_cidr);
+                r.peer_pod = attachment.pod.name.clone();
+            }
+            r
+        });
+        peer_record.state = state;
+        peer_record.wire_ifname = peer_wire_ifname;
+        peer_record.peer_intf_id = link.wire(namespace).id();
+        let previous = self.records.write_wire(&peer_record)?;
+        journal.record(Step::Wire {
+            key: peer_key,
+            previous: previous.map(Box::new),
+        });
+        Ok(())
+    }
+
+    /// The pod's end of a wire to `node`, on the link's carrier: a VXLAN device, or a
+    /// veth to a fast-path port.
+    pub(super) fn connect_far(
+        &mut self,
+        pod_ns: &NetnsFd,
+        link: &LinkSpec,
+        node: &str,
+        made: Made,
+        record: &mut WireRecord,
+        journal: &mut Journal,
+    ) -> Result<(), NodeError> {
+        if link.carrier == Some(Carrier::Vxlan) {
+            if made == Made::Already {
+                let alias =
+                    interfaces::pod_alias(&record.topo_namespace, &record.local_pod_name, link.uid);
+                log_removal(
+                    interfaces::delete(pod_ns, &link.local_intf, &alias),
+                    &link.local_intf,
+                );
+            }
+            self.connect_vxlan(pod_ns, link, node, record, journal)
+        } else {
+            self.connect_remote(pod_ns, link, node, made, record, journal)
+        }
+    }
+
+    /// A veth from the pod to the node, whose node end becomes a fast-path port joined
+    /// to `node` by the wire's id.
+    fn connect_remote(
+        &mut self,
+        pod_ns: &NetnsFd,
+        link: &LinkSpec,
+        node: &str,
+        made: Made,
+        record: &mut WireRecord,
+        journal: &mut Journal,
+    ) -> Result<(), NodeError> {
+        self.data
+            .peer_of(node, &link.peer_pod, link.wire(&record.topo_namespace).id())?;
+        let namespace = record.topo_namespace.clone();
+        let id = link.wire(&namespace).id();
+        if let Some(other) = self
+            .data
+            .ports
+            .values()
+            .find(|p| p.wire.namespace != namespace && p.wire_id == id)
+        {
+            return Err(NodeError::new(
+ ErrorKind::Fastpath,
+                format!(
+                    "wire {} of namespace {namespace} has the same wire id ({id}) as wire {} of namespace {}, which is up: rename one of the two namespaces",
+                    link.uid, other.wire.link_uid, other.wire.namespace
+                ),
+                "a wire's id is a 32-bit hash of its namespace and its uid; these two namespaces' hashes collide",
+            ));
+        }
+        let mut own = own_end(&namespace, &record.local_pod_name, link);
+        own.checksum_off = true;
+        let node_end = EndSettings {
+            mtu: link.mtu,
+            checksum_off: true,
+            ipv6: interfaces::Ipv6::Off,
+            alias: Some(interfaces::node_alias(
+                &self.config.node_name,
+                &namespace,
+                &record.local_pod_name,
+                link.uid,
+            )),
+            ..EndSettings::named(&node_ifname(&namespace, &record.local_pod_name, link.uid))
+        };
+        let node_end_found = match made {
+            Made::Not => false,
+            Made::Already => interfaces::inspect(&self.netns.node_ns, &node_end.name)
+                .map_err(|e| interface_error(format!("read node:{}", node_end.name), e))?
+                .is_some_and(|i| i.alias == node_end.alias),
+        };
+        if node_end_found {
+            // The pod's end keeps what it has; what it lacks is added.
+            let present = interfaces::inspect(pod_ns, &own.name)
+                .map_err(|e| interface_error(format!("read {}", own.name), e))?
+                .map(|i| i.addresses)
+                .unwrap_or_default();
+            own.address = own.address.filter(|a| !present.contains(a));
+            interfaces::configure(pod_ns, &own)
+                .and_then(|()| interfaces::configure(&self.netns.node_ns, &node_end))
+                .map_err(|e| {
+                    interface_error(
+                        format!(
+                            "take up the veth {}:{} -- node:{} as it was left",
+                            record.local_pod_name, own.name, node_end.name
+                        ),
+                        e,
+                    )
+                })?;
+        } else {
+            if made == Made::Already {
+                let alias = own.alias.clone().unwrap_or_default();
+                log_removal(interfaces::delete(pod_ns, &own.name, &alias), &own.name);
+            }
+            interfaces::create_veth(pod_ns, &own, &self.netns.node_ns, &node_end).map_err(|e| {
+                interface_error(
+                    format!(
+                        "make the veth {}:{} -- node:{}",
+                        record.local_pod_name, own.name, node_end.name
+                    ),
+                    e,
+                )
+            })?;
+        }
+        journal.record(Step::Interface {
+            netns: String::new(),
+            name: node_end.name.clone(),
+            alias: node_end.alias.clone().unwrap_or_default(),
+        });
+        record.state = WireState::Remote;
+        record.wire_ifname = node_end.name;
+        record.peer_intf_id = id;
+        record.peer_node = Some(node.to_owned());
+        record.peer_node_ip = self
+            .data
+            .fastpath
+            .as_ref()
+            .and_then(|f| f.addresses.get(node).cloned());
+        self.open_remote_port(record, link, journal)
+    }
+
+    /// Opens the fast-path port on a remote wire's node end (which exists) and joins it
+    /// to the record's peer node: at a join, and when a restart finds the end in place.
+    pub(super) fn open_remote_port(
+        &mut self,
+        record: &WireRecord,
+        link: &LinkSpec,
+        journal: &mut Journal,
+    ) -> Result<(), NodeError> {
+        let spec = self.remote_port(record, link)?;
+        let fastpath = self
+            .data
+            .fastpath
+            .as_ref()
+            .expect("remote_port found the fast path");
+        let opened = fastpath
+            .add_remote_ports(std::slice::from_ref(&spec))
+            .pop()
+            .expect("one answer per port");
+        self.data.adopt_remote_port(record, &spec, opened, journal)
+    }
+
+    /// What the fast path needs to open the port of remote end `record` and join it to
+    /// the peer node.
+    pub(super) fn remote_port(
+        &self,
+        record: &WireRecord,
+        link: &LinkSpec,
+    ) -> Result<RemotePort, NodeError> {
+        let carrier = link.carrier;
+        let node = record.peer_node.as_deref().unwrap_or_default();
+        // From the wire's name, not the id the record keeps: a record written by an older
+        // build keeps an id of the older scheme, which the peer no longer uses.
+        let wire = record.wire().id();
+        let peer = self.data.peer_of(node, &record.peer_pod, wire)?;
+        Ok(RemotePort {
+            ifname: record.wire_ifname.clone(),
+            max_frame: max_frame(link),
+            wire,
+            peer,
+            carrier,
+        })
+    }
+
+    /// Takes a wire end apart (its interfaces, port and link) and tells the peer node
+    /// when `tell_peer`; the record is left to the caller. A same-node veth takes the
+    /// peer pod's end with it, whose record goes back to pending.
+    pub(super) fn disconnect_end(&mut self, record: &WireRecord, tell_peer: bool) {
+        match record.state {
+            // A waiting end was announced to the node its far end's pod is placed on
+            // (`announce_pod`): that node forgets it, or it would join a later end of this
+            // wire at once, to a pod that is gone.
+            WireState::Pending if tell_peer => {
+                if let Some(node) =
+                    self.data
+                        .placed_peer(self.records, &record.topo_namespace, &record.peer_pod)
+                {
+                    self.data
+                        .send_to(&node, ControlBody::DelWire(record.wire()));
+                }
+            }
+            WireState::Pending => {}
+            WireState::Veth => {
+                self.data.forget_steering(&record.wire());
+                self.release_pod_end(record);
+                let peer_key =
+                    EndKey::new(&record.topo_namespace, &record.peer_pod, record.link_uid);
+                if let Ok(Some(peer)) = self.records.store.wire(&peer_key) {
+                    if peer.state == WireState::Veth {
+                        self.records.set_pending(peer);
+                    }
+                }
+            }
+            WireState::Switched => self.disconnect_switched(record),
+            WireState::Remote | WireState::Vxlan => {
+                match record.state {
+                    WireState::Vxlan if record.has_node_end() => self.release_bridged(record),
+                    WireState::Vxlan => self.release_pod_end(record),
+                    _ => self.release_node_end(record),
+                }
+                if tell_peer {
+                    if let Some(node) = &record.peer_node {
+                        self.data.send_to(node, ControlBody::DelWire(record.wire()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Deletes the pod's interface of `record`, if it is still xwire's.
+    fn release_pod_end(&self, record: &WireRecord) {
+        if let Ok(ns) = record.open_local_pod_netns() {
+            let alias = interfaces::pod_alias(
+                &record.topo_namespace,
+                &record.local_pod_name,
+                record.link_uid,
+            );
+            log_removal(
+                interfaces::delete(&ns, &record.local_pod_ifname, &alias),
+                &record.local_pod_ifname,
+            );
+        }
+    }
+
+    /// Undoes a journal's steps, last first.
+    pub(super) fn rollback(&mut self, journal: Journal) {
+        for step in journal.into_undo_order() {
+            let result = match step {
+                Step::Interface { netns, name, alias } => {
+                    let ns = if netns.is_empty() {
+                        Ok(None)
+                    } else {
+                        NetnsFd::open(Path::new(&netns)).map(Some)
+                    };
+                    let removed = match ns {
+                        Ok(Some(ns)) => interfaces::delete(&ns, &name, &alias),
+                        Ok(None) => interfaces::delete(&self.netns.node_ns, &name, &alias),
+                        Err(_) => Ok(Removal::Absent),
+                    };
+                    log_removal(removed, &name);
+                    Ok(())
+                }
+                Step::Port { key, wire, id } => {
+                    self.data.ports.remove(&key);
+                    if self.data.tunnel_ports.get(&key) == Some(&id) {
+                        self.data.tunnel_ports.remove(&key);
+                    }
+                    match &self.data.fastpath {
+                        Some(f) => step_times::time(step_times::PORT_CLOSE, || {
+                            f.worker_of(wire).remove_port(id).map_err(|e| e.to_string())
+                        }),
+                        None => Ok(()),
+                    }
+                }
+                Step::RemoteLink { wire } => match &self.data.fastpath {
+                    Some(f) => f
+                        .worker_of(wire)
+                        .remove_link(wire)
+                        .map(drop)
+                        .map_err(|e| e.to_string()),
+                    None => Ok(()),
+                },
+                Step::Wire { key, previous } => match previous {
+                    Some(previous) => self.records.store.put_wire(&previous),
+                    None => self.records.store.remove_wire(&key).map(drop),
+                }
+                .map_err(|e| e.to_string()),
+                Step::Attachment { key } => self
+                    .records
+                    .store
+                    .remove_attachment(&key)
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+            };
+            if let Err(e) = result {
+                tracing::error!("undoing a step: {e}");
+            }
+        }
     }
 }
 
