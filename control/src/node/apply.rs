@@ -67,7 +67,7 @@ impl Node {
         // An ADD's pod is announced by the call, once it is all done.
         if let OnFailure::GoOn = on_failure {
             for (namespace, pod) in std::mem::take(&mut pass.announce) {
-                self.announce_pod(&namespace, &pod);
+                self.peer_talk().announce_pod(&namespace, &pod);
             }
         }
         Ok(pass.report)

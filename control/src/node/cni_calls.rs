@@ -117,7 +117,7 @@ impl Node {
         let result = self.attach(&attachment, &mut journal);
         match result {
             Ok(()) => {
-                self.announce_pod(&pod.namespace, &pod.name);
+                self.peer_talk().announce_pod(&pod.namespace, &pod.name);
                 // Links of the object that do not parse (the API server does not check
                 // addresses) were left out: the object's status says which and why.
                 let left_out = self.records.links_left_out(&pod.namespace, &pod.name);
@@ -160,8 +160,10 @@ impl Node {
         self.netns.open_pod_netns(&call.netns)?;
         // CHECK answers from the plan, both stages: what a pass would do to this pod,
         // its wire ends, steering, impairments and routes, is what differs.
-        let mut observation = self.observe(Scope::Pods(std::slice::from_ref(&attachment)))?;
-        self.observe_settings(&mut observation, true);
+        let mut observation = self
+            .observer()
+            .observe(Scope::Pods(std::slice::from_ref(&attachment)))?;
+        self.observer().observe_settings(&mut observation, true);
         let problems: Vec<String> = plan(&observation.desired, &observation.observed)
             .iter()
             .filter(|action| action.concerns(&attachment))

@@ -18,7 +18,7 @@ use crate::topology::LinkSpec;
 
 /// The node's own judgement reads the store (and, in a cluster, may ask the API server
 /// where a pod runs that its watch has not seen yet).
-impl ClaimFacts for Node {
+impl ClaimFacts for super::peers::PeerTalk<'_> {
     fn links(&self, namespace: &str, pod: &str) -> Option<Arc<Vec<LinkSpec>>> {
         // A pod with no topology is not remembered as such (made-up names would fill the
         // cache), and a store that cannot be read says no.
@@ -76,7 +76,7 @@ impl Node {
                 Some((key, w.peer_node?))
             })
             .collect();
-        let view = self.whole_view();
+        let view = self.peer_talk().whole_view();
         match PeerDesk::start(
             controls,
             view,
@@ -86,40 +86,6 @@ impl Node {
         ) {
             Ok(desk) => self.peers.desk = Some(desk),
             Err(e) => tracing::error!("starting the peer desk: {e}"),
-        }
-    }
-
-    /// The desk's view of every pod of every topology, and of the peers.
-    fn whole_view(&self) -> ViewChange {
-        let pods = match self.records.store.topologies() {
-            Ok(all) => all
-                .into_iter()
-                .map(|t| (t.metadata.namespace, t.metadata.name))
-                .collect(),
-            Err(e) => {
-                tracing::error!("reading the topologies for the peer desk: {e}");
-                BTreeSet::new()
-            }
-        };
-        ViewChange::All {
-            pods: self.records.pod_facts(pods),
-            peer_ips: self.data.peer_ips(),
-        }
-    }
-
-    /// Tells the desk these pods' topologies or placements may have changed.
-    pub(super) fn tell_desk_pods(&self, pods: &HashSet<(String, String)>) {
-        if let Some(desk) = &self.peers.desk {
-            desk.tell(ViewChange::Pods(
-                self.records.pod_facts(pods.iter().cloned().collect()),
-            ));
-        }
-    }
-
-    /// Tells the desk the peers' addresses (after nodes joined or left).
-    pub(super) fn tell_desk_peers(&self) {
-        if let Some(desk) = &self.peers.desk {
-            desk.tell(ViewChange::PeerIps(self.data.peer_ips()));
         }
     }
 }
@@ -187,5 +153,41 @@ impl super::Records {
             });
         }
         facts
+    }
+}
+
+impl super::peers::PeerTalk<'_> {
+    /// The desk's view of every pod of every topology, and of the peers.
+    fn whole_view(&self) -> ViewChange {
+        let pods = match self.records.store.topologies() {
+            Ok(all) => all
+                .into_iter()
+                .map(|t| (t.metadata.namespace, t.metadata.name))
+                .collect(),
+            Err(e) => {
+                tracing::error!("reading the topologies for the peer desk: {e}");
+                BTreeSet::new()
+            }
+        };
+        ViewChange::All {
+            pods: self.records.pod_facts(pods),
+            peer_ips: self.data.peer_ips(),
+        }
+    }
+
+    /// Tells the desk these pods' topologies or placements may have changed.
+    pub(super) fn tell_desk_pods(&self, pods: &HashSet<(String, String)>) {
+        if let Some(desk) = &self.peers.desk {
+            desk.tell(ViewChange::Pods(
+                self.records.pod_facts(pods.iter().cloned().collect()),
+            ));
+        }
+    }
+
+    /// Tells the desk the peers' addresses (after nodes joined or left).
+    pub(super) fn tell_desk_peers(&self) {
+        if let Some(desk) = &self.peers.desk {
+            desk.tell(ViewChange::PeerIps(self.data.peer_ips()));
+        }
     }
 }

@@ -26,6 +26,7 @@ mod settings;
 mod steered;
 mod switched;
 mod topology_calls;
+mod unwiring;
 mod vxlan;
 mod wiring;
 

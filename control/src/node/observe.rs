@@ -7,78 +7,35 @@ use std::collections::{HashMap, HashSet};
 use super::plan::{node_side, Desired, DesiredPod, Interfaces, Observed, PodNetns};
 use super::reconcile::{Observation, Scope};
 use super::wiring::node_ifname;
-use super::{Node, NodeError};
+use super::{DataPlane, Namespaces, Node, NodeError, PeerBook, Records, Routing};
+use crate::config::DaemonConfig;
 use crate::interfaces;
 use crate::netns::NetnsFd;
 use crate::store::{AttachmentKey, AttachmentRecord, EndKey, WireRecord, WireState};
 
-impl Node {
-    /// Gathers what should be and what is, as plain data: the attachments and their
-    /// topologies' links, the wire records, the interfaces of each pod's namespace (and
-    /// of the node's), the open fast-path ports and the far ends peers announced.
-    pub(super) fn observe(&self, scope: Scope<'_>) -> Result<Observation, NodeError> {
-        let mut desired = Desired::default();
-        let mut observed = Observed {
-            node_name: self.config.node_name.clone(),
-            whole_node: matches!(scope, Scope::Node),
-            ..Observed::default()
-        };
-        let mut namespaces = HashMap::new();
-        let looked_at_pods =
-            self.records
-                .observe_pods(scope, &mut desired, &mut observed, &mut namespaces)?;
-        let records = self.records.records_of(scope, &looked_at_pods)?;
-        observed.records = records.into_iter().map(|w| (w.key(), w)).collect();
-        let node_interfaces = match scope {
-            Scope::Node => interfaces::observe(&self.netns.node_ns),
-            // Only the node ends of the pods looked at: one read each, rather than a dump
-            // of a node namespace that may hold thousands.
-            Scope::Pods(_) | Scope::Detached(_) => {
-                self.netns
-                    .node_ends_of(&desired, &observed, &looked_at_pods)
-            }
-        };
-        match node_interfaces {
-            Ok(interfaces) => observed.node_interfaces = interfaces,
-            Err(e) => observed.node_unreadable = Some(format!("list its interfaces: {e}")),
-        }
-        if let Scope::Detached(attachment) = scope {
-            observed.detached = Some(attachment.pod.clone());
-        }
-        self.observe_ports_and_far_ends(&mut desired, &mut observed);
-        desired.withdrawn = self.peers.withdrawn.clone();
-        desired.switched = self.data.switched_wires(&desired);
-        desired.bridged = self.data.bridged_wires(&desired);
-        Ok(Observation {
-            desired,
-            observed,
-            namespaces,
-            failures: Vec::new(),
-        })
-    }
+/// What a pass looks at, borrowed from the node and only read: the records and
+/// topologies (what should be), and the namespaces, fast path, peers' news and routes
+/// (what is). Its methods make the plain data `plan` takes, here for the wire ends and in
+/// `settings.rs` for the settings.
+pub(super) struct Observer<'a> {
+    pub(super) config: &'a DaemonConfig,
+    pub(super) records: &'a Records,
+    pub(super) data: &'a DataPlane,
+    pub(super) netns: &'a Namespaces,
+    pub(super) peers: &'a PeerBook,
+    pub(super) routing: &'a Routing,
+}
 
-    /// The open fast-path ports and the far ends peers announced, of the records the
-    /// plan has only: a pass over some pods looks up the ports and far ends of their
-    /// wires, rather than copying the node's thousands.
-    fn observe_ports_and_far_ends(&self, desired: &mut Desired, observed: &mut Observed) {
-        if observed.whole_node {
-            observed.ports = self.data.ports.keys().cloned().collect();
-            desired.remote_ends = self
-                .peers
-                .remote_ends
-                .iter()
-                .map(|(key, end)| (key.clone(), end.pod.clone()))
-                .collect();
-            return;
-        }
-        for (key, record) in &observed.records {
-            if self.data.ports.contains_key(key) {
-                observed.ports.insert(key.clone());
-            }
-            let wire = record.wire();
-            if let Some(end) = self.peers.remote_ends.get(&wire) {
-                desired.remote_ends.insert(wire, end.pod.clone());
-            }
+impl Node {
+    /// The node's parts, borrowed to observe.
+    pub(super) fn observer(&self) -> Observer<'_> {
+        Observer {
+            config: &self.config,
+            records: &self.records,
+            data: &self.data,
+            netns: &self.netns,
+            peers: &self.peers,
+            routing: &self.routing,
         }
     }
 }
@@ -243,5 +200,76 @@ impl super::Records {
             found.insert(stored.key(), stored);
         }
         Ok(found.into_values().collect())
+    }
+}
+
+impl Observer<'_> {
+    /// Gathers what should be and what is, as plain data: the attachments and their
+    /// topologies' links, the wire records, the interfaces of each pod's namespace (and
+    /// of the node's), the open fast-path ports and the far ends peers announced.
+    pub(super) fn observe(&self, scope: Scope<'_>) -> Result<Observation, NodeError> {
+        let mut desired = Desired::default();
+        let mut observed = Observed {
+            node_name: self.config.node_name.clone(),
+            whole_node: matches!(scope, Scope::Node),
+            ..Observed::default()
+        };
+        let mut namespaces = HashMap::new();
+        let looked_at_pods =
+            self.records
+                .observe_pods(scope, &mut desired, &mut observed, &mut namespaces)?;
+        let records = self.records.records_of(scope, &looked_at_pods)?;
+        observed.records = records.into_iter().map(|w| (w.key(), w)).collect();
+        let node_interfaces = match scope {
+            Scope::Node => interfaces::observe(&self.netns.node_ns),
+            // Only the node ends of the pods looked at: one read each, rather than a dump
+            // of a node namespace that may hold thousands.
+            Scope::Pods(_) | Scope::Detached(_) => {
+                self.netns
+                    .node_ends_of(&desired, &observed, &looked_at_pods)
+            }
+        };
+        match node_interfaces {
+            Ok(interfaces) => observed.node_interfaces = interfaces,
+            Err(e) => observed.node_unreadable = Some(format!("list its interfaces: {e}")),
+        }
+        if let Scope::Detached(attachment) = scope {
+            observed.detached = Some(attachment.pod.clone());
+        }
+        self.observe_ports_and_far_ends(&mut desired, &mut observed);
+        desired.withdrawn = self.peers.withdrawn.clone();
+        desired.switched = self.data.switched_wires(&desired);
+        desired.bridged = self.data.bridged_wires(&desired);
+        Ok(Observation {
+            desired,
+            observed,
+            namespaces,
+            failures: Vec::new(),
+        })
+    }
+
+    /// The open fast-path ports and the far ends peers announced, of the records the
+    /// plan has only: a pass over some pods looks up the ports and far ends of their
+    /// wires, rather than copying the node's thousands.
+    fn observe_ports_and_far_ends(&self, desired: &mut Desired, observed: &mut Observed) {
+        if observed.whole_node {
+            observed.ports = self.data.ports.keys().cloned().collect();
+            desired.remote_ends = self
+                .peers
+                .remote_ends
+                .iter()
+                .map(|(key, end)| (key.clone(), end.pod.clone()))
+                .collect();
+            return;
+        }
+        for (key, record) in &observed.records {
+            if self.data.ports.contains_key(key) {
+                observed.ports.insert(key.clone());
+            }
+            let wire = record.wire();
+            if let Some(end) = self.peers.remote_ends.get(&wire) {
+                desired.remote_ends.insert(wire, end.pod.clone());
+            }
+        }
     }
 }

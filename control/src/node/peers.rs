@@ -34,8 +34,48 @@ use xwire_proto::control::{Carrier, ControlBody, SyncBody, WireKey, WireSpec};
 use super::claims::{judge, Refusal};
 use super::peer_desk::PeerNews;
 use super::reconcile::Scope;
-use super::{Node, RemoteEnd};
+use super::wiring::Wiring;
+use super::{DataPlane, Namespaces, Node, PeerBook, Records, RemoteEnd};
+use crate::config::DaemonConfig;
 use crate::store::{EndKey, PodPlacement, WireRecord, WireState};
+
+/// The parts that taking peers' news and telling peers about wires work on, borrowed
+/// from the node for one turn: what it knows of its peers, the records claims are judged
+/// against, the data plane its messages leave through, and (for an end a claim moves)
+/// what unmaking a wire end needs.
+pub(super) struct PeerTalk<'a> {
+    pub(super) config: &'a DaemonConfig,
+    pub(super) records: &'a mut Records,
+    pub(super) data: &'a mut DataPlane,
+    pub(super) peers: &'a mut PeerBook,
+    pub(super) netns: &'a Namespaces,
+}
+
+impl Node {
+    /// The node's parts, borrowed to hear and tell peers.
+    pub(super) fn peer_talk(&mut self) -> PeerTalk<'_> {
+        PeerTalk {
+            config: &self.config,
+            records: &mut self.records,
+            data: &mut self.data,
+            peers: &mut self.peers,
+            netns: &self.netns,
+        }
+    }
+}
+
+impl PeerTalk<'_> {
+    /// What unmaking a wire end needs, borrowed from this turn's parts.
+    fn wiring(&mut self) -> Wiring<'_> {
+        Wiring {
+            config: self.config,
+            records: self.records,
+            data: self.data,
+            netns: self.netns,
+            remote_ends: &self.peers.remote_ends,
+        }
+    }
+}
 
 impl Node {
     /// Acts on the news the peer desk passed (claims its view allows, far ends let go
@@ -54,13 +94,187 @@ impl Node {
                 break;
             };
             any = true;
-            self.on_news(news);
+            self.peer_talk().on_news(news);
         }
         self.peers.refusals.log_due(Instant::now());
         self.join_announced();
         any
     }
 
+    /// One pass over the pods whose far ends peers announced or let go of (after a batch
+    /// of events, so that a Sync of many wires costs one pass, not one each); the pass
+    /// tells the peers what it joined.
+    fn join_announced(&mut self) {
+        if self.peers.to_join.is_empty() {
+            return;
+        }
+        let mut pods = Vec::new();
+        for (namespace, pod) in std::mem::take(&mut self.peers.to_join) {
+            match self.records.attachment_of_pod(&namespace, &pod) {
+                Ok(Some(attachment)) => pods.push(attachment),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::error!(pod = %format!("{namespace}/{pod}"), "{}: {}", e.msg, e.details)
+                }
+            }
+        }
+        let passed = self.pass(Scope::Pods(&pods), &HashSet::new());
+        self.peers.withdrawn.clear();
+        match passed {
+            Ok(done) => {
+                for failure in &done.failures {
+                    tracing::error!("joining an announced wire failed: {failure}");
+                }
+            }
+            Err(e) => tracing::error!("joining announced wires: {}: {}", e.msg, e.details),
+        }
+    }
+}
+
+impl Node {
+    /// Follows the cluster's nodes (where the store watches them): a node that joined is
+    /// declared to the fast path (or its address updated), one that left is retired and
+    /// the ends joined to its pods go back to pending. Says whether anything changed.
+    pub(crate) fn pump_membership(&mut self) -> bool {
+        let pools_changed = match self.records.store.take_pools_change() {
+            Some(pools) if self.config.topology.pools_from_labels => {
+                self.routing
+                    .apply_labelled_pools(pools, &self.config, &self.netns.node_ns);
+                true
+            }
+            _ => false,
+        };
+        let changes = self.records.store.take_peer_changes();
+        if changes.is_empty() && pools_changed {
+            return true;
+        }
+        if changes.is_empty() {
+            return false;
+        }
+        let Some(fastpath) = &mut self.data.fastpath else {
+            tracing::warn!("nodes joined or left, but this node has no certificate for peers");
+            return true;
+        };
+        let mut left = Vec::new();
+        for change in changes {
+            match change {
+                crate::store::PeerChange::Joined { name, address } => {
+                    match fastpath.add_peer(&name, address, Carrier::Datagram) {
+                        Ok(new) => {
+                            if new {
+                                tracing::info!(peer = %name, %address, "node joined");
+                            }
+                        }
+                        Err(e) => tracing::warn!(peer = %name, "declaring a node that joined: {e}"),
+                    }
+                }
+                crate::store::PeerChange::Left { name } => {
+                    match fastpath.retire_peer(&name) {
+                        Ok(false) => continue,
+                        Ok(true) => tracing::info!(peer = %name, "node left"),
+                        Err(e) => tracing::warn!(peer = %name, "retiring a node that left: {e}"),
+                    }
+                    left.push(name);
+                }
+            }
+        }
+        self.peer_talk().tell_desk_peers();
+        for name in left {
+            let mut gone: HashSet<WireKey> = self
+                .peers
+                .remote_ends
+                .iter()
+                .filter(|(_, end)| end.node == name)
+                .map(|(key, _)| key.clone())
+                .collect();
+            gone.extend(
+                self.records
+                    .store
+                    .wires()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|w| w.peer_node.as_deref() == Some(name.as_str()))
+                    .map(|w| w.wire()),
+            );
+            self.peer_talk().far_ends_gone(&name, &gone);
+        }
+        true
+    }
+}
+
+/// How long the node's thread works through the peer desk's news before it answers the
+/// local API again.
+const TURN: Duration = Duration::from_millis(20);
+
+impl super::Records {
+    /// The wire as this node's end describes it to the far end's node.
+    fn spec_of(&self, record: &WireRecord) -> Option<WireSpec> {
+        let link = self
+            .topology_link(
+                &record.topo_namespace,
+                &record.local_pod_name,
+                record.link_uid,
+            )
+            .ok()??;
+        let carrier = link.carrier.unwrap_or(Carrier::Datagram);
+        Some(WireSpec {
+            key: record.wire(),
+            sender_pod: record.local_pod_name.clone(),
+            sender_intf: record.local_pod_ifname.clone(),
+            receiver_pod: link.peer_pod,
+            receiver_intf: link.peer_intf,
+            carrier,
+        })
+    }
+
+    /// The address of the node that runs `pod`, if its Topology says.
+    pub(super) fn placement(&self, namespace: &str, pod: &str) -> Option<IpAddr> {
+        let loaded = self.topology(namespace, pod).ok()??;
+        let src_ip = loaded
+            .topology
+            .status
+            .as_ref()?
+            .get("src_ip")?
+            .as_str()?
+            .to_owned();
+        // meshnet writes a plain address; a CIDR is read for its address.
+        src_ip.split('/').next()?.parse().ok()
+    }
+}
+
+impl super::DataPlane {
+    /// The configured peer that runs `pod` by its placement (in a cluster, the Pod's
+    /// node; elsewhere, the node at the address its Topology's status names), if any.
+    pub(super) fn placed_peer(
+        &self,
+        records: &super::Records,
+        namespace: &str,
+        pod: &str,
+    ) -> Option<String> {
+        let fastpath = self.fastpath.as_ref()?;
+        match records.store.pod_placement(namespace, pod) {
+            PodPlacement::On(node) => {
+                return fastpath.addresses.contains_key(&node).then_some(node)
+            }
+            PodPlacement::Unplaced => return None,
+            PodPlacement::NotTracked => {}
+        }
+        let runs_it = records.placement(namespace, pod)?;
+        fastpath
+            .addresses
+            .keys()
+            .find(|name| self.peer_ip(name) == Some(runs_it))
+            .cloned()
+    }
+
+    /// The configured address of peer `name`.
+    pub(super) fn peer_ip(&self, name: &str) -> Option<IpAddr> {
+        let address = self.fastpath.as_ref()?.addresses.get(name)?;
+        Some(address.parse::<SocketAddr>().ok()?.ip())
+    }
+}
+
+impl PeerTalk<'_> {
     fn on_news(&mut self, news: PeerNews) {
         match news {
             PeerNews::Up { name } => {
@@ -106,7 +320,7 @@ impl Node {
             let target = match (&record.state, &record.peer_node) {
                 (WireState::Pending, _) => {
                     self.data
-                        .placed_peer(&self.records, namespace, &record.peer_pod)
+                        .placed_peer(self.records, namespace, &record.peer_pod)
                 }
                 (WireState::Remote | WireState::Vxlan, Some(node)) => Some(node.clone()),
                 _ => None,
@@ -150,7 +364,7 @@ impl Node {
             .filter(|w| match w.state {
                 WireState::Pending => {
                     self.data
-                        .placed_peer(&self.records, &w.topo_namespace, &w.peer_pod)
+                        .placed_peer(self.records, &w.topo_namespace, &w.peer_pod)
                         .as_deref()
                         == Some(peer)
                 }
@@ -229,35 +443,6 @@ impl Node {
         true
     }
 
-    /// One pass over the pods whose far ends peers announced or let go of (after a batch
-    /// of events, so that a Sync of many wires costs one pass, not one each); the pass
-    /// tells the peers what it joined.
-    fn join_announced(&mut self) {
-        if self.peers.to_join.is_empty() {
-            return;
-        }
-        let mut pods = Vec::new();
-        for (namespace, pod) in std::mem::take(&mut self.peers.to_join) {
-            match self.records.attachment_of_pod(&namespace, &pod) {
-                Ok(Some(attachment)) => pods.push(attachment),
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::error!(pod = %format!("{namespace}/{pod}"), "{}: {}", e.msg, e.details)
-                }
-            }
-        }
-        let passed = self.pass(Scope::Pods(&pods), &HashSet::new());
-        self.peers.withdrawn.clear();
-        match passed {
-            Ok(done) => {
-                for failure in &done.failures {
-                    tracing::error!("joining an announced wire failed: {failure}");
-                }
-            }
-            Err(e) => tracing::error!("joining announced wires: {}: {}", e.msg, e.details),
-        }
-    }
-
     fn on_del_wire(&mut self, from: &str, key: &WireKey) {
         self.far_ends_gone(from, &HashSet::from([key.clone()]));
     }
@@ -323,148 +508,5 @@ impl Node {
         if !gone.is_empty() {
             self.far_ends_gone(from, &gone);
         }
-    }
-}
-
-impl Node {
-    /// Follows the cluster's nodes (where the store watches them): a node that joined is
-    /// declared to the fast path (or its address updated), one that left is retired and
-    /// the ends joined to its pods go back to pending. Says whether anything changed.
-    pub(crate) fn pump_membership(&mut self) -> bool {
-        let pools_changed = match self.records.store.take_pools_change() {
-            Some(pools) if self.config.topology.pools_from_labels => {
-                self.routing
-                    .apply_labelled_pools(pools, &self.config, &self.netns.node_ns);
-                true
-            }
-            _ => false,
-        };
-        let changes = self.records.store.take_peer_changes();
-        if changes.is_empty() && pools_changed {
-            return true;
-        }
-        if changes.is_empty() {
-            return false;
-        }
-        let Some(fastpath) = &mut self.data.fastpath else {
-            tracing::warn!("nodes joined or left, but this node has no certificate for peers");
-            return true;
-        };
-        let mut left = Vec::new();
-        for change in changes {
-            match change {
-                crate::store::PeerChange::Joined { name, address } => {
-                    match fastpath.add_peer(&name, address, Carrier::Datagram) {
-                        Ok(new) => {
-                            if new {
-                                tracing::info!(peer = %name, %address, "node joined");
-                            }
-                        }
-                        Err(e) => tracing::warn!(peer = %name, "declaring a node that joined: {e}"),
-                    }
-                }
-                crate::store::PeerChange::Left { name } => {
-                    match fastpath.retire_peer(&name) {
-                        Ok(false) => continue,
-                        Ok(true) => tracing::info!(peer = %name, "node left"),
-                        Err(e) => tracing::warn!(peer = %name, "retiring a node that left: {e}"),
-                    }
-                    left.push(name);
-                }
-            }
-        }
-        self.tell_desk_peers();
-        for name in left {
-            let mut gone: HashSet<WireKey> = self
-                .peers
-                .remote_ends
-                .iter()
-                .filter(|(_, end)| end.node == name)
-                .map(|(key, _)| key.clone())
-                .collect();
-            gone.extend(
-                self.records
-                    .store
-                    .wires()
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|w| w.peer_node.as_deref() == Some(name.as_str()))
-                    .map(|w| w.wire()),
-            );
-            self.far_ends_gone(&name, &gone);
-        }
-        true
-    }
-}
-
-/// How long the node's thread works through the peer desk's news before it answers the
-/// local API again.
-const TURN: Duration = Duration::from_millis(20);
-
-impl super::Records {
-    /// The wire as this node's end describes it to the far end's node.
-    fn spec_of(&self, record: &WireRecord) -> Option<WireSpec> {
-        let link = self
-            .topology_link(
-                &record.topo_namespace,
-                &record.local_pod_name,
-                record.link_uid,
-            )
-            .ok()??;
-        let carrier = link.carrier.unwrap_or(Carrier::Datagram);
-        Some(WireSpec {
-            key: record.wire(),
-            sender_pod: record.local_pod_name.clone(),
-            sender_intf: record.local_pod_ifname.clone(),
-            receiver_pod: link.peer_pod,
-            receiver_intf: link.peer_intf,
-            carrier,
-        })
-    }
-
-    /// The address of the node that runs `pod`, if its Topology says.
-    pub(super) fn placement(&self, namespace: &str, pod: &str) -> Option<IpAddr> {
-        let loaded = self.topology(namespace, pod).ok()??;
-        let src_ip = loaded
-            .topology
-            .status
-            .as_ref()?
-            .get("src_ip")?
-            .as_str()?
-            .to_owned();
-        // meshnet writes a plain address; a CIDR is read for its address.
-        src_ip.split('/').next()?.parse().ok()
-    }
-}
-
-impl super::DataPlane {
-    /// The configured peer that runs `pod` by its placement (in a cluster, the Pod's
-    /// node; elsewhere, the node at the address its Topology's status names), if any.
-    pub(super) fn placed_peer(
-        &self,
-        records: &super::Records,
-        namespace: &str,
-        pod: &str,
-    ) -> Option<String> {
-        let fastpath = self.fastpath.as_ref()?;
-        match records.store.pod_placement(namespace, pod) {
-            PodPlacement::On(node) => {
-                return fastpath.addresses.contains_key(&node).then_some(node)
-            }
-            PodPlacement::Unplaced => return None,
-            PodPlacement::NotTracked => {}
-        }
-        let runs_it = records.placement(namespace, pod)?;
-        fastpath
-            .addresses
-            .keys()
-            .find(|name| self.peer_ip(name) == Some(runs_it))
-            .cloned()
-    }
-
-    /// The configured address of peer `name`.
-    pub(super) fn peer_ip(&self, name: &str) -> Option<IpAddr> {
-        let address = self.fastpath.as_ref()?.addresses.get(name)?;
-        Some(address.parse::<SocketAddr>().ok()?.ip())
     }
 }

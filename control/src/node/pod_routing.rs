@@ -3,43 +3,9 @@
 //! brings them to (`settings.rs`), and taking them away at DEL. `crate::routing`
 //! decides and does the netlink.
 
-use super::{ErrorKind, Node, NodeError};
+use super::{ErrorKind, NodeError};
 use crate::routing::{self, AddressedEnd, PodRoutingSpec};
 use crate::store::AttachmentRecord;
-
-impl Node {
-    /// What the Topology of `namespace/pod` asks for; nothing for a pod without one.
-    pub(super) fn routing_spec(
-        &self,
-        namespace: &str,
-        pod: &str,
-    ) -> Result<PodRoutingSpec, NodeError> {
-        let Some(loaded) = self.records.topology(namespace, pod)? else {
-            return Ok(PodRoutingSpec::default());
-        };
-        let spec = &loaded.topology.spec;
-        let router_mode = spec
-            .policy_routing
-            .unwrap_or(self.config.routing.policy_routing);
-        Ok(PodRoutingSpec {
-            ends: loaded
-                .links
-                .iter()
-                .filter_map(|link| {
-                    Some(AddressedEnd {
-                        ifname: link.local_intf.clone(),
-                        address: link.local_ip?,
-                        peer: link.peer_ip.map(|(ip, _)| ip),
-                        present: false,
-                    })
-                })
-                .collect(),
-            // A stored Topology passed `check`: its routes parse.
-            statics: spec.routes.iter().filter_map(|r| r.parse().ok()).collect(),
-            policy: router_mode.then(|| self.config.routing.settings()),
-        })
-    }
-}
 
 fn routing_error(attachment: &AttachmentRecord, e: crate::netns::NetnsError) -> NodeError {
     NodeError::new(
@@ -80,5 +46,39 @@ impl super::Routing {
                 refused.clone(),
             )),
         }
+    }
+}
+
+impl super::observe::Observer<'_> {
+    /// What the Topology of `namespace/pod` asks for; nothing for a pod without one.
+    pub(super) fn routing_spec(
+        &self,
+        namespace: &str,
+        pod: &str,
+    ) -> Result<PodRoutingSpec, NodeError> {
+        let Some(loaded) = self.records.topology(namespace, pod)? else {
+            return Ok(PodRoutingSpec::default());
+        };
+        let spec = &loaded.topology.spec;
+        let router_mode = spec
+            .policy_routing
+            .unwrap_or(self.config.routing.policy_routing);
+        Ok(PodRoutingSpec {
+            ends: loaded
+                .links
+                .iter()
+                .filter_map(|link| {
+                    Some(AddressedEnd {
+                        ifname: link.local_intf.clone(),
+                        address: link.local_ip?,
+                        peer: link.peer_ip.map(|(ip, _)| ip),
+                        present: false,
+                    })
+                })
+                .collect(),
+            // A stored Topology passed `check`: its routes parse.
+            statics: spec.routes.iter().filter_map(|r| r.parse().ok()).collect(),
+            policy: router_mode.then(|| self.config.routing.settings()),
+        })
     }
 }

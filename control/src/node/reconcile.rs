@@ -96,7 +96,7 @@ impl Node {
         scope: Scope<'_>,
         rebuild: &HashSet<EndKey>,
     ) -> Result<Reconciled, NodeError> {
-        let mut observation = self.observe(scope)?;
+        let mut observation = self.observer().observe(scope)?;
         observation.desired.rebuild = rebuild.clone();
         let actions = plan::wires(&observation.desired, &observation.observed);
         let mut report = self.apply(actions, &observation, OnFailure::GoOn)?;
@@ -117,7 +117,9 @@ impl Node {
         journal.record(Step::Attachment {
             key: attachment.key(),
         });
-        let mut observation = self.observe(Scope::Pods(std::slice::from_ref(attachment)))?;
+        let mut observation = self
+            .observer()
+            .observe(Scope::Pods(std::slice::from_ref(attachment)))?;
         let actions = plan::wires(&observation.desired, &observation.observed);
         self.apply(actions, &observation, OnFailure::Stop(journal))?;
         // The pod's impaired ends are impaired from their first frame, and it has its

@@ -25,7 +25,7 @@ impl Node {
         observation: &mut Observation,
         clear_stale: bool,
     ) -> Reconciled {
-        self.observe_settings(observation, clear_stale);
+        self.observer().observe_settings(observation, clear_stale);
         let actions = plan::settings(&observation.desired, &observation.observed);
         // Every end waiting to be told was looked at: those that still wait (their
         // remote link is not up yet) wait again (`impair`).
@@ -47,7 +47,66 @@ impl Node {
         }
         report
     }
+}
 
+fn routes_error(pod: &str, e: impl std::fmt::Display) -> NodeError {
+    NodeError::new(
+        super::ErrorKind::Interface,
+        format!("pod {pod}: its routes and rules"),
+        e.to_string(),
+    )
+}
+
+impl super::Records {
+    /// Brings the routes and rules of the pod of `attachment` to what its Topology asks
+    /// for (`Action::Route`): each change is reported, and what the kernel refused (a
+    /// static route whose gateway is not reachable yet) is the action's failure, tried
+    /// again by the next pass.
+    pub(super) fn route(
+        &mut self,
+        observation: &Observation,
+        attachment: &AttachmentKey,
+        pod: &str,
+        report: &mut Reconciled,
+    ) -> Result<(), NodeError> {
+        let spec = observation
+            .desired
+            .routing
+            .get(attachment)
+            .cloned()
+            .unwrap_or_default();
+        let opened;
+        let ns = match observation.namespaces.get(attachment) {
+            Some(ns) => ns,
+            None => {
+                let record = self.store.attachment(attachment)?.ok_or_else(|| {
+                    NodeError::new(
+                        super::ErrorKind::Store,
+                        format!("no attachment {attachment}"),
+                        "",
+                    )
+                })?;
+                opened = record.open_netns().map_err(|e| routes_error(pod, e))?;
+                &opened
+            }
+        };
+        let synced = routing::sync(ns, &spec).map_err(|e| routes_error(pod, e))?;
+        for change in synced.changed {
+            report.changed(pod, format!("routing: {change}"));
+        }
+        if synced.refused.is_empty() {
+            Ok(())
+        } else {
+            Err(NodeError::new(
+                super::ErrorKind::Interface,
+                "routes and rules refused",
+                synced.refused.join("; "),
+            ))
+        }
+    }
+}
+
+impl super::observe::Observer<'_> {
     /// Fills in the settings' parts of `observation` (what was there is replaced): of
     /// the pods whose namespace it opened, and of every steered or captured wire.
     pub(super) fn observe_settings(&self, observation: &mut Observation, clear_stale: bool) {
@@ -344,62 +403,5 @@ impl Node {
             }
         }
         (wanted, seen)
-    }
-}
-
-fn routes_error(pod: &str, e: impl std::fmt::Display) -> NodeError {
-    NodeError::new(
-        super::ErrorKind::Interface,
-        format!("pod {pod}: its routes and rules"),
-        e.to_string(),
-    )
-}
-
-impl super::Records {
-    /// Brings the routes and rules of the pod of `attachment` to what its Topology asks
-    /// for (`Action::Route`): each change is reported, and what the kernel refused (a
-    /// static route whose gateway is not reachable yet) is the action's failure, tried
-    /// again by the next pass.
-    pub(super) fn route(
-        &mut self,
-        observation: &Observation,
-        attachment: &AttachmentKey,
-        pod: &str,
-        report: &mut Reconciled,
-    ) -> Result<(), NodeError> {
-        let spec = observation
-            .desired
-            .routing
-            .get(attachment)
-            .cloned()
-            .unwrap_or_default();
-        let opened;
-        let ns = match observation.namespaces.get(attachment) {
-            Some(ns) => ns,
-            None => {
-                let record = self.store.attachment(attachment)?.ok_or_else(|| {
-                    NodeError::new(
-                        super::ErrorKind::Store,
-                        format!("no attachment {attachment}"),
-                        "",
-                    )
-                })?;
-                opened = record.open_netns().map_err(|e| routes_error(pod, e))?;
-                &opened
-            }
-        };
-        let synced = routing::sync(ns, &spec).map_err(|e| routes_error(pod, e))?;
-        for change in synced.changed {
-            report.changed(pod, format!("routing: {change}"));
-        }
-        if synced.refused.is_empty() {
-            Ok(())
-        } else {
-            Err(NodeError::new(
-                super::ErrorKind::Interface,
-                "routes and rules refused",
-                synced.refused.join("; "),
-            ))
-        }
     }
 }

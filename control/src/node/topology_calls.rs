@@ -138,7 +138,7 @@ impl Node {
             .collect();
         // The peer desk learns first: a peer answers what this pass announces at once,
         // and the desk must judge its answer by what is stored now.
-        self.tell_desk_pods(&changed);
+        self.peer_talk().tell_desk_pods(&changed);
         let mut pods = Vec::new();
         for t in topologies {
             if let Some(attachment) = self
@@ -154,7 +154,7 @@ impl Node {
             self.pass(Scope::Pods(&pods), rebuild)?.failures
         };
         // A far end's placement may be new: the ends waiting for it are told to its node.
-        self.announce_towards(&changed);
+        self.peer_talk().announce_towards(&changed);
         Ok(failures)
     }
 }
