@@ -181,14 +181,22 @@ pub struct CertPaths {
     pub key: PathBuf,
 }
 
+/// The node's store: chosen once, at start (`Node::start`); nothing else compares names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// The default: the redb store under `state_dir`, fed by `xwirectl topology apply`.
+    Embedded,
+    /// Topology objects from the API server, and the wire store in GWireKObj objects.
+    Kubernetes,
+}
+
 /// The `[topology]` table: where Topology objects and the wire records come from.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TopologySettings {
-    /// `embedded` (the default: the redb store under `state_dir`, fed by `xwirectl
-    /// topology apply`) or `kubernetes` (Topology objects from the API server, and the
-    /// wire store in GWireKObj objects).
-    pub source: String,
+    /// Where topologies and wire records live (see `Backend`).
+    pub source: Backend,
     /// With `kubernetes`: a kubeconfig file; none: the in-cluster service account (or
     /// `KUBECONFIG`).
     pub kubeconfig: Option<PathBuf>,
@@ -246,7 +254,7 @@ impl TopologySettings {
 impl Default for TopologySettings {
     fn default() -> Self {
         TopologySettings {
-            source: "embedded".into(),
+            source: Backend::Embedded,
             kubeconfig: None,
             namespace_label: crate::store::KubeSettings::default().namespace_label,
             sync_timeout_secs: crate::store::KubeSettings::default().sync_timeout_secs,
@@ -400,17 +408,8 @@ impl DaemonConfig {
         self.check_peers()
     }
 
-    /// The topology source, and the node's and its peers' names.
+    /// The node's and its peers' names.
     fn check_names(&self) -> Result<(), Invalid> {
-        if !["embedded", "kubernetes"].contains(&self.topology.source.as_str()) {
-            return Err((
-                "topology.source",
-                format!(
-                    "{:?} is not a source; use \"embedded\" or \"kubernetes\"",
-                    self.topology.source
-                ),
-            ));
-        }
         xwire_proto::control::check_node_name(&self.node_name).map_err(|e| ("node_name", e))?;
         for peer in &self.peers {
             xwire_proto::control::check_node_name(&peer.name).map_err(|e| ("peers", e))?;
@@ -428,7 +427,9 @@ impl DaemonConfig {
             ));
         }
         let labelled = self.topology.pools_from_labels;
-        if labelled && (self.topology.source != "kubernetes" || !self.topology.discover_peers) {
+        if labelled
+            && (self.topology.source != Backend::Kubernetes || !self.topology.discover_peers)
+        {
             return Err((
                 "topology.pools_from_labels",
                 "needs source = \"kubernetes\" and discover_peers".to_owned(),
@@ -521,7 +522,7 @@ impl DaemonConfig {
                 ),
             ));
         }
-        let kubernetes_identity = self.topology.source == "kubernetes"
+        let kubernetes_identity = self.topology.source == Backend::Kubernetes
             && !(self.topology.ca_secret.is_empty() && self.topology.certificate_signer.is_empty());
         if !self.peers.is_empty() && self.certs.is_none() && !kubernetes_identity {
             return Err((

@@ -39,7 +39,7 @@ use xwire_fastpath::peer::NodeIdentity;
 use xwire_proto::control::WireKey;
 use xwire_proto::local::{NodeState, Request, Response};
 
-use crate::config::DaemonConfig;
+use crate::config::{Backend, DaemonConfig};
 use crate::metrics::NodeMetrics;
 use crate::netns::NetnsFd;
 use crate::step_times;
@@ -171,8 +171,8 @@ impl Node {
     /// Opens the store and, when the node has peers, starts the fast path and declares
     /// them. The calling thread's network namespace is the node's.
     pub fn start(config: DaemonConfig) -> Result<Node, StartError> {
-        let store: Box<dyn NodeStore> = match config.topology.source.as_str() {
-            "kubernetes" => {
+        let store: Box<dyn NodeStore> = match config.topology.source {
+            Backend::Kubernetes => {
                 let mut settings = config.topology.kube_settings(config.node_address.port());
                 if config.certs.is_some() {
                     // Files named in the configuration win over the cluster's CA and signer.
@@ -185,7 +185,7 @@ impl Node {
                     settings,
                 )?)
             }
-            _ => Box::new(EmbeddedStore::open(&config.state_dir)?),
+            Backend::Embedded => Box::new(EmbeddedStore::open(&config.state_dir)?),
         };
         let node_ns = NetnsFd::current()?;
         let identity = match &config.certs {
