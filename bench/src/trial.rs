@@ -2,7 +2,8 @@
 //! one direction or in both at once, and the loss-free search over them. Each end runs on
 //! its own thread, sending its probes (if it sends) and counting the other end's.
 
-use std::fs::File;
+use std::os::fd::AsFd;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -345,7 +346,6 @@ pub fn enter_netns(ns: &str) -> Result<()> {
     } else {
         format!("/run/netns/{ns}")
     };
-    let file = File::open(&path).with_context(|| format!("open {path}"))?;
-    nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
-        .with_context(|| format!("enter {path}"))
+    let ns = xwire_netns::NetnsFd::open(Path::new(&path))?;
+    xwire_netns::enter(ns.file().as_fd()).with_context(|| format!("enter {path}"))
 }

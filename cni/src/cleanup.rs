@@ -3,13 +3,12 @@
 //! other end with it, in the peer pod or on the node. Best effort: every failure is
 //! ignored, because DEL must succeed.
 
-use std::fs::File;
 use std::os::fd::AsFd;
-use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 
 use futures::TryStreamExt;
 use netlink_packet_route::link::LinkAttribute;
-use nix::sched::{setns, CloneFlags};
+use xwire_netns::NetnsFd;
 
 /// What `control::interfaces::ALIAS_PREFIX` marks xwire's interfaces with.
 const ALIAS_PREFIX: &str = "xwire:";
@@ -18,17 +17,13 @@ pub(crate) fn remove_own_interfaces(netns: &str) {
     if netns.is_empty() {
         return;
     }
-    // Non-blocking: a FIFO at the path must not hang the runtime's DEL (setns below
-    // refuses anything that is not a network namespace).
-    let Ok(ns) = File::options()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(netns)
-    else {
+    // Only a network namespace is opened for reading (a FIFO at the path cannot hang
+    // the runtime's DEL).
+    let Ok(ns) = NetnsFd::open(Path::new(netns)) else {
         return;
     };
     let _ = std::thread::spawn(move || {
-        if setns(ns.as_fd(), CloneFlags::CLONE_NEWNET).is_err() {
+        if xwire_netns::enter(ns.file().as_fd()).is_err() {
             return;
         }
         let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_io().build() else {

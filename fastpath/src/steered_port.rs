@@ -18,12 +18,11 @@
 //! first, by the worker). The attachment is a BPF link owned by the port, so a daemon
 //! that dies leaves a plain veth pair behind.
 
-use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use nix::sched::{setns, CloneFlags};
 use xwire_ethtool::EthtoolChannels;
+use xwire_netns::Visit;
 
 use crate::xdp_port::{KernelDrops, PortError, Steering, XdpMode, XdpPort};
 use crate::xdp_redirect::RedirectProgram;
@@ -65,7 +64,7 @@ impl SteeredPort {
             ifname: ifname.into(),
             reason,
         };
-        let _inside = InNetns::enter(far.netns.as_fd())
+        let _inside = Visit::enter(far.netns.as_fd())
             .map_err(|e| unsteerable(format!("enter its network namespace: {e}")))?;
         let Ok(ifindex) = nix::net::if_::if_nametoindex(ifname) else {
             return Err(PortError::NoSuchInterface(ifname.into()));
@@ -116,7 +115,7 @@ impl SteeredPort {
             ifname: self.ifname.clone(),
             reason: format!("attach the steering program: {e}"),
         };
-        let _inside = InNetns::enter(self.netns.as_fd()).map_err(failed)?;
+        let _inside = Visit::enter(self.netns.as_fd()).map_err(failed)?;
         self.attached = Some(program.steer(self.ifindex, self.slot).map_err(failed)?);
         Ok(())
     }
@@ -163,27 +162,6 @@ impl SteeredPort {
     }
 }
 
-/// The calling thread in another network namespace until dropped.
-struct InNetns {
-    home: File,
-}
-
-impl InNetns {
-    fn enter(netns: BorrowedFd<'_>) -> io::Result<InNetns> {
-        let home = File::open("/proc/thread-self/ns/net")?;
-        setns(netns, CloneFlags::CLONE_NEWNET)?;
-        Ok(InNetns { home })
-    }
-}
-
-impl Drop for InNetns {
-    fn drop(&mut self) {
-        // A worker left in a pod's namespace would open every later port there.
-        setns(self.home.as_fd(), CloneFlags::CLONE_NEWNET)
-            .expect("a thread can go back to the network namespace it was in");
-    }
-}
-
 const ETHTOOL_GCHANNELS: u32 = 0x3c;
 const ETHTOOL_SCHANNELS: u32 = 0x3d;
 
@@ -223,8 +201,8 @@ fn keep_stack_on_queue_zero(netns: BorrowedFd<'_>, ifname: &str) -> Result<(), S
         scope
             .spawn(|| -> Result<(), String> {
                 use nix::mount::{mount, MsFlags};
-                setns(netns, CloneFlags::CLONE_NEWNET).map_err(|e| format!("setns: {e}"))?;
-                nix::sched::unshare(CloneFlags::CLONE_NEWNS)
+                xwire_netns::enter(netns).map_err(|e| format!("enter the pod's namespace: {e}"))?;
+                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
                     .map_err(|e| format!("a mount namespace: {e}"))?;
                 let none: Option<&str> = None;
                 mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)

@@ -2,11 +2,10 @@
 //! side from the plugin's own namespace (the runtime runs it in the node's), the pod's
 //! from a thread that has entered the pod's namespace.
 
-use std::fs::File;
 use std::future::Future;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd};
-use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 
 use futures::TryStreamExt;
 use netlink_packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute, LinkMessage};
@@ -14,8 +13,8 @@ use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, Neig
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope,
 };
-use nix::sched::{setns, CloneFlags};
 use rtnetlink::{Handle, IpVersion, LinkMessageBuilder, LinkUnspec, RouteMessageBuilder};
+use xwire_netns::NetnsFd;
 
 use super::plan::{self, Plan, Route, VethMode, PROTOCOL};
 
@@ -35,6 +34,11 @@ pub struct Attachment<'a> {
     pub pod_ips: &'a [IpAddr],
 }
 
+/// The network namespace at `path`, or why it is not one.
+fn open_netns(path: &str) -> Result<NetnsFd, String> {
+    NetnsFd::open(Path::new(path)).map_err(|e| e.to_string())
+}
+
 /// Runs `f` with a netlink handle in the namespace at `netns` (`None`: this one), on a
 /// thread of its own so that this thread's namespace never changes.
 fn in_netns<T, F, Fut>(netns: Option<&str>, f: F) -> Result<T, String>
@@ -45,21 +49,15 @@ where
 {
     let ns = match netns {
         None => None,
-        // Non-blocking: a FIFO at the path must not hang the call; setns refuses
-        // anything that is not a network namespace.
-        Some(path) => Some(
-            File::options()
-                .read(true)
-                .custom_flags(libc::O_NONBLOCK)
-                .open(path)
-                .map_err(|e| format!("open {path}: {e}"))?,
-        ),
+        // Opened as `NetnsFd` opens any: nothing but a network namespace is opened for
+        // reading (a FIFO at the path cannot hang the call).
+        Some(path) => Some(open_netns(path)?),
     };
     std::thread::scope(|scope| {
         scope
             .spawn(move || {
                 if let Some(ns) = &ns {
-                    setns(ns.as_fd(), CloneFlags::CLONE_NEWNET)
+                    xwire_netns::enter(ns.file().as_fd())
                         .map_err(|e| format!("enter the pod's namespace: {e}"))?;
                 }
                 let runtime = tokio::runtime::Builder::new_current_thread()
@@ -171,18 +169,14 @@ fn make_pair(
     node_if: &str,
     alias: &str,
 ) -> Result<String, String> {
-    let pod_ns = File::options()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(at.netns)
-        .map_err(|e| format!("open {}: {e}", at.netns))?;
+    let pod_ns = open_netns(at.netns)?;
     let (node_if_owned, alias, pod_if, mtu) = (
         node_if.to_owned(),
         alias.to_owned(),
         mode.pod_interface.clone(),
         mode.mtu,
     );
-    let fd = pod_ns.as_raw_fd();
+    let fd = pod_ns.file().as_raw_fd();
     // `pod_ns` stays open (and `fd` valid) until the call returns.
     in_netns(None, |h| async move {
         let peer = LinkUnspec::new_with_name(&pod_if).setns_by_fd(fd).build();

@@ -3,13 +3,14 @@
 //! caller's own threads never change namespace.
 
 use std::fs::File;
+#[cfg(feature = "netlink")]
 use std::future::Future;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use nix::sched::{setns, CloneFlags};
+#[cfg(feature = "netlink")]
 use rtnetlink::Handle;
 
 /// An open network namespace; it stays valid (the kernel keeps it) while this is held.
@@ -42,6 +43,7 @@ pub enum NetnsError {
         ns: String,
         cause: std::io::Error,
     },
+    #[cfg(feature = "netlink")]
     #[error("{op} in {ns}: {cause}")]
     Netlink {
         op: String,
@@ -81,6 +83,7 @@ impl NetnsError {
     /// The errno the kernel answered with, if it refused a request.
     pub fn errno(&self) -> Option<i32> {
         match self {
+            #[cfg(feature = "netlink")]
             NetnsError::Netlink {
                 cause: rtnetlink::Error::NetlinkError(m),
                 ..
@@ -227,12 +230,10 @@ impl NetnsFd {
         std::thread::scope(|s| {
             let joined = s
                 .spawn(|| -> Result<T, NetnsError> {
-                    setns(self.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
-                        NetnsError::Io {
-                            op: op.into(),
-                            ns: self.label.clone(),
-                            cause: e.into(),
-                        }
+                    crate::enter(self.file.as_fd()).map_err(|cause| NetnsError::Io {
+                        op: op.into(),
+                        ns: self.label.clone(),
+                        cause,
                     })?;
                     Ok(f())
                 })
@@ -298,6 +299,7 @@ impl NetnsFd {
         })
     }
 
+    #[cfg(feature = "netlink")]
     /// Runs rtnetlink requests from a socket inside this namespace.
     pub fn netlink<T, F, Fut>(&self, op: &str, f: F) -> Result<T, NetnsError>
     where
@@ -308,6 +310,7 @@ impl NetnsFd {
         self.netlink_checked(op, false, f)
     }
 
+    #[cfg(feature = "netlink")]
     /// Like `netlink`, from a socket with strict checking on (`NETLINK_GET_STRICT_CHK`):
     /// the kernel then honours a dump's filter in its header (an address dump for one
     /// interface index walks that interface only, not every interface of a namespace
@@ -322,6 +325,7 @@ impl NetnsFd {
         self.netlink_checked(op, true, f)
     }
 
+    #[cfg(feature = "netlink")]
     fn netlink_checked<T, F, Fut>(&self, op: &str, strict: bool, f: F) -> Result<T, NetnsError>
     where
         T: Send,

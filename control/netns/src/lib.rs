@@ -11,8 +11,10 @@
 //! Unsafe code: asking the kernel what a namespace descriptor is (`NS_GET_NSTYPE`,
 //! `handle.rs`). The ethtool ioctl of `offload.rs` is `xwire-ethtool`'s.
 
+mod enter;
 mod handle;
 pub mod named;
 pub mod offload;
 
+pub use enter::{enter, Visit};
 pub use handle::{NetnsError, NetnsFd, NetnsIdentity};

@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::sync::Once;
 
-use nix::sched::{setns, CloneFlags};
 use rtnetlink::Handle;
 use xwire_netns::named;
 
@@ -68,7 +67,7 @@ impl Netns {
         std::thread::scope(|s| {
             let joined = s
                 .spawn(|| -> Result<T, Error> {
-                    setns(self.fd.as_fd(), CloneFlags::CLONE_NEWNET)
+                    xwire_netns::enter(self.fd.as_fd())
                         .map_err(|e| Error::io(format!("setns into {}", self.name), e))?;
                     Ok(f())
                 })

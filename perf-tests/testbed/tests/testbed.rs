@@ -1,6 +1,7 @@
 //! The test bed proves itself on real namespaces and veth pairs (these tests need root).
 
 use std::fs::File;
+use std::os::fd::AsFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::process::Command;
@@ -20,7 +21,7 @@ fn ping(from: &Netns, to_ip: &str) -> bool {
 fn exists_in(fd: &File, ifname: &str) -> bool {
     std::thread::scope(|s| {
         s.spawn(|| {
-            nix::sched::setns(fd, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            xwire_netns::enter(fd.as_fd()).expect("enter the namespace");
             std::fs::read_to_string("/proc/thread-self/net/dev")
                 .expect("read net/dev")
                 .lines()
