@@ -238,10 +238,15 @@ fn veth_add(
 ) -> Result<(veth_mode::VethMode, veth_mode::netlink::Made), CniError> {
     let (pod_ips, node_addresses) = veth_addresses(mode, prev_result)?;
     let at = attachment(call, &pod_ips);
-    let made = veth_mode::netlink::add(mode, &at, &node_addresses).map_err(|e| CniError {
-        code: codes::INTERFACE_FAILED,
-        msg: "veth mode: the pod's veth to the node could not be made".into(),
-        details: e,
+    let made = veth_mode::netlink::add(mode, &at, &node_addresses).map_err(|e| {
+        veth_error(
+            e,
+            &call.netns,
+            (
+                codes::INTERFACE_FAILED,
+                "veth mode: the pod's veth to the node could not be made",
+            ),
+        )
     })?;
     Ok((mode.clone(), made))
 }
@@ -253,10 +258,15 @@ fn veth_check(
 ) -> Result<(), CniError> {
     let (pod_ips, node_addresses) = veth_addresses(mode, prev_result)?;
     let at = attachment(call, &pod_ips);
-    let problems = veth_mode::netlink::check(mode, &at, &node_addresses).map_err(|e| CniError {
-        code: codes::IO_FAILURE,
-        msg: "veth mode: reading the pod's veth to the node".into(),
-        details: e,
+    let problems = veth_mode::netlink::check(mode, &at, &node_addresses).map_err(|e| {
+        veth_error(
+            e,
+            &call.netns,
+            (
+                codes::IO_FAILURE,
+                "veth mode: reading the pod's veth to the node",
+            ),
+        )
     })?;
     if problems.is_empty() {
         return Ok(());
@@ -266,6 +276,31 @@ fn veth_check(
         msg: "veth mode: the pod's veth to the node is not as it should be".into(),
         details: problems.join("; "),
     })
+}
+
+/// The CNI error for what veth mode could not do: a `CNI_NETNS` that is no network
+/// namespace is the caller's (code 4, as the daemon answers it), one that cannot be
+/// opened for want of descriptors is for later (11), and the rest is `failed` (a code
+/// and what could not be done).
+fn veth_error(e: veth_mode::netlink::VethError, netns: &str, failed: (u32, &str)) -> CniError {
+    use veth_mode::netlink::VethError;
+    match e {
+        VethError::Netns(e) if e.is_shortage() => CniError {
+            code: codes::TRY_AGAIN_LATER,
+            msg: format!("CNI_NETNS {netns} cannot be opened now"),
+            details: e.to_string(),
+        },
+        VethError::Netns(e) => CniError {
+            code: codes::INVALID_ENVIRONMENT,
+            msg: format!("CNI_NETNS {netns} is not a network namespace"),
+            details: e.to_string(),
+        },
+        VethError::Failed(details) => CniError {
+            code: failed.0,
+            msg: failed.1.into(),
+            details,
+        },
+    }
 }
 
 fn attachment<'a>(

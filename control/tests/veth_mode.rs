@@ -3,7 +3,8 @@
 //! `vethMode`. ADD gives the pod a veth to the node with routes to the node and the
 //! service and cluster CIDRs, permanent neighbours on both sides and rp_filter set;
 //! the node reaches the pod and the pod a service address on the node; CHECK names
-//! what was broken; DEL takes it all away; a bad `vethMode` makes nothing.
+//! what was broken; DEL takes it all away; a bad `vethMode`, or a `CNI_NETNS` that is
+//! no network namespace (code 4), makes nothing.
 
 mod support;
 
@@ -273,4 +274,44 @@ fn a_bad_veth_mode_is_invalid_config_and_makes_nothing() {
     );
     assert!(node_veths(&node).is_empty());
     assert!(!pod.has("veth0"));
+}
+
+#[test]
+fn a_cni_netns_that_is_no_namespace_is_the_callers_error_in_veth_mode_and_makes_nothing() {
+    let node = node();
+    let work = TempDir::new("vethnetns");
+    // A regular file where the pod's namespace should be (a runtime's stale path).
+    let not_a_netns = work.0.join("netns");
+    std::fs::write(&not_a_netns, b"").unwrap();
+    let config = serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "macnet",
+        "type": "xwire",
+        "socket": node.socket,
+        "namespace": "lab",
+        "vethMode": {"serviceCIDRs": ["10.96.0.0/12"]},
+        "prevResult": {
+            "cniVersion": "1.0.0",
+            "interfaces": [{"name": "eth0", "sandbox": not_a_netns}],
+            "ips": [{"address": "192.168.90.120/24", "interface": 0}]
+        }
+    });
+    let netns = not_a_netns.to_str().unwrap();
+    let env = [
+        ("CNI_CONTAINERID", "c-vz"),
+        ("CNI_NETNS", netns),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAME=vz"),
+    ];
+    let added = support::plugin("ADD", &env, &config);
+    assert_eq!(
+        added.error_code(),
+        Some(u64::from(xwire_proto::local::codes::INVALID_ENVIRONMENT)),
+        "{}",
+        added.output
+    );
+    let msg = added.output["msg"].as_str().unwrap_or_default();
+    assert!(msg.contains("is not a network namespace"), "{msg}");
+    assert!(node_veths(&node).is_empty());
+    assert!(node.state().attachments.is_empty());
 }

@@ -14,7 +14,7 @@ use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope,
 };
 use rtnetlink::{Handle, IpVersion, LinkMessageBuilder, LinkUnspec, RouteMessageBuilder};
-use xwire_netns::NetnsFd;
+use xwire_netns::{NetnsError, NetnsFd};
 
 use super::plan::{self, Plan, Route, VethMode, PROTOCOL};
 
@@ -32,6 +32,22 @@ pub struct Attachment<'a> {
     pub container_id: &'a str,
     pub ifname: &'a str,
     pub pod_ips: &'a [IpAddr],
+}
+
+/// Why veth mode could not do its part: the caller's `CNI_NETNS` (its fault, or a
+/// shortage of descriptors: the caller picks the CNI code from which), or anything after.
+#[derive(Debug, thiserror::Error)]
+pub enum VethError {
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<String> for VethError {
+    fn from(failure: String) -> VethError {
+        VethError::Failed(failure)
+    }
 }
 
 /// The network namespace at `path`, or why it is not one.
@@ -131,27 +147,31 @@ pub(crate) fn default_node_addresses() -> Result<Vec<IpAddr>, String> {
 
 /// Makes the veth, routes, neighbours and `rp_filter` settings; on failure, takes away
 /// whatever it made (the node end of the veth takes the rest with it).
-pub fn add(mode: &VethMode, at: &Attachment, node_addresses: &[IpAddr]) -> Result<Made, String> {
+pub fn add(mode: &VethMode, at: &Attachment, node_addresses: &[IpAddr]) -> Result<Made, VethError> {
+    // Before anything is made or removed: a `CNI_NETNS` that is no network namespace is
+    // the caller's mistake, and says so.
+    let pod_ns = NetnsFd::open(Path::new(at.netns))?;
     let plan = plan::plan(mode, at.pod_ips, node_addresses);
     let node_if = plan::node_interface(at.container_id, at.ifname);
     let alias = plan::node_alias(at.container_id, at.ifname);
     // A runtime that repeats an ADD finds the last one's veth: it is made anew.
     del(at.container_id, at.ifname)?;
-    let made = make(mode, at, &plan, &node_if, &alias);
+    let made = make(mode, at, &pod_ns, &plan, &node_if, &alias);
     if made.is_err() {
         let _ = del(at.container_id, at.ifname);
     }
-    made
+    Ok(made?)
 }
 
 fn make(
     mode: &VethMode,
     at: &Attachment,
+    pod_ns: &NetnsFd,
     plan: &Plan,
     node_if: &str,
     alias: &str,
 ) -> Result<Made, String> {
-    let node_mac = make_pair(mode, at, node_if, alias)?;
+    let node_mac = make_pair(mode, pod_ns, node_if, alias)?;
     let pod_mac = set_up_pod_end(mode, at, plan, &node_mac)?;
     set_up_node_end(mode, plan, node_if, &pod_mac)?;
     Ok(Made {
@@ -165,11 +185,10 @@ fn make(
 /// with its alias. Returns the node end's MAC.
 fn make_pair(
     mode: &VethMode,
-    at: &Attachment,
+    pod_ns: &NetnsFd,
     node_if: &str,
     alias: &str,
 ) -> Result<String, String> {
-    let pod_ns = open_netns(at.netns)?;
     let (node_if_owned, alias, pod_if, mtu) = (
         node_if.to_owned(),
         alias.to_owned(),
@@ -300,7 +319,8 @@ pub fn check(
     mode: &VethMode,
     at: &Attachment,
     node_addresses: &[IpAddr],
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, VethError> {
+    NetnsFd::open(Path::new(at.netns))?;
     let plan = plan::plan(mode, at.pod_ips, node_addresses);
     let node_if = plan::node_interface(at.container_id, at.ifname);
     let alias = plan::node_alias(at.container_id, at.ifname);
