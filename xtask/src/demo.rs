@@ -14,11 +14,11 @@ use crate::system::run;
 const LAB_FILE: &str = "examples/demo.yaml";
 const LAB: &str = "demo";
 
-/// The running lab's directory, and the file where the demo notes which lab it started:
-/// the supervisor's pid, which names one lab's life (a lab of the same name that someone
-/// brought up since has another).
+/// The running lab's directory, and the file (in cargo's target directory) where the
+/// demo notes which lab it started: the supervisor's pid, which names one lab's life (a
+/// lab of the same name that someone brought up since has another).
 const LAB_DIR: &str = "/run/xwire/labs/demo";
-const STARTED: &str = "target/demo-lab-started";
+const STARTED: &str = "demo-lab-started";
 
 fn supervisor_pid() -> Option<String> {
     std::fs::read_to_string(Path::new(LAB_DIR).join("supervisor.pid"))
@@ -26,14 +26,15 @@ fn supervisor_pid() -> Option<String> {
         .map(|p| p.trim().to_owned())
 }
 
-fn started_here() -> bool {
-    let noted = std::fs::read_to_string(STARTED).ok();
+fn started_here(target: &Path) -> bool {
+    let noted = std::fs::read_to_string(target.join(STARTED)).ok();
     noted.is_some() && noted.map(|n| n.trim().to_owned()) == supervisor_pid()
 }
 
-fn remember_start() -> Result<()> {
+fn remember_start(target: &Path) -> Result<()> {
     let pid = supervisor_pid().context("the demo lab has no supervisor pid")?;
-    std::fs::write(STARTED, pid).with_context(|| format!("write {STARTED}"))
+    let file = target.join(STARTED);
+    std::fs::write(&file, pid).with_context(|| format!("write {}", file.display()))
 }
 
 pub fn demo() -> Result<()> {
@@ -50,7 +51,10 @@ pub fn demo() -> Result<()> {
         "-p",
         "xwire-bench",
     ]))?;
-    let xwirectl = target_dir()?.join("release/xwirectl");
+    // Where cargo builds (`CARGO_TARGET_DIR`, or `target/`): the binaries, and the
+    // demo's own files.
+    let target = target_dir()?;
+    let xwirectl = target.join("release/xwirectl");
     let lab = |args: &[&str]| {
         let mut command = Command::new(&xwirectl);
         command.arg("lab").args(args);
@@ -59,7 +63,7 @@ pub fn demo() -> Result<()> {
     // A demo lab an earlier run left up goes first, and is said to; one that this task
     // did not start is left alone.
     if Path::new(LAB_DIR).exists() {
-        if !started_here() {
+        if !started_here(&target) {
             bail!(
                 "a lab named {LAB} is up that `cargo xtask demo` did not start: take it down yourself (xwirectl lab down --lab {LAB}) and run the demo again"
             );
@@ -69,7 +73,7 @@ pub fn demo() -> Result<()> {
     }
     println!("== xwirectl lab up {LAB_FILE}");
     run(&mut lab(&["up", LAB_FILE]))?;
-    remember_start()?;
+    remember_start(&target)?;
 
     println!("\n== a ping across every wire");
     let out = lab(&["status", "--lab", LAB, "--json"]).output()?;
@@ -110,7 +114,7 @@ pub fn demo() -> Result<()> {
     println!(
         "\n== xwirectl lab bench (each wire's loss-free rate beside a kernel VXLAN between the same nodes; 0.5 s per trial, the rate found held for 2 s)"
     );
-    let chart = Path::new("target").join("demo-bench.png");
+    let chart = target.join("demo-bench.png");
     run(&mut lab(&[
         "bench",
         "--lab",
