@@ -50,29 +50,26 @@ impl From<String> for VethError {
     }
 }
 
-/// The network namespace at `path`, or why it is not one.
-fn open_netns(path: &str) -> Result<NetnsFd, String> {
-    NetnsFd::open(Path::new(path)).map_err(|e| e.to_string())
+/// The pod's namespace, `CNI_NETNS`: opened once per call, before anything is made, as
+/// `NetnsFd` opens any (nothing but a network namespace is opened for reading, so a FIFO
+/// at the path cannot hang the call), and that descriptor used throughout (the path is
+/// not looked up again).
+fn open_pod_netns(at: &Attachment) -> Result<NetnsFd, NetnsError> {
+    NetnsFd::open(Path::new(at.netns))
 }
 
-/// Runs `f` with a netlink handle in the namespace at `netns` (`None`: this one), on a
-/// thread of its own so that this thread's namespace never changes.
-fn in_netns<T, F, Fut>(netns: Option<&str>, f: F) -> Result<T, String>
+/// Runs `f` with a netlink handle in `netns` (`None`: this one), on a thread of its own so
+/// that this thread's namespace never changes.
+fn in_netns<T, F, Fut>(netns: Option<&NetnsFd>, f: F) -> Result<T, String>
 where
     T: Send,
     F: FnOnce(Handle) -> Fut + Send,
     Fut: Future<Output = Result<T, String>>,
 {
-    let ns = match netns {
-        None => None,
-        // Opened as `NetnsFd` opens any: nothing but a network namespace is opened for
-        // reading (a FIFO at the path cannot hang the call).
-        Some(path) => Some(open_netns(path)?),
-    };
     std::thread::scope(|scope| {
         scope
             .spawn(move || {
-                if let Some(ns) = &ns {
+                if let Some(ns) = netns {
                     xwire_netns::enter(ns.file().as_fd())
                         .map_err(|e| format!("enter the pod's namespace: {e}"))?;
                 }
@@ -150,7 +147,7 @@ pub(crate) fn default_node_addresses() -> Result<Vec<IpAddr>, String> {
 pub fn add(mode: &VethMode, at: &Attachment, node_addresses: &[IpAddr]) -> Result<Made, VethError> {
     // Before anything is made or removed: a `CNI_NETNS` that is no network namespace is
     // the caller's mistake, and says so.
-    let pod_ns = NetnsFd::open(Path::new(at.netns))?;
+    let pod_ns = open_pod_netns(at)?;
     let plan = plan::plan(mode, at.pod_ips, node_addresses);
     let node_if = plan::node_interface(at.container_id, at.ifname);
     let alias = plan::node_alias(at.container_id, at.ifname);
@@ -172,7 +169,7 @@ fn make(
     alias: &str,
 ) -> Result<Made, String> {
     let node_mac = make_pair(mode, pod_ns, node_if, alias)?;
-    let pod_mac = set_up_pod_end(mode, at, plan, &node_mac)?;
+    let pod_mac = set_up_pod_end(mode, at, pod_ns, plan, &node_mac)?;
     set_up_node_end(mode, plan, node_if, &pod_mac)?;
     Ok(Made {
         node_interface: node_if.to_owned(),
@@ -231,13 +228,14 @@ fn make_pair(
 fn set_up_pod_end(
     mode: &VethMode,
     at: &Attachment,
+    pod_ns: &NetnsFd,
     plan: &Plan,
     node_mac: &str,
 ) -> Result<String, String> {
     let pod_plan = plan.clone();
     let (pod_if, node_mac_bytes) = (mode.pod_interface.clone(), parse_mac(node_mac));
     let (rp_filter, primary, mtu) = (mode.rp_filter, at.ifname.to_owned(), mode.mtu);
-    in_netns(Some(at.netns), |h| async move {
+    in_netns(Some(pod_ns), |h| async move {
         let link = find(&h, &pod_if).await?.ok_or("the pod end is gone")?;
         let index = link.header.index;
         let mut set = LinkUnspec::new_with_index(index).up();
@@ -320,7 +318,7 @@ pub fn check(
     at: &Attachment,
     node_addresses: &[IpAddr],
 ) -> Result<Vec<String>, VethError> {
-    NetnsFd::open(Path::new(at.netns))?;
+    let pod_ns = open_pod_netns(at)?;
     let plan = plan::plan(mode, at.pod_ips, node_addresses);
     let node_if = plan::node_interface(at.container_id, at.ifname);
     let alias = plan::node_alias(at.container_id, at.ifname);
@@ -356,7 +354,7 @@ pub fn check(
     })?;
     let pod_if = mode.pod_interface.clone();
     let (rp_filter, primary) = (mode.rp_filter, at.ifname.to_owned());
-    let pod_problems = in_netns(Some(at.netns), |h| async move {
+    let pod_problems = in_netns(Some(&pod_ns), |h| async move {
         let mut problems = Vec::new();
         let Some(link) = find(&h, &pod_if).await? else {
             return Ok(vec![format!("the pod has no {pod_if}")]);

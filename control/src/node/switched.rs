@@ -21,7 +21,7 @@ use xwire_proto::control::{Carrier, WireKey};
 
 use super::plan::Desired;
 use super::steered::{max_frame, steerable};
-use super::wiring::{log_removal, node_ifname};
+use super::wiring::log_removal;
 use super::{ErrorKind, Journal, NodeError, OpenPort, Step};
 use crate::interfaces::{self, EndSettings};
 use crate::netns::NetnsFd;
@@ -225,18 +225,7 @@ impl super::wiring::Wiring<'_> {
         if self.data.fastpath.is_none() {
             return Err(no_fastpath(namespace, end.pod, link.uid));
         }
-        let node_end = EndSettings {
-            mtu: link.mtu,
-            checksum_off: true,
-            ipv6: interfaces::Ipv6::Off,
-            alias: Some(interfaces::node_alias(
-                &self.config.node_name,
-                namespace,
-                end.pod,
-                link.uid,
-            )),
-            ..EndSettings::named(&node_ifname(namespace, end.pod, link.uid))
-        };
+        let node_end = self.node_end_settings(namespace, end.pod, link);
         let own = EndSettings {
             checksum_off: true,
             ..end.settings

@@ -233,6 +233,29 @@ impl super::DataPlane {
 }
 
 impl super::wiring::Wiring<'_> {
+    /// The node's end of a veth whose frames the switch carries (a remote end's, or a
+    /// switched same-node end's): named and marked for the end, TX checksum offload off
+    /// (its frames go through the fast path), and no IPv6 of its own.
+    pub(super) fn node_end_settings(
+        &self,
+        namespace: &str,
+        pod: &str,
+        link: &LinkSpec,
+    ) -> EndSettings {
+        EndSettings {
+            mtu: link.mtu,
+            checksum_off: true,
+            ipv6: interfaces::Ipv6::Off,
+            alias: Some(interfaces::node_alias(
+                &self.config.node_name,
+                namespace,
+                pod,
+                link.uid,
+            )),
+            ..EndSettings::named(&node_ifname(namespace, pod, link.uid))
+        }
+    }
+
     /// The record of a pod's end before it is joined to anything.
     pub(super) fn pending_record(
         &self,
@@ -498,18 +521,7 @@ impl super::wiring::Wiring<'_> {
         }
         let mut own = own_end(&namespace, &record.local_pod_name, link);
         own.checksum_off = true;
-        let node_end = EndSettings {
-            mtu: link.mtu,
-            checksum_off: true,
-            ipv6: interfaces::Ipv6::Off,
-            alias: Some(interfaces::node_alias(
-                &self.config.node_name,
-                &namespace,
-                &record.local_pod_name,
-                link.uid,
-            )),
-            ..EndSettings::named(&node_ifname(&namespace, &record.local_pod_name, link.uid))
-        };
+        let node_end = self.node_end_settings(&namespace, &record.local_pod_name, link);
         let node_end_found = match made {
             Made::Not => false,
             Made::Already => interfaces::inspect(&self.netns.node_ns, &node_end.name)
