@@ -127,6 +127,12 @@ pub fn demo() -> Result<()> {
         chart.to_str().unwrap_or("demo-bench.png"),
     ]))?;
 
+    print_next_steps(&xwirectl);
+    Ok(())
+}
+
+/// What to do with the lab the demo leaves up.
+fn print_next_steps(xwirectl: &Path) {
     let bin = xwirectl.display();
     println!(
         "\nThe lab is still up. Look around:\n  \
@@ -137,7 +143,6 @@ pub fn demo() -> Result<()> {
          Tear it down:\n  \
          {bin} lab down"
     );
-    Ok(())
 }
 
 fn target_dir() -> Result<PathBuf> {

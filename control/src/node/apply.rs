@@ -123,7 +123,9 @@ impl Node {
         }
     }
 
-    /// One action; what it changed (and on what), if anything.
+    /// One action; what it changed (and on what), if anything. Over 100 lines for a
+    /// reason: one short arm per kind of action, so that every kind is carried out in
+    /// one place, next to the others.
     fn apply_one(
         &mut self,
         action: Action,

@@ -34,6 +34,26 @@ pub(crate) fn end_ifname(prefix: &str, namespace: &str, pod: &str, uid: u64) -> 
     format!("{prefix}{:013x}", hash >> 12)
 }
 
+/// An error if the peer pod already has an interface named `ifname` (a same-node wire's
+/// end is made in both pods at once, and must not take over one that is there).
+fn ensure_free(
+    peer_ns: &NetnsFd,
+    namespace: &str,
+    pod: &str,
+    ifname: &str,
+) -> Result<(), NodeError> {
+    let found = interfaces::inspect(peer_ns, ifname)
+        .map_err(|e| interface_error(format!("read {ifname}"), e))?;
+    if found.is_some() {
+        return Err(NodeError::new(
+            ErrorKind::InterfaceExists,
+            format!("peer pod {namespace}/{pod} already has an interface named {ifname}"),
+            "",
+        ));
+    }
+    Ok(())
+}
+
 /// Whether a remote end's interfaces are already there (made by an earlier run that
 /// stopped before it wrote the end's record).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -379,19 +399,7 @@ impl super::wiring::Wiring<'_> {
             Some(back) => own_end(namespace, &peer.pod.name, back),
             None => far_end(namespace, link),
         };
-        if interfaces::inspect(peer_ns, &peer_end.name)
-            .map_err(|e| interface_error(format!("read {}", peer_end.name), e))?
-            .is_some()
-        {
-            return Err(NodeError::new(
-                ErrorKind::InterfaceExists,
-                format!(
-                    "peer pod {}/{} already has an interface named {}",
-                    namespace, peer.pod.name, peer_end.name
-                ),
-                "",
-            ));
-        }
+        ensure_free(peer_ns, namespace, &peer.pod.name, &peer_end.name)?;
         let own = own_end(namespace, &attachment.pod.name, link);
         let switched = self
             .data
