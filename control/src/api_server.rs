@@ -22,7 +22,7 @@ use xwire_proto::DecodeError;
 
 use crate::accept_failures::AcceptFailures;
 use crate::metrics::NodeMetrics;
-use crate::node::{CaptureStream, Node};
+use crate::node::{Answer, CaptureStream, Node};
 use crate::step_times;
 
 /// A request on its way to the node, and where its answer goes.
@@ -115,9 +115,8 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
             last_event = None;
             last_pass = Instant::now();
         }
-        if let Err(e) = node.end_batch() {
-            tracing::error!("writing the store: {}: {}", e.msg, e.details);
-        }
+        // No call waits on these writes: a failure is logged (and the work done again).
+        node.commit(Vec::new());
     }
 }
 
@@ -148,7 +147,7 @@ fn gather(
 }
 
 /// Answers the jobs in order; DELs that came together first have their pods' interfaces
-/// deleted at once (`Node::begin_dels`), and ADDs that came together have their records
+/// deleted at once (`Call::begin_dels`), and ADDs that came together have their records
 /// written at once, after the last. Whether any of them may have changed something.
 fn answer_all(node: &mut Node, batch: Vec<Job>) -> bool {
     if batch.len() > 1 && matches!(batch[0].request, local::Request::Add(_)) {
@@ -157,10 +156,11 @@ fn answer_all(node: &mut Node, batch: Vec<Job>) -> bool {
     // What the node did between calls is not these calls'.
     step_times::take();
     let started = Instant::now();
-    node.begin_dels(batch.iter().filter_map(|job| match &job.request {
-        local::Request::Del(call) => Some(call),
-        _ => None,
-    }));
+    node.call(None)
+        .begin_dels(batch.iter().filter_map(|job| match &job.request {
+            local::Request::Del(call) => Some(call),
+            _ => None,
+        }));
     // Every DEL of the batch waited for that, as part of its own handling.
     let shared = step_times::take();
     let shared_took = started.elapsed();
@@ -183,7 +183,7 @@ fn answer_all(node: &mut Node, batch: Vec<Job>) -> bool {
         };
         let waited = job.queued.elapsed().saturating_sub(shared_took);
         let handling = Instant::now();
-        let response = node.handle_batched_about(job.request, job.netns);
+        let Answer { response, capture } = node.call(job.netns).answer_batched(job.request);
         if let Some(command) = command {
             steps.extend(step_times::take());
             let handled = handling.elapsed() + shared_took;
@@ -191,7 +191,7 @@ fn answer_all(node: &mut Node, batch: Vec<Job>) -> bool {
                 .observe_cni_steps(command, waited, &steps, handled);
         }
         // A capture whose connection has gone ends here, as it is dropped.
-        let _ = job.reply.send((response, node.take_started_capture()));
+        let _ = job.reply.send((response, capture));
         changed |= !reads_only;
     }
     changed
@@ -208,22 +208,24 @@ fn answer_adds(node: &mut Node, batch: Vec<Job>) -> bool {
     let mut responses = Vec::with_capacity(batch.len());
     for job in batch {
         let handling = Instant::now();
-        responses.push((true, node.handle_about(job.request, job.netns)));
+        let Answer { response, capture } = node.call(job.netns).answer(job.request);
+        responses.push((true, response));
         let steps = step_times::take();
-        handled.push((job.reply, job.queued, steps, handling.elapsed()));
+        handled.push((job.reply, capture, job.queued, steps, handling.elapsed()));
     }
     let commit_started = Instant::now();
     let responses = node.commit(responses);
     let commit = step_times::take();
     let commit_took = commit_started.elapsed();
-    for ((reply, queued, mut steps, took), response) in handled.into_iter().zip(responses) {
+    for ((reply, capture, queued, mut steps, took), response) in handled.into_iter().zip(responses)
+    {
         steps.extend(commit.iter().cloned());
         // Waiting: in the queue, and for the ADDs handled after it in the batch.
         let spent = took + commit_took;
         let waited = queued.elapsed().saturating_sub(spent);
         node.metrics()
             .observe_cni_steps("ADD", waited, &steps, spent);
-        let _ = reply.send((response, node.take_started_capture()));
+        let _ = reply.send((response, capture));
     }
     true
 }

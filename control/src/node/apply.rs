@@ -3,11 +3,16 @@
 
 use std::collections::BTreeSet;
 
-use super::plan::{Action, Desired, DesiredPod, Interfaces, Observed, PodNetns};
+use super::peers::PeerTalk;
+use super::plan::{Action, Interfaces};
+use super::planned_end::{configure_end, planned_end, pod_of, record_of, PlannedEnd};
 use super::reconcile::{Observation, OnFailure, Reconciled};
-use super::wiring::{log_removal, own_end, Made};
-use super::{ErrorKind, Journal, Node, NodeError};
-use crate::interfaces::{self, EndSettings};
+use super::wiring::{log_removal, Made, Wiring};
+use super::{
+    DataPlane, ErrorKind, Journal, Namespaces, Node, NodeError, PeerBook, Records, Routing,
+};
+use crate::config::DaemonConfig;
+use crate::interfaces;
 use crate::netns::NetnsFd;
 use crate::step_times;
 use crate::store::{AttachmentKey, AttachmentRecord, EndKey, WireRecord, WireState};
@@ -23,17 +28,80 @@ struct Pass {
     /// Pods with an end joined (or recorded pending) this pass: each tells the peers its
     /// ends once, at the end of the pass.
     announce: BTreeSet<(String, String)>,
+    /// Pods whose namespace is gone, and how the report names them: the node detaches
+    /// them once the actions are done (a pass of its own over each).
+    forget: Vec<(String, AttachmentRecord)>,
+}
+
+/// What carrying out a pass's actions works on, borrowed from the node: every part but
+/// its metrics. It makes and unmakes wire ends (`Wiring`), tells peers (`PeerTalk`),
+/// steers, impairs and routes; a pod to forget it hands back to the node, whose pass
+/// that is (`Node::apply`).
+pub(super) struct Applying<'a> {
+    config: &'a DaemonConfig,
+    records: &'a mut Records,
+    data: &'a mut DataPlane,
+    peers: &'a mut PeerBook,
+    netns: &'a Namespaces,
+    routing: &'a mut Routing,
 }
 
 impl Node {
     /// Carries out `actions` one at a time, every kind of action, for a pass and for an
-    /// ADD alike; `on_failure` says what an action that fails does to the others.
+    /// ADD alike; `on_failure` says what an action that fails does to the others. Pods
+    /// whose namespace is gone are detached last, each in a pass of its own.
     pub(super) fn apply(
         &mut self,
         actions: Vec<Action>,
         observation: &Observation,
-        mut on_failure: OnFailure<'_>,
+        on_failure: OnFailure<'_>,
     ) -> Result<Reconciled, NodeError> {
+        let stops = matches!(on_failure, OnFailure::Stop(_));
+        let mut applying = Applying {
+            config: &self.config,
+            records: &mut self.records,
+            data: &mut self.data,
+            peers: &mut self.peers,
+            netns: &self.netns,
+            routing: &mut self.routing,
+        };
+        let mut pass = applying.run(actions, observation, on_failure)?;
+        for (subject, attachment) in std::mem::take(&mut pass.forget) {
+            match self.detach(&attachment) {
+                Ok(()) => pass
+                    .report
+                    .changed(&subject, "the pod's namespace is gone: forgotten"),
+                Err(e) if stops => return Err(e),
+                Err(e) => pass.report.failed(&subject, &e),
+            }
+        }
+        Ok(pass.report)
+    }
+}
+
+impl Applying<'_> {
+    /// What making and unmaking a wire end needs, borrowed from these parts.
+    fn wiring(&mut self) -> Wiring<'_> {
+        Wiring::new(self.config, self.records, self.data, self.netns, self.peers)
+    }
+
+    fn peer_talk(&mut self) -> PeerTalk<'_> {
+        PeerTalk {
+            config: self.config,
+            records: self.records,
+            data: self.data,
+            peers: self.peers,
+            netns: self.netns,
+        }
+    }
+
+    /// The actions carried out (see `Node::apply`), but for the pods to forget.
+    fn run(
+        &mut self,
+        actions: Vec<Action>,
+        observation: &Observation,
+        mut on_failure: OnFailure<'_>,
+    ) -> Result<Pass, NodeError> {
         let mut pass = Pass::default();
         if let OnFailure::GoOn = on_failure {
             self.remove_node_ends_at_once(&actions, observation);
@@ -70,7 +138,7 @@ impl Node {
                 self.peer_talk().announce_pod(&namespace, &pod);
             }
         }
-        Ok(pass.report)
+        Ok(pass)
     }
 
     /// Joins an end for an ADD, every step in `journal` (see `Action::Join`).
@@ -82,7 +150,7 @@ impl Node {
         half_made: bool,
         journal: &mut Journal,
     ) -> Result<Option<(String, String)>, NodeError> {
-        let end = self.end(observation, attachment, uid)?;
+        let end = planned_end(observation, attachment, uid)?;
         if !self.records.is_joined(end.pod, uid)? {
             let made = Made::from_plan(half_made);
             self.wiring()
@@ -140,9 +208,9 @@ impl Node {
         match action {
             Action::ForgetPod { attachment } => {
                 let pod = pod_of(desired, &attachment)?;
-                self.detach(&pod.attachment)?;
-                let what = "the pod's namespace is gone: forgotten";
-                Ok(change(pod_label(&pod.attachment), what))
+                let subject = pod_label(&pod.attachment);
+                pass.forget.push((subject, pod.attachment.clone()));
+                Ok(None)
             }
             Action::Unreachable { reason, .. } => Err(unreachable_pod(reason)),
             Action::RemoveWire { key, why } => {
@@ -156,14 +224,14 @@ impl Node {
                 why,
                 half_made,
             } => {
-                let end = self.end(observation, &attachment, uid)?;
+                let end = planned_end(observation, &attachment, uid)?;
                 if self.records.is_joined(end.pod, uid)? {
                     return Ok(None);
                 }
                 self.join_end(end, Made::from_plan(half_made), why, pass)
             }
             Action::RemakeVeth { attachment, uid } => {
-                let end = self.end(observation, &attachment, uid)?;
+                let end = planned_end(observation, &attachment, uid)?;
                 self.records.set_pending(record(&end.key)?);
                 self.join_end(end, Made::Not, "veth gone: made again", pass)
             }
@@ -175,7 +243,7 @@ impl Node {
                 Ok(change(key, "far end gone: back to pending"))
             }
             Action::Rebuild { attachment, uid } => {
-                let end = self.end(observation, &attachment, uid)?;
+                let end = planned_end(observation, &attachment, uid)?;
                 let made = record(&end.key)?;
                 // A VXLAN end moving on or off the switch's bridge keeps its tunnel's VNI
                 // and far end: the far end's node has nothing to do.
@@ -186,7 +254,7 @@ impl Node {
                 self.join_end(end, Made::Not, "made anew for its changed link", pass)
             }
             Action::Reattach { attachment, uid } => {
-                let end = self.end(observation, &attachment, uid)?;
+                let end = planned_end(observation, &attachment, uid)?;
                 let record = record(&end.key)?;
                 if record.state == WireState::Switched {
                     self.wiring().reopen_switched(&record, end.link)?;
@@ -200,7 +268,7 @@ impl Node {
                 Ok(None)
             }
             Action::RepairRemote { attachment, uid } => {
-                let end = self.end(observation, &attachment, uid)?;
+                let end = planned_end(observation, &attachment, uid)?;
                 let what =
                     self.repair_remote(end.ns, end.link, record(&end.key)?, end.interfaces)?;
                 Ok(change(end.key, what))
@@ -213,7 +281,7 @@ impl Node {
                 uid,
                 differs,
             } => {
-                let end = self.end(observation, &attachment, uid)?;
+                let end = planned_end(observation, &attachment, uid)?;
                 configure_end(&end, &differs)
             }
             Action::ClosePort { key } => {
@@ -276,45 +344,6 @@ impl Node {
         let change = self.join(end.pod, end.ns, end.link, end.interfaces, made, why)?;
         pass.announce.insert(pod_name(end.pod));
         Ok(change.map(|c| (end.key.to_string(), c.into())))
-    }
-
-    /// One end of an action: its pod's attachment, namespace and interfaces, and link.
-    fn end<'a>(
-        &self,
-        observation: &'a Observation,
-        attachment: &AttachmentKey,
-        uid: u64,
-    ) -> Result<PlannedEnd<'a>, NodeError> {
-        let Observation {
-            desired,
-            observed,
-            namespaces,
-            ..
-        } = observation;
-        let pod = pod_of(desired, attachment)?;
-        let missing = || {
-            NodeError::new(
-                ErrorKind::Store,
-                format!("{attachment}: nothing observed"),
-                "",
-            )
-        };
-        let link = pod
-            .links
-            .iter()
-            .find(|l| l.uid == uid)
-            .ok_or_else(missing)?;
-        let ns = namespaces.get(attachment).ok_or_else(missing)?;
-        let Some(PodNetns::Open(interfaces)) = observed.pods.get(attachment) else {
-            return Err(missing());
-        };
-        Ok(PlannedEnd {
-            key: EndKey::new(&pod.attachment.pod.namespace, &pod.attachment.pod.name, uid),
-            pod: &pod.attachment,
-            ns,
-            link,
-            interfaces,
-        })
     }
 
     /// Opens the ports of the remote ends found with both interfaces in place, all in
@@ -454,27 +483,9 @@ fn pod_name(attachment: &AttachmentRecord) -> (String, String) {
     )
 }
 
-/// The attached pod of an action.
-fn pod_of<'a>(
-    desired: &'a Desired,
-    attachment: &AttachmentKey,
-) -> Result<&'a DesiredPod, NodeError> {
-    desired
-        .pods
-        .iter()
-        .find(|p| p.attachment.has_key(attachment))
-        .ok_or_else(|| NodeError::new(ErrorKind::Store, format!("no attachment {attachment}"), ""))
-}
-
 /// A change a pass reports: what it was about, and what was done.
 fn change(subject: impl std::fmt::Display, what: impl Into<String>) -> Option<(String, String)> {
     Some((subject.to_string(), what.into()))
-}
-
-/// The wire record `key` as observed.
-fn record_of(observed: &Observed, key: &EndKey) -> Result<WireRecord, NodeError> {
-    (observed.records.get(key).cloned())
-        .ok_or_else(|| NodeError::new(ErrorKind::Store, format!("no record {key}"), ""))
 }
 
 /// Why a pod whose namespace cannot be opened keeps its wires as they are.
@@ -497,45 +508,6 @@ fn foreign_interface(key: &EndKey, ifname: &str, alias: Option<&str>) -> NodeErr
         ),
         format!("its alias is {alias:?}"),
     )
-}
-
-/// Sets `end`'s pod interface as its link says, where it `differs` (an address missing,
-/// say): only what is missing is added.
-fn configure_end(
-    end: &PlannedEnd<'_>,
-    differs: &[String],
-) -> Result<Option<(String, String)>, NodeError> {
-    let own = own_end(&end.pod.pod.namespace, &end.pod.pod.name, end.link);
-    let present = end
-        .interfaces
-        .get(&own.name)
-        .map(|i| i.addresses.clone())
-        .unwrap_or_default();
-    let settings = EndSettings {
-        // Only what is missing is added; the alias is the end's already.
-        address: own.address.filter(|a| !present.contains(a)),
-        alias: None,
-        ..own
-    };
-    interfaces::configure(end.ns, &settings).map_err(|e| {
-        NodeError::new(
-            ErrorKind::Interface,
-            format!("configure {}", settings.name),
-            e.to_string(),
-        )
-    })?;
-    let change = format!("set as the topology says ({})", differs.join("; "));
-    Ok(Some((end.key.to_string(), change)))
-}
-
-/// An end an action works on, as observed.
-struct PlannedEnd<'a> {
-    /// Its wire record's key.
-    key: EndKey,
-    pod: &'a AttachmentRecord,
-    ns: &'a NetnsFd,
-    link: &'a LinkSpec,
-    interfaces: &'a Interfaces,
 }
 
 impl super::DataPlane {

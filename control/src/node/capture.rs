@@ -10,6 +10,7 @@ use xwire_fastpath::capture::{Direction, Tap, TapReader};
 use xwire_proto::control::WireKey;
 use xwire_proto::local::{CaptureCall, CaptureDirection, Response};
 
+use super::calls::Call;
 use super::reconcile::Observation;
 use super::reconcile::Scope;
 use super::steered::steerable;
@@ -30,12 +31,13 @@ pub struct CaptureStream {
     pub alive: Arc<()>,
 }
 
-impl Node {
+impl Call<'_> {
     pub(super) fn start_capture(&mut self, call: CaptureCall) -> Result<Response, NodeError> {
-        let record = self.records.captured_end(&call)?;
+        let record = self.node.records.captured_end(&call)?;
         let wire = record.wire();
         let alive = Arc::new(());
-        self.data
+        self.node
+            .data
             .captures
             .entry(wire.clone())
             .or_default()
@@ -45,11 +47,11 @@ impl Node {
             Err(e) => {
                 // A wire moved for this capture goes back.
                 drop(alive);
-                self.captures_ended();
+                self.node.captures_ended();
                 return Err(e);
             }
         };
-        self.data.started_capture = Some(CaptureStream {
+        self.capture = Some(CaptureStream {
             reader,
             interfaces: interfaces.clone(),
             snaplen: call.snaplen,
@@ -67,14 +69,17 @@ impl Node {
         mut record: WireRecord,
     ) -> Result<(TapReader, [String; 2]), NodeError> {
         let wire = record.wire();
-        let link = self.records.topology_link(
+        let link = self.node.records.topology_link(
             &record.topo_namespace,
             &record.local_pod_name,
             record.link_uid,
         )?;
         if record.state == WireState::Veth && link.as_ref().is_none_or(steerable) {
-            let failures = self.settle(&mut Observation::default(), false).failures;
-            if !self.data.steered.contains_key(&wire) {
+            let failures = self
+                .node
+                .settle(&mut Observation::default(), false)
+                .failures;
+            if !self.node.data.steered.contains_key(&wire) {
                 return Err(NodeError::new(
                     ErrorKind::Fastpath,
                     format!(
@@ -89,8 +94,13 @@ impl Node {
         {
             // Remade through the switch: a same-node wire switched, a VXLAN one bridged.
             let was = record.state;
-            self.repass_wire(&record)?;
-            record = self.records.store.wire(&record.key())?.unwrap_or(record);
+            self.node.repass_wire(&record)?;
+            record = self
+                .node
+                .records
+                .store
+                .wire(&record.key())?
+                .unwrap_or(record);
             let moved = match was {
                 WireState::Veth => record.state == WireState::Switched,
                 _ => record.has_node_end(),
@@ -106,7 +116,7 @@ impl Node {
                 ));
             }
         }
-        let Some(port) = self.data.end_port(&record.key()) else {
+        let Some(port) = self.node.data.end_port(&record.key()) else {
             return Err(NodeError::new(
                 ErrorKind::Fastpath,
                 format!("wire {} has no fast-path port now", record.key()),
@@ -124,6 +134,7 @@ impl Node {
         };
         let (tap, reader) = Tap::new(directions, snaplen, CAPTURE_QUEUE);
         let fastpath = self
+            .node
             .data
             .fastpath
             .as_ref()
@@ -148,10 +159,12 @@ impl Node {
             ],
         ))
     }
+}
 
+impl Node {
     /// A pass over the pods of a same-node wire, so that it is made as it should be now
     /// (switched or a straight veth).
-    fn repass_wire(&mut self, record: &WireRecord) -> Result<(), NodeError> {
+    pub(super) fn repass_wire(&mut self, record: &WireRecord) -> Result<(), NodeError> {
         let mut pods = Vec::new();
         for pod in [&record.local_pod_name, &record.peer_pod] {
             if let Some(attachment) = self

@@ -5,16 +5,17 @@ use std::path::Path;
 
 use xwire_proto::local::{AddResult, CniCall, CniInterface, CniIp, GcCall, Response};
 
+use super::calls::Call;
 use super::plan::{plan, Action};
 use super::reconcile::{remove_pods_interfaces_at_once, Scope};
-use super::{ErrorKind, Journal, Node, NodeError};
+use super::{ErrorKind, Journal, NodeError};
 use crate::interfaces;
 use crate::netns::NetnsFd;
 use crate::step_times;
 use crate::store::{AttachmentKey, AttachmentRecord, WireRecord, WireState};
 use crate::topology::format_mac;
 
-impl Node {
+impl Call<'_> {
     /// Deletes the interfaces of the pods of DELs that came together (callers waiting
     /// at once) in one go, before each DEL is answered in turn: the kernel's waits for
     /// the deletions overlap instead of queueing one pod behind the other. Each DEL still
@@ -24,7 +25,7 @@ impl Node {
             .into_iter()
             .filter_map(|call| {
                 let key = AttachmentKey::new(&call.container_id, &call.ifname);
-                self.records.store.attachment(&key).ok().flatten()
+                self.node.records.store.attachment(&key).ok().flatten()
             })
             .collect();
         if attachments.len() > 1 {
@@ -38,13 +39,17 @@ impl Node {
         let pod = &call.pod;
         // A namespace not opted in (a cluster's label), or a pod with no Topology: the
         // primary plugin's result passes through untouched.
-        if !self.records.store.wires_namespace(&pod.namespace)
-            || self.records.topology(&pod.namespace, &pod.name)?.is_none()
+        if !self.node.records.store.wires_namespace(&pod.namespace)
+            || self
+                .node
+                .records
+                .topology(&pod.namespace, &pod.name)?
+                .is_none()
         {
             return Ok(Response::NotManaged);
         }
         // The namespace must be a pod's before anything is recorded.
-        let pod_ns = self.netns.open_pod_netns(&call.netns)?;
+        let pod_ns = self.open_pod_netns(&call.netns)?;
         let attachment = AttachmentRecord {
             container_id: call.container_id.clone(),
             ifname: call.ifname.clone(),
@@ -57,6 +62,7 @@ impl Node {
         // An attachment is keyed by container id and interface: one that another pod
         // holds must not be written over (that pod's wires would go with it).
         if let Some(holder) = self
+            .node
             .records
             .store
             .attachment(&attachment.key())?
@@ -76,13 +82,17 @@ impl Node {
                 "a container id belongs to one pod",
             ));
         }
-        if let Some(existing) = self.records.attachment_of_pod(&pod.namespace, &pod.name)? {
+        if let Some(existing) = self
+            .node
+            .records
+            .attachment_of_pod(&pod.namespace, &pod.name)?
+        {
             // The same path may name a new namespace (a reused pid's): then it is
             // another container, whatever the path says.
             let same_netns = existing.netns == attachment.netns
                 && (existing.netns_id.is_none() || existing.netns_id == attachment.netns_id);
             if existing.key() == attachment.key() && same_netns {
-                return self.records.added(&attachment).map(Response::Added);
+                return self.node.records.added(&attachment).map(Response::Added);
             }
             let other_alive = !same_netns
                 && match existing.open_netns() {
@@ -110,23 +120,26 @@ impl Node {
                     "delete that container first",
                 ));
             }
-            self.detach(&existing)?;
+            self.node.detach(&existing)?;
         }
 
         let mut journal = Journal::default();
-        let result = self.attach(&attachment, &mut journal);
+        let result = self.node.attach(&attachment, &mut journal);
         match result {
             Ok(()) => {
-                self.peer_talk().announce_pod(&pod.namespace, &pod.name);
+                self.node
+                    .peer_talk()
+                    .announce_pod(&pod.namespace, &pod.name);
                 // Links of the object that do not parse (the API server does not check
                 // addresses) were left out: the object's status says which and why.
-                let left_out = self.records.links_left_out(&pod.namespace, &pod.name);
-                self.records.report_pod(&attachment, left_out);
-                self.records.added(&attachment).map(Response::Added)
+                let left_out = self.node.records.links_left_out(&pod.namespace, &pod.name);
+                self.node.records.report_pod(&attachment, left_out);
+                self.node.records.added(&attachment).map(Response::Added)
             }
             Err(e) => {
-                self.wiring().rollback(journal);
-                self.records
+                self.node.wiring().rollback(journal);
+                self.node
+                    .records
                     .report_pod(&attachment, Some(format!("{}: {}", e.msg, e.details)));
                 Err(e)
             }
@@ -135,19 +148,24 @@ impl Node {
 
     pub(super) fn del(&mut self, call: CniCall) -> Result<(), NodeError> {
         let key = AttachmentKey::new(&call.container_id, &call.ifname);
-        match self.records.store.attachment(&key)? {
-            Some(attachment) => self.detach(&attachment),
+        match self.node.records.store.attachment(&key)? {
+            Some(attachment) => self.node.detach(&attachment),
             None => Ok(()),
         }
     }
 
     pub(super) fn check(&mut self, call: CniCall) -> Result<(), NodeError> {
         let pod = &call.pod;
-        if self.records.topology(&pod.namespace, &pod.name)?.is_none() {
+        if self
+            .node
+            .records
+            .topology(&pod.namespace, &pod.name)?
+            .is_none()
+        {
             return Ok(());
         }
         let key = AttachmentKey::new(&call.container_id, &call.ifname);
-        let Some(attachment) = self.records.store.attachment(&key)? else {
+        let Some(attachment) = self.node.records.store.attachment(&key)? else {
             return Err(NodeError::new(
                 ErrorKind::UnknownContainer,
                 format!(
@@ -157,13 +175,16 @@ impl Node {
                 "",
             ));
         };
-        self.netns.open_pod_netns(&call.netns)?;
+        self.open_pod_netns(&call.netns)?;
         // CHECK answers from the plan, both stages: what a pass would do to this pod,
         // its wire ends, steering, impairments and routes, is what differs.
         let mut observation = self
+            .node
             .observer()
             .observe(Scope::Pods(std::slice::from_ref(&attachment)))?;
-        self.observer().observe_settings(&mut observation, true);
+        self.node
+            .observer()
+            .observe_settings(&mut observation, true);
         let problems: Vec<String> = plan(&observation.desired, &observation.observed)
             .iter()
             .filter(|action| action.concerns(&attachment))
@@ -192,10 +213,10 @@ impl Node {
             .iter()
             .map(|a| AttachmentKey::new(&a.container_id, &a.ifname))
             .collect();
-        for attachment in self.records.store.attachments()? {
+        for attachment in self.node.records.store.attachments()? {
             if attachment.network == network && !valid.contains(&attachment.key()) {
                 tracing::info!(pod = %attachment.pod.name, container = %attachment.container_id, "GC: not a valid attachment");
-                self.detach(&attachment)?;
+                self.node.detach(&attachment)?;
             }
         }
         Ok(())
@@ -245,7 +266,7 @@ impl super::Records {
     }
 }
 
-impl super::Namespaces {
+impl Call<'_> {
     /// Opens the pod's network namespace that a call names, and refuses one that is not
     /// a pod's: the node's own (which is the daemon's: a path such as `/proc/self/ns/net`
     /// is read in the daemon's context, not the caller's) or the host's.
@@ -273,8 +294,8 @@ impl super::Namespaces {
             _ => {}
         }
         let not_pods = [
-            ("the node's own", Some(&self.node_ns)),
-            ("the host's", self.host_ns.as_ref()),
+            ("the node's own", Some(&self.node.netns.node_ns)),
+            ("the host's", self.node.netns.host_ns.as_ref()),
         ];
         for (whose, ns) in not_pods {
             if ns.is_some_and(|ns| pod_ns.is_same(ns).unwrap_or(false)) {

@@ -10,7 +10,7 @@ use xwire_fastpath::{DropReason, KernelDrops, PortId};
 use xwire_proto::local::{DirectionCounters, LinkEndCounters, NodeCounters, PeerCounters};
 
 use super::error::{ErrorKind, NodeError};
-use super::Node;
+use super::observe::Observer;
 use crate::store::{EndKey, WireRecord};
 
 /// The wire end a fast-path port stands for.
@@ -21,7 +21,7 @@ pub(super) struct EndOfPort {
     pub(super) path: &'static str,
 }
 
-impl Node {
+impl Observer<'_> {
     pub(super) fn counters(&self) -> Result<NodeCounters, NodeError> {
         let Some(fastpath) = &self.data.fastpath else {
             return Ok(NodeCounters {

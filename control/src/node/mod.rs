@@ -4,6 +4,7 @@
 //! `peer_desk.rs`) hand it work in turn, so every change to a pod's wires is serialized.
 
 mod apply;
+mod calls;
 mod capture;
 mod claims;
 mod cni_calls;
@@ -16,6 +17,7 @@ mod observe;
 mod peer_desk;
 mod peers;
 mod plan;
+mod planned_end;
 mod pod_netns;
 mod pod_routing;
 mod pools;
@@ -23,6 +25,7 @@ mod reconcile;
 mod records;
 mod refusals;
 mod settings;
+mod state;
 mod steered;
 mod switched;
 mod topology_calls;
@@ -31,13 +34,13 @@ mod vxlan;
 mod wiring;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use xwire_fastpath::link_table::PortId;
 use xwire_fastpath::peer::NodeIdentity;
 use xwire_proto::control::WireKey;
-use xwire_proto::local::{NodeState, Request, Response};
+use xwire_proto::local::Response;
 
 use crate::config::{Backend, DaemonConfig};
 use crate::metrics::NodeMetrics;
@@ -45,6 +48,7 @@ use crate::netns::NetnsFd;
 use crate::step_times;
 use crate::store::{AttachmentKey, EmbeddedStore, EndKey, KubeStore, NodeStore, StoreError};
 
+pub use calls::Answer;
 pub use capture::CaptureStream;
 pub use error::{ErrorKind, NodeError};
 pub(crate) use journal::Journal;
@@ -94,8 +98,6 @@ struct DataPlane {
     /// Captures running, by wire: each holds its wire on the switch path while its
     /// reader lives (see `capture.rs`).
     captures: HashMap<WireKey, Vec<std::sync::Weak<()>>>,
-    /// The capture the last request started, until the API connection takes it.
-    started_capture: Option<CaptureStream>,
 }
 
 /// What the node knows of its peers' wire ends and claims (see `peers.rs`).
@@ -123,15 +125,11 @@ struct PeerBook {
     withdrawn: HashMap<WireKey, String>,
 }
 
-/// The network namespaces the node works in: its own, the host's, and the one the
-/// request being handled is about.
+/// The network namespaces the node works in: its own, and the host's.
 struct Namespaces {
     node_ns: NetnsFd,
     /// The host's network namespace, where the daemon may open it (a pod's is never it).
     host_ns: Option<NetnsFd>,
-    /// The caller's view of the namespace of the request being handled, if it sent one
-    /// (or why what it sent is not a network namespace).
-    caller_netns: Option<Result<NetnsFd, String>>,
 }
 
 /// The node's routing beyond its wires: pods' routes and rules, and the node pools.
@@ -227,7 +225,6 @@ impl Node {
                 impairments_unsynced: HashSet::new(),
                 steered: HashMap::new(),
                 captures: HashMap::new(),
-                started_capture: None,
             },
             peers: PeerBook {
                 remote_ends: HashMap::new(),
@@ -243,7 +240,6 @@ impl Node {
             netns: Namespaces {
                 node_ns,
                 host_ns: NetnsFd::open(std::path::Path::new("/proc/1/ns/net")).ok(),
-                caller_netns: None,
             },
             routing: Routing {
                 routed_pods: HashSet::new(),
@@ -270,40 +266,11 @@ impl Node {
         Ok(node)
     }
 
-    /// Answers `request` with the store's writes made together at its end (see
-    /// `commit`), with the caller's view of the namespace the request is about (see
-    /// `cni_calls::open_pod_netns`), if it sent one.
-    pub(crate) fn handle_batched_about(
-        &mut self,
-        request: Request,
-        caller_netns: Option<std::os::fd::OwnedFd>,
-    ) -> Response {
-        self.records.store.begin_batch();
-        let changes = changes(&request);
-        let response = self.handle_about(request, caller_netns);
-        self.commit(vec![(changes, response)]).pop().expect("one")
-    }
-
-    /// Answers `request` within the store batch the caller began (`begin_batch`), with
-    /// the caller's view of the namespace it is about; `commit` ends the batch.
-    pub(crate) fn handle_about(
-        &mut self,
-        request: Request,
-        caller_netns: Option<std::os::fd::OwnedFd>,
-    ) -> Response {
-        self.netns.caller_netns = caller_netns.map(|fd| {
-            NetnsFd::from_handle(fd, "the caller's CNI_NETNS").map_err(|e| e.to_string())
-        });
-        let response = self.handle(request);
-        self.netns.caller_netns = None;
-        response
-    }
-
     /// Writes the store's batch (one request to a server's store, not one per record)
     /// and returns the responses of the calls made in it, each with whether it changes
-    /// anything (`changes`). A batch that could not be written turns each success of a
-    /// changing call into the store's error: the calls are retried, and the writes with
-    /// them.
+    /// anything (`calls::changes`). A batch that could not be written turns each success
+    /// of a changing call into the store's error: the calls are retried, and the writes
+    /// with them. With no such call (the node's own work), the failure is logged.
     pub(crate) fn commit(&mut self, responses: Vec<(bool, Response)>) -> Vec<Response> {
         let written = step_times::time(step_times::STORE_COMMIT, || self.records.store.end_batch());
         let Err(e) = written else {
@@ -334,13 +301,11 @@ impl Node {
         self.records.store.shares_batches()
     }
 
-    /// See `handle_batched_about`: for the node's own work between requests.
+    /// Begins a batch of store writes, one request to a server's store (see `commit`): for
+    /// a call (`Call::answer_batched`), calls of one kind queued together, and the
+    /// node's own work between requests.
     pub(crate) fn begin_batch(&self) {
         self.records.store.begin_batch();
-    }
-
-    pub(crate) fn end_batch(&self) -> Result<(), NodeError> {
-        Ok(self.records.store.end_batch()?)
     }
 
     /// Whether the last `pump_peer_events` ran out of its turn with news left. News that
@@ -351,11 +316,6 @@ impl Node {
         self.peers.turn_ran_out
     }
 
-    /// The capture started by the last request, for the API connection to take.
-    pub(crate) fn take_started_capture(&mut self) -> Option<CaptureStream> {
-        self.data.started_capture.take()
-    }
-
     /// The node's histograms, for the metrics endpoint and the API server to share.
     pub fn metrics(&self) -> Arc<NodeMetrics> {
         Arc::clone(&self.metrics)
@@ -364,69 +324,4 @@ impl Node {
     pub fn config(&self) -> &DaemonConfig {
         &self.config
     }
-
-    pub fn handle(&mut self, request: Request) -> Response {
-        let result = match request {
-            Request::Add(call) => self.add(call),
-            Request::Del(call) => self.del(call).map(|()| Response::Ok),
-            Request::Check(call) => self.check(call).map(|()| Response::Ok),
-            Request::Status(_) => Ok(Response::Ok),
-            Request::Gc(call) => self.gc(call).map(|()| Response::Ok),
-            Request::TopologyApply(apply) => self.apply_topologies(apply),
-            Request::TopologyGet(query) => self.records.get_topologies(&query),
-            Request::TopologyDelete(query) => self.delete_topologies(&query),
-            Request::State => self.state().map(Response::State),
-            Request::Counters => self.counters().map(Response::Counters),
-            Request::Reconcile => self.reconcile().map(|done| Response::Reconciled {
-                changes: done.changes,
-                failures: done.failures,
-            }),
-            Request::Capture(call) => self.start_capture(call),
-        };
-        result.unwrap_or_else(|e| Response::Error(e.to_cni()))
-    }
-
-    fn state(&self) -> Result<NodeState, NodeError> {
-        Ok(NodeState {
-            node: self.config.node_name.clone(),
-            attachments: self
-                .records
-                .store
-                .attachments()?
-                .iter()
-                .map(to_json)
-                .collect(),
-            wires: self
-                .records
-                .store
-                .wires()?
-                .iter()
-                .map(|record| {
-                    let mut json = to_json(record);
-                    // A straight veth steered through the switch now (not in the store).
-                    let wire = record.wire();
-                    if self.data.steered.contains_key(&wire) {
-                        json["steered"] = serde_json::Value::Bool(true);
-                    }
-                    json
-                })
-                .collect(),
-            refused_claims: self.peers.refused_claims.load(Ordering::Relaxed),
-            claims_judged_by_node: self.peers.claims_judged,
-            store_requests: self.records.store.requests(),
-            pool: self.routing.pools.as_ref().map(pools::PoolRole::state),
-        })
-    }
-}
-
-fn to_json<T: serde::Serialize>(record: &T) -> serde_json::Value {
-    serde_json::to_value(record).expect("records serialize to JSON")
-}
-
-/// Whether answering `request` may change the node's records.
-fn changes(request: &Request) -> bool {
-    !matches!(
-        request,
-        Request::State | Request::Counters | Request::TopologyGet(_) | Request::Status(_)
-    )
 }

@@ -16,7 +16,7 @@ use crate::store::{AttachmentKey, AttachmentRecord, EndKey, WireRecord, WireStat
 /// What a pass looks at, borrowed from the node and only read: the records and
 /// topologies (what should be), and the namespaces, fast path, peers' news and routes
 /// (what is). Its methods make the plain data `plan` takes, here for the wire ends and in
-/// `settings.rs` for the settings.
+/// `settings.rs` for the settings, and what the node reports (`state.rs`, `counters.rs`).
 pub(super) struct Observer<'a> {
     pub(super) config: &'a DaemonConfig,
     pub(super) records: &'a Records,

@@ -67,13 +67,7 @@ impl Node {
 impl PeerTalk<'_> {
     /// What unmaking a wire end needs, borrowed from this turn's parts.
     fn wiring(&mut self) -> Wiring<'_> {
-        Wiring {
-            config: self.config,
-            records: self.records,
-            data: self.data,
-            netns: self.netns,
-            remote_ends: &self.peers.remote_ends,
-        }
+        Wiring::new(self.config, self.records, self.data, self.netns, self.peers)
     }
 }
 

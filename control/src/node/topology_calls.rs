@@ -6,14 +6,15 @@ use std::collections::{BTreeMap, HashSet};
 
 use xwire_proto::local::{Response, TopologyApply, TopologyQuery};
 
+use super::calls::Call;
 use super::reconcile::Scope;
 use super::{ErrorKind, Node, NodeError};
 use crate::store::EndKey;
 use crate::topology::{self, Topology};
 
-impl Node {
+impl Call<'_> {
     pub(super) fn apply_topologies(&mut self, apply: TopologyApply) -> Result<Response, NodeError> {
-        let stored = self.records.store.topologies()?;
+        let stored = self.node.records.store.topologies()?;
         let incoming = topology::check_apply(apply.objects, &stored)
             .map_err(|msg| NodeError::new(ErrorKind::TopologyInvalid, msg, ""))?;
         let old: BTreeMap<String, Topology> = stored
@@ -21,8 +22,8 @@ impl Node {
             .filter(|t| incoming.iter().any(|i| i.key() == t.key()))
             .map(|t| (t.key(), t))
             .collect();
-        self.records.topologies_changed();
-        self.records.store.put_topologies(&incoming)?;
+        self.node.records.topologies_changed();
+        self.node.records.store.put_topologies(&incoming)?;
 
         // Ends whose link changed are made anew; the pass does the rest (links that
         // came are joined, links that went are taken apart).
@@ -32,7 +33,7 @@ impl Node {
                 rebuild.extend(changed_ends(before, t));
             }
         }
-        let failures = self.follow_topologies(&incoming, &rebuild)?;
+        let failures = self.node.follow_topologies(&incoming, &rebuild)?;
         if !failures.is_empty() {
             return Err(NodeError::new(
                 ErrorKind::Interface,
@@ -57,19 +58,21 @@ impl Node {
             ));
         }
         let chosen: Vec<Topology> = self
+            .node
             .records
             .store
             .topologies()?
             .into_iter()
             .filter(|t| selects(query, t))
             .collect();
-        self.records.topologies_changed();
+        self.node.records.topologies_changed();
         for t in &chosen {
-            self.records
+            self.node
+                .records
                 .store
                 .remove_topology(&t.metadata.namespace, &t.metadata.name)?;
         }
-        let failures = self.follow_topologies(&chosen, &HashSet::new())?;
+        let failures = self.node.follow_topologies(&chosen, &HashSet::new())?;
         if !failures.is_empty() {
             return Err(NodeError::new(
  ErrorKind::Interface,
@@ -81,7 +84,9 @@ impl Node {
             objects: chosen.iter().map(to_json).collect(),
         })
     }
+}
 
+impl Node {
     /// Follows Topology objects someone else changed (a watched source: the API server).
     /// True when there were any.
     pub(crate) fn pump_store_events(&mut self) -> bool {
@@ -127,7 +132,7 @@ impl Node {
 
     /// A pass over the attached pods of `topologies`, so that their wires follow what
     /// is stored now (the pass announces what it joined). Returns the failures.
-    fn follow_topologies(
+    pub(super) fn follow_topologies(
         &mut self,
         topologies: &[Topology],
         rebuild: &HashSet<EndKey>,

@@ -14,7 +14,9 @@ use std::collections::HashMap;
 
 use xwire_proto::control::WireKey;
 
-use super::{DataPlane, ErrorKind, Journal, Namespaces, Node, NodeError, Records, RemoteEnd, Step};
+use super::{
+    DataPlane, ErrorKind, Journal, Namespaces, Node, NodeError, PeerBook, Records, RemoteEnd, Step,
+};
 use crate::config::DaemonConfig;
 use crate::interfaces::{self, EndSettings, Removal};
 use crate::netns::NetnsFd;
@@ -76,12 +78,31 @@ pub(super) struct Wiring<'a> {
 impl Node {
     /// The node's parts, borrowed to make or unmake wire ends.
     pub(super) fn wiring(&mut self) -> Wiring<'_> {
+        Wiring::new(
+            &self.config,
+            &mut self.records,
+            &mut self.data,
+            &self.netns,
+            &self.peers,
+        )
+    }
+}
+
+impl<'a> Wiring<'a> {
+    /// The parts it works on, and the far ends `peers` announced.
+    pub(super) fn new(
+        config: &'a DaemonConfig,
+        records: &'a mut Records,
+        data: &'a mut DataPlane,
+        netns: &'a Namespaces,
+        peers: &'a PeerBook,
+    ) -> Wiring<'a> {
         Wiring {
-            config: &self.config,
-            records: &mut self.records,
-            data: &mut self.data,
-            netns: &self.netns,
-            remote_ends: &self.peers.remote_ends,
+            config,
+            records,
+            data,
+            netns,
+            remote_ends: &peers.remote_ends,
         }
     }
 }
