@@ -12,6 +12,7 @@ pub mod chain;
 pub mod config;
 pub mod impairment;
 pub mod interfaces;
+pub(crate) mod membership;
 pub mod metrics;
 pub mod metrics_server;
 pub mod netns_mount;

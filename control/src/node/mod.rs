@@ -43,6 +43,7 @@ use xwire_proto::control::WireKey;
 use xwire_proto::local::Response;
 
 use crate::config::{Backend, DaemonConfig};
+use crate::membership::{Configured, Membership};
 use crate::metrics::NodeMetrics;
 use crate::netns::NetnsFd;
 use crate::step_times;
@@ -74,6 +75,8 @@ pub struct Node {
     /// The histograms the metrics endpoint serves (reconcile passes recorded here).
     metrics: Arc<NodeMetrics>,
     records: Records,
+    /// Who its peers are and which pool it is in, as they change: apart from the store.
+    membership: Box<dyn Membership>,
     data: DataPlane,
     peers: PeerBook,
     netns: Namespaces,
@@ -169,22 +172,28 @@ impl Node {
     /// Opens the store and, when the node has peers, starts the fast path and declares
     /// them. The calling thread's network namespace is the node's.
     pub fn start(config: DaemonConfig) -> Result<Node, StartError> {
-        let store: Box<dyn NodeStore> = match config.topology.source {
-            Backend::Kubernetes => {
-                let mut settings = config.topology.kube_settings(config.node_address.port());
-                if config.certs.is_some() {
-                    // Files named in the configuration win over the cluster's CA and signer.
-                    settings.ca_secret.clear();
-                    settings.certificate_signer.clear();
+        let (store, membership): (Box<dyn NodeStore>, Box<dyn Membership>) =
+            match config.topology.source {
+                Backend::Kubernetes => {
+                    let mut settings = config.topology.kube_settings(config.node_address.port());
+                    if config.certs.is_some() {
+                        // Files named in the configuration win over the cluster's CA and
+                        // signer.
+                        settings.ca_secret.clear();
+                        settings.certificate_signer.clear();
+                    }
+                    let (store, membership) = KubeStore::open(
+                        &config.node_name,
+                        &config.node_address.ip().to_string(),
+                        settings,
+                    )?;
+                    (Box::new(store), membership)
                 }
-                Box::new(KubeStore::open(
-                    &config.node_name,
-                    &config.node_address.ip().to_string(),
-                    settings,
-                )?)
-            }
-            Backend::Embedded => Box::new(EmbeddedStore::open(&config.state_dir)?),
-        };
+                Backend::Embedded => (
+                    Box::new(EmbeddedStore::open(&config.state_dir)?),
+                    Box::new(Configured),
+                ),
+            };
         let node_ns = NetnsFd::current()?;
         let identity = match &config.certs {
             Some(certs) => Some(
@@ -218,6 +227,7 @@ impl Node {
             config,
             metrics: Arc::clone(&metrics),
             records: Records::new(store),
+            membership,
             data: DataPlane {
                 fastpath,
                 ports: HashMap::new(),

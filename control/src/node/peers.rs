@@ -37,6 +37,7 @@ use super::reconcile::Scope;
 use super::wiring::Wiring;
 use super::{DataPlane, Namespaces, Node, PeerBook, Records, RemoteEnd};
 use crate::config::DaemonConfig;
+use crate::membership::PeerChange;
 use crate::store::{EndKey, PodPlacement, WireRecord, WireState};
 
 /// The parts that taking peers' news and telling peers about wires work on, borrowed
@@ -126,11 +127,11 @@ impl Node {
 }
 
 impl Node {
-    /// Follows the cluster's nodes (where the store watches them): a node that joined is
+    /// Follows the cluster's nodes (where they are watched: `membership`): a node that joined is
     /// declared to the fast path (or its address updated), one that left is retired and
     /// the ends joined to its pods go back to pending. Says whether anything changed.
     pub(crate) fn pump_membership(&mut self) -> bool {
-        let pools_changed = match self.records.store.take_pools_change() {
+        let pools_changed = match self.membership.take_pools_change() {
             Some(pools) if self.config.topology.pools_from_labels => {
                 self.routing
                     .apply_labelled_pools(pools, &self.config, &self.netns.node_ns);
@@ -138,7 +139,7 @@ impl Node {
             }
             _ => false,
         };
-        let changes = self.records.store.take_peer_changes();
+        let changes = self.membership.take_peer_changes();
         if changes.is_empty() && pools_changed {
             return true;
         }
@@ -152,7 +153,7 @@ impl Node {
         let mut left = Vec::new();
         for change in changes {
             match change {
-                crate::store::PeerChange::Joined { name, address } => {
+                PeerChange::Joined { name, address } => {
                     match fastpath.add_peer(&name, address, Carrier::Datagram) {
                         Ok(new) => {
                             if new {
@@ -162,7 +163,7 @@ impl Node {
                         Err(e) => tracing::warn!(peer = %name, "declaring a node that joined: {e}"),
                     }
                 }
-                crate::store::PeerChange::Left { name } => {
+                PeerChange::Left { name } => {
                     match fastpath.retire_peer(&name) {
                         Ok(false) => continue,
                         Ok(true) => tracing::info!(peer = %name, "node left"),

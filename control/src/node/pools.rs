@@ -178,7 +178,7 @@ impl super::Routing {
     /// routes follow.
     pub(super) fn apply_labelled_pools(
         &mut self,
-        labelled: Option<crate::store::LabelledPools>,
+        labelled: Option<crate::membership::LabelledPools>,
         daemon: &DaemonConfig,
         node_ns: &NetnsFd,
     ) {

@@ -305,41 +305,14 @@ pub enum PodPlacement {
     On(String),
 }
 
-/// A change in the cluster's nodes, as a node's peers see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum PeerChange {
-    /// A node to share wires with, at this address (new, or moved).
-    Joined {
-        name: String,
-        address: std::net::SocketAddr,
-    },
-    /// The node left the cluster.
-    Left { name: String },
-}
-
-/// The node pools a cluster's Node labels make (see `kube::pools`), and this node's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LabelledPools {
-    pub member_of: String,
-    pub pools: Vec<xwire_gateway::PoolSpec>,
-}
-
-/// Who the node's peers are and who it is, where the store knows (a cluster's Node
-/// objects, and its signer or CA Secret); the embedded store knows neither, and the
-/// configuration says.
-pub(crate) trait Membership {
-    /// Nodes that joined or left since the last call; the first call lists every node.
-    fn take_peer_changes(&self) -> Vec<PeerChange> {
-        Vec::new()
-    }
+/// What a store whose backend is a cluster's API server answers besides records: the
+/// requests made to it, and this node's identity (issued from the cluster's CA Secret or
+/// signer). The embedded store has no server and issues nothing: the configuration
+/// names the node's certificate.
+pub(crate) trait ClusterApi {
     /// Requests made to the store's server so far (watches aside).
     fn requests(&self) -> u64 {
         0
-    }
-    /// The pools the cluster's Node labels make, when they changed since the last call
-    /// (`Some(None)`: this node is in no pool now); `None`: no change.
-    fn take_pools_change(&self) -> Option<Option<LabelledPools>> {
-        None
     }
     /// This node's certificate, key and CA, when the store issues them.
     fn node_identity(&self) -> Result<Option<xwire_fastpath::peer::NodeIdentity>, StoreError> {
@@ -347,14 +320,14 @@ pub(crate) trait Membership {
     }
 }
 
-impl Membership for EmbeddedStore {}
+impl ClusterApi for EmbeddedStore {}
 
 /// What a node keeps: its wires and attachments, and the topologies its links come from.
 /// The node holds its store as this trait object, so that a second backend (Kubernetes
 /// objects) takes nothing more than an implementation of these traits.
-pub(crate) trait NodeStore: WireStore + TopologySource + Membership + Send {}
+pub(crate) trait NodeStore: WireStore + TopologySource + ClusterApi + Send {}
 
-impl<T: WireStore + TopologySource + Membership + Send> NodeStore for T {}
+impl<T: WireStore + TopologySource + ClusterApi + Send> NodeStore for T {}
 
 #[cfg(test)]
 mod tests {

@@ -18,7 +18,8 @@ use xwire_fastpath::peer::NodeIdentity;
 use super::pools::{pools_from_nodes, NodeSeat};
 use super::{backend, KubeStore};
 use crate::ca_secret::object_ref;
-use crate::store::{LabelledPools, Membership, PeerChange, StoreError};
+use crate::membership::{LabelledPools, Membership, PeerChange};
+use crate::store::{ClusterApi, StoreError};
 
 /// The address peers dial a node at: its InternalIP, else its ExternalIP.
 pub fn node_address(node: &KubeNode, port: u16) -> Option<SocketAddr> {
@@ -32,14 +33,35 @@ pub fn node_address(node: &KubeNode, port: u16) -> Option<SocketAddr> {
     })
 }
 
-/// Watches the Node objects and queues what changed for `take_peer_changes`.
+/// The node's membership from the cluster's Node objects: what the watch
+/// (`watch_nodes`) queued since the node last asked.
+#[derive(Default)]
+pub(crate) struct NodeWatch {
+    /// Nodes that joined or left.
+    peer_changes: Arc<Mutex<Vec<PeerChange>>>,
+    /// The pools the Node labels make, when they changed.
+    pools_change: Arc<Mutex<Option<Option<LabelledPools>>>>,
+}
+
+impl Membership for NodeWatch {
+    fn take_peer_changes(&self) -> Vec<PeerChange> {
+        std::mem::take(&mut *self.peer_changes.lock().expect("not poisoned"))
+    }
+
+    fn take_pools_change(&self) -> Option<Option<LabelledPools>> {
+        self.pools_change.lock().expect("not poisoned").take()
+    }
+}
+
+/// Watches the Node objects and queues what changed in `watch`.
 pub(super) fn watch_nodes(
     store: &KubeStore,
     port: u16,
-    queue: Arc<Mutex<Vec<PeerChange>>>,
-    pools_change: Arc<Mutex<Option<Option<LabelledPools>>>>,
+    watch: &NodeWatch,
     listed: Arc<std::sync::atomic::AtomicBool>,
 ) {
+    let queue = watch.peer_changes.clone();
+    let pools_change = watch.pools_change.clone();
     let api: Api<KubeNode> = Api::all(store.client.clone());
     let me = store.node.clone();
     let stream = watcher(api, watcher::Config::default()).default_backoff();
@@ -145,17 +167,9 @@ pub(super) fn issue_identity(store: &KubeStore, secret: &str) -> Result<NodeIden
     Ok(identity)
 }
 
-impl Membership for KubeStore {
+impl ClusterApi for KubeStore {
     fn requests(&self) -> u64 {
         self.requests.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    fn take_peer_changes(&self) -> Vec<PeerChange> {
-        std::mem::take(&mut *self.peer_changes.lock().expect("not poisoned"))
-    }
-
-    fn take_pools_change(&self) -> Option<Option<LabelledPools>> {
-        self.pools_change.lock().expect("not poisoned").take()
     }
 
     fn node_identity(&self) -> Result<Option<NodeIdentity>, StoreError> {

@@ -31,10 +31,13 @@ use kube::Client;
 
 pub use status::PodReport;
 
+use self::membership::NodeWatch;
+use crate::membership::{Configured, Membership};
+
 use self::gwire::NamespaceRecords;
 use super::{
-    AttachmentKey, AttachmentRecord, EndKey, PeerChange, PodPlacement, StoreError, TopologySource,
-    WireRecord, WireStore,
+    AttachmentKey, AttachmentRecord, EndKey, PodPlacement, StoreError, TopologySource, WireRecord,
+    WireStore,
 };
 use crate::topology::{self, Topology};
 
@@ -107,10 +110,6 @@ pub(crate) struct KubeStore {
     records: Mutex<BTreeMap<String, NamespaceRecords>>,
     /// Topology objects changed in the API since the node last asked, as `ns/name`.
     changed: Arc<Mutex<Vec<String>>>,
-    /// Nodes that joined or left since the node last asked.
-    peer_changes: Arc<Mutex<Vec<PeerChange>>>,
-    /// The pools the Node labels make, when they changed (see `Membership`).
-    pools_change: Arc<Mutex<Option<Option<crate::store::LabelledPools>>>>,
     /// Within a batch (a node job: one CNI call, one batch of peer events), changes are
     /// kept in memory and written once at its end: an ADD that writes an attachment and
     /// four wire records costs one request, not five.
@@ -196,12 +195,13 @@ fn watch_namespaces(
 
 impl KubeStore {
     /// Connects, starts the watches and reads the node's GWireKObj objects: a node that
-    /// starts with an empty disk gets its records back from here.
-    pub fn open(
+    /// starts with an empty disk gets its records back from here. With it, the node's
+    /// membership: the Node objects watched (`discover_peers`), or the configuration's.
+    pub(crate) fn open(
         node: &str,
         node_ip: &str,
         settings: KubeSettings,
-    ) -> Result<KubeStore, StoreError> {
+    ) -> Result<(KubeStore, Box<dyn Membership>), StoreError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("xwire-kube")
@@ -238,8 +238,6 @@ impl KubeStore {
             namespaces,
             records: Mutex::new(BTreeMap::new()),
             changed,
-            peer_changes: Arc::new(Mutex::new(Vec::new())),
-            pools_change: Arc::new(Mutex::new(None)),
             batching: Default::default(),
             pending: Mutex::new(BTreeMap::new()),
             requests: Default::default(),
@@ -249,9 +247,11 @@ impl KubeStore {
         };
         let timeout = Duration::from_secs(store.settings.sync_timeout_secs);
         store.wait_for_lists(timeout)?;
-        if store.settings.discover_peers {
-            store.follow_nodes(timeout)?;
-        }
+        let membership: Box<dyn Membership> = if store.settings.discover_peers {
+            Box::new(store.follow_nodes(timeout)?)
+        } else {
+            Box::new(Configured)
+        };
         store.node_uid = store.find_node_uid()?;
         store.status = Some(
             status::StatusWriter {
@@ -266,7 +266,7 @@ impl KubeStore {
         store.load_records()?;
         // The first list's objects are not changes.
         store.changed.lock().expect("not poisoned").clear();
-        Ok(store)
+        Ok((store, membership))
     }
 
     /// Waits for the watches' first lists (Topology objects, Pods, and the namespaces
@@ -287,15 +287,10 @@ impl KubeStore {
 
     /// Starts watching the cluster's nodes, and waits for the first list of them (for at
     /// most `timeout`): the node's first pass already knows every peer.
-    fn follow_nodes(&self, timeout: Duration) -> Result<(), StoreError> {
+    fn follow_nodes(&self, timeout: Duration) -> Result<NodeWatch, StoreError> {
         let listed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        membership::watch_nodes(
-            self,
-            self.settings.peer_port,
-            self.peer_changes.clone(),
-            self.pools_change.clone(),
-            listed.clone(),
-        );
+        let watch = NodeWatch::default();
+        membership::watch_nodes(self, self.settings.peer_port, &watch, listed.clone());
         let deadline = std::time::Instant::now() + timeout;
         while !listed.load(std::sync::atomic::Ordering::Acquire) {
             if std::time::Instant::now() > deadline {
@@ -305,7 +300,7 @@ impl KubeStore {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        Ok(())
+        Ok(watch)
     }
 
     fn count(&self, n: u64) {

@@ -12,7 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use xwire_gateway::{GatewaySpec, PoolSpec};
 
-use crate::store::LabelledPools;
+use crate::membership::LabelledPools;
 
 pub(crate) const POOL_LABEL: &str = "xwire.dev/pool";
 pub(crate) const GATEWAY_LABEL: &str = "xwire.dev/gateway";
