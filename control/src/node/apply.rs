@@ -28,9 +28,9 @@ struct Pass {
     /// Pods with an end joined (or recorded pending) this pass: each tells the peers its
     /// ends once, at the end of the pass.
     announce: BTreeSet<(String, String)>,
-    /// Pods whose namespace is gone, and how the report names them: the node detaches
-    /// them once the actions are done (a pass of its own over each).
-    forget: Vec<(String, AttachmentRecord)>,
+    /// A pod whose namespace is gone, and how the report names it: handed back to the
+    /// node, which detaches it (a pass of its own) before the next action.
+    forget: Option<(String, AttachmentRecord)>,
 }
 
 /// What carrying out a pass's actions works on, borrowed from the node: every part but
@@ -48,25 +48,24 @@ pub(super) struct Applying<'a> {
 
 impl Node {
     /// Carries out `actions` one at a time, every kind of action, for a pass and for an
-    /// ADD alike; `on_failure` says what an action that fails does to the others. Pods
-    /// whose namespace is gone are detached last, each in a pass of its own.
+    /// ADD alike; `on_failure` says what an action that fails does to the others. A pod
+    /// whose namespace is gone is detached where its action comes, in a pass of its own,
+    /// so that the actions after it find its wires gone.
     pub(super) fn apply(
         &mut self,
         actions: Vec<Action>,
         observation: &Observation,
-        on_failure: OnFailure<'_>,
+        mut on_failure: OnFailure<'_>,
     ) -> Result<Reconciled, NodeError> {
         let stops = matches!(on_failure, OnFailure::Stop(_));
-        let mut applying = Applying {
-            config: &self.config,
-            records: &mut self.records,
-            data: &mut self.data,
-            peers: &mut self.peers,
-            netns: &self.netns,
-            routing: &mut self.routing,
-        };
-        let mut pass = applying.run(actions, observation, on_failure)?;
-        for (subject, attachment) in std::mem::take(&mut pass.forget) {
+        let mut pass = Pass::default();
+        if !stops {
+            Applying::of(self).remove_node_ends_at_once(&actions, observation);
+        }
+        let mut actions = actions.into_iter();
+        while let Some((subject, attachment)) =
+            Applying::of(self).run(&mut actions, observation, &mut on_failure, &mut pass)?
+        {
             match self.detach(&attachment) {
                 Ok(()) => pass
                     .report
@@ -75,7 +74,29 @@ impl Node {
                 Err(e) => pass.report.failed(&subject, &e),
             }
         }
+        let mut applying = Applying::of(self);
+        applying.reattach_ports(&mut pass);
+        // An ADD's pod is announced by the call, once it is all done.
+        if !stops {
+            for (namespace, pod) in std::mem::take(&mut pass.announce) {
+                applying.peer_talk().announce_pod(&namespace, &pod);
+            }
+        }
         Ok(pass.report)
+    }
+}
+
+impl<'a> Applying<'a> {
+    /// The node's parts, borrowed to carry out actions.
+    fn of(node: &'a mut Node) -> Applying<'a> {
+        Applying {
+            config: &node.config,
+            records: &mut node.records,
+            data: &mut node.data,
+            peers: &mut node.peers,
+            netns: &node.netns,
+            routing: &mut node.routing,
+        }
     }
 }
 
@@ -95,20 +116,18 @@ impl Applying<'_> {
         }
     }
 
-    /// The actions carried out (see `Node::apply`), but for the pods to forget.
+    /// Carries out `actions` (see `Node::apply`) up to a pod to forget, which it hands
+    /// back; `None` when they are all done.
     fn run(
         &mut self,
-        actions: Vec<Action>,
+        actions: &mut impl Iterator<Item = Action>,
         observation: &Observation,
-        mut on_failure: OnFailure<'_>,
-    ) -> Result<Pass, NodeError> {
-        let mut pass = Pass::default();
-        if let OnFailure::GoOn = on_failure {
-            self.remove_node_ends_at_once(&actions, observation);
-        }
+        on_failure: &mut OnFailure<'_>,
+        pass: &mut Pass,
+    ) -> Result<Option<(String, AttachmentRecord)>, NodeError> {
         for action in actions {
             let subject = action.subject();
-            let done = match (&mut on_failure, action) {
+            let done = match (&mut *on_failure, action) {
                 (
                     OnFailure::Stop(journal),
                     Action::Join {
@@ -118,7 +137,7 @@ impl Applying<'_> {
                         ..
                     },
                 ) => self.join_journalled(observation, &attachment, uid, half_made, journal),
-                (_, action) => self.apply_one(action, observation, &mut pass),
+                (_, action) => self.apply_one(action, observation, pass),
             };
             match done {
                 Ok(Some((subject, change))) => pass.report.changed(&subject, change),
@@ -130,15 +149,11 @@ impl Applying<'_> {
                     }
                 }
             }
-        }
-        self.reattach_ports(&mut pass);
-        // An ADD's pod is announced by the call, once it is all done.
-        if let OnFailure::GoOn = on_failure {
-            for (namespace, pod) in std::mem::take(&mut pass.announce) {
-                self.peer_talk().announce_pod(&namespace, &pod);
+            if let Some(forget) = pass.forget.take() {
+                return Ok(Some(forget));
             }
         }
-        Ok(pass)
+        Ok(None)
     }
 
     /// Joins an end for an ADD, every step in `journal` (see `Action::Join`).
@@ -208,8 +223,7 @@ impl Applying<'_> {
         match action {
             Action::ForgetPod { attachment } => {
                 let pod = pod_of(desired, &attachment)?;
-                let subject = pod_label(&pod.attachment);
-                pass.forget.push((subject, pod.attachment.clone()));
+                pass.forget = Some((pod_label(&pod.attachment), pod.attachment.clone()));
                 Ok(None)
             }
             Action::Unreachable { reason, .. } => Err(unreachable_pod(reason)),
