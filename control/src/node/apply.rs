@@ -107,13 +107,7 @@ impl Applying<'_> {
     }
 
     fn peer_talk(&mut self) -> PeerTalk<'_> {
-        PeerTalk {
-            config: self.config,
-            records: self.records,
-            data: self.data,
-            peers: self.peers,
-            netns: self.netns,
-        }
+        PeerTalk::new(self.config, self.records, self.data, self.peers, self.netns)
     }
 
     /// Carries out `actions` (see `Node::apply`) up to a pod to forget, which it hands

@@ -55,12 +55,31 @@ pub(super) struct PeerTalk<'a> {
 impl Node {
     /// The node's parts, borrowed to hear and tell peers.
     pub(super) fn peer_talk(&mut self) -> PeerTalk<'_> {
+        PeerTalk::new(
+            &self.config,
+            &mut self.records,
+            &mut self.data,
+            &mut self.peers,
+            &self.netns,
+        )
+    }
+}
+
+impl<'a> PeerTalk<'a> {
+    /// The parts it works on.
+    pub(super) fn new(
+        config: &'a DaemonConfig,
+        records: &'a mut Records,
+        data: &'a mut DataPlane,
+        peers: &'a mut PeerBook,
+        netns: &'a Namespaces,
+    ) -> PeerTalk<'a> {
         PeerTalk {
-            config: &self.config,
-            records: &mut self.records,
-            data: &mut self.data,
-            peers: &mut self.peers,
-            netns: &self.netns,
+            config,
+            records,
+            data,
+            peers,
+            netns,
         }
     }
 }

@@ -31,14 +31,13 @@ use kube::Client;
 
 pub use status::PodReport;
 
-use self::membership::NodeWatch;
-use crate::membership::{Configured, Membership};
-
 use self::gwire::NamespaceRecords;
+use self::membership::NodeWatch;
 use super::{
     AttachmentKey, AttachmentRecord, EndKey, PodPlacement, StoreError, TopologySource, WireRecord,
     WireStore,
 };
+use crate::membership::{Configured, Membership};
 use crate::topology::{self, Topology};
 
 /// Where the API server is and which namespaces are wired (`[topology]` in
