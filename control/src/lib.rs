@@ -10,7 +10,6 @@ pub mod ca_secret;
 pub(crate) mod capture_stream;
 pub mod chain;
 pub mod config;
-pub mod impairment;
 pub mod interfaces;
 pub(crate) mod membership;
 pub mod metrics;
@@ -23,4 +22,5 @@ pub mod routing;
 pub mod signer;
 pub(crate) mod step_times;
 pub mod store;
-pub mod topology;
+// The model's, under the name the daemon's code has always used for it.
+pub(crate) use xwire_model::topology;

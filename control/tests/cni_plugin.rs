@@ -463,7 +463,7 @@ fn a_bad_topology_is_refused_and_stores_nothing() {
 
 /// The topology's objects as JSON, through the same parser `xwirectl` uses.
 fn topology_json(yaml: &str) -> Vec<serde_json::Value> {
-    xwire_control::topology::parse(yaml)
+    xwire_model::topology::parse(yaml)
         .unwrap()
         .iter()
         .map(|t| serde_json::to_value(t).unwrap())

@@ -8,6 +8,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+use xwire_model::worker_defaults::{
+    DEFAULT_COALESCE, DEFAULT_FRAMES_PER_PORT, DEFAULT_IDLE_SPIN, DEFAULT_MIN_FRAMES_PER_PORT,
+    DEFAULT_RESTING_FRAMES_PER_WORKER, DEFAULT_SHRINK_AFTER,
+};
 use xwire_proto::WireId;
 
 use crossbeam_channel::{bounded, Sender};
@@ -53,21 +57,6 @@ impl PortKind {
         }
     }
 }
-
-/// `WorkerConfig::idle_spin` by default. Measured with `xwire-perf restart --wires 1000`
-/// (two nodes on two cores): 2 ms let the running node's worker spin through a 1 ms flow
-/// and took a core from the restarting node (all wires back in 1.49 s, the running
-/// daemon using 1.06 s of CPU meanwhile); 200 µs: 0.95 and 1.09 s, with 0.42 and 0.51 s.
-pub(crate) const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(200);
-
-/// `WorkerConfig::coalesce` by default: see `switch::pace` for how it was chosen.
-pub(crate) const DEFAULT_COALESCE: Duration = Duration::from_micros(50);
-
-/// `WorkerConfig`'s port sizes by default (see `frames_per_port`).
-pub(crate) const DEFAULT_FRAMES_PER_PORT: usize = 4096;
-pub(crate) const DEFAULT_MIN_FRAMES_PER_PORT: usize = 128;
-pub(crate) const DEFAULT_RESTING_FRAMES_PER_WORKER: usize = 16_384;
-pub(crate) const DEFAULT_SHRINK_AFTER: Duration = Duration::from_secs(30);
 
 /// How a worker is set up.
 #[derive(Debug, Clone)]
@@ -633,5 +622,37 @@ impl Drop for Worker {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WorkerConfig;
+    use xwire_model::config::DaemonConfig;
+
+    /// The perf scenarios run workers with `WorkerConfig::default()` and say they measure
+    /// what a daemon runs: the two defaults must agree.
+    #[test]
+    fn a_default_worker_is_what_a_default_daemon_runs() {
+        let worker = WorkerConfig::default();
+        let daemon = DaemonConfig::default();
+        assert_eq!(worker.busy_poll, daemon.busy_poll);
+        assert_eq!(
+            worker.idle_spin.as_micros(),
+            u128::from(daemon.idle_spin_us)
+        );
+        assert_eq!(worker.coalesce.as_micros(), u128::from(daemon.coalesce_us));
+        assert_eq!(
+            (
+                worker.min_frames_per_port,
+                worker.frames_per_port,
+                worker.resting_frames_per_worker
+            ),
+            (
+                daemon.min_frames_per_port,
+                daemon.frames_per_port,
+                daemon.resting_frames_per_worker
+            )
+        );
     }
 }

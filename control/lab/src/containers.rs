@@ -13,12 +13,10 @@ use std::process::{Command, Output, Stdio};
 
 use anyhow::{bail, Context, Result};
 
+use xwire_model::lab::LAB_LABEL;
+
 use super::file::{Container, Lab, PullPolicy};
 use super::paths::LabPaths;
-
-/// The label every lab container carries, with its lab's name: how `lab down` finds them,
-/// also when nothing else of the lab is left.
-pub(crate) const LAB_LABEL: &str = "dev.xwire.lab";
 
 /// The container of `pod` in lab `lab`.
 pub(crate) fn container_name(lab: &str, pod: &str) -> String {

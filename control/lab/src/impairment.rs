@@ -5,7 +5,7 @@
 //! link's first endpoint in the lab file.
 
 use anyhow::{bail, Result};
-use xwire_control::impairment::Impairment;
+use xwire_model::impairment::Impairment;
 
 use super::file::{Lab, LabLink};
 use super::node_api;

@@ -14,7 +14,6 @@
 //! mgmtK). Addresses: the host `.1`, pod P `.N`, where N is kept in the lab's
 //! record, so a pod keeps its addresses across `lab edit` and daemon restarts.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
@@ -23,130 +22,27 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context, Result};
 use futures::TryStreamExt;
 use netlink_packet_route::link::{InfoBridge, LinkAttribute};
-use serde::{Deserialize, Serialize};
 use xwire_control::interfaces::{create_veth, EndSettings, Ipv6};
 use xwire_control::netns::NetnsFd;
-use xwire_control::topology::parse_cidr;
+
+use xwire_model::lab::mgmt::{room, FIRST_POD_HOST};
 
 use super::file::Lab;
 use super::namespaces;
 use super::netdev::{add_addresses, attach, link_exists, make_bridge_with};
 use super::paths::LabPaths;
 
-pub(crate) const DEFAULT_INTERFACE: &str = "eth0";
 const NODE_BRIDGE: &str = "mgmt0";
 const NODE_UPLINK: &str = "mgmt-up";
 /// Pods per node bridge: the kernel refuses a bridge's 1,025th port (BR_MAX_PORTS, "Exchange
 /// full"), and mgmt0 also holds the uplink and a link to each further bridge.
 const PODS_PER_BRIDGE: u32 = 1000;
-/// The first host number a pod gets (1 is the host's).
-pub(crate) const FIRST_POD_HOST: u32 = 2;
 /// Where a lab without `ipv4_subnet` gets its /20 (4094 addresses): the first one of
 /// these that no other lab uses and no route of the host's overlaps.
 const AUTO_IPV4: (Ipv4Addr, u8) = (Ipv4Addr::new(172, 20, 0, 0), 14);
 const AUTO_IPV4_PREFIX: u8 = 20;
 /// And its IPv6 /64: `fd78:7769:7265:K::/64` for the K-th /20 above.
 const AUTO_IPV6: [u16; 3] = [0xfd78, 0x7769, 0x7265];
-
-/// A lab's management network, as its record keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Mgmt {
-    /// The pods' management interface.
-    pub interface: String,
-    /// `None` until `lab up` picks one (when the file gives none).
-    pub ipv4_subnet: Option<String>,
-    pub ipv6_subnet: Option<String>,
-    /// Each pod's host number in both subnets.
-    pub hosts: BTreeMap<String, u32>,
-}
-
-/// A pod's management addresses.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Addresses {
-    pub ipv4: String,
-    pub ipv6: String,
-}
-
-impl Mgmt {
-    /// Host numbers for `pods`: those in `previous` kept, the others the smallest free.
-    pub(crate) fn assign(&mut self, pods: impl Iterator<Item = String>, previous: Option<&Mgmt>) {
-        let pods: Vec<String> = pods.collect();
-        let mut hosts = BTreeMap::new();
-        if let Some(previous) = previous {
-            for pod in &pods {
-                if let Some(&n) = previous.hosts.get(pod) {
-                    hosts.insert(pod.clone(), n);
-                }
-            }
-        }
-        let mut next = FIRST_POD_HOST;
-        for pod in pods {
-            if hosts.contains_key(&pod) {
-                continue;
-            }
-            while hosts.values().any(|&n| n == next) {
-                next += 1;
-            }
-            hosts.insert(pod, next);
-        }
-        self.hosts = hosts;
-    }
-
-    fn subnets(&self) -> Result<((IpAddr, u8), (IpAddr, u8))> {
-        let v4 = self
-            .ipv4_subnet
-            .as_deref()
-            .context("no management IPv4 subnet yet")?;
-        let v6 = self
-            .ipv6_subnet
-            .as_deref()
-            .context("no management IPv6 subnet yet")?;
-        Ok((
-            parse_cidr(v4).map_err(anyhow::Error::msg)?,
-            parse_cidr(v6).map_err(anyhow::Error::msg)?,
-        ))
-    }
-
-    /// The addresses of host number `n`, with the subnets' prefix lengths.
-    fn host(&self, n: u32) -> Result<((IpAddr, u8), (IpAddr, u8))> {
-        let ((v4, p4), (v6, p6)) = self.subnets()?;
-        Ok(((nth(v4, n), p4), (nth(v6, n), p6)))
-    }
-
-    pub fn pod_addresses(&self, pod: &str) -> Option<Addresses> {
-        let n = *self.hosts.get(pod)?;
-        let ((v4, _), (v6, _)) = self.host(n).ok()?;
-        Some(Addresses {
-            ipv4: v4.to_string(),
-            ipv6: v6.to_string(),
-        })
-    }
-
-    pub(crate) fn host_addresses(&self) -> Option<Addresses> {
-        let ((v4, _), (v6, _)) = self.host(1).ok()?;
-        Some(Addresses {
-            ipv4: v4.to_string(),
-            ipv6: v6.to_string(),
-        })
-    }
-}
-
-/// How many host numbers a subnet of this family and prefix length has for pods.
-pub fn room(subnet: (IpAddr, u8)) -> u64 {
-    let bits = match subnet.0 {
-        IpAddr::V4(_) => 32 - u32::from(subnet.1),
-        IpAddr::V6(_) => (128 - u32::from(subnet.1)).min(32),
-    };
-    // The network and broadcast numbers and the host's own are not the pods'.
-    (1u64 << bits).saturating_sub(3)
-}
-
-fn nth(network: IpAddr, n: u32) -> IpAddr {
-    match network {
-        IpAddr::V4(a) => IpAddr::V4(Ipv4Addr::from(u32::from(a) + n)),
-        IpAddr::V6(a) => IpAddr::V6(Ipv6Addr::from(u128::from(a) + u128::from(n))),
-    }
-}
 
 /// The host bridge's name for lab `name`.
 pub(crate) fn host_bridge(name: &str) -> String {
@@ -188,7 +84,7 @@ pub(crate) fn pick_subnets(lab: &mut Lab) -> Result<()> {
     if mgmt.ipv6_subnet.is_none() {
         mgmt.ipv6_subnet = Some(format!("{}/64", auto_ipv6(k)));
     }
-    let ((v4, p4), (v6, p6)) = mgmt.subnets()?;
+    let ((v4, p4), (v6, p6)) = mgmt.subnets().map_err(anyhow::Error::msg)?;
     for subnet in [(v4, p4), (v6, p6)] {
         if room(subnet) < lab.pods.len() as u64 {
             bail!(
@@ -280,7 +176,7 @@ pub(crate) fn build_nodes(lab: &Lab, paths: &LabPaths) -> Result<()> {
     };
     let host = NetnsFd::open(Path::new("/proc/self/ns/net"))?;
     let bridge = host_bridge(&lab.name);
-    let ((v4, p4), (v6, p6)) = mgmt.host(1)?;
+    let ((v4, p4), (v6, p6)) = mgmt.host(1).map_err(anyhow::Error::msg)?;
     make_bridge_with(
         &host,
         &bridge,
@@ -355,7 +251,7 @@ pub(crate) fn add_pod(lab: &Lab, paths: &LabPaths, pod: &str) -> Result<()> {
         .hosts
         .get(pod)
         .with_context(|| format!("pod {pod} has no management address"))?;
-    let ((v4, p4), (v6, p6)) = mgmt.host(n)?;
+    let ((v4, p4), (v6, p6)) = mgmt.host(n).map_err(anyhow::Error::msg)?;
     let pod_ns = namespaces::open(&paths.pod_netns(pod))?;
     let node_ns = namespaces::open(&paths.node_netns(&lab.pods[pod]))?;
     let port = format!("mg{n}");
@@ -489,40 +385,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pods_keep_their_numbers_and_new_ones_take_the_smallest_free() {
-        let mut before = Mgmt {
-            interface: "eth0".into(),
-            ipv4_subnet: Some("172.20.0.0/20".into()),
-            ipv6_subnet: Some("fd78:7769:7265::/64".into()),
-            hosts: BTreeMap::new(),
-        };
-        before.assign(["a", "b", "c"].map(String::from).into_iter(), None);
-        assert_eq!(before.hosts["a"], 2);
-        assert_eq!(before.hosts["c"], 4);
-        let mut after = before.clone();
-        after.assign(["a", "c", "d"].map(String::from).into_iter(), Some(&before));
-        assert_eq!(after.hosts["a"], 2);
-        assert_eq!(after.hosts["c"], 4);
-        assert_eq!(after.hosts["d"], 3, "b's number is free again");
-        let addresses = after.pod_addresses("c").unwrap();
-        assert_eq!(addresses.ipv4, "172.20.0.4");
-        assert_eq!(addresses.ipv6, "fd78:7769:7265::4");
-        assert_eq!(after.host_addresses().unwrap().ipv4, "172.20.0.1");
-    }
-
-    #[test]
     fn subnets_overlap_by_their_shorter_prefix() {
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         assert!(overlaps((ip("172.20.0.0"), 20), (ip("172.20.5.0"), 24)));
         assert!(!overlaps((ip("172.20.0.0"), 20), (ip("172.20.16.0"), 20)));
         assert!(!overlaps((ip("172.20.0.0"), 20), (ip("fd78::"), 64)));
-    }
-
-    #[test]
-    fn room_leaves_out_network_broadcast_and_host() {
-        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        assert_eq!(room((ip("10.0.0.0"), 24)), 253);
-        assert_eq!(room((ip("10.0.0.0"), 20)), 4093);
     }
 
     #[test]

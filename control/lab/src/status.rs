@@ -33,7 +33,7 @@ pub struct MgmtStatus {
     pub interface: String,
     pub ipv4_subnet: String,
     pub ipv6_subnet: String,
-    pub host: super::mgmt::Addresses,
+    pub host: xwire_model::lab::mgmt::Addresses,
 }
 
 impl LabStatus {
@@ -88,7 +88,7 @@ pub struct PodStatus {
     pub container: Option<String>,
     /// Its addresses on the management network.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub mgmt: Option<super::mgmt::Addresses>,
+    pub mgmt: Option<xwire_model::lab::mgmt::Addresses>,
 }
 
 #[derive(Debug, Serialize)]
@@ -244,8 +244,10 @@ fn pool_state(lab: &Lab, paths: &LabPaths, node: &str) -> Option<serde_json::Val
 
 /// Where the node's daemon serves metrics, as its configuration says.
 fn metrics_url(paths: &LabPaths, node: &str) -> String {
-    xwire_control::config::DaemonConfig::load(&paths.node_config(node))
+    let file = paths.node_config(node);
+    std::fs::read_to_string(&file)
         .ok()
+        .and_then(|text| xwire_model::config::DaemonConfig::parse(&text, &file).ok())
         .and_then(|config| config.metrics_address)
         .map(|address| format!("http://{address}/metrics"))
         .unwrap_or_default()

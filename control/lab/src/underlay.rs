@@ -289,7 +289,7 @@ mod tests {
     fn the_pools_section_parses_as_the_daemon_reads_it() {
         let lab = lab();
         let toml = format!("node_name = \"c1\"\n{}", pools_toml(&lab, "c1"));
-        let config: xwire_control::config::DaemonConfig = toml::from_str(&toml).unwrap();
+        let config: xwire_model::config::DaemonConfig = toml::from_str(&toml).unwrap();
         let pools = config.pools.unwrap();
         assert_eq!(pools.member_of, "edge");
         assert_eq!(pools.pools.len(), 3);

@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use xwire_control::api_server::{self, Job};
-use xwire_control::config::DaemonConfig;
+use xwire_control::config;
 use xwire_control::node::Node;
+use xwire_model::config::DaemonConfig;
 
 /// Where the configuration is looked for when `--config` is not given; if there is no
 /// file there, every field takes its default.
@@ -48,9 +49,9 @@ fn run() -> anyhow::Result<()> {
     xwire_fastpath::logs::init("info");
     let args = Args::parse();
     let mut config = match args.config {
-        Some(path) => DaemonConfig::load(&path)?,
+        Some(path) => config::load(&path)?,
         None if std::path::Path::new(DEFAULT_CONFIG).exists() => {
-            DaemonConfig::load(std::path::Path::new(DEFAULT_CONFIG))?
+            config::load(std::path::Path::new(DEFAULT_CONFIG))?
         }
         None => DaemonConfig::parse("", std::path::Path::new("(defaults)"))?,
     };

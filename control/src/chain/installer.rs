@@ -6,42 +6,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::conflist::{self, Decision};
-
-/// `[chain]` in `xwired.toml`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChainConfig {
-    /// The runtime's CNI configuration directory. Default `/etc/cni/net.d`.
-    #[serde(default = "default_conf_dir")]
-    pub conf_dir: PathBuf,
-    /// Where the runtime looks for plugin binaries. Default `/opt/cni/bin`.
-    #[serde(default = "default_bin_dir")]
-    pub bin_dir: PathBuf,
-    /// The plugin binary to install into `bin_dir` as `xwire` (the image's copy); none:
-    /// the binary is installed some other way.
-    #[serde(default)]
-    pub plugin_binary: Option<PathBuf>,
-    /// Keys of xwire's entry besides `type` (`socket`, `reportIPs`; see cni/README.md).
-    #[serde(default)]
-    pub entry: serde_json::Map<String, Value>,
-    /// Where the bytes of each file as they were before xwire chained into it are kept,
-    /// to be put back exactly on uninstall, also after a restart. Default: `chain` in
-    /// the daemon's `state_dir`.
-    #[serde(default)]
-    pub state_dir: Option<PathBuf>,
-}
-
-fn default_conf_dir() -> PathBuf {
-    PathBuf::from("/etc/cni/net.d")
-}
-
-fn default_bin_dir() -> PathBuf {
-    PathBuf::from("/opt/cni/bin")
-}
+pub use xwire_model::config::ChainConfig;
 
 /// What `ensure` found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]

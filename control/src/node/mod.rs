@@ -47,7 +47,9 @@ use crate::membership::{Configured, Membership};
 use crate::metrics::NodeMetrics;
 use crate::netns::NetnsFd;
 use crate::step_times;
-use crate::store::{AttachmentKey, EmbeddedStore, EndKey, KubeStore, NodeStore, StoreError};
+use crate::store::{
+    AttachmentKey, EmbeddedStore, EndKey, KubeSettings, KubeStore, NodeStore, StoreError,
+};
 
 pub use calls::Answer;
 pub use capture::CaptureStream;
@@ -175,12 +177,15 @@ impl Node {
         let (store, membership): (Box<dyn NodeStore>, Box<dyn Membership>) =
             match config.topology.source {
                 Backend::Kubernetes => {
-                    let mut settings = config.topology.kube_settings(config.node_address.port());
+                    let mut settings = KubeSettings {
+                        topology: config.topology.clone(),
+                        peer_port: config.node_address.port(),
+                    };
                     if config.certs.is_some() {
                         // Files named in the configuration win over the cluster's CA and
                         // signer.
-                        settings.ca_secret.clear();
-                        settings.certificate_signer.clear();
+                        settings.topology.ca_secret.clear();
+                        settings.topology.certificate_signer.clear();
                     }
                     let (store, membership) = KubeStore::open(
                         &config.node_name,

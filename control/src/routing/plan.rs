@@ -8,32 +8,14 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
+pub use xwire_model::route::{network, PolicySettings, StaticRoute};
+
 /// The routing protocol number on xwire's routes and rules (`ip route` shows it as
 /// `proto 120`). Not one of the numbers iproute2's rt_protos names.
 pub const PROTOCOL: u8 = 120;
 
 /// The kernel's main routing table.
 pub(crate) const MAIN_TABLE: u32 = 254;
-
-/// Router mode's settings (`[routing]` in xwired.toml).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PolicySettings {
-    /// The table of the pod's first interface with an address; the next one's is one
-    /// more, and so on, in the order of the links' uids.
-    pub first_table: u32,
-    /// The priority of the `from ADDRESS lookup TABLE` rules (below the main table's
-    /// 32766, so that they are consulted first).
-    pub rule_priority: u32,
-}
-
-impl Default for PolicySettings {
-    fn default() -> Self {
-        PolicySettings {
-            first_table: 1000,
-            rule_priority: 1000,
-        }
-    }
-}
 
 /// A pod interface of xwire's that has an address, in uid order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,13 +27,6 @@ pub struct AddressedEnd {
     pub peer: Option<IpAddr>,
     /// Whether the interface is in the pod now (a pending end has none yet).
     pub present: bool,
-}
-
-/// A static route the pod's Topology asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StaticRoute {
-    pub dst: (IpAddr, u8),
-    pub via: IpAddr,
 }
 
 /// A rule as xwire makes it: `from ADDRESS lookup TABLE priority N` (router mode) or
@@ -228,17 +203,10 @@ fn usable_table(table: u32) -> u32 {
     }
 }
 
-/// `address/prefix` with the host bits cleared.
 /// Whether `address` is in the subnet of `(interface_address, prefix)`.
 pub fn within(address: IpAddr, (interface_address, prefix): (IpAddr, u8)) -> bool {
     address.is_ipv4() == interface_address.is_ipv4()
         && network(address, prefix) == network(interface_address, prefix)
-}
-
-pub fn network(address: IpAddr, prefix: u8) -> (IpAddr, u8) {
-    let max = if address.is_ipv4() { 32 } else { 128 };
-    let net = ipnet::IpNet::new(address, prefix.min(max)).expect("a prefix length in range");
-    (net.network(), prefix)
 }
 
 fn unspecified(like: IpAddr) -> IpAddr {
@@ -402,13 +370,5 @@ mod tests {
         let c = changes(&want, &[], &[]);
         assert_eq!(c.add_routes.len(), 2);
         assert!(c.add_routes[0].via.is_none() && c.add_routes[1].via.is_some());
-    }
-
-    #[test]
-    fn network_clears_host_bits() {
-        assert_eq!(network(ip("10.1.2.3"), 8), (ip("10.0.0.0"), 8));
-        assert_eq!(network(ip("10.1.2.3"), 0), (ip("0.0.0.0"), 0));
-        assert_eq!(network(ip("10.1.2.3"), 32), (ip("10.1.2.3"), 32));
-        assert_eq!(network(ip("2001:db8::7"), 64), (ip("2001:db8::"), 64));
     }
 }

@@ -4,11 +4,12 @@
 //!
 //! The nodes' own QUIC connections, which carry the wires multiplexed by link uid, run
 //! through the tunnels unchanged: a wire between pools crosses both pools' gateways and
-//! stays one connection end to end. `pools` decides (pure); `tunnel` moves packets.
+//! stays one connection end to end. The pools and the decisions about them are the model's
+//! (`xwire_model::pools`, pure); `tunnel` moves packets.
 
 #![forbid(unsafe_code)]
 
-pub mod pools;
+mod packet;
 pub mod probe;
 mod tls;
 mod tunnel;
@@ -19,9 +20,9 @@ use std::sync::Arc;
 use serde::Serialize;
 use xwire_pki::NodeIdentity;
 
-pub use pools::{GatewaySpec, PoolSpec, Pools};
 pub use probe::GatewayProbe;
 pub use tls::{IDLE_TIMEOUT_MS, KEEP_ALIVE};
+pub use xwire_model::pools::{GatewaySpec, PoolSpec, Pools, TUNNEL_OVERHEAD};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -49,11 +50,6 @@ pub struct GatewayConfig {
 
 /// Where a gateway's tunnel listens unless its configuration says otherwise.
 pub const DEFAULT_PORT: u16 = 7480;
-
-/// The overhead of the tunnel on the WAN, a DATAGRAM frame in a QUIC short-header packet
-/// in UDP over IPv6 (the larger of the two IP headers), with room to spare: the tunnel's
-/// MTU is the WAN's less this.
-pub const TUNNEL_OVERHEAD: u16 = 100;
 
 /// Packets counted, and every drop by reason.
 #[derive(Debug, Default)]

@@ -13,8 +13,9 @@ use bytes::Bytes;
 use quinn::{Connection, Endpoint, SendDatagramError};
 use xwire_pki::NodeIdentity;
 
-use crate::pools::{destination, Pools};
+use crate::packet::destination;
 use crate::{tls, Counters, GatewayConfig, GatewayError};
+use xwire_model::pools::Pools;
 
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);

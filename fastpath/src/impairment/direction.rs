@@ -17,7 +17,7 @@ use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, Normal};
 
-use super::spec::{ImpairmentSpec, Jitter, Loss, QueueLimit};
+use super::{ImpairmentSpec, Jitter, Loss, QueueLimit};
 
 /// Why a frame was dropped by an impairment, counted per link and direction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,8 +187,8 @@ impl Direction {
 
 #[cfg(test)]
 mod tests {
-    use super::super::spec::Rate;
     use super::*;
+    use crate::impairment::Rate;
 
     const FRAMES: usize = 100_000;
 

@@ -1,14 +1,16 @@
 //! Link impairments (delay, jitter, loss, rate, corruption, duplication, reordering), per
-//! link and per direction, decided in the switch. Decisions are pure (`direction.rs`),
-//! held frames wait in one queue per worker (`held.rs`).
+//! link and per direction, decided in the switch. What an impairment asks is the model's
+//! (`xwire_model::impairment::spec`); decisions are pure (`direction.rs`), held frames
+//! wait in one queue per worker (`held.rs`).
 
 mod direction;
 mod held;
-mod spec;
 
 pub use direction::{Direction, DropReason, Fate};
 pub use held::Held;
-pub use spec::{ImpairmentSpec, Jitter, Loss, QueueLimit, Rate, MAX_DELAY};
+pub use xwire_model::impairment::spec::{
+    ImpairmentSpec, Jitter, Loss, QueueLimit, Rate, MAX_DELAY,
+};
 
 /// The most frames one direction of one link may hold at once (delayed, or waiting for
 /// its rate limit); more are dropped as `HeldFull`. 16384 frames carry 100 ms of a

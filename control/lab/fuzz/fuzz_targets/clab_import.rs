@@ -9,7 +9,8 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Ok(imported) = import::import(text, std::path::Path::new("/fuzz/lab.clab.yml"), 2) {
+    let file = std::path::Path::new("/fuzz/lab.clab.yml");
+    if let Ok(imported) = import::import(text, file, 2, None) {
         file::parse(&imported.lab, None).expect("an imported lab parses");
     }
 });

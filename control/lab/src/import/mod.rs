@@ -379,7 +379,7 @@ fn links_out(
                 }
                 None => iface.clone(),
             };
-            xwire_control::topology::check_ifname(&linux).map_err(|e| {
+            xwire_model::topology::check_ifname(&linux).map_err(|e| {
                 anyhow::anyhow!("line {line}: node {node} (kind {kind}): {e}, and the import knows no Linux name for it in kind {kind}")
             })?;
             ends.push(format!("{pod}:{linux}"));

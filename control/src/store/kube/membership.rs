@@ -174,17 +174,17 @@ impl ClusterApi for KubeStore {
 
     fn node_identity(&self) -> Result<Option<NodeIdentity>, StoreError> {
         let settings = &self.settings;
-        if !settings.ca_secret.is_empty() {
-            return issue_identity(self, &settings.ca_secret).map(Some);
+        if !settings.topology.ca_secret.is_empty() {
+            return issue_identity(self, &settings.topology.ca_secret).map(Some);
         }
-        if settings.certificate_signer.is_empty() {
+        if settings.topology.certificate_signer.is_empty() {
             return Ok(None);
         }
         super::certificate::request_identity(
             self,
-            &settings.certificate_signer,
-            &settings.ca_bundle,
-            std::time::Duration::from_secs(settings.certificate_timeout_secs),
+            &settings.topology.certificate_signer,
+            &settings.topology.ca_bundle,
+            std::time::Duration::from_secs(settings.topology.certificate_timeout_secs),
         )
         .map(Some)
     }

@@ -16,7 +16,6 @@ pub mod pools;
 mod status;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,53 +36,30 @@ use super::{
     AttachmentKey, AttachmentRecord, EndKey, PodPlacement, StoreError, TopologySource, WireRecord,
     WireStore,
 };
+use crate::config::TopologySettings;
 use crate::membership::{Configured, Membership};
 use crate::topology::{self, Topology};
 
-/// Where the API server is and which namespaces are wired (`[topology]` in
-/// `xwired.toml`, see `config::TopologySettings`).
+/// Where the API server is and which namespaces are wired: `[topology]` in `xwired.toml`
+/// (`config::TopologySettings`), and the port the nodes' peers listen on.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct KubeSettings {
-    pub kubeconfig: Option<PathBuf>,
-    pub namespace_label: String,
-    pub sync_timeout_secs: u64,
-    /// `namespace/name` of a Secret with the cluster CA, from which the node issues its
-    /// own certificate (the node then holds the CA key); empty: not so.
-    pub ca_secret: String,
-    /// The `signerName` of the CertificateSigningRequest by which the node asks
-    /// `xwire-signer` for its certificate, when `ca_secret` is empty; empty: the node's
-    /// certificate comes from `[certs]` files.
-    pub certificate_signer: String,
-    /// `namespace/name` of the ConfigMap whose `ca.crt` the node trusts, with
-    /// `certificate_signer`.
-    pub ca_bundle: String,
-    /// How long the start waits for the signer.
-    pub certificate_timeout_secs: u64,
-    /// Peers are the other Node objects; false: only `[[peers]]` from the file.
-    pub discover_peers: bool,
+    pub topology: TopologySettings,
     /// The UDP port every node's peers listen on (this node's own).
     pub peer_port: u16,
 }
 
 impl Default for KubeSettings {
+    /// A configuration's defaults, at the default peer port.
     fn default() -> Self {
         KubeSettings {
-            kubeconfig: None,
-            namespace_label: "xwire.dev/wire".into(),
-            sync_timeout_secs: 30,
-            ca_secret: String::new(),
-            certificate_signer: SIGNER_NAME.into(),
-            ca_bundle: "xwire-system/xwire-ca-bundle".into(),
-            certificate_timeout_secs: 120,
-            discover_peers: true,
+            topology: TopologySettings::default(),
             peer_port: 7470,
         }
     }
 }
 
-/// The signer name of xwire's node certificates (a CertificateSigningRequest's
-/// `signerName`), which `xwire-signer` answers.
-pub const SIGNER_NAME: &str = "xwire.dev/node";
+pub use xwire_model::config::SIGNER_NAME;
 
 /// What a namespace label must say for its pods to be wired.
 pub(crate) const LABEL_VALUE: &str = "enabled";
@@ -218,7 +194,7 @@ impl KubeStore {
         );
         let changed = Arc::new(Mutex::new(Vec::new()));
         let topologies = watch_topologies(&runtime, &client, &topology_resource, &changed);
-        let namespaces = watch_namespaces(&runtime, &client, &settings.namespace_label);
+        let namespaces = watch_namespaces(&runtime, &client, &settings.topology.namespace_label);
         let pods = placement::watch(
             &runtime,
             client.clone(),
@@ -244,9 +220,9 @@ impl KubeStore {
             settings,
             runtime,
         };
-        let timeout = Duration::from_secs(store.settings.sync_timeout_secs);
+        let timeout = Duration::from_secs(store.settings.topology.sync_timeout_secs);
         store.wait_for_lists(timeout)?;
-        let membership: Box<dyn Membership> = if store.settings.discover_peers {
+        let membership: Box<dyn Membership> = if store.settings.topology.discover_peers {
             Box::new(store.follow_nodes(timeout)?)
         } else {
             Box::new(Configured)
@@ -274,7 +250,7 @@ impl KubeStore {
         let ready = async {
             self.topologies.wait_until_ready().await.map_err(backend)?;
             self.pods.wait_until_ready().await.map_err(backend)?;
-            if !self.settings.namespace_label.is_empty() {
+            if !self.settings.topology.namespace_label.is_empty() {
                 self.namespaces.wait_until_ready().await.map_err(backend)?;
             }
             Ok::<(), StoreError>(())
@@ -450,7 +426,7 @@ fn watched(
 }
 
 async fn connect(settings: &KubeSettings) -> Result<Client, StoreError> {
-    client(settings.kubeconfig.as_deref()).await
+    client(settings.topology.kubeconfig.as_deref()).await
 }
 
 /// A client of the API server that `kubeconfig` names; none: the in-cluster service
@@ -632,7 +608,7 @@ impl TopologySource for KubeStore {
     }
 
     fn wires_namespace(&self, namespace: &str) -> bool {
-        let label = &self.settings.namespace_label;
+        let label = &self.settings.topology.namespace_label;
         if label.is_empty() {
             return true;
         }

@@ -5,12 +5,12 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use xwire_control::impairment::{Impairment, LossBurst};
 use xwire_lab::impairment::Directions;
 use xwire_lab::{
     self as lab, bench, capture, down, edit, graph, impairment, import, logs, status, supervisor,
     up,
 };
+use xwire_model::impairment::{Impairment, LossBurst};
 use xwire_proto::local::{CaptureCall, CaptureDirection};
 
 /// A direction of a link: from its first endpoint in the lab file (A) to its second (B),

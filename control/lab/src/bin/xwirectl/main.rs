@@ -12,10 +12,10 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
 use xwire_api_client as api_client;
-use xwire_control::config::DEFAULT_API_SOCKET;
 use xwire_control::private_file::write_private;
 use xwire_control::store::{EmbeddedStore, TopologySource};
-use xwire_control::topology;
+use xwire_model::config::DEFAULT_API_SOCKET;
+use xwire_model::topology;
 use xwire_pki::ClusterCa;
 use xwire_proto::local::{Request, Response, TopologyApply, TopologyQuery};
 

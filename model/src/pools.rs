@@ -1,11 +1,16 @@
-//! The node pools as the gateways see them, and the decisions that need no socket: which
-//! pool an address is in, which of a pool's gateways to send to, and which of two
-//! gateways dials the other.
+//! The node pools as configured and as the gateways see them, and the decisions that need
+//! no socket: which pool an address is in, which of a pool's gateways to send to, and
+//! which of two gateways dials the other.
 
 use std::net::{IpAddr, SocketAddr};
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
+
+/// The overhead of the tunnel on the WAN, a DATAGRAM frame in a QUIC short-header packet
+/// in UDP over IPv6 (the larger of the two IP headers), with room to spare: the tunnel's
+/// MTU is the WAN's less this.
+pub const TUNNEL_OVERHEAD: u16 = 100;
 
 /// One pool, as configured (`[[pools.pool]]` in xwired.toml).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,21 +152,6 @@ fn overlaps(a: &IpNet, b: &IpNet) -> bool {
     a.contains(&b.network()) || b.contains(&a.network())
 }
 
-/// The destination of an IP packet, or `None` for anything that is not one.
-pub fn destination(packet: &[u8]) -> Option<IpAddr> {
-    match packet.first()? >> 4 {
-        4 if packet.len() >= 20 => {
-            let d: [u8; 4] = packet[16..20].try_into().ok()?;
-            Some(IpAddr::from(d))
-        }
-        6 if packet.len() >= 40 => {
-            let d: [u8; 16] = packet[24..40].try_into().ok()?;
-            Some(IpAddr::from(d))
-        }
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,17 +244,5 @@ mod tests {
             let e = Pools::new(&specs).unwrap_err();
             assert!(e.contains(expected), "{e}");
         }
-    }
-
-    #[test]
-    fn destination_reads_ip_packets_and_nothing_else() {
-        let mut v4 = vec![0u8; 20];
-        v4[0] = 0x45;
-        v4[16..20].copy_from_slice(&[172, 31, 2, 9]);
-        assert_eq!(destination(&v4), Some("172.31.2.9".parse().unwrap()));
-        assert_eq!(destination(&v4[..19]), None);
-        assert_eq!(destination(&[0x60; 39]), None);
-        assert_eq!(destination(&[]), None);
-        assert_eq!(destination(&[0x10; 60]), None);
     }
 }

@@ -6,19 +6,19 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
-use xwire_fastpath::impairment::ImpairmentSpec;
-use xwire_proto::control::{Carrier, WireKey};
-
-use crate::impairment::Impairment;
-use xwire_proto::data::MAX_LINK_MTU;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use xwire_proto::control::{Carrier, WireKey};
+use xwire_proto::data::MAX_LINK_MTU;
+
+use crate::impairment::{Impairment, ImpairmentSpec};
+use crate::route::{network, StaticRoute};
 
 pub const API_VERSION: &str = "networkop.co.uk/v1beta1";
 pub const KIND: &str = "Topology";
 /// Linux's limit on an interface name, less the terminating NUL.
-pub(crate) const MAX_IFNAME: usize = 15;
+pub const MAX_IFNAME: usize = 15;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Topology {
@@ -73,13 +73,13 @@ pub struct RouteEntry {
 
 impl RouteEntry {
     /// The route parsed, or why it does not parse.
-    pub fn parse(&self) -> Result<crate::routing::StaticRoute, String> {
+    pub fn parse(&self) -> Result<StaticRoute, String> {
         let dst = parse_cidr(&self.dst).map_err(|e| format!("dst: {e}"))?;
-        if crate::routing::plan::network(dst.0, dst.1) != dst {
+        if network(dst.0, dst.1) != dst {
             return Err(format!(
                 "dst: {:?} has host bits set (the network is {}/{})",
                 self.dst,
-                crate::routing::plan::network(dst.0, dst.1).0,
+                network(dst.0, dst.1).0,
                 dst.1
             ));
         }
@@ -93,7 +93,7 @@ impl RouteEntry {
                 self.via, self.dst
             ));
         }
-        Ok(crate::routing::StaticRoute { dst, via })
+        Ok(StaticRoute { dst, via })
     }
 }
 
@@ -179,10 +179,10 @@ impl LinkSpec {
     }
 }
 
-#[cfg(test)]
 impl LinkSpec {
-    /// A link to `peer_pod` on interface `intf` at both ends, with nothing else set.
-    pub(crate) fn bare(uid: u64, peer_pod: &str, intf: &str) -> LinkSpec {
+    /// A link to `peer_pod` on interface `intf` at both ends, with nothing else set (the
+    /// tests' links).
+    pub fn bare(uid: u64, peer_pod: &str, intf: &str) -> LinkSpec {
         LinkSpec {
             uid,
             peer_pod: peer_pod.into(),
@@ -243,7 +243,7 @@ impl Link {
 impl Topology {
     /// The links, parsed (see `LinkSpec`), by uid ascending. A link that does not parse
     /// (a topology stored without `check`) is left out, and logged.
-    pub(crate) fn link_specs(&self) -> Vec<LinkSpec> {
+    pub fn link_specs(&self) -> Vec<LinkSpec> {
         let mut specs: Vec<LinkSpec> = self
             .spec
             .links
@@ -270,7 +270,7 @@ impl Topology {
     }
 }
 
-pub(crate) fn pod_key(namespace: &str, name: &str) -> String {
+pub fn pod_key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
@@ -362,7 +362,7 @@ fn describe(value: &Value) -> String {
 
 /// The `peer_pod` by which meshnet means the node itself (a macvlan link to its
 /// interface `peer_intf`), not a pod.
-pub(crate) const MESHNET_HOST: &str = "localhost";
+pub const MESHNET_HOST: &str = "localhost";
 
 /// Checks one object: its kind, names, addresses and that no uid or interface repeats.
 pub fn check(t: &Topology) -> Result<(), String> {
@@ -525,11 +525,11 @@ pub fn parse_mac(mac: &str) -> Result<[u8; 6], String> {
     Ok(parsed.into_array())
 }
 
-pub(crate) fn format_cidr((addr, prefix): (IpAddr, u8)) -> String {
+pub fn format_cidr((addr, prefix): (IpAddr, u8)) -> String {
     format!("{addr}/{prefix}")
 }
 
-pub(crate) fn format_mac(mac: [u8; 6]) -> String {
+pub fn format_mac(mac: [u8; 6]) -> String {
     mac.map(|b| format!("{b:02x}")).join(":")
 }
 
@@ -579,7 +579,8 @@ spec:
     }
 
     /// As KNE writes them: one object per lab node, uids from 0, empty addresses.
-    const KNE_AS_WRITTEN: &str = include_str!("../tests/fixtures/kne/three-routers.yaml");
+    const KNE_AS_WRITTEN: &str =
+        include_str!("../../control/tests/fixtures/kne/three-routers.yaml");
 
     #[test]
     fn kne_objects_with_empty_addresses_are_links_without_addresses() {

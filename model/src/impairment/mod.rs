@@ -1,17 +1,20 @@
 //! A link's impairment as users write it, in a lab file's link and in a Topology link
 //! (`impairment`, xwire's own field; docs/lab-file.md lists the keys): durations such
-//! as `10ms`, rates such as `100mbit`, percentages as plain numbers. `spec` turns it into
-//! the fast path's `ImpairmentSpec`, naming the key that is wrong. Pure: no I/O.
+//! as `10ms`, rates such as `100mbit`, percentages as plain numbers. `Impairment::spec`
+//! turns it into the `ImpairmentSpec` the fast path applies (`spec.rs`), naming the key
+//! that is wrong.
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use xwire_fastpath::impairment::{ImpairmentSpec, Jitter, Loss, QueueLimit, Rate, MAX_DELAY};
+pub mod spec;
+
+pub use spec::{ImpairmentSpec, Jitter, Loss, QueueLimit, Rate, MAX_DELAY};
 
 /// The rate limit's queue when neither `queue_frames` nor `queue_bytes` is given: 1000
 /// frames, as a Linux interface's default transmit queue.
-pub(crate) const DEFAULT_QUEUE_FRAMES: u64 = 1000;
+pub const DEFAULT_QUEUE_FRAMES: u64 = 1000;
 
 /// One direction's impairment: what the pod at this end sends on the link suffers.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -222,7 +225,7 @@ impl fmt::Display for Impairment {
 // netem write; rates in tc's units have no crate at all.
 
 /// `10ms`, `1.5ms`, `250us`, `2s`, `0`.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -248,7 +251,7 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// `100mbit`, `1gbit`, `10kbit`, `9600bit` (bits per second), or `12mbps` (bytes per
 /// second, as tc reads it). At least 1 kbit/s.
-pub(crate) fn parse_rate(text: &str) -> Result<u64, String> {
+pub fn parse_rate(text: &str) -> Result<u64, String> {
     let lower = text.trim().to_ascii_lowercase();
     let split = lower
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))

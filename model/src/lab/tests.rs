@@ -1,21 +1,8 @@
 use super::*;
 
-const DEMO: &str = "\
-name: demo
-nodes: [node-a, node-b]
-pods:
-  r1: {node: node-a}
-  r2: {node: node-a}
-  r3: {node: node-b}
-links:
-  - endpoints: [r1:eth1, r2:eth1]
-  - endpoints: [r1:eth2, r3:eth1]
-    uid: 7
-    ips: [192.0.2.1/30, 192.0.2.2/30]
-    mtu: 9000
-    carrier: datagram
-  - endpoints: [r2:eth2, r3:eth2]
-";
+/// A small lab: two nodes, three pods, a same-node and two cross-node links. The lab's
+/// own tests read it too.
+const DEMO: &str = include_str!("../../tests/fixtures/demo-lab.yaml");
 
 /// Parses `DEMO` with `from` replaced by `to` and returns the refusal.
 fn refused(from: &str, to: &str) -> LabFileError {
@@ -37,28 +24,6 @@ fn the_demo_lab_parses_and_links_without_uid_get_the_smallest_free_ones() {
         lab.links[1].ips.as_ref().unwrap()[0],
         "192.0.2.1/30".to_string()
     );
-}
-
-#[test]
-fn the_topologies_are_one_per_pod_and_describe_each_wire_from_both_ends() {
-    let lab = parse(DEMO, None).unwrap();
-    let objects = topologies(&lab);
-    let names: Vec<&str> = objects.iter().map(|t| t.metadata.name.as_str()).collect();
-    assert_eq!(names, ["r1", "r2", "r3"]);
-    assert!(objects.iter().all(|t| t.metadata.namespace == "demo"));
-    topology::check_together(&objects).unwrap();
-    let r3 = &objects[2];
-    let link = r3.link(7).unwrap();
-    assert_eq!(
-        (link.peer_pod.as_str(), link.local_intf.as_str()),
-        ("r1", "eth1")
-    );
-    assert_eq!(link.local_ip.as_deref(), Some("192.0.2.2/30"));
-    assert_eq!(link.peer_ip.as_deref(), Some("192.0.2.1/30"));
-    assert_eq!(link.carrier.as_deref(), Some("datagram"));
-    // The same objects, as JSON, are what `xwirectl topology apply` takes.
-    let json = serde_json::to_string(&objects).unwrap();
-    assert_eq!(topology::parse(&json).unwrap(), objects);
 }
 
 #[test]
@@ -168,13 +133,6 @@ fn other_mistakes_are_refused_with_their_place() {
         .collect();
     let e = parse(&format!("name: x\nnodes: [a]\npods:\n{pods}"), None).unwrap_err();
     assert!(e.message.contains("at most 20000"), "{e}");
-}
-
-#[test]
-fn a_file_larger_than_a_lab_file_may_be_is_refused_unread() {
-    // /dev/zero never ends: reading it whole would fill memory.
-    let e = read(std::path::Path::new("/dev/zero")).unwrap_err();
-    assert!(e.to_string().contains("the most a lab file may be"), "{e}");
 }
 
 #[test]
