@@ -8,12 +8,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use xwire_fastpath::Endpoint;
 
 use crate::lossfree::{Criteria, Search};
 use crate::stats::Report;
 use crate::traffic::{check_size, open, receive_drops, Generator, PortOptions, Received, Traffic};
+
+pub use xwire_model::bench_report::DirectionFigure;
 
 /// One end of the wire: an interface, and the network namespace it is in.
 #[derive(Debug, Clone)]
@@ -233,33 +235,6 @@ impl LossFree {
             })
             .collect()
     }
-}
-
-/// A direction's figures: the loss-free rate with the latency at it, and what full offered
-/// load gave. `xwire-pktgen lossfree --json` prints them; `xwirectl lab bench` reads them.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct DirectionFigure {
-    /// "a->b" or "b->a".
-    pub direction: String,
-    /// Measured while the other direction carried the same rate.
-    pub at_once: bool,
-    pub frame_bytes: usize,
-    /// The highest offered rate with loss at or below the criteria's (0: none passed).
-    pub lossfree_pps: f64,
-    /// The same, in Gbit/s of frame bytes.
-    pub lossfree_gbps: f64,
-    /// Latency percentiles of the passing trial at the loss-free rate.
-    pub p50_us: Option<f64>,
-    pub p99_us: Option<f64>,
-    pub trials: usize,
-    pub peak_offered_pps: f64,
-    pub peak_delivered_pps: f64,
-    pub peak_gbps: f64,
-    pub peak_loss_ratio: f64,
-    /// Of what the full-rate trial lost, the frames the receiving end's own socket
-    /// dropped: the measuring end fell behind, not the wire (0 from older reports).
-    #[serde(default)]
-    pub peak_sink_dropped: u64,
 }
 
 fn gbps(pps: f64, frame_bytes: usize) -> f64 {

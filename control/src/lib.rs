@@ -17,7 +17,6 @@ pub mod metrics_server;
 pub mod netns_mount;
 pub use xwire_netns as netns;
 pub mod node;
-pub mod private_file;
 pub mod routing;
 pub mod signer;
 pub(crate) mod step_times;

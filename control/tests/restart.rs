@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 use support::{call, eventually, Node, Pod, TempDir};
 use xwire_control::store::{EmbeddedStore, EndKey, WireState, WireStore};
-use xwire_proto::local::{Request, Response};
+use xwire_proto::local::{Request, Response, TopologyQuery};
 use xwire_proto::WireId;
 use xwire_testbed::Flow;
 
@@ -466,6 +466,36 @@ fn a_link_added_while_its_daemon_is_down_is_joined_when_it_returns() {
     support::apply_offline(lab.node("n2"), &file);
     lab.node_mut("n2").restart();
     lab.converged_with_new_link(&links, &flows);
+}
+
+#[test]
+fn a_store_a_running_daemon_holds_is_not_written_behind_its_back() {
+    let lab = Lab::up(LINKS, &[]);
+    let mut links = LINKS.to_vec();
+    links.push((6, "r2", "eth3", "r4", "eth3"));
+    let names: Vec<&str> = PODS.iter().map(|(p, _)| *p).collect();
+    let file = lab.node("n2").dir.0.join("topology.yaml");
+    std::fs::write(&file, topology(&names, &links)).unwrap();
+    // `xwirectl` has the daemon's binary write the store, which the running daemon holds.
+    let out = support::try_apply_offline(lab.node("n2"), &file);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("is its daemon still running?"), "{said}");
+    let query = TopologyQuery {
+        namespace: None,
+        name: Some("r2".into()),
+    };
+    let Ok(Response::Topologies { objects }) = lab.node("n2").ask(&Request::TopologyGet(query))
+    else {
+        panic!("n2 does not answer with its topologies");
+    };
+    let uids: Vec<&Value> = objects[0]["spec"]["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|link| &link["uid"])
+        .collect();
+    assert!(!uids.contains(&&Value::from(6)), "{uids:?}");
 }
 
 #[test]

@@ -12,8 +12,6 @@ pub mod counters;
 pub mod endpoint;
 pub mod impairment;
 pub mod link_table;
-#[cfg(feature = "logs")]
-pub mod logs;
 mod packet_port;
 pub mod peer;
 mod peer_control;

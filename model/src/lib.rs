@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bench_report;
 pub mod config;
 pub mod impairment;
 pub mod lab;

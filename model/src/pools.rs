@@ -7,6 +7,9 @@ use std::net::{IpAddr, SocketAddr};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+/// Where a gateway's tunnel listens unless its configuration says otherwise.
+pub const DEFAULT_GATEWAY_PORT: u16 = 7480;
+
 /// The overhead of the tunnel on the WAN, a DATAGRAM frame in a QUIC short-header packet
 /// in UDP over IPv6 (the larger of the two IP headers), with room to spare: the tunnel's
 /// MTU is the WAN's less this.

@@ -1,5 +1,6 @@
 //! The fast-path worker's settings by default, here so that the daemon's configuration and
-//! the worker (and the perf scenarios, which run workers directly) share one set.
+//! the worker (and the perf scenarios, which run workers directly) share one set; and the
+//! one limit of the kernel's that the lab sizes its measurements by.
 
 use std::time::Duration;
 
@@ -18,3 +19,8 @@ pub const DEFAULT_FRAMES_PER_PORT: usize = 4096;
 pub const DEFAULT_MIN_FRAMES_PER_PORT: usize = 128;
 pub const DEFAULT_RESTING_FRAMES_PER_WORKER: usize = 16_384;
 pub const DEFAULT_SHRINK_AFTER: Duration = Duration::from_secs(30);
+
+/// The largest frame native XDP on a veth takes: a 4 KiB page less XDP's headroom
+/// (258 bytes) and the skb's shared info (320 bytes), as the kernel's veth driver computes
+/// its XDP MTU limit. Larger frames (jumbo MTUs) need generic mode.
+pub const NATIVE_MAX_FRAME: usize = 4096 - 258 - 320;

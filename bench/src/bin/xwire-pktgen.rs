@@ -221,7 +221,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn dispatch() -> Result<()> {
-    xwire_fastpath::logs::init("warn");
+    xwire_logs::init("warn");
     match Cli::parse().command {
         Mode::Run(args) => run(args),
         Mode::Lossfree(args) => lossfree(args),

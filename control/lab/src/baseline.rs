@@ -10,7 +10,7 @@
 //! deleted first if a killed bench left them.
 
 use anyhow::{bail, Result};
-use xwire_control::interfaces::{create_veth, EndSettings};
+use xwire_netns::links::{create_veth, EndSettings};
 
 use super::file::Lab;
 use super::namespaces;

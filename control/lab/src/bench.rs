@@ -56,7 +56,7 @@ pub struct PktgenReport {
 }
 
 /// What `xwire-pktgen lossfree --json` reports for one direction.
-pub(crate) type DirectionBench = xwire_bench::trial::DirectionFigure;
+pub(crate) type DirectionBench = xwire_model::bench_report::DirectionFigure;
 
 #[derive(Debug, Deserialize)]
 struct LossfreeReport {
@@ -188,7 +188,7 @@ fn measure(
 ) -> Result<(Vec<DirectionBench>, PktgenReport)> {
     // Native XDP on a veth refuses a peer whose MTU is above about 3.5 KB (and leaves
     // the socket half-made when it does): such interfaces go straight to generic mode.
-    let generic = mtu as usize + 14 > xwire_fastpath::NATIVE_MAX_FRAME;
+    let generic = mtu as usize + 14 > xwire_model::worker_defaults::NATIVE_MAX_FRAME;
     let pktgen_command = |mode: &str| {
         let mut command = Command::new(pktgen);
         command.env(super::paths::LAB_ENV, &paths.name).arg(mode);

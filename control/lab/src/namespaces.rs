@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use xwire_netns::named;
 
-use xwire_control::netns::NetnsFd;
+use xwire_netns::NetnsFd;
 
 pub(crate) fn netns_path(name: &str) -> PathBuf {
     named::path(name)

@@ -7,7 +7,7 @@ use anyhow::Result;
 use futures::TryStreamExt;
 use netlink_packet_route::address::{AddressAttribute, AddressFlags};
 use netlink_packet_route::link::{InfoBridge, InfoData, LinkAttribute, LinkMessage};
-use xwire_control::netns::NetnsFd;
+use xwire_netns::NetnsFd;
 
 /// The link named `name`, if there is one.
 pub(crate) async fn link_named(

@@ -13,8 +13,8 @@ use std::net::IpAddr;
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
-use xwire_control::interfaces::{create_veth, EndSettings};
-use xwire_control::netns::NetnsFd;
+use xwire_netns::links::{create_veth, EndSettings};
+use xwire_netns::NetnsFd;
 
 use super::file::{Lab, LabPool};
 use super::namespaces;
@@ -22,10 +22,11 @@ use super::netdev::{add_route, attach, make_bridge};
 use super::paths::{self, LabPaths, UNDERLAY_MTU};
 
 /// Where a gateway's tunnel listens.
-pub(crate) const GATEWAY_PORT: u16 = xwire_gateway::DEFAULT_PORT;
+pub(crate) const GATEWAY_PORT: u16 = xwire_model::pools::DEFAULT_GATEWAY_PORT;
 /// What the nodes of a lab with pools give their QUIC packets: the tunnel between pools
 /// carries packets of the WAN's MTU less its overhead.
-pub(crate) const POOLED_UNDERLAY_MTU: u32 = UNDERLAY_MTU - xwire_gateway::TUNNEL_OVERHEAD as u32;
+pub(crate) const POOLED_UNDERLAY_MTU: u32 =
+    UNDERLAY_MTU - xwire_model::pools::TUNNEL_OVERHEAD as u32;
 const WAN_BRIDGE: &str = "wan";
 const WAN_PREFIX: u8 = 16;
 

@@ -47,7 +47,7 @@ impl Binaries {
 
 /// The program `name`: in `$XWIRE_LAB_BIN_DIR` when it is set, else next to the running
 /// `xwirectl`, else on PATH.
-pub(crate) fn find_binary(name: &str) -> Result<PathBuf> {
+pub fn find_binary(name: &str) -> Result<PathBuf> {
     let exe = match std::env::var_os(BIN_DIR_VARIABLE) {
         Some(dir) => PathBuf::from(dir).join("xwirectl"),
         None => std::env::current_exe().context("where is xwirectl")?,
@@ -290,7 +290,7 @@ fn write_node_files(lab: &Lab, paths: &LabPaths) -> Result<()> {
         let identity = ca.issue(node)?;
         std::fs::write(certs.join(format!("{node}.pem")), &identity.cert_pem)?;
         let key = certs.join(format!("{node}.key"));
-        xwire_control::private_file::write_private(&key, identity.key_pem.as_bytes())?;
+        xwire_pki::write_private(&key, identity.key_pem.as_bytes())?;
         std::fs::create_dir_all(paths.node_dir(node))?;
         let mut config = format!(
             "node_name = \"{node}\"\n\

@@ -6,13 +6,17 @@
 //! * [`named`]: namespaces made, listed and removed by name under /run/netns, as
 //!   `ip netns` does, so that `ip netns exec`, CNI runtimes and people can use them too;
 //! * [`offload`]: an interface's offloads, which netlink cannot set (run it inside the
-//!   namespace, with `NetnsFd::run`).
+//!   namespace, with `NetnsFd::run`);
+//! * [`links`] (with the `netlink` feature): veth pairs across two namespaces, and an
+//!   interface's settings, as the daemon and the lab make them.
 //!
 //! Unsafe code: asking the kernel what a namespace descriptor is (`NS_GET_NSTYPE`,
 //! `handle.rs`). The ethtool ioctl of `offload.rs` is `xwire-ethtool`'s.
 
 mod enter;
 mod handle;
+#[cfg(feature = "netlink")]
+pub mod links;
 pub mod named;
 pub mod offload;
 

@@ -49,7 +49,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> anyhow::Result<()> {
-    xwire_fastpath::logs::init("info");
+    xwire_logs::init("info");
     let args = Args::parse();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

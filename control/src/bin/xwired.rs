@@ -29,6 +29,15 @@ struct Args {
     /// host IP with the port).
     #[arg(long, env = "XWIRE_NODE_ADDRESS")]
     node_address: Option<std::net::SocketAddr>,
+    /// Instead of running: store the Topology objects of this file (a JSON array; `-`:
+    /// standard input) in the store of `--state-dir`, for a node whose daemon is down,
+    /// and exit. Its next start joins the links. What `xwirectl topology apply
+    /// --state-dir` runs: the daemon alone opens its store.
+    #[arg(long, value_name = "FILE", requires = "state_dir")]
+    store_topologies: Option<PathBuf>,
+    /// The state directory whose store `--store-topologies` writes to.
+    #[arg(long, value_name = "DIR", requires = "store_topologies")]
+    state_dir: Option<PathBuf>,
 }
 
 /// An error is one line on standard error and exit status 1, whatever RUST_BACKTRACE
@@ -46,8 +55,11 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> anyhow::Result<()> {
-    xwire_fastpath::logs::init("info");
+    xwire_logs::init("info");
     let args = Args::parse();
+    if let (Some(file), Some(dir)) = (&args.store_topologies, &args.state_dir) {
+        return store_topologies(file, dir);
+    }
     let mut config = match args.config {
         Some(path) => config::load(&path)?,
         None if std::path::Path::new(DEFAULT_CONFIG).exists() => {
@@ -187,6 +199,32 @@ async fn stop_signal() {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
+}
+
+/// `--store-topologies`: the objects of `file`, checked against those stored, written
+/// into the embedded store in `state_dir`, which no daemon may hold.
+fn store_topologies(file: &std::path::Path, state_dir: &std::path::Path) -> anyhow::Result<()> {
+    use std::io::Read;
+    use xwire_control::store::{EmbeddedStore, TopologySource};
+    let text = if file == std::path::Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text)?;
+        text
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+    };
+    let objects: Vec<serde_json::Value> = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a JSON array of objects", file.display()))?;
+    let store = EmbeddedStore::open_existing(state_dir)
+        .context("the store (is its daemon still running?)")?;
+    let stored = store.topologies()?;
+    let incoming = xwire_model::topology::check_apply(objects, &stored)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    store.put_topologies(&incoming)?;
+    for t in &incoming {
+        println!("topology/{} stored in {}", t.key(), store.path().display());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -149,17 +149,22 @@ pub fn two_nodes_configured(certs: &TempDir, extra: &str) -> (Node, Node) {
 /// Stores Topology objects (a file of YAML or JSON) straight into a stopped node's store,
 /// with `xwirectl topology apply --state-dir`.
 pub fn apply_offline(node: &Node, file: &std::path::Path) {
-    let out = Command::new(xwirectl_bin())
-        .args(["topology", "apply", "--state-dir"])
-        .arg(node.dir.0.join("state"))
-        .arg(file)
-        .output()
-        .unwrap();
+    let out = try_apply_offline(node, file);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// What `xwirectl topology apply --state-dir` into `node`'s store says and does.
+pub fn try_apply_offline(node: &Node, file: &std::path::Path) -> std::process::Output {
+    Command::new(xwirectl_bin())
+        .args(["topology", "apply", "--state-dir"])
+        .arg(node.dir.0.join("state"))
+        .arg(file)
+        .output()
+        .unwrap()
 }
 
 /// Builds the libcni runner in `tests/cnitool` (from Debian's libcni source) into `dir`.

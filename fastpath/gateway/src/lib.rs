@@ -22,7 +22,7 @@ use xwire_pki::NodeIdentity;
 
 pub use probe::GatewayProbe;
 pub use tls::{IDLE_TIMEOUT_MS, KEEP_ALIVE};
-pub use xwire_model::pools::{GatewaySpec, PoolSpec, Pools, TUNNEL_OVERHEAD};
+pub use xwire_model::pools::{GatewaySpec, PoolSpec, Pools, DEFAULT_GATEWAY_PORT, TUNNEL_OVERHEAD};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -47,9 +47,6 @@ pub struct GatewayConfig {
     /// The MTU of the network between the gateways.
     pub wan_mtu: u16,
 }
-
-/// Where a gateway's tunnel listens unless its configuration says otherwise.
-pub const DEFAULT_PORT: u16 = 7480;
 
 /// Packets counted, and every drop by reason.
 #[derive(Debug, Default)]

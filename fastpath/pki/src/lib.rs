@@ -9,6 +9,7 @@
 #[cfg(feature = "ca")]
 mod ca;
 mod identity;
+mod key_file;
 #[cfg(feature = "ca")]
 mod request;
 #[cfg(feature = "tls")]
@@ -17,6 +18,7 @@ pub mod tls;
 #[cfg(feature = "ca")]
 pub use ca::ClusterCa;
 pub use identity::NodeIdentity;
+pub use key_file::write_private;
 #[cfg(feature = "ca")]
 pub use request::{NodeRequest, MAX_VALIDITY};
 

@@ -27,7 +27,4 @@ impl XdpMode {
     }
 }
 
-/// The largest frame native XDP on a veth takes: a 4 KiB page less XDP's headroom
-/// (258 bytes) and the skb's shared info (320 bytes), as the kernel's veth driver computes
-/// its XDP MTU limit. Larger frames (jumbo MTUs) need generic mode.
-pub const NATIVE_MAX_FRAME: usize = 4096 - 258 - 320;
+pub use xwire_model::worker_defaults::NATIVE_MAX_FRAME;

@@ -367,7 +367,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<()> {
-    xwire_fastpath::logs::init("warn");
+    xwire_logs::init("warn");
     match Cli::parse().scenario {
         Scenario::Dut {
             ports,

@@ -5,17 +5,16 @@
 mod lab;
 mod wires;
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
 use xwire_api_client as api_client;
-use xwire_control::private_file::write_private;
-use xwire_control::store::{EmbeddedStore, TopologySource};
 use xwire_model::config::DEFAULT_API_SOCKET;
 use xwire_model::topology;
+use xwire_pki::write_private;
 use xwire_pki::ClusterCa;
 use xwire_proto::local::{Request, Response, TopologyApply, TopologyQuery};
 
@@ -187,7 +186,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> anyhow::Result<std::process::ExitCode> {
-    xwire_fastpath::logs::init("warn");
+    xwire_logs::init("warn");
     let args = Args::parse();
     let prints_only = match &args.command {
         Command::Lab { command } => lab::prints_only(command),
@@ -314,6 +313,38 @@ fn node_command(socket: &Path, command: NodeCommand) -> anyhow::Result<()> {
     }
 }
 
+/// `topology apply --state-dir`: the daemon's binary writes the objects into the stopped
+/// node's store (`xwired --store-topologies`), so that `xwirectl` links no store.
+fn store_with_daemon(
+    state_dir: &Path,
+    file: &Path,
+    objects: &[serde_json::Value],
+) -> anyhow::Result<()> {
+    let xwired = xwire_lab::up::find_binary("xwired")?;
+    let mut child = std::process::Command::new(&xwired)
+        .arg("--state-dir")
+        .arg(state_dir)
+        .args(["--store-topologies", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", xwired.display()))?;
+    let input = serde_json::to_vec(objects)?;
+    child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(&input)?;
+    let status = child.wait()?;
+    if !status.success() {
+        bail!(
+            "{} could not store the objects of {} ({status})",
+            xwired.display(),
+            file.display()
+        );
+    }
+    Ok(())
+}
+
 fn topology_command(socket: &Path, command: TopologyCommand) -> anyhow::Result<()> {
     match command {
         TopologyCommand::Apply {
@@ -339,21 +370,12 @@ fn topology_command(socket: &Path, command: TopologyCommand) -> anyhow::Result<(
             for other in &others {
                 eprintln!("xwirectl: skipped {other}: not a Topology object (kubectl applies it in a cluster)");
             }
-            let objects = objects
+            let objects: Vec<serde_json::Value> = objects
                 .iter()
                 .map(serde_json::to_value)
                 .collect::<Result<_, _>>()?;
             if let Some(dir) = state_dir {
-                let store = EmbeddedStore::open_existing(&dir)
-                    .with_context(|| "the store (is its daemon still running?)".to_string())?;
-                let stored = store.topologies()?;
-                let incoming = topology::check_apply(objects, &stored)
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-                store.put_topologies(&incoming)?;
-                for t in &incoming {
-                    println!("topology/{} stored in {}", t.key(), store.path().display());
-                }
-                return Ok(());
+                return store_with_daemon(&dir, &file, &objects);
             }
             // A list over what one call takes goes in pieces, each applied as it comes.
             for piece in TopologyApply::in_pieces(objects) {

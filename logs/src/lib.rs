@@ -3,10 +3,12 @@
 //! `XWIRE_LOG`, or else `RUST_LOG`, in `tracing-subscriber`'s filter syntax (`debug`,
 //! `xwire_fastpath=trace,info`, ...). Without either, `default` applies.
 
+#![forbid(unsafe_code)]
+
 use tracing_subscriber::EnvFilter;
 
 /// The variables read, the first one set wins.
-pub(crate) const FILTER_VARIABLES: [&str; 2] = ["XWIRE_LOG", "RUST_LOG"];
+const FILTER_VARIABLES: [&str; 2] = ["XWIRE_LOG", "RUST_LOG"];
 
 /// Installs the subscriber. A filter that does not parse is reported on standard error
 /// and `default` is used instead: a typo in a variable must not silence the logs.
@@ -27,7 +29,7 @@ pub fn init(default: &str) {
 
 /// Colour only on a terminal, and not when `NO_COLOR` is set to anything but the empty
 /// string (no-color.org).
-pub(crate) fn colour_wanted(to_terminal: bool) -> bool {
+fn colour_wanted(to_terminal: bool) -> bool {
     to_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
