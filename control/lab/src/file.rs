@@ -46,7 +46,7 @@ mod tests {
     use xwire_model::topology;
 
     /// The model's demo lab (`xwire_model::lab`'s tests).
-    const DEMO: &str = include_str!("../../../model/tests/fixtures/demo-lab.yaml");
+    const DEMO: &str = include_str!("../../model/tests/fixtures/demo-lab.yaml");
 
     #[test]
     fn the_topologies_are_one_per_pod_and_describe_each_wire_from_both_ends() {

@@ -579,8 +579,7 @@ spec:
     }
 
     /// As KNE writes them: one object per lab node, uids from 0, empty addresses.
-    const KNE_AS_WRITTEN: &str =
-        include_str!("../../control/tests/fixtures/kne/three-routers.yaml");
+    const KNE_AS_WRITTEN: &str = include_str!("../../tests/fixtures/kne/three-routers.yaml");
 
     #[test]
     fn kne_objects_with_empty_addresses_are_links_without_addresses() {
