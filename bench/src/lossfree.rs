@@ -225,6 +225,12 @@ impl<T> Search<T> {
         })
     }
 
+    /// The lowest rate that failed, if any did: where a search that found nothing gave
+    /// up, so that a report can say "below this" rather than "nothing".
+    pub fn lowest_failure(&self) -> Option<u64> {
+        (self.failed != u64::MAX).then_some(self.failed)
+    }
+
     /// Trials run after the full-rate one: short ones, tries again and confirmations.
     pub fn trials(&self) -> usize {
         self.trials + self.confirmations
@@ -317,6 +323,23 @@ mod tests {
         assert!(rates[1] < rates[0] && rates[2] < rates[1], "{rates:?}");
         let found = found.expect("a rate passes");
         assert!((70_000..=100_100).contains(&found), "{found}");
+    }
+
+    #[test]
+    fn a_search_that_finds_nothing_says_the_lowest_rate_it_tried() {
+        // Every confirmation fails: the short trials pass, the long ones lose 1%.
+        let mut search = Search::from_peak(1e6, 9e5, 0.1, (), Criteria::default());
+        let mut lowest = u64::MAX;
+        while let Some(step) = search.next_step() {
+            assert!(search.trials() < 100, "the search does not end");
+            lowest = lowest.min(step.rate);
+            search.record(step, if step.confirm { 0.01 } else { 0.0 }, ());
+        }
+        assert_eq!(search.lowest_failure(), Some(lowest));
+        assert!(search.finish().is_none());
+        // A full-rate trial within the budget failed nowhere.
+        let clean = Search::from_peak(1e6, 1e6, 0.0, (), Criteria::default());
+        assert_eq!(clean.lowest_failure(), None);
     }
 
     #[test]

@@ -166,6 +166,7 @@ impl Wire {
             search.record(step, loss, reports);
         }
         let trials = search.trials() + 1;
+        let lowest_failed_pps = search.lowest_failure();
         let at_rate = search.finish().map(|(_, reports)| reports);
         // The rate the generator reached, not the one asked of it: a generator that
         // shares its CPU may fall short of a paced rate, and a pass at a rate that was
@@ -183,6 +184,7 @@ impl Wire {
             trials,
             peak,
             rate_pps: rate_pps.round() as u64,
+            lowest_failed_pps,
             at_rate,
         })
     }
@@ -205,6 +207,8 @@ pub struct LossFree {
     /// The highest rate (per direction) offered by a passing trial, as the generator
     /// reached it; 0 when no trial passed.
     pub rate_pps: u64,
+    /// The lowest rate asked for that failed (none when the full rate passed).
+    pub lowest_failed_pps: Option<u64>,
     /// The passing trial at that rate (its latency is the latency at the loss-free rate).
     pub at_rate: Option<TrialReports>,
 }
@@ -223,6 +227,7 @@ impl LossFree {
                     frame_bytes: peak.frame_bytes,
                     lossfree_pps: self.rate_pps as f64,
                     lossfree_gbps: gbps(self.rate_pps as f64, peak.frame_bytes),
+                    lowest_failed_pps: self.lowest_failed_pps.map(|rate| rate as f64),
                     p50_us: at_rate.map(|r| r.p50_us),
                     p99_us: at_rate.map(|r| r.p99_us),
                     trials: self.trials,

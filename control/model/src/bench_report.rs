@@ -16,6 +16,10 @@ pub struct DirectionFigure {
     pub lossfree_pps: f64,
     /// The same, in Gbit/s of frame bytes.
     pub lossfree_gbps: f64,
+    /// The lowest rate the search asked for that failed: with `lossfree_pps` 0, what the
+    /// loss-free rate is below (none from older reports, or when the full rate passed).
+    #[serde(default)]
+    pub lowest_failed_pps: Option<f64>,
     /// Latency percentiles of the passing trial at the loss-free rate.
     pub p50_us: Option<f64>,
     pub p99_us: Option<f64>,
