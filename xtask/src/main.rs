@@ -96,23 +96,71 @@ fn cargo() -> Command {
 
 /// The fuzz targets are crates of their own, outside the workspace (cargo-fuzz builds them
 /// apart, with sanitizers), so the workspace's build never sees them: one of them had
-/// stopped compiling after a signature it calls changed. Each fuzz crate the repository
-/// holds is checked here, all in one target directory of their own.
+/// stopped compiling after a signature it calls changed. Each fuzz crate (a `fuzz/`
+/// folder with a Cargo.toml, in a crate's folder) is checked here, all in one target
+/// directory of their own. Found by walking the tree, not by asking git: CI's checkout
+/// need not be a repository.
 fn check_fuzz_targets() -> Result<()> {
-    let listed = Command::new("git")
-        .args(["ls-files", "--", "*fuzz/Cargo.toml"])
-        .output()?;
-    if !listed.status.success() {
-        bail!("git ls-files: {}", String::from_utf8_lossy(&listed.stderr));
+    let mut manifests = Vec::new();
+    find_fuzz_crates(std::path::Path::new("."), 3, &mut manifests)?;
+    if manifests.is_empty() {
+        bail!("no fuzz crate found (a fuzz/Cargo.toml within three folders of the top)");
     }
-    let manifests = String::from_utf8(listed.stdout)?;
-    if manifests.lines().count() == 0 {
-        bail!("git ls-files found no fuzz crate");
-    }
-    for manifest in manifests.lines() {
+    manifests.sort();
+    for manifest in manifests {
         run(cargo()
-            .args(["check", "--bins", "--manifest-path", manifest])
+            .args(["check", "--bins", "--manifest-path"])
+            .arg(&manifest)
             .env("CARGO_TARGET_DIR", "target/fuzz-check"))?;
     }
     Ok(())
+}
+
+/// Adds `fuzz/Cargo.toml` of `dir` and of its folders, `depth` levels down, to `found`;
+/// build output and hidden folders are not looked into.
+fn find_fuzz_crates(
+    dir: &std::path::Path,
+    depth: usize,
+    found: &mut Vec<std::path::PathBuf>,
+) -> Result<()> {
+    let manifest = dir.join("fuzz/Cargo.toml");
+    if manifest.is_file() {
+        found.push(manifest);
+    }
+    if depth == 0 {
+        return Ok(());
+    }
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !entry.file_type()?.is_dir() || name.starts_with('.') || name == "target" {
+            continue;
+        }
+        find_fuzz_crates(&entry.path(), depth - 1, found)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    /// Tests run in xtask's folder: the repository is its parent.
+    #[test]
+    fn every_fuzz_crate_of_the_repository_is_found() {
+        let mut found = Vec::new();
+        super::find_fuzz_crates(Path::new(".."), 3, &mut found).unwrap();
+        found.sort();
+        let expected: Vec<PathBuf> = [
+            "../cni/fuzz/Cargo.toml",
+            "../control/lab/fuzz/Cargo.toml",
+            "../control/model/fuzz/Cargo.toml",
+            "../wire-proto/fuzz/Cargo.toml",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(found, expected);
+    }
 }
