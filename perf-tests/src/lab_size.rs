@@ -85,7 +85,7 @@ pub fn run(xwirectl: &Path, pods: usize, nodes: usize) -> Result<Report> {
     let file: PathBuf = dir.join(format!("{name}.yaml"));
     let (text, links) = lab_file(&name, pods, nodes);
     std::fs::write(&file, text)?;
-    let lab = |args: &[&str]| -> Result<()> {
+    let lab = |args: &[&str]| -> Result<String> {
         let out = Command::new(xwirectl)
             .arg("lab")
             .args(args)
@@ -99,12 +99,21 @@ pub fn run(xwirectl: &Path, pods: usize, nodes: usize) -> Result<Report> {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     };
     let started = Instant::now();
     let up = lab(&["up", file.to_str().context("a path in UTF-8")?]);
     let up_s = started.elapsed().as_secs_f64();
-    let measured = up.and_then(|()| {
+    // Where `lab up` says its time went (namespaces, management network, daemons, CNI
+    // ADDs, wires): what to look at when a size is slow.
+    if let Some(phases) = up
+        .as_deref()
+        .ok()
+        .and_then(|said| said.lines().find(|line| line.starts_with("up in ")))
+    {
+        eprintln!("lab-size: {pods} pods: {phases}");
+    }
+    let measured = up.and_then(|_| {
         lab(&["status", "--lab", &name, "--check", "--json"])?;
         memory_of(&name)
     });
