@@ -21,7 +21,7 @@ pub(crate) enum PeerChange {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LabelledPools {
     pub member_of: String,
-    pub pools: Vec<xwire_gateway::PoolSpec>,
+    pub pools: Vec<xwire_model::pools::PoolSpec>,
 }
 
 /// What changed in the node's peers and pools since the node last asked.

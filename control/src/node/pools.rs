@@ -8,7 +8,8 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
-use xwire_gateway::{Gateway, GatewayConfig, GatewayProbe, Pools};
+use xwire_gateway::{Gateway, GatewayConfig, GatewayProbe};
+use xwire_model::pools::{GatewaySpec, Pools};
 
 use super::Node;
 use crate::config::{DaemonConfig, PoolsConfig};
@@ -88,7 +89,7 @@ impl PoolRole {
     /// The gateway this node's routes should go through: none for a gateway (its own
     /// tunnel), else the first of the pool's that is up, or the first of all while none
     /// is (at a start, before any connection is up).
-    fn active_gateway(&self) -> Option<&xwire_gateway::GatewaySpec> {
+    fn active_gateway(&self) -> Option<&GatewaySpec> {
         let probe = self.probe.as_ref()?;
         let pool = &self.pools.all()[self.my_pool];
         pool.active_gateway(|name| probe.is_up(name))

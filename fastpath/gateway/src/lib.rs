@@ -18,11 +18,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use serde::Serialize;
+use xwire_model::pools::Pools;
 use xwire_pki::NodeIdentity;
 
 pub use probe::GatewayProbe;
 pub use tls::{IDLE_TIMEOUT_MS, KEEP_ALIVE};
-pub use xwire_model::pools::{GatewaySpec, PoolSpec, Pools, DEFAULT_GATEWAY_PORT, TUNNEL_OVERHEAD};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {

@@ -90,7 +90,7 @@ pub(super) fn watch_nodes(
                 Ok(watcher::Event::Init) | Ok(watcher::Event::InitApply(_))
             );
             if settled {
-                let pools = pools_from_nodes(&me, &seats, xwire_gateway::DEFAULT_GATEWAY_PORT);
+                let pools = pools_from_nodes(&me, &seats, xwire_model::pools::DEFAULT_GATEWAY_PORT);
                 if published.as_ref() != Some(&pools) {
                     published = Some(pools.clone());
                     *pools_change.lock().expect("not poisoned") = Some(pools);

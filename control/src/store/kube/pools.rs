@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
 use k8s_openapi::api::core::v1::Node as KubeNode;
-use xwire_gateway::{GatewaySpec, PoolSpec};
+use xwire_model::pools::{GatewaySpec, PoolSpec};
 
 use crate::membership::LabelledPools;
 
@@ -208,7 +208,7 @@ mod tests {
         assert_eq!(east.gateways[0].wan, "198.51.100.7:9000".parse().unwrap());
         assert_eq!(east.gateways[1].wan, "10.0.1.1:7480".parse().unwrap());
         assert!(found.pools[1].nat);
-        xwire_gateway::Pools::new(&found.pools).unwrap();
+        xwire_model::pools::Pools::new(&found.pools).unwrap();
     }
 
     #[test]
