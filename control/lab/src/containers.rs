@@ -12,7 +12,6 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use anyhow::{bail, Context, Result};
-
 use xwire_model::lab::LAB_LABEL;
 
 use super::file::{Container, Lab, PullPolicy};

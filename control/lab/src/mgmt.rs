@@ -22,10 +22,9 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context, Result};
 use futures::TryStreamExt;
 use netlink_packet_route::link::{InfoBridge, LinkAttribute};
+use xwire_model::lab::mgmt::{room, FIRST_POD_HOST};
 use xwire_netns::links::{create_veth, EndSettings, Ipv6};
 use xwire_netns::NetnsFd;
-
-use xwire_model::lab::mgmt::{room, FIRST_POD_HOST};
 
 use super::file::Lab;
 use super::namespaces;
