@@ -2,7 +2,8 @@
 //! image can be pulled, so the image is `FROM scratch` with the release binaries and the
 //! shared libraries they load (as `ldd` lists them, with the loader), laid out at the
 //! paths they are loaded from. Built with podman, then saved as an archive for
-//! `kind load image-archive`.
+//! `kind load image-archive`. `--debug` takes the debug binaries instead: the real-node
+//! tests use it, so that an image is made from what the suite just built, in seconds.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -48,25 +49,24 @@ fn place(root: &Path, from: &Path, at: &Path) -> Result<()> {
     Ok(())
 }
 
-pub fn image(save: Option<PathBuf>) -> Result<()> {
+pub fn image(save: Option<PathBuf>, debug: bool) -> Result<()> {
+    let (profile_args, profile_dir): (&[&str], _) = if debug {
+        (&[], "target/debug")
+    } else {
+        (&["--release"], "target/release")
+    };
     run(
-        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())).args([
-            "build",
-            "--release",
-            "-p",
-            "xwire-control",
-            "-p",
-            "xwire-cni",
-            "-p",
-            "xwire-lab",
-        ]),
+        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .arg("build")
+            .args(profile_args)
+            .args(["-p", "xwire-control", "-p", "xwire-cni", "-p", "xwire-lab"]),
     )?;
     let context = PathBuf::from("target/image");
     let _ = std::fs::remove_dir_all(&context);
     let root = context.join("rootfs");
     let mut libraries = BTreeSet::new();
     for name in BINARIES {
-        let binary = PathBuf::from("target/release").join(name);
+        let binary = PathBuf::from(profile_dir).join(name);
         place(&root, &binary, &Path::new("/usr/local/bin").join(name))?;
         libraries.extend(shared_libraries(&binary)?);
     }

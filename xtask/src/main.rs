@@ -1,5 +1,5 @@
 //! `cargo xtask demo` (the main job) and `cargo xtask test` (every check CI runs);
-//! `cargo xtask image [ARCHIVE]` builds the container image the DaemonSet runs;
+//! `cargo xtask image [--debug] [ARCHIVE]` builds the container image the DaemonSet runs;
 //! `cargo xtask docs [DIR]` writes the binaries' man pages and shell completions.
 //! Both install the Debian packages they need first when they run as root, and otherwise
 //! say what to install.
@@ -24,11 +24,16 @@ fn main() -> ExitCode {
     let result = match task.as_str() {
         "demo" => demo(),
         "test" => test(),
-        "image" => image::image(std::env::args().nth(2).map(Into::into)),
+        "image" => {
+            let rest: Vec<String> = std::env::args().skip(2).collect();
+            let debug = rest.iter().any(|a| a == "--debug");
+            let archive = rest.into_iter().find(|a| a != "--debug").map(Into::into);
+            image::image(archive, debug)
+        }
         "docs" => ensure_packages(Need::Build)
             .and_then(|()| docs::docs(std::env::args().nth(2).map(Into::into))),
         _ => {
-            eprintln!("usage: cargo xtask demo | test | image [ARCHIVE] | docs [DIR]");
+            eprintln!("usage: cargo xtask demo | test | image [--debug] [ARCHIVE] | docs [DIR]");
             return ExitCode::from(2);
         }
     };

@@ -67,6 +67,15 @@ fn run() -> anyhow::Result<()> {
             ca_secret: args.ca_secret.clone(),
             client,
         };
-        signer.run().await
+        // PID 1 of its container: without a handler, SIGTERM would be ignored and every
+        // deletion or roll of the Deployment would wait out the grace period.
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut terminate = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        tokio::select! {
+            result = signer.run() => result,
+            _ = terminate.recv() => Ok(()),
+            _ = interrupt.recv() => Ok(()),
+        }
     })
 }

@@ -24,6 +24,7 @@
 
 #[cfg(feature = "kube")]
 pub mod apiserver;
+pub mod assets;
 pub mod checks;
 pub mod cli;
 pub mod cluster;
@@ -34,6 +35,7 @@ mod names;
 mod netns;
 mod offload;
 mod raw;
+pub mod realnode;
 
 pub use error::Error;
 pub use flow::{Flow, FlowCounts};

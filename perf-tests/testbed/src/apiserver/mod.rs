@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::Client;
 
+use crate::assets::find;
 use crate::cluster::TempDir;
 use crate::ChildGuard;
 
@@ -33,32 +34,6 @@ pub struct ApiServer {
     pub port: u16,
     pub runtime: tokio::runtime::Runtime,
     pub client: Client,
-}
-
-/// The binary `name`, as envtest looks for it.
-fn find(name: &str) -> Result<PathBuf, String> {
-    if let Some(dir) = std::env::var_os("KUBEBUILDER_ASSETS") {
-        let path = Path::new(&dir).join(name);
-        if path.is_file() {
-            return Ok(path);
-        }
-    }
-    for dir in ["/usr/local/kubebuilder/bin"]
-        .into_iter()
-        .map(PathBuf::from)
-        .chain(std::env::split_paths(
-            &std::env::var_os("PATH").unwrap_or_default(),
-        ))
-    {
-        if dir.join(name).is_file() {
-            return Ok(dir.join(name));
-        }
-    }
-    Err(format!(
-        "no {name} in KUBEBUILDER_ASSETS, /usr/local/kubebuilder/bin or PATH (no package \
-         registry ships kube-apiserver; build it from Kubernetes source and point \
-         KUBEBUILDER_ASSETS at it)"
-    ))
 }
 
 fn free_port() -> u16 {
@@ -88,20 +63,7 @@ impl ApiServer {
         let (etcd_port, etcd_peer, port) = (free_port(), free_port(), free_port());
         let etcd_log = std::fs::File::create(d.join("etcd.log")).unwrap();
         let etcd = ChildGuard::spawn(
-            Command::new(etcd_bin)
-                .arg("--data-dir")
-                .arg(d.join("etcd"))
-                .arg(format!("--listen-client-urls=http://127.0.0.1:{etcd_port}"))
-                .arg(format!(
-                    "--advertise-client-urls=http://127.0.0.1:{etcd_port}"
-                ))
-                .arg(format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"))
-                .arg(format!(
-                    "--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"
-                ))
-                .arg(format!(
-                    "--initial-cluster=default=http://127.0.0.1:{etcd_peer}"
-                ))
+            crate::assets::etcd(&etcd_bin, &d.join("etcd"), etcd_port, etcd_peer)
                 .stdout(Stdio::null())
                 .stderr(etcd_log),
         )
