@@ -357,7 +357,12 @@ enum Scenario {
 fn main() -> std::process::ExitCode {
     // `cargo xtask docs`: man pages and completions (see the xwire-cli-docs crate).
     xwire_cli_docs::generate_if_asked(<Cli as clap::CommandFactory>::command);
-    match run() {
+    // Before any thread starts: a run stopped by `timeout` or Ctrl-C takes down its
+    // daemons, servers and namespaces.
+    xwire_perf::testbed::termination::clean_up_on_termination();
+    let result = run();
+    xwire_perf::testbed::termination::park_if_terminating();
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("xwire-perf: {e:#}");

@@ -34,8 +34,10 @@ mod link;
 mod names;
 mod netns;
 mod offload;
+pub mod processes;
 mod raw;
 pub mod realnode;
+pub mod termination;
 
 pub use error::Error;
 pub use flow::{Flow, FlowCounts};

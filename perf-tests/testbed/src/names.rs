@@ -35,6 +35,20 @@ pub(crate) fn namespace_owner(name: &str) -> Option<u32> {
     parts.next()?.parse().ok()
 }
 
+/// Removes the temporary directories (`cluster::TempDir`) that process `pid` made: they
+/// are named as its namespaces are.
+pub(crate) fn remove_temp_dirs_of(pid: u32) {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name.to_str().and_then(namespace_owner) == Some(pid) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

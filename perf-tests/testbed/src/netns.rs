@@ -188,15 +188,21 @@ impl Drop for Netns {
 /// Removes the namespaces of test processes that are gone (killed before their guards
 /// could run). The first `Netns::new` of every process calls this.
 pub fn sweep_stale_namespaces() {
+    remove_namespaces_where(|owner| !Path::new("/proc").join(owner.to_string()).exists());
+}
+
+/// Removes the namespaces process `pid` made (it is being taken down without its guards).
+pub(crate) fn remove_namespaces_of(pid: u32) {
+    remove_namespaces_where(|owner| owner == pid);
+}
+
+fn remove_namespaces_where(doomed: impl Fn(u32) -> bool) {
     let Ok(entries) = fs::read_dir(named::NETNS_DIR) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(namespace_owner) else {
-            continue;
-        };
-        if !Path::new("/proc").join(pid.to_string()).exists() {
+        if name.to_str().and_then(namespace_owner).is_some_and(&doomed) {
             named::remove(&entry.path());
         }
     }

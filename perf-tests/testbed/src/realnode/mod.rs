@@ -578,7 +578,7 @@ impl Drop for RealNode {
 
 /// The processes whose command name is `name`.
 pub fn processes_named(name: &str) -> Vec<u32> {
-    teardown::processes()
+    crate::processes::all()
         .into_iter()
         .filter(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))

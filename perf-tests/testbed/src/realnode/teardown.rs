@@ -6,33 +6,13 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-pub(super) fn processes() -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .map(|dir| {
-            dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
+use crate::processes;
 
 /// Kills every shim that serves the containerd at `socket`, and everything it started.
 pub fn kill_containers(socket: &Path) {
     let socket = socket.to_string_lossy().into_owned();
-    let all = processes();
-    let mut doomed: BTreeSet<u32> = all
-        .iter()
-        .copied()
+    let shims: BTreeSet<u32> = processes::all()
+        .into_iter()
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
                 let text = String::from_utf8_lossy(&cmdline);
@@ -40,33 +20,7 @@ pub fn kill_containers(socket: &Path) {
             })
         })
         .collect();
-    // Descendants, to a fixed point: a process whose parent is doomed is doomed.
-    loop {
-        let more: Vec<u32> = all
-            .iter()
-            .copied()
-            .filter(|pid| !doomed.contains(pid))
-            .filter(|pid| parent_of(*pid).is_some_and(|parent| doomed.contains(&parent)))
-            .collect();
-        if more.is_empty() {
-            break;
-        }
-        doomed.extend(more);
-    }
-    for pid in &doomed {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(*pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while doomed
-        .iter()
-        .any(|pid| Path::new(&format!("/proc/{pid}")).exists())
-        && std::time::Instant::now() < deadline
-    {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    processes::kill(&processes::with_descendants(shims));
 }
 
 /// Mount points at or under `dir`, deepest first.
