@@ -46,6 +46,9 @@ pub struct Report {
     pub links: usize,
     pub kubernetes: Run,
     pub embedded: Run,
+    /// The API server's requests during the Kubernetes bring-up, per pod, by verb and
+    /// resource, most first.
+    pub server_requests_by_kind: Vec<(String, f64)>,
 }
 
 /// Link i joins pod i (eth1) and pod i+1 (eth2), with 10.(100+i/250).(i%250).1/30
@@ -191,6 +194,7 @@ pub fn run(
     }
     let pod_list: Vec<Pod> = (0..pods).map(|i| Pod::new(&name(i, pods))).collect();
     let served = || server.requests_served().map_err(anyhow::Error::msg);
+    let by_kind_before = server.requests_by_kind().map_err(anyhow::Error::msg)?;
     let kubernetes = bring_up(
         binaries,
         &[&k1, &k2][..nodes],
@@ -198,6 +202,16 @@ pub fn run(
         callers,
         Some(&served),
     )?;
+    let by_kind = server.requests_by_kind().map_err(anyhow::Error::msg)?;
+    let mut server_requests_by_kind: Vec<(String, f64)> = by_kind
+        .into_iter()
+        .map(|(kind, n)| {
+            let before = by_kind_before.get(&kind).copied().unwrap_or(0);
+            (kind, n.saturating_sub(before) as f64 / pods as f64)
+        })
+        .filter(|(_, per_pod)| *per_pod > 0.0)
+        .collect();
+    server_requests_by_kind.sort_by(|a, b| b.1.total_cmp(&a.1));
     tear_down(binaries, &[&k1, &k2][..nodes], &pod_list);
     drop((k1, k2));
     drop(pod_list);
@@ -230,6 +244,7 @@ pub fn run(
         links: pods,
         kubernetes,
         embedded,
+        server_requests_by_kind,
     })
 }
 
@@ -265,5 +280,12 @@ pub fn print(report: &Report) {
     println!(
         "bring-up ratio, kubernetes to embedded: {:.2}x",
         report.kubernetes.bring_up_s / report.embedded.bring_up_s
+    );
+    let kinds: Vec<String> = (report.server_requests_by_kind.iter())
+        .map(|(kind, per_pod)| format!("{kind} {per_pod:.2}"))
+        .collect();
+    println!(
+        "the API server's requests per pod, by kind: {}",
+        kinds.join(", ")
     );
 }

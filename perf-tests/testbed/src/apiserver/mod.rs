@@ -350,14 +350,23 @@ impl ApiServer {
     /// `apiserver_request_total` on its metrics endpoint, read as the admin: that read
     /// is not counted in it until the next).
     pub fn requests_served(&self) -> Result<u64, String> {
+        self.metrics().map(|text| request_total(&text))
+    }
+
+    /// As `requests_served`, by verb and resource (`PATCH gwirekobjs/status`), from the
+    /// same counter's labels.
+    pub fn requests_by_kind(&self) -> Result<std::collections::BTreeMap<String, u64>, String> {
+        self.metrics().map(|text| requests_by_kind(&text))
+    }
+
+    /// The server's metrics endpoint, read as the admin.
+    fn metrics(&self) -> Result<String, String> {
         let request = http::Request::get("/metrics")
             .body(Vec::new())
             .map_err(|e| e.to_string())?;
-        let text = self
-            .runtime
+        self.runtime
             .block_on(self.client.request_text(request))
-            .map_err(|e| e.to_string())?;
-        Ok(request_total(&text))
+            .map_err(|e| e.to_string())
     }
 
     /// What the signer logged.
@@ -373,6 +382,38 @@ fn request_total(metrics: &str) -> u64 {
         .filter(|line| line.starts_with("apiserver_request_total{"))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
+}
+
+/// `apiserver_request_total`'s series summed by verb and resource (with its
+/// subresource).
+fn requests_by_kind(metrics: &str) -> std::collections::BTreeMap<String, u64> {
+    let mut kinds = std::collections::BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let Ok(count) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split("\",")
+                .find_map(|pair| pair.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_owned())
+                .unwrap_or_default()
+        };
+        let (verb, resource, sub) = (label("verb"), label("resource"), label("subresource"));
+        let what = match (resource.is_empty(), sub.is_empty()) {
+            (true, _) => format!("{verb} (no resource)"),
+            (false, true) => format!("{verb} {resource}"),
+            (false, false) => format!("{verb} {resource}/{sub}"),
+        };
+        *kinds.entry(what).or_insert(0) += count as u64;
+    }
+    kinds
 }
 
 fn kubeconfig(server: &str, token: &str) -> String {
@@ -412,5 +453,18 @@ mod tests {
             apiserver_request_total{code=\"201\",verb=\"POST\"} 3\n\
             apiserver_request_duration_seconds_count{verb=\"GET\"} 99\n";
         assert_eq!(super::request_total(metrics), 15);
+    }
+
+    #[test]
+    fn the_request_counter_is_summed_by_verb_and_resource() {
+        let metrics = "apiserver_request_total{code=\"200\",resource=\"gwirekobjs\",subresource=\"status\",verb=\"PATCH\"} 4\n\
+            apiserver_request_total{code=\"409\",resource=\"gwirekobjs\",subresource=\"status\",verb=\"PATCH\"} 1\n\
+            apiserver_request_total{code=\"200\",resource=\"topologies\",subresource=\"\",verb=\"GET\"} 2\n\
+            apiserver_request_total{code=\"200\",resource=\"\",subresource=\"\",verb=\"GET\"} 7\n";
+        let kinds = super::requests_by_kind(metrics);
+        assert_eq!(kinds["PATCH gwirekobjs/status"], 5);
+        assert_eq!(kinds["GET topologies"], 2);
+        assert_eq!(kinds["GET (no resource)"], 7);
+        assert_eq!(kinds.len(), 3);
     }
 }
