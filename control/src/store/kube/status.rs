@@ -2,13 +2,15 @@
 //! pod's node), `net_ns`, `container_id`, and KNE's `plumbing_error` when a link could not
 //! be made. `skipped` follows meshnet too: a pod that comes up before its peer leaves
 //! `{pod_name, link_id}` in the peer's status, and the peer clears its list as it comes
-//! up and makes those links. Status is shared with other writers, so each write reads
-//! the object and replaces its status with that resourceVersion, retried on a conflict.
+//! up and makes those links. Status is shared with other writers: a pod's own fields
+//! are one merge patch of those fields alone (nothing read, nothing else touched, no
+//! conflict possible); an entry added to a peer's `skipped` list reads the object and
+//! replaces its status with that resourceVersion, retried on a conflict.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
 /// What the node says about a pod after ADD.
@@ -27,19 +29,18 @@ pub struct PodReport {
 /// How often a write that meets a conflict is tried in all.
 const ATTEMPTS: usize = 8;
 
-/// The pod's own status after ADD.
-pub(crate) fn own_status(current: &Value, node_ip: &str, report: &PodReport) -> Value {
-    let mut status = current.as_object().cloned().unwrap_or_default();
-    status.insert("src_ip".into(), json!(node_ip));
-    status.insert("net_ns".into(), json!(report.net_ns));
-    status.insert("container_id".into(), json!(report.container_id));
-    // The pod made every link it could: nothing is left skipped towards it.
-    status.insert("skipped".into(), json!([]));
-    match &report.error {
-        Some(error) => status.insert("plumbing_error".into(), json!(error)),
-        None => status.remove("plumbing_error"),
-    };
-    Value::Object(status)
+/// The pod's own status after ADD, as a JSON merge patch: these fields alone, so that
+/// whatever else the status holds stays as it is without a read.
+pub(crate) fn own_status_patch(node_ip: &str, report: &PodReport) -> Value {
+    json!({"status": {
+        "src_ip": node_ip,
+        "net_ns": report.net_ns,
+        "container_id": report.container_id,
+        // The pod made every link it could: nothing is left skipped towards it.
+        "skipped": [],
+        // null takes an earlier error out.
+        "plumbing_error": report.error,
+    }})
 }
 
 /// A peer's status with `{pod_name, link_id}` in its `skipped`, once.
@@ -82,11 +83,29 @@ impl StatusWriter {
     }
 
     async fn write(&self, report: &PodReport) {
-        let own = |current: &Value| Some(own_status(current, &self.node_ip, report));
-        self.replace(&report.namespace, &report.pod, own).await;
+        self.patch_own(report).await;
         for (peer, uid) in &report.skipped_by_peers {
             let add = |current: &Value| skipped_status(current, &report.pod, *uid);
             self.replace(&report.namespace, peer, add).await;
+        }
+    }
+
+    /// The pod's own fields, in one request whatever else writes the status.
+    async fn patch_own(&self, report: &PodReport) {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &report.namespace, &self.resource);
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let patch = Patch::Merge(own_status_patch(&self.node_ip, report));
+        match api
+            .patch_status(&report.pod, &PatchParams::default(), &patch)
+            .await
+        {
+            Ok(_) => {}
+            // No Topology for the pod (deleted meanwhile): nothing to report into.
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => {
+                tracing::warn!(topology = %format!("{}/{}", report.namespace, report.pod), "writing status: {e}");
+            }
         }
     }
 
@@ -152,17 +171,23 @@ mod tests {
     }
 
     #[test]
-    fn own_status_has_meshnet_fields_and_keeps_others() {
-        let before = json!({"skipped": [{"pod_name": "r2", "link_id": 1}], "other": 5});
-        let after = own_status(&before, "192.0.2.1", &report(Some("link 1: EEXIST")));
-        assert_eq!(after["src_ip"], "192.0.2.1");
-        assert_eq!(after["net_ns"], "/var/run/netns/cni-1");
-        assert_eq!(after["container_id"], "c1");
-        assert_eq!(after["skipped"], json!([]));
-        assert_eq!(after["plumbing_error"], "link 1: EEXIST");
-        assert_eq!(after["other"], 5);
-        let cleared = own_status(&after, "192.0.2.1", &report(None));
-        assert!(cleared.get("plumbing_error").is_none());
+    fn the_own_status_patch_sets_meshnet_fields_alone_and_clears_an_old_error() {
+        let patch = own_status_patch("192.0.2.1", &report(Some("link 1: EEXIST")));
+        let status = patch["status"].as_object().unwrap();
+        assert_eq!(status["src_ip"], "192.0.2.1");
+        assert_eq!(status["net_ns"], "/var/run/netns/cni-1");
+        assert_eq!(status["container_id"], "c1");
+        assert_eq!(status["skipped"], json!([]));
+        assert_eq!(status["plumbing_error"], "link 1: EEXIST");
+        assert_eq!(status.len(), 5, "nothing else is touched: {patch}");
+        assert_eq!(patch.as_object().unwrap().len(), 1);
+        // JSON merge patch: null removes the field.
+        let cleared = own_status_patch("192.0.2.1", &report(None));
+        assert_eq!(cleared["status"]["plumbing_error"], Value::Null);
+        assert!(cleared["status"]
+            .as_object()
+            .unwrap()
+            .contains_key("plumbing_error"));
     }
 
     #[test]
