@@ -94,7 +94,7 @@ pub(crate) struct KubeStore {
     /// API requests made (for the scale figures: requests per pod).
     requests: Arc<std::sync::atomic::AtomicU64>,
     /// Pods' Topology status, written in order off the node's thread.
-    status: Option<tokio::sync::mpsc::UnboundedSender<PodReport>>,
+    status: Option<tokio::sync::mpsc::UnboundedSender<status::StatusWork>>,
 }
 
 fn backend(message: impl std::fmt::Display) -> StoreError {
@@ -636,7 +636,13 @@ impl TopologySource for KubeStore {
 
     fn report_pod(&self, report: &PodReport) {
         if let Some(status) = &self.status {
-            let _ = status.send(report.clone());
+            let local = (report.skipped_by_peers.iter())
+                .map(|(peer, _)| {
+                    matches!(placement::known(&self.pods, &report.namespace, peer),
+                        PodPlacement::On(node) if node == self.node)
+                })
+                .collect();
+            let _ = status.send((report.clone(), local));
         }
     }
 

@@ -43,18 +43,86 @@ pub(crate) fn own_status_patch(node_ip: &str, report: &PodReport) -> Value {
     }})
 }
 
-/// A peer's status with `{pod_name, link_id}` in its `skipped`, once.
-pub(crate) fn skipped_status(current: &Value, pod: &str, uid: u64) -> Option<Value> {
+/// A peer's status with each `{pod_name, link_id}` of `entries` in its `skipped`, once;
+/// `None` when every one is there already.
+pub(crate) fn skipped_status(current: &Value, entries: &[Skip]) -> Option<Value> {
     let mut status = current.as_object().cloned().unwrap_or_default();
-    let entry = json!({"pod_name": pod, "link_id": uid});
     let skipped = status.entry("skipped").or_insert_with(|| json!([]));
     let list = skipped.as_array_mut()?;
-    if list.contains(&entry) {
-        return None;
+    let mut added = false;
+    for (pod, uid) in entries {
+        let entry = json!({"pod_name": pod, "link_id": uid});
+        if !list.contains(&entry) {
+            list.push(entry);
+            added = true;
+        }
     }
-    list.push(entry);
-    Some(Value::Object(status))
+    added.then_some(Value::Object(status))
 }
+
+/// How long a `skipped` entry toward a pod of this node waits for that pod's own report,
+/// which empties the list anyway: in a lab coming up, the peer's ADD is usually a moment
+/// behind, and the entry would be written only to be cleared.
+const HOLD: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `skipped` entries held back, by (namespace, peer pod): the entries and when they are
+/// due. Only entries toward pods of this node are held: this writer sees their own
+/// reports. A peer on another node is reported by its own node, whose write could come
+/// first, and an entry held past it would stay stale.
+#[derive(Debug, Default)]
+pub(crate) struct HeldSkips {
+    held: std::collections::BTreeMap<PeerKey, (std::time::Instant, Vec<Skip>)>,
+}
+
+/// A pod's Topology: (namespace, pod).
+pub(crate) type PeerKey = (String, String);
+/// An entry of a `skipped` list: (pod_name, link_id).
+pub(crate) type Skip = (String, u64);
+
+impl HeldSkips {
+    pub fn hold(
+        &mut self,
+        namespace: &str,
+        peer: &str,
+        pod: &str,
+        uid: u64,
+        now: std::time::Instant,
+    ) {
+        let key = (namespace.to_owned(), peer.to_owned());
+        let (_, entries) = self
+            .held
+            .entry(key)
+            .or_insert_with(|| (now + HOLD, Vec::new()));
+        entries.push((pod.to_owned(), uid));
+    }
+
+    /// `pod` reported its own status, which empties its `skipped`: nothing held for it is
+    /// written. Returns how many entries that spared.
+    pub fn reported(&mut self, namespace: &str, pod: &str) -> usize {
+        self.held
+            .remove(&(namespace.to_owned(), pod.to_owned()))
+            .map_or(0, |(_, entries)| entries.len())
+    }
+
+    pub fn next_due(&self) -> Option<std::time::Instant> {
+        self.held.values().map(|(due, _)| *due).min()
+    }
+
+    /// The entries due by `now`, by (namespace, peer), taken out.
+    pub fn take_due(&mut self, now: std::time::Instant) -> Vec<(PeerKey, Vec<Skip>)> {
+        let due: Vec<PeerKey> = (self.held.iter())
+            .filter(|(_, (at, _))| *at <= now)
+            .map(|(key, _)| key.clone())
+            .collect();
+        due.into_iter()
+            .filter_map(|key| self.held.remove(&key).map(|(_, entries)| (key, entries)))
+            .collect()
+    }
+}
+
+/// A report and, for each of its `skipped_by_peers`, whether that peer is a pod of this
+/// node.
+pub(super) type StatusWork = (PodReport, Vec<bool>);
 
 /// Writes reports in the order they come, off the node's thread: status is a report for
 /// people and KNE (and the claim rule's `src_ip`), not state the node waits for, so an ADD
@@ -72,21 +140,44 @@ impl StatusWriter {
     pub(super) fn spawn(
         self,
         runtime: &tokio::runtime::Runtime,
-    ) -> tokio::sync::mpsc::UnboundedSender<PodReport> {
-        let (reports, mut inbox) = tokio::sync::mpsc::unbounded_channel::<PodReport>();
+    ) -> tokio::sync::mpsc::UnboundedSender<StatusWork> {
+        let (reports, mut inbox) = tokio::sync::mpsc::unbounded_channel::<StatusWork>();
         runtime.spawn(async move {
-            while let Some(report) = inbox.recv().await {
-                self.write(&report).await;
+            let mut held = HeldSkips::default();
+            loop {
+                // Far enough to mean "nothing held": the loop wakes for the next report.
+                let wake = held
+                    .next_due()
+                    .unwrap_or_else(|| std::time::Instant::now() + HOLD * 3600);
+                tokio::select! {
+                    work = inbox.recv() => match work {
+                        Some((report, local)) => self.write(&report, &local, &mut held).await,
+                        None => break,
+                    },
+                    _ = tokio::time::sleep_until(wake.into()) => {
+                        for ((namespace, peer), entries) in held.take_due(std::time::Instant::now()) {
+                            let add = |current: &Value| skipped_status(current, &entries);
+                            self.replace(&namespace, &peer, add).await;
+                        }
+                    }
+                }
             }
         });
         reports
     }
 
-    async fn write(&self, report: &PodReport) {
+    async fn write(&self, report: &PodReport, local: &[bool], held: &mut HeldSkips) {
+        held.reported(&report.namespace, &report.pod);
         self.patch_own(report).await;
-        for (peer, uid) in &report.skipped_by_peers {
-            let add = |current: &Value| skipped_status(current, &report.pod, *uid);
-            self.replace(&report.namespace, peer, add).await;
+        let now = std::time::Instant::now();
+        for (i, (peer, uid)) in report.skipped_by_peers.iter().enumerate() {
+            if local.get(i).copied().unwrap_or(false) {
+                held.hold(&report.namespace, peer, &report.pod, *uid, now);
+            } else {
+                let entries = [(report.pod.clone(), *uid)];
+                let add = |current: &Value| skipped_status(current, &entries);
+                self.replace(&report.namespace, peer, add).await;
+            }
         }
     }
 
@@ -192,8 +283,39 @@ mod tests {
 
     #[test]
     fn a_skip_is_listed_once() {
-        let once = skipped_status(&Value::Null, "r1", 4).unwrap();
+        let entry = [("r1".to_owned(), 4)];
+        let once = skipped_status(&Value::Null, &entry).unwrap();
         assert_eq!(once["skipped"], json!([{"pod_name": "r1", "link_id": 4}]));
-        assert_eq!(skipped_status(&once, "r1", 4), None);
+        assert_eq!(skipped_status(&once, &entry), None);
+        let both = [("r1".to_owned(), 4), ("r3".to_owned(), 2)];
+        let more = skipped_status(&once, &both).unwrap();
+        assert_eq!(
+            more["skipped"],
+            json!([{"pod_name": "r1", "link_id": 4}, {"pod_name": "r3", "link_id": 2}])
+        );
+    }
+
+    #[test]
+    fn a_held_skip_is_dropped_when_its_pod_reports_and_written_when_due() {
+        let t0 = std::time::Instant::now();
+        let mut held = HeldSkips::default();
+        held.hold("lab", "r2", "r1", 0, t0);
+        held.hold("lab", "r3", "r2", 1, t0);
+        held.hold("lab", "r3", "r4", 2, t0);
+        assert_eq!(held.next_due(), Some(t0 + HOLD));
+        // r2 came up: what r1 left for it is never written.
+        assert_eq!(held.reported("lab", "r2"), 1);
+        assert!(held.take_due(t0 + HOLD / 2).is_empty());
+        // r3 did not: both entries for it, in one write.
+        let due = held.take_due(t0 + HOLD);
+        assert_eq!(
+            due,
+            vec![(
+                ("lab".to_owned(), "r3".to_owned()),
+                vec![("r2".to_owned(), 1), ("r4".to_owned(), 2)]
+            )]
+        );
+        assert_eq!(held.next_due(), None);
+        assert_eq!(held.reported("lab", "r3"), 0);
     }
 }
