@@ -19,20 +19,20 @@ pub struct HostChanges {
     undo: Vec<Undo>,
 }
 
+/// Runs `args` (a program and its arguments) to its end.
 fn run(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{}: {e}", args[0]))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+    super::run(Command::new(args[0]).args(&args[1..])).map(drop)
+}
+
+/// The nft table that stands in for kube-proxy for the one Service a node needs:
+/// connections to `service_ip`:443, made locally or forwarded from pods, go to `api`.
+pub(super) fn service_dnat_rules(table: &str, service_ip: &str, api: &str) -> String {
+    format!(
+        "table ip {table} {{\n\
+         chain output {{ type nat hook output priority -100; ip daddr {service_ip} tcp dport 443 dnat to {api}; }}\n\
+         chain prerouting {{ type nat hook prerouting priority -100; ip daddr {service_ip} tcp dport 443 dnat to {api}; }}\n\
+         }}\n"
+    )
 }
 
 impl HostChanges {
@@ -68,12 +68,7 @@ impl HostChanges {
     /// What kube-proxy would do for the one Service the node needs: connections to the
     /// `kubernetes` Service address, from the host and from pods, go to the API server.
     pub fn service_dnat(&mut self, table: &str, service_ip: &str, api: &str) -> Result<(), String> {
-        let rules = format!(
-            "table ip {table} {{\n\
-             chain output {{ type nat hook output priority -100; ip daddr {service_ip} tcp dport 443 dnat to {api}; }}\n\
-             chain prerouting {{ type nat hook prerouting priority -100; ip daddr {service_ip} tcp dport 443 dnat to {api}; }}\n\
-             }}\n"
-        );
+        let rules = service_dnat_rules(table, service_ip, api);
         let file = std::env::temp_dir().join(format!("{table}.nft"));
         std::fs::write(&file, rules).map_err(|e| e.to_string())?;
         let result = run(&["nft", "-f", &file.to_string_lossy()]);

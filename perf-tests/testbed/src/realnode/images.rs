@@ -6,20 +6,10 @@
 use std::path::Path;
 use std::process::Command;
 
+use super::run;
+
 pub const SANDBOX: &str = "localhost/xwt-pause:1";
 pub const BUSYBOX: &str = "docker.io/library/busybox:stable";
-
-fn run(cmd: &mut Command) -> Result<String, String> {
-    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "{cmd:?}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
 
 /// Builds the busybox image under both names in `dir` and saves it as a docker archive
 /// per name; podman's own copies are removed again.

@@ -157,7 +157,8 @@ impl Components {
 pub struct RealNode {
     /// In start order; stopped in reverse, the kubelet first.
     processes: Vec<(&'static str, ChildGuard)>,
-    host: Option<HostChangesGuard>,
+    /// Taken in `drop`, after the processes: its changes are undone last.
+    host: Option<host::HostChanges>,
     components: Components,
     pki: Option<pki::Pki>,
     /// The sandbox and busybox images, for a second node to load too.
@@ -172,7 +173,38 @@ pub struct RealNode {
     pub dir: TempDir,
 }
 
-struct HostChangesGuard(host::HostChanges);
+/// Runs `cmd` to its end: its standard output, or what it said on standard error.
+fn run(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// The log file of process `name` under `dir`/logs, appended to (a process started
+/// again keeps what it logged before).
+fn log_file(dir: &Path, name: &str) -> Result<std::fs::File, String> {
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(logs.join(format!("{name}.log")))
+        .map_err(|e| e.to_string())
+}
+
+/// The last 30 lines of process `name`'s log under `dir`/logs.
+fn log_tail(dir: &Path, name: &str) -> String {
+    let text =
+        std::fs::read_to_string(dir.join("logs").join(format!("{name}.log"))).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
 
 fn wait_until(what: &str, within: Duration, mut ready: impl FnMut() -> bool) -> Result<(), String> {
     let deadline = Instant::now() + within;
@@ -195,7 +227,7 @@ impl RealNode {
             components: components.clone(),
             pki: None,
             image_archives: Vec::new(),
-            host: Some(HostChangesGuard(host::HostChanges::default())),
+            host: Some(host::HostChanges::default()),
             netns_before: teardown::named_netns(),
             cgroups_before: teardown::kubepods_cgroups(),
             containerd_socket: dir.0.join("containerd.sock"),
@@ -212,7 +244,7 @@ impl RealNode {
     }
 
     fn host(&mut self) -> &mut host::HostChanges {
-        &mut self.host.as_mut().expect("held until drop").0
+        self.host.as_mut().expect("held until drop")
     }
 
     fn prepare_host(&mut self, components: &Components) -> Result<(), String> {
@@ -244,10 +276,7 @@ impl RealNode {
     }
 
     fn spawn(&mut self, name: &'static str, cmd: &mut Command) -> Result<(), String> {
-        let logs = self.dir.0.join("logs");
-        std::fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
-        let log =
-            std::fs::File::create(logs.join(format!("{name}.log"))).map_err(|e| e.to_string())?;
+        let log = log_file(&self.dir.0, name)?;
         let child = ChildGuard::spawn(cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log))
             .map_err(|e| format!("starting {name}: {e}"))?;
         self.processes.push((name, child));
@@ -256,10 +285,7 @@ impl RealNode {
 
     /// The last lines `name` logged.
     pub fn log(&self, name: &str) -> String {
-        let text = std::fs::read_to_string(self.dir.0.join("logs").join(format!("{name}.log")))
-            .unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        log_tail(&self.dir.0, name)
     }
 
     fn start_runtime(&mut self, components: &Components) -> Result<(), String> {

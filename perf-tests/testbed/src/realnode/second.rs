@@ -36,15 +36,7 @@ pub struct SecondNode {
 }
 
 fn run(cmd: &mut Command) -> Result<(), String> {
-    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{cmd:?}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+    super::run(cmd).map(drop)
 }
 
 impl SecondNode {
@@ -146,12 +138,8 @@ impl SecondNode {
         inside(&["route", "add", "default", "via", HOST_SIDE])?;
         ns.sysctl("net/ipv4/ip_forward", "1")
             .map_err(|e| e.to_string())?;
-        let rules = format!(
-            "table ip xwt_node2 {{\n\
-             chain output {{ type nat hook output priority -100; ip daddr {SERVICE_IP} tcp dport 443 dnat to {NODE_IP}:6443; }}\n\
-             chain prerouting {{ type nat hook prerouting priority -100; ip daddr {SERVICE_IP} tcp dport 443 dnat to {NODE_IP}:6443; }}\n\
-             }}\n"
-        );
+        let rules =
+            super::host::service_dnat_rules("xwt_node2", SERVICE_IP, &format!("{NODE_IP}:6443"));
         std::fs::create_dir_all(&self.dir).map_err(|e| e.to_string())?;
         let file = self.dir.join("dnat.nft");
         std::fs::write(&file, rules).map_err(|e| e.to_string())?;
@@ -220,13 +208,7 @@ impl SecondNode {
     }
 
     fn spawn(&self, name: &str, cmd: &mut Command) -> Result<ChildGuard, String> {
-        let logs = self.dir.join("logs");
-        std::fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(logs.join(format!("{name}.log")))
-            .map_err(|e| e.to_string())?;
+        let log = super::log_file(&self.dir, name)?;
         ChildGuard::spawn(cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log))
             .map_err(|e| format!("starting node 2's {name}: {e}"))
     }
@@ -248,10 +230,7 @@ impl SecondNode {
 
     /// The last lines node 2's `name` logged.
     pub fn log(&self, name: &str) -> String {
-        let text = std::fs::read_to_string(self.dir.join("logs").join(format!("{name}.log")))
-            .unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        super::log_tail(&self.dir, name)
     }
 
     /// The node's kubelet (again, after `lose`).
