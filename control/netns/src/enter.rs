@@ -40,19 +40,10 @@ mod tests {
     use super::*;
     use crate::NetnsFd;
 
-    /// Removes a named namespace when dropped, the test failed or not.
-    struct Removed(std::path::PathBuf);
-
-    impl Drop for Removed {
-        fn drop(&mut self) {
-            crate::named::remove(&self.0);
-        }
-    }
-
     #[test]
     fn a_visit_goes_back_to_where_the_thread_was() {
         let name = format!("xw-visit-{}", std::process::id());
-        let _removed = Removed(crate::named::path(&name));
+        let _removed = crate::tests::Removed::named(&name);
         let away = crate::named::add(&name).unwrap();
         std::thread::spawn(move || {
             let home = NetnsFd::current().unwrap();

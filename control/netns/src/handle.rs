@@ -21,6 +21,9 @@ pub struct NetnsFd {
     /// The namespace's `/proc/sys/net/ipv6/conf`, opened from inside it on first use;
     /// `None`: the kernel has no IPv6.
     ipv6_conf: OnceLock<Option<File>>,
+    /// The netlink sockets opened inside it, kept for its later requests.
+    #[cfg(feature = "netlink")]
+    netlink: crate::netlink::Connections,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -192,6 +195,8 @@ impl NetnsFd {
             file,
             label,
             ipv6_conf: OnceLock::new(),
+            #[cfg(feature = "netlink")]
+            netlink: Default::default(),
         })
     }
 
@@ -300,7 +305,8 @@ impl NetnsFd {
     }
 
     #[cfg(feature = "netlink")]
-    /// Runs rtnetlink requests from a socket inside this namespace.
+    /// Runs rtnetlink requests from a socket inside this namespace: one kept with this
+    /// handle for all its requests, which the calling thread waits for (`netlink.rs`).
     pub fn netlink<T, F, Fut>(&self, op: &str, f: F) -> Result<T, NetnsError>
     where
         T: Send,
@@ -332,36 +338,12 @@ impl NetnsFd {
         F: FnOnce(Handle) -> Fut + Send,
         Fut: Future<Output = Result<T, rtnetlink::Error>>,
     {
-        let io = |cause| NetnsError::Io {
-            op: op.into(),
-            ns: self.label.clone(),
-            cause,
-        };
-        self.run(op, || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_io()
-                .build()
-                .map_err(io)?;
-            runtime.block_on(async {
-                let (mut connection, handle, _) = rtnetlink::new_connection().map_err(io)?;
-                if strict {
-                    use rtnetlink::sys::AsyncSocket;
-                    connection
-                        .socket_mut()
-                        .socket_ref()
-                        .set_netlink_get_strict_chk(true)
-                        .map_err(io)?;
-                }
-                let driver = tokio::spawn(connection);
-                let result = f(handle).await;
-                driver.abort();
-                result.map_err(|cause| NetnsError::Netlink {
-                    op: op.into(),
-                    ns: self.label.clone(),
-                    cause,
-                })
-            })
-        })?
+        self.netlink.request(self, op, strict, f)
+    }
+
+    #[cfg(all(test, feature = "netlink"))]
+    pub(crate) fn netlink_connections(&self) -> &crate::netlink::Connections {
+        &self.netlink
     }
 }
 
@@ -441,20 +423,11 @@ mod tests {
         }
     }
 
-    /// Removes the named namespace when dropped, the test passed or not.
-    struct Named(std::path::PathBuf);
-
-    impl Drop for Named {
-        fn drop(&mut self) {
-            crate::named::remove(&self.0);
-        }
-    }
-
     #[test]
     fn ipv6_settings_are_written_in_the_namespace_and_only_there() {
         let name = format!("xw-v6set-{}", std::process::id());
         let ns = crate::named::add(&name).unwrap();
-        let _named = Named(crate::named::path(&name));
+        let _named = crate::tests::Removed::named(&name);
         let read = |ns: &NetnsFd, setting: &str| {
             ns.run("read", || {
                 std::fs::read_to_string(format!("/proc/sys/net/ipv6/conf/lo/{setting}"))
