@@ -17,10 +17,14 @@ impl Call<'_> {
         let stored = self.node.records.store.topologies()?;
         let incoming = topology::check_apply(apply.objects, &stored)
             .map_err(|msg| NodeError::new(ErrorKind::TopologyInvalid, msg, ""))?;
+        // By key, made once each: every stored object against every incoming one, two
+        // keys made per comparison, cost a lab's pieces n² work (5 nodes, 10,000 pods in
+        // 4 pieces: 37 million comparisons a node, while the lab waited).
+        let incoming_keys: HashSet<String> = incoming.iter().map(Topology::key).collect();
         let old: BTreeMap<String, Topology> = stored
             .into_iter()
-            .filter(|t| incoming.iter().any(|i| i.key() == t.key()))
             .map(|t| (t.key(), t))
+            .filter(|(key, _)| incoming_keys.contains(key))
             .collect();
         self.node.records.topologies_changed();
         self.node.records.store.put_topologies(&incoming)?;
