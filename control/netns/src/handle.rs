@@ -313,7 +313,7 @@ impl NetnsFd {
         F: FnOnce(Handle) -> Fut + Send,
         Fut: Future<Output = Result<T, rtnetlink::Error>>,
     {
-        self.netlink_checked(op, false, f)
+        self.netlink.request(self, op, false, f)
     }
 
     #[cfg(feature = "netlink")]
@@ -328,17 +328,7 @@ impl NetnsFd {
         F: FnOnce(Handle) -> Fut + Send,
         Fut: Future<Output = Result<T, rtnetlink::Error>>,
     {
-        self.netlink_checked(op, true, f)
-    }
-
-    #[cfg(feature = "netlink")]
-    fn netlink_checked<T, F, Fut>(&self, op: &str, strict: bool, f: F) -> Result<T, NetnsError>
-    where
-        T: Send,
-        F: FnOnce(Handle) -> Fut + Send,
-        Fut: Future<Output = Result<T, rtnetlink::Error>>,
-    {
-        self.netlink.request(self, op, strict, f)
+        self.netlink.request(self, op, true, f)
     }
 
     #[cfg(all(test, feature = "netlink"))]

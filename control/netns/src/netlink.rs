@@ -76,18 +76,20 @@ impl Connections {
         F: FnOnce(Handle) -> Fut,
         Fut: Future<Output = Result<T, rtnetlink::Error>>,
     {
-        if self.requests.fetch_add(1, Ordering::Relaxed) == 0 {
+        let first = self.requests.fetch_add(1, Ordering::Relaxed) == 0;
+        let slot = if strict { &self.strict } else { &self.plain };
+        let kept = if first {
+            None
+        } else {
+            match slot.try_lock() {
+                Ok(kept) => Some(kept),
+                Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            }
+        };
+        let Some(mut kept) = kept else {
             let own = open(ns, op, strict)?;
             return answer(ns, op, f(own.handle.clone()));
-        }
-        let slot = if strict { &self.strict } else { &self.plain };
-        let mut kept = match slot.try_lock() {
-            Ok(kept) => kept,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => {
-                let own = open(ns, op, strict)?;
-                return answer(ns, op, f(own.handle.clone()));
-            }
         };
         let handle = match kept.as_ref() {
             Some(connection) if !connection.task.is_finished() => connection.handle.clone(),
