@@ -12,6 +12,7 @@ pub mod counters;
 pub mod endpoint;
 pub mod impairment;
 pub mod link_table;
+mod nice;
 mod packet_port;
 pub mod peer;
 mod peer_control;

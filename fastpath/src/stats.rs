@@ -26,6 +26,8 @@ pub struct WorkerStats {
     /// How long the worker was away from its ports, at most and how often over each of
     /// `AWAY_THRESHOLDS`.
     pub away: AwayTimes,
+    /// The nice value the worker's thread runs at.
+    pub nice: i8,
 }
 
 /// The times `AwayTimes` counts returns over: an AF_XDP port whose fill ring holds 4,096

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use xwire_model::worker_defaults::{
     DEFAULT_COALESCE, DEFAULT_FRAMES_PER_PORT, DEFAULT_IDLE_SPIN, DEFAULT_MIN_FRAMES_PER_PORT,
-    DEFAULT_RESTING_FRAMES_PER_WORKER, DEFAULT_SHRINK_AFTER,
+    DEFAULT_RESTING_FRAMES_PER_WORKER, DEFAULT_SHRINK_AFTER, DEFAULT_WORKER_NICE,
 };
 use xwire_proto::WireId;
 
@@ -79,6 +79,10 @@ pub struct WorkerConfig {
     /// wake-up from the sockets in between. Zero: pass again at once (spin) until
     /// `idle_spin` has passed.
     pub coalesce: Duration,
+    /// The thread's nice value, -20 to 19: at -20 it keeps its core from ordinary threads
+    /// while it has frames (`nice` says why). Refused, the worker keeps the nice value it
+    /// started with and logs why.
+    pub nice: i8,
     /// Frames taken from one port's RX ring at a time.
     pub batch: usize,
     /// The most ports this worker serves. Ports take memory only while open.
@@ -115,6 +119,7 @@ impl Default for WorkerConfig {
             busy_poll: false,
             idle_spin: DEFAULT_IDLE_SPIN,
             coalesce: DEFAULT_COALESCE,
+            nice: DEFAULT_WORKER_NICE,
             batch: 64,
             max_ports: 8,
             frames_per_port: DEFAULT_FRAMES_PER_PORT,
@@ -642,6 +647,7 @@ mod tests {
             u128::from(daemon.idle_spin_us)
         );
         assert_eq!(worker.coalesce.as_micros(), u128::from(daemon.coalesce_us));
+        assert_eq!(worker.nice, daemon.worker_nice);
         assert_eq!(
             (
                 worker.min_frames_per_port,

@@ -12,6 +12,7 @@ pub struct WorkerSettings {
     pub busy_poll: bool,
     pub idle_spin: Duration,
     pub coalesce: Duration,
+    pub nice: i8,
     pub frames_per_port: usize,
     pub min_frames_per_port: usize,
     pub resting_frames_per_worker: usize,
@@ -24,6 +25,7 @@ impl Default for WorkerSettings {
             busy_poll: daemon.busy_poll,
             idle_spin: daemon.idle_spin,
             coalesce: daemon.coalesce,
+            nice: daemon.nice,
             frames_per_port: daemon.frames_per_port,
             min_frames_per_port: daemon.min_frames_per_port,
             resting_frames_per_worker: daemon.resting_frames_per_worker,
@@ -40,6 +42,7 @@ impl WorkerSettings {
             busy_poll: self.busy_poll,
             idle_spin: self.idle_spin,
             coalesce: self.coalesce,
+            nice: self.nice,
             frames_per_port: self.frames_per_port,
             min_frames_per_port: self.min_frames_per_port,
             resting_frames_per_worker: self.resting_frames_per_worker,
@@ -65,8 +68,9 @@ impl WorkerSettings {
             "not the daemon's defaults"
         };
         format!(
-            "xwire workers {polling}, {} to {} UMEM frames per port by traffic, resting at \
-             a share of {} per worker ({ours})",
+            "xwire workers {polling}, nice {}, {} to {} UMEM frames per port by traffic, \
+             resting at a share of {} per worker ({ours})",
+            self.nice,
             self.min_frames_per_port.min(self.frames_per_port),
             self.frames_per_port,
             self.resting_frames_per_worker

@@ -13,7 +13,7 @@ use crate::pools::{PoolSpec, Pools, TUNNEL_OVERHEAD};
 use crate::route::PolicySettings;
 use crate::worker_defaults::{
     DEFAULT_COALESCE, DEFAULT_FRAMES_PER_PORT, DEFAULT_IDLE_SPIN, DEFAULT_MIN_FRAMES_PER_PORT,
-    DEFAULT_RESTING_FRAMES_PER_WORKER,
+    DEFAULT_RESTING_FRAMES_PER_WORKER, DEFAULT_WORKER_NICE,
 };
 
 /// The signer name of xwire's node certificates (a CertificateSigningRequest's
@@ -52,6 +52,12 @@ pub struct DaemonConfig {
     /// crosses, for a fraction of the CPU of a worker woken per frame; 0 passes again at
     /// once. Default 50.
     pub coalesce_us: u64,
+    /// The data-plane workers' nice value, -20 to 19. At -20, while frames flow, a
+    /// worker keeps its core from ordinary threads (a build, pods pinned there), which
+    /// would otherwise take it for a scheduler slice at a time while the ports' fill rings
+    /// run empty; an idle worker sleeps as before. Refused (no `CAP_SYS_NICE`), the
+    /// worker keeps the daemon's and the log says so. Default -20.
+    pub worker_nice: i8,
     /// The underlay MTU between nodes. Default 1500.
     pub underlay_mtu: u16,
     /// The most fast-path ports (remote wire ends) this node holds. Default 4096. A port
@@ -350,6 +356,7 @@ impl Default for DaemonConfig {
             busy_poll: false,
             idle_spin_us: DEFAULT_IDLE_SPIN.as_micros() as u64,
             coalesce_us: DEFAULT_COALESCE.as_micros() as u64,
+            worker_nice: DEFAULT_WORKER_NICE,
             reconcile_interval_secs: 10,
             underlay_mtu: 1500,
             max_ports: 4096,
@@ -513,6 +520,12 @@ impl DaemonConfig {
                 return Err((key, format!("{frames} is not between 2 and 1048576")));
             }
         }
+        if !(-20..=19).contains(&self.worker_nice) {
+            return Err((
+                "worker_nice",
+                format!("{} is not a nice value (-20 to 19)", self.worker_nice),
+            ));
+        }
         if self.resting_frames_per_worker > 1 << 24 {
             return Err((
                 "resting_frames_per_worker",
@@ -572,6 +585,7 @@ mod tests {
         // (the fast path's tests hold `WorkerConfig::default()` to the same).
         assert_eq!(config.coalesce_us as u128, DEFAULT_COALESCE.as_micros());
         assert_eq!(config.idle_spin_us as u128, DEFAULT_IDLE_SPIN.as_micros());
+        assert_eq!(config.worker_nice, DEFAULT_WORKER_NICE);
         assert_eq!(
             (
                 config.min_frames_per_port,
@@ -593,6 +607,8 @@ mod tests {
             ("max_ports = 70000", "max_ports"),
             ("frames_per_port = 1", "frames_per_port"),
             ("min_frames_per_port = 1", "min_frames_per_port"),
+            ("worker_nice = 20", "worker_nice"),
+            ("worker_nice = -21", "worker_nice"),
             (
                 "resting_frames_per_worker = 20000000",
                 "resting_frames_per_worker",
@@ -616,6 +632,7 @@ api_socket = "/tmp/x/api.sock"
 data_cores = [1]
 busy_poll = true
 coalesce_us = 20
+worker_nice = 0
 min_frames_per_port = 64
 underlay_mtu = 9000
 [certs]
@@ -634,6 +651,7 @@ carrier = "stream"
         assert_eq!(config.peers[0].carrier, Carrier::Stream);
         assert_eq!(config.underlay_mtu, 9000);
         assert_eq!((config.coalesce_us, config.min_frames_per_port), (20, 64));
+        assert_eq!(config.worker_nice, 0);
     }
 
     #[test]

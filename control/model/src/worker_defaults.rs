@@ -14,6 +14,11 @@ pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(200);
 /// chosen.
 pub const DEFAULT_COALESCE: Duration = Duration::from_micros(50);
 
+/// The worker thread's nice value by default: the most a nice value weighs, so that
+/// ordinary threads on the worker's core do not hold it off while it has frames (the
+/// fast path's `nice` says why, and why not a real-time class).
+pub const DEFAULT_WORKER_NICE: i8 = -20;
+
 /// The worker's port sizes by default (see `DaemonConfig::frames_per_port`).
 pub const DEFAULT_FRAMES_PER_PORT: usize = 4096;
 pub const DEFAULT_MIN_FRAMES_PER_PORT: usize = 128;

@@ -308,6 +308,7 @@ mod tests {
                 longest: std::time::Duration::from_millis(5),
                 over: [4, 1, 0],
             },
+            nice: -20,
         };
         let end = |record, path| EndOfPort { record, path };
         let ends = HashMap::from([

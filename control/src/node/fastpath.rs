@@ -72,6 +72,7 @@ impl Fastpath {
                 busy_poll: config.busy_poll,
                 idle_spin: std::time::Duration::from_micros(config.idle_spin_us),
                 coalesce: std::time::Duration::from_micros(config.coalesce_us),
+                nice: config.worker_nice,
                 max_ports: config.max_ports,
                 frames_per_port: config.frames_per_port,
                 min_frames_per_port: config.min_frames_per_port,

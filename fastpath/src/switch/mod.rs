@@ -139,6 +139,8 @@ pub(crate) struct Switch {
     started: Instant,
     /// How long the worker was away from its ports between passes (`stats`).
     away: crate::stats::AwayTimes,
+    /// The nice value the worker's thread runs at (`stats`).
+    nice: i8,
     /// The sizes AF_XDP ports may have, when the worker next looks at their traffic,
     /// and how many resizes are under way.
     limits: sizing::Limits,
@@ -198,6 +200,7 @@ impl Switch {
             busy: Duration::ZERO,
             started: Instant::now(),
             away: crate::stats::AwayTimes::default(),
+            nice: 0,
             from_peers: 0,
             limits: sizing::Limits::new(
                 config.min_frames_per_port,
@@ -224,6 +227,7 @@ impl Switch {
         // Naps as long as asked: a thread's default timer slack (50 µs) would stretch
         // each one by up to that much. Without it (refused), naps are only longer.
         let _ = nix::sys::prctl::set_timerslack(1);
+        self.set_nice(config.nice);
         let pacing = pace::Pacing {
             busy_poll: config.busy_poll,
             idle_spin: config.idle_spin,
@@ -312,6 +316,21 @@ impl Switch {
                 }
             }
         }
+    }
+
+    /// Gives the worker's thread the nice value `nice`, or says in the log why not.
+    fn set_nice(&mut self, nice: i8) {
+        let started = crate::nice::get();
+        {
+            if let Err(e) = crate::nice::set(nice, crate::nice::SLICE) {
+                tracing::warn!(
+                    nice,
+                    error = %e,
+                    "the worker keeps its nice value {started}: lowering it needs CAP_SYS_NICE"
+                );
+            }
+        }
+        self.nice = crate::nice::get();
     }
 
     /// Sleeps until a port or the peer transport has something to read, a command

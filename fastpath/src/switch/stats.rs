@@ -48,6 +48,7 @@ impl Switch {
             busy: self.busy,
             running: self.started.elapsed(),
             away: self.away,
+            nice: self.nice,
         }
     }
 

@@ -115,6 +115,9 @@ struct WorkerArgs {
     /// traffic flows, in microseconds (the daemon's `coalesce_us`; 0: no pause).
     #[arg(long)]
     coalesce_us: Option<u64>,
+    /// The workers' nice value, -20 to 19 (the daemon's `worker_nice`).
+    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(i8).range(-20..=19))]
+    worker_nice: Option<i8>,
     /// The most UMEM frames an xwire port grows to (the daemon's `frames_per_port`).
     #[arg(long)]
     frames_per_port: Option<usize>,
@@ -138,6 +141,7 @@ impl WorkerArgs {
             coalesce: self
                 .coalesce_us
                 .map_or(daemon.coalesce, Duration::from_micros),
+            nice: self.worker_nice.unwrap_or(daemon.nice),
             frames_per_port: self.frames_per_port.unwrap_or(daemon.frames_per_port),
             min_frames_per_port: self
                 .min_frames_per_port
