@@ -318,17 +318,16 @@ impl Switch {
         }
     }
 
-    /// Gives the worker's thread the nice value `nice`, or says in the log why not.
+    /// Gives the worker's thread the nice value `nice` and the shortest scheduler slice,
+    /// or says in the log why not.
     fn set_nice(&mut self, nice: i8) {
         let started = crate::nice::get();
-        {
-            if let Err(e) = crate::nice::set(nice, crate::nice::SLICE) {
-                tracing::warn!(
-                    nice,
-                    error = %e,
-                    "the worker keeps its nice value {started}: lowering it needs CAP_SYS_NICE"
-                );
-            }
+        if let Err(e) = crate::nice::set(nice, crate::nice::SLICE) {
+            tracing::warn!(
+                nice,
+                error = %e,
+                "the worker keeps its nice value {started}: lowering it needs CAP_SYS_NICE"
+            );
         }
         self.nice = crate::nice::get();
     }
