@@ -139,8 +139,6 @@ pub(crate) struct Switch {
     started: Instant,
     /// How long the worker was away from its ports between passes (`stats`).
     away: crate::stats::AwayTimes,
-    /// The nice value the worker's thread runs at (`stats`).
-    nice: i8,
     /// The sizes AF_XDP ports may have, when the worker next looks at their traffic,
     /// and how many resizes are under way.
     limits: sizing::Limits,
@@ -200,7 +198,6 @@ impl Switch {
             busy: Duration::ZERO,
             started: Instant::now(),
             away: crate::stats::AwayTimes::default(),
-            nice: 0,
             from_peers: 0,
             limits: sizing::Limits::new(
                 config.min_frames_per_port,
@@ -227,7 +224,7 @@ impl Switch {
         // Naps as long as asked: a thread's default timer slack (50 µs) would stretch
         // each one by up to that much. Without it (refused), naps are only longer.
         let _ = nix::sys::prctl::set_timerslack(1);
-        self.set_nice(config.nice);
+        set_nice(config.nice);
         let pacing = pace::Pacing {
             busy_poll: config.busy_poll,
             idle_spin: config.idle_spin,
@@ -316,20 +313,6 @@ impl Switch {
                 }
             }
         }
-    }
-
-    /// Gives the worker's thread the nice value `nice` and the shortest scheduler slice,
-    /// or says in the log why not.
-    fn set_nice(&mut self, nice: i8) {
-        let started = crate::nice::get();
-        if let Err(e) = crate::nice::set(nice, crate::nice::SLICE) {
-            tracing::warn!(
-                nice,
-                error = %e,
-                "the worker keeps its nice value {started}: lowering it needs CAP_SYS_NICE"
-            );
-        }
-        self.nice = crate::nice::get();
     }
 
     /// Sleeps until a port or the peer transport has something to read, a command
@@ -583,5 +566,18 @@ impl Switch {
             return false;
         };
         self.recently_closed.iter().any(|&(i, _)| i == ifindex)
+    }
+}
+
+/// Gives the calling (worker) thread the nice value `nice` and the shortest scheduler
+/// slice, or says in the log why not.
+fn set_nice(nice: i8) {
+    if let Err(e) = crate::nice::set(nice, crate::nice::SLICE) {
+        tracing::warn!(
+            nice,
+            error = %e,
+            "the worker keeps its nice value {}: lowering it needs CAP_SYS_NICE",
+            crate::nice::get()
+        );
     }
 }

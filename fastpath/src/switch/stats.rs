@@ -48,7 +48,8 @@ impl Switch {
             busy: self.busy,
             running: self.started.elapsed(),
             away: self.away,
-            nice: self.nice,
+            // Stats are taken on the worker's own thread.
+            nice: crate::nice::get(),
         }
     }
 
