@@ -405,6 +405,23 @@ fn register_away(registry: &mut Registry, counters: &NodeCounters) {
         "Times a fast-path worker came back to its ports after longer than `over`",
         away,
     );
+    let nice = Family::<WorkerLabels, Gauge>::default();
+    for (worker, value) in counters.worker_nice.iter().enumerate() {
+        nice.get_or_create(&WorkerLabels {
+            worker: worker.to_string(),
+        })
+        .set(i64::from(*value));
+    }
+    registry.register(
+        "worker_nice",
+        "The nice value a fast-path worker's thread runs at (the daemon's worker_nice unless the kernel refused it)",
+        nice,
+    );
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkerLabels {
+    worker: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -454,6 +471,7 @@ mod tests {
             worker_away_over_1ms: 30,
             worker_away_over_4ms: 6,
             worker_away_over_16ms: 1,
+            worker_nice: vec![-20, 0],
             ..NodeCounters::default()
         };
         let text = metrics.encode(&counters);
@@ -473,6 +491,8 @@ mod tests {
             "xwire_worker_busy_ratio 0.25".into(),
             "xwire_worker_longest_away_seconds 0.021".into(),
             r#"xwire_worker_away_total{over="4ms"} 6"#.into(),
+            r#"xwire_worker_nice{worker="0"} -20"#.into(),
+            r#"xwire_worker_nice{worker="1"} 0"#.into(),
             r#"xwire_cni_call_duration_seconds_count{command="add"} 1"#.into(),
             "xwire_reconcile_pass_duration_seconds_count 1".into(),
         ] {

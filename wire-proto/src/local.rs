@@ -244,6 +244,11 @@ pub struct NodeCounters {
     pub worker_away_over_4ms: u64,
     #[serde(default)]
     pub worker_away_over_16ms: u64,
+    /// The nice value each worker's thread runs at, by worker index: the daemon's
+    /// `worker_nice` (-20 by default) unless the kernel refused it (no `CAP_SYS_NICE`),
+    /// when the worker keeps the daemon's own.
+    #[serde(default)]
+    pub worker_nice: Vec<i8>,
 }
 
 /// The counters of one wire end, seen from its pod: `egress` is what the pod sent into

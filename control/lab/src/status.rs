@@ -67,6 +67,10 @@ pub struct NodeStatus {
     pub worker_longest_away_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worker_away_over_4ms: Option<u64>,
+    /// The nice value each of the node's workers runs at: -20 unless the daemon was
+    /// refused it (see `worker_nice` in `control/README.md`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub worker_nice: Vec<i8>,
     /// The node's QUIC connections to its peers.
     pub peers: Vec<PeerCounters>,
     /// In a lab with pools: the node's pool, whether it is a gateway, the gateway its
@@ -185,6 +189,7 @@ pub fn status(lab: &Lab) -> LabStatus {
                     .map(|c| c.worker_busy_seconds / c.worker_running_seconds),
                 worker_longest_away_ms: answered.map(|c| c.worker_longest_away_seconds * 1e3),
                 worker_away_over_4ms: answered.map(|c| c.worker_away_over_4ms),
+                worker_nice: answered.map(|c| c.worker_nice.clone()).unwrap_or_default(),
                 peers: answered.map(|c| c.peers.clone()).unwrap_or_default(),
                 pool: pool_state(lab, &paths, node),
             }
@@ -375,11 +380,13 @@ pub fn render(status: &LabStatus) -> String {
 fn render_nodes(status: &LabStatus) -> String {
     use super::table;
     let pools = status.nodes.iter().any(|n| n.pool.is_some());
-    let mut header = vec!["NODE", "UNDERLAY", "DAEMON", "BUSY", "AWAY", "METRICS"];
+    let mut header = vec![
+        "NODE", "UNDERLAY", "DAEMON", "BUSY", "AWAY", "NICE", "METRICS",
+    ];
     if pools {
         header.push("POOL");
     }
-    let mut nodes = table::new(&header, &[3, 4]);
+    let mut nodes = table::new(&header, &[3, 4, 5]);
     for n in &status.nodes {
         let daemon = if n.daemon_up { "up" } else { "DOWN" };
         let busy = n
@@ -396,6 +403,7 @@ fn render_nodes(status: &LabStatus) -> String {
             daemon.to_owned(),
             busy,
             away,
+            worker_nice(&n.worker_nice),
             n.metrics.clone(),
         ];
         if pools {
@@ -404,6 +412,16 @@ fn render_nodes(status: &LabStatus) -> String {
         nodes.add_row(row);
     }
     table::render(&nodes)
+}
+
+/// The workers' nice value, once when they all run at the same one (as they do unless
+/// some were refused it), else each in worker order.
+fn worker_nice(nice: &[i8]) -> String {
+    match nice {
+        [] => "-".to_owned(),
+        [first, rest @ ..] if rest.iter().all(|n| n == first) => first.to_string(),
+        all => all.iter().map(i8::to_string).collect::<Vec<_>>().join(","),
+    }
 }
 
 /// The pods' table, after a blank line.
@@ -662,5 +680,12 @@ mod tests {
         assert_eq!(wire.drops(), 1 + 2 + (5 + 7 + 56725) + (5 + 7));
         assert_eq!(wire.endpoint(0), "r1:eth1 (ethernet-1/1)");
         assert_eq!(wire.endpoint(1), "r2:eth1");
+    }
+
+    #[test]
+    fn workers_at_one_nice_value_show_it_once_and_a_refused_one_shows_each() {
+        assert_eq!(worker_nice(&[]), "-");
+        assert_eq!(worker_nice(&[-20, -20]), "-20");
+        assert_eq!(worker_nice(&[-20, 0]), "-20,0");
     }
 }

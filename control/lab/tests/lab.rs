@@ -54,6 +54,12 @@ fn the_switch_counts_the_remote_wire_and_serves_it_as_metrics(lab: &Lab) {
     let node_a = &status["nodes"][0];
     assert_eq!(node_a["peers"][0]["node"], "node-b", "{node_a:#}");
     assert_eq!(node_a["peers"][0]["up"], true, "{node_a:#}");
+    // The lab's daemons run as root here, so each worker took the default nice value.
+    assert_eq!(
+        node_a["worker_nice"],
+        serde_json::json!([-20]),
+        "{node_a:#}"
+    );
 
     let socket = format!("/run/xwire/labs/{}/nodes/node-a/api.sock", lab.name);
     let wires = run(&["--socket", &socket, "wires", "--json"]);
@@ -71,6 +77,12 @@ fn the_switch_counts_the_remote_wire_and_serves_it_as_metrics(lab: &Lab) {
         table
             .lines()
             .any(|l| l.contains(" r1 ") && l.contains("r3@node-b") && l.contains("remote")),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("worker busy") && l.ends_with("(nice -20)")),
         "{table}"
     );
 
@@ -104,6 +116,10 @@ fn the_switch_counts_the_remote_wire_and_serves_it_as_metrics(lab: &Lab) {
     assert!(value(&samples, "xwire_reconcile_pass_duration_seconds_count", &[]).unwrap() >= 1.0);
     let busy = value(&samples, "xwire_worker_busy_ratio", &[]).unwrap();
     assert!((0.0..=1.0).contains(&busy), "{busy}");
+    assert_eq!(
+        value(&samples, "xwire_worker_nice", &[("worker", "0")]),
+        Some(-20.0)
+    );
 }
 
 #[test]

@@ -111,6 +111,7 @@ pub(super) fn report(
         worker_away_over_1ms: stats.iter().map(|s| s.away.over[0]).sum(),
         worker_away_over_4ms: stats.iter().map(|s| s.away.over[1]).sum(),
         worker_away_over_16ms: stats.iter().map(|s| s.away.over[2]).sum(),
+        worker_nice: stats.iter().map(|s| s.nice).collect(),
     }
 }
 
@@ -345,6 +346,8 @@ mod tests {
             ),
             (13, 4, 1)
         );
+        // By worker: the first never set its own (a refused setting keeps 0).
+        assert_eq!(answer.worker_nice, [0, -20]);
         assert_eq!(
             answer
                 .peers

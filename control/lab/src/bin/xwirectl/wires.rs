@@ -81,10 +81,17 @@ pub fn render(state: &NodeState, counters: &NodeCounters) -> String {
         out.push_str(&table::render(&peers));
     }
     if counters.worker_running_seconds > 0.0 {
+        // A daemon from before the nice value was reported sends none.
+        let nice: Vec<String> = counters.worker_nice.iter().map(i8::to_string).collect();
+        let nice = if nice.is_empty() {
+            String::new()
+        } else {
+            format!(" (nice {})", nice.join(","))
+        };
         out.push_str(&format!(
-            "\nworker busy {:.1}% of {:.0} s\n",
+            "\nworker busy {:.1}% of {:.0} s{nice}\n",
             100.0 * counters.worker_busy_seconds / counters.worker_running_seconds,
-            counters.worker_running_seconds
+            counters.worker_running_seconds,
         ));
         out.push_str(&format!(
             "worker away from its ports: longest {:.1} ms; over 1/4/16 ms: {}/{}/{} times\n",
