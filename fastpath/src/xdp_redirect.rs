@@ -299,15 +299,31 @@ impl RedirectProgram {
 
     /// Undoes `register` and `attach` (an interface already gone is no error).
     pub(crate) fn release(&self, ifindex: u32, slot: u32, mode: XdpMode) {
-        // SAFETY: as in `register`; a missing entry or interface is an error we ignore.
+        self.forget(ifindex, slot);
+        detach(ifindex, mode);
+    }
+
+    /// Undoes `register`: no frame goes to `slot`'s socket from here on, while the
+    /// program stays on the interface until `detach`.
+    pub(crate) fn forget(&self, ifindex: u32, slot: u32) {
+        // SAFETY: as in `register`; a missing entry is an error we ignore.
         unsafe {
             libbpf_sys::bpf_map_delete_elem(
                 self.slots.as_raw_fd(),
                 (&ifindex as *const u32).cast(),
             );
             libbpf_sys::bpf_map_delete_elem(self.sockets.as_raw_fd(), (&slot as *const u32).cast());
-            libbpf_sys::bpf_xdp_detach(ifindex as i32, mode_flags(mode), std::ptr::null());
         }
+    }
+}
+
+/// Takes the program attached in `mode` off interface `ifindex` of the calling thread's
+/// network namespace (an interface already gone is no error). It waits in the kernel:
+/// the interface's lock, and a veth's receive path stopping.
+pub(crate) fn detach(ifindex: u32, mode: XdpMode) {
+    // SAFETY: plain integers and a null options pointer, which libbpf takes as defaults.
+    unsafe {
+        libbpf_sys::bpf_xdp_detach(ifindex as i32, mode_flags(mode), std::ptr::null());
     }
 }
 

@@ -1,4 +1,5 @@
-//! A thread beside the worker that opens and closes the sockets of port resizes.
+//! A thread beside the worker that opens and closes the sockets of port resizes, and
+//! closes removed ports' sockets and takes the worker's program off their interfaces.
 //!
 //! A socket's birth and death wait in the kernel: AF_PACKET's ring set-up and bind, and
 //! AF_XDP's release, each wait out an RCU grace period (`synchronize_net`), tens of
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use crate::packet_port::PacketPort;
-use crate::xdp_port::{PortError, Steering, XdpPort};
+use crate::xdp_port::{PortError, Steering, XdpMode, XdpPort};
 
 /// How long the kernel usually takes to let go of a queue after its socket closed (16 ms
 /// measured idle): the first bind waits this long, so that few binds are refused.
@@ -49,6 +50,9 @@ pub(super) enum Job {
     },
     /// A socket to close.
     Close(Closing),
+    /// The worker's program to take off an interface (its socket's `Close`, if any,
+    /// follows: the queue is not free for another bind before the program is off).
+    Detach { ifindex: u32, mode: XdpMode },
     /// The resize of this ticket is over (its port was removed): a bind still waiting for
     /// it stops.
     Cancel(u64),
@@ -190,6 +194,10 @@ impl KeeperThread {
             }
             Job::Close(socket) => {
                 drop(socket);
+                None
+            }
+            Job::Detach { ifindex, mode } => {
+                crate::xdp_redirect::detach(ifindex, mode);
                 None
             }
             Job::Cancel(ticket) => {
