@@ -486,25 +486,26 @@ impl Switch {
         self.resting_ports -= usize::from(slot.rests);
         // A port in the middle of a resize, or left an AF_PACKET port by one, still has
         // the worker's program on its interface.
-        let attachment = match slot.resize {
+        let (attachment, resize_socket) = match slot.resize {
             Some(resize) => {
                 self.resizing -= 1;
-                let attachment = resize.attachment();
                 if let Some(keeper) = &self.keeper {
                     keeper.ask(keeper::Job::Cancel(resize.ticket()));
-                    if let Some(socket) = resize.into_socket() {
-                        keeper.close(socket);
-                    }
                 }
-                Some(attachment)
+                (Some(resize.attachment()), resize.into_socket())
             }
-            None => slot.stranded,
+            None => (slot.stranded, None),
         };
         if let Some((ifindex, index, mode)) = attachment {
             self.release(ifindex, index, mode);
             self.recently_closed
                 .retain(|(_, at)| at.elapsed() < RELEASE_GRACE);
             self.recently_closed.push((ifindex, Instant::now()));
+        }
+        // Only after the program's release: the keeper takes it off the interface before
+        // any of the port's sockets closes and frees the queue for a new port (`close`).
+        if let (Some(socket), Some(keeper)) = (resize_socket, &self.keeper) {
+            keeper.close(socket);
         }
         if let (Port::Steered(port), Some(program)) = (&slot.port, &self.redirect) {
             // Dropping the port detaches its program (if `remove_ports` has not already).
