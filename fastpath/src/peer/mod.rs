@@ -30,6 +30,7 @@ use xwire_proto::control::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 pub(crate) use congestion::UNTHROTTLED as UNTHROTTLED_WINDOW;
 pub use endpoint::{NotSent, PeerEndpoint};
 pub use inbox::ReceivedFrame;
+pub(crate) use tls::seed_random;
 pub use transmit::{Flush, Transmit};
 pub use transport::{PeerTransport, Polled};
 pub use xwire_pki::NodeIdentity;

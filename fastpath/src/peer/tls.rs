@@ -35,6 +35,22 @@ fn parts(identity: &NodeIdentity) -> Result<xwire_pki::tls::TlsParts, PeerError>
     identity.tls_parts().map_err(PeerError::Identity)
 }
 
+/// Draws once from the TLS provider's random source on the calling thread, so that the
+/// worker never has to seed it. aws-lc seeds its generator the first time a process
+/// draws from it, from CPU timing jitter, and that takes one thread 60 to 70 ms here
+/// (`tree_jitter_initialize_once` in a profile). Left to the first handshake, it was
+/// spent inside the worker, away from every port it had: a node's first peer connection
+/// held its worker off its ports for 65 to 72 ms (`fastpath/tests/first_handshake.rs`).
+/// An identity that does not parse is reported where it is used.
+pub(crate) fn seed_random(identity: &NodeIdentity) {
+    if let Ok(parts) = parts(identity) {
+        let mut byte = [0u8; 1];
+        if let Err(e) = parts.provider.secure_random.fill(&mut byte) {
+            tracing::warn!(error = ?e, "the TLS provider's random source failed");
+        }
+    }
+}
+
 /// Timers and windows for a wire: keep-alives so that a silent wire stays up, an idle
 /// timeout that notices a peer gone within seconds, room for DATAGRAM frames and for
 /// stream-carried frames in flight, no congestion window or pacing until the far end
