@@ -111,6 +111,11 @@ fn run() -> anyhow::Result<()> {
         .name("xwire-node".into())
         .spawn(move || api_server::run_node(node, inbox))?;
     runtime.block_on(async {
+        // Listening for the stop signals before the socket exists: a supervisor that
+        // stops the daemon as soon as the socket appears (a test does) was otherwise
+        // caught in the moment before the listener was made, and the daemon never
+        // stopped (seen once under strace).
+        let stop = stop_signal();
         let listener = api_server::bind(&socket)
             .with_context(|| format!("binding the local API socket {}", socket.display()))?;
         if let Some(listener) = metrics_listener {
@@ -127,7 +132,7 @@ fn run() -> anyhow::Result<()> {
             metrics = ?config.metrics_address,
             "xwired ready"
         );
-        api_server::serve(listener, socket.clone(), jobs, metrics, stop_signal()).await;
+        api_server::serve(listener, socket.clone(), jobs, metrics, stop).await;
         anyhow::Ok(())
     })?;
     tracing::info!("stopping");
@@ -187,17 +192,22 @@ fn raise_file_limit(max_ports: usize) {
     }
 }
 
-async fn stop_signal() {
+/// Listens for SIGTERM and SIGINT from this call on (inside the runtime); the future ends
+/// at the first.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
+    let listeners = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = listeners else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
     }
 }
 
