@@ -544,13 +544,14 @@ impl Switch {
     /// `rx_fill_ring_empty` (`fastpath/tests/away.rs`). A port added again on the same
     /// interface meanwhile waits for the queue as after any close (`still_releasing`).
     fn close(&self, port: Port) {
-        let closing = match port {
-            Port::Xdp(xdp) => keeper::Closing::Xdp(Box::new(xdp)),
-            Port::Packet(packet) => keeper::Closing::Packet(packet),
-            Port::Steered(_) => return,
+        // Without a keeper, or for a steered port, the port closes here, as it drops.
+        let Some(keeper) = &self.keeper else {
+            return;
         };
-        if let Some(keeper) = &self.keeper {
-            keeper.close(closing);
+        match port {
+            Port::Xdp(xdp) => keeper.close(keeper::Closing::Xdp(Box::new(xdp))),
+            Port::Packet(packet) => keeper.close(keeper::Closing::Packet(packet)),
+            Port::Steered(_) => {}
         }
     }
 
