@@ -133,7 +133,8 @@ pub fn edit(file: &Path, binaries: &Binaries) -> Result<(Lab, Changes)> {
     }
     for pod in &changes.pods_added {
         namespaces::create(&paths.pod_netns(pod))?;
-        mgmt::add_pod(&new, &paths, pod)?;
+        let node_ns = namespaces::open(&paths.node_netns(&new.pods[pod]))?;
+        mgmt::add_pod(&new, &paths, pod, &node_ns)?;
     }
     // A link whose settings changed (same uid) goes first and comes back changed: the
     // daemons join and part wires by uid.

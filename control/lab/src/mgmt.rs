@@ -187,7 +187,7 @@ pub(crate) fn build_nodes(lab: &Lab, paths: &LabPaths) -> Result<()> {
     for (index, node) in lab.nodes.iter().enumerate() {
         let node_ns = namespaces::open(&paths.node_netns(node))?;
         make_bridge_with(&node_ns, NODE_BRIDGE, None, None, multicast_off())?;
-        drop_mld_reports(&node_ns)?;
+        drop_chatter(&node_ns)?;
         let host_end = format!("{bridge}.{index}");
         create_veth(
             &host,
@@ -203,26 +203,33 @@ pub(crate) fn build_nodes(lab: &Lab, paths: &LabPaths) -> Result<()> {
 
 /// The management network carries no multicast routing: no querier, no multicast router,
 /// and bridges that do not snoop, so every multicast frame goes to every port, which is
-/// all that neighbour discovery needs. MLD reports are then of use to nobody, yet each
-/// pod's addresses send several when they join their groups, and each reached every other
-/// pod of the lab: the set-up grew with the square of the pods, and at 3,000 pods the
-/// machine spent most of it receiving reports. A node's bridge drops the reports its pods
-/// send (nftables: the kernel's bridge has no switch for it); the rule's counter says
-/// how many (`ip netns exec xl.LAB.n.NODE nft list table bridge xwire-mgmt`).
+/// all that neighbour discovery needs. What a pod's IPv6 sends on its own is then of use
+/// to nobody, yet each such frame reached every other pod of the lab, and the set-up grew
+/// with the square of the pods (at 3,000 pods the machine spent most of it receiving
+/// MLD reports). A node's bridge drops them as they come in,
+/// before it floods them to every port (nftables: the kernel's bridge has no switch for
+/// it), a rule and a counter each (`ip netns exec xl.LAB.n.NODE nft list table bridge
+/// xwire-mgmt`):
+/// - MLD reports, which each address sends when it joins its groups;
+/// - router solicitations: the network has no router;
+/// - duplicate address probes (a neighbour solicitation from `::`): the lab gives every
+///   address, and each pod's link-local one comes from its own random MAC.
 fn multicast_off() -> Vec<InfoBridge> {
     vec![InfoBridge::MulticastSnooping(false)]
 }
 
-const DROP_MLD_REPORTS: &str = "table bridge xwire-mgmt {
-    chain forward {
-        type filter hook forward priority 0; policy accept;
-        icmpv6 type { mld-listener-report, mld-listener-done, mld2-listener-report } counter drop
+const DROP_CHATTER: &str = "table bridge xwire-mgmt {
+    chain prerouting {
+        type filter hook prerouting priority 0; policy accept;
+        icmpv6 type { mld-listener-report, mld-listener-done, mld2-listener-report } counter drop comment \"mld reports\"
+        icmpv6 type nd-router-solicit counter drop comment \"router solicitations\"
+        ip6 saddr :: icmpv6 type nd-neighbor-solicit counter drop comment \"duplicate address probes\"
     }
 }
 ";
 
-fn drop_mld_reports(node_ns: &NetnsFd) -> Result<()> {
-    node_ns.run("drop the pods' MLD reports", || -> Result<()> {
+fn drop_chatter(node_ns: &NetnsFd) -> Result<()> {
+    node_ns.run("drop the pods' IPv6 chatter", || -> Result<()> {
         let mut nft = Command::new("nft")
             .args(["-f", "-"])
             .stdin(Stdio::piped())
@@ -232,7 +239,7 @@ fn drop_mld_reports(node_ns: &NetnsFd) -> Result<()> {
         nft.stdin
             .take()
             .context("nft's standard input")?
-            .write_all(DROP_MLD_REPORTS.as_bytes())?;
+            .write_all(DROP_CHATTER.as_bytes())?;
         let out = nft.wait_with_output()?;
         if !out.status.success() {
             bail!("nft: {}", String::from_utf8_lossy(&out.stderr).trim());
@@ -241,8 +248,11 @@ fn drop_mld_reports(node_ns: &NetnsFd) -> Result<()> {
     })?
 }
 
-/// Gives `pod` its management interface and addresses.
-pub(crate) fn add_pod(lab: &Lab, paths: &LabPaths, pod: &str) -> Result<()> {
+/// Gives `pod` its management interface and addresses. `node_ns` is the pod's node's
+/// namespace, opened once for all its pods: a handle opens the namespace's
+/// `/proc/sys/net/ipv6/conf` on first use, and that walk passes one directory entry per
+/// network namespace on the machine.
+pub(crate) fn add_pod(lab: &Lab, paths: &LabPaths, pod: &str, node_ns: &NetnsFd) -> Result<()> {
     let Some(mgmt) = &lab.mgmt else {
         return Ok(());
     };
@@ -252,22 +262,24 @@ pub(crate) fn add_pod(lab: &Lab, paths: &LabPaths, pod: &str) -> Result<()> {
         .with_context(|| format!("pod {pod} has no management address"))?;
     let ((v4, p4), (v6, p6)) = mgmt.host(n).map_err(anyhow::Error::msg)?;
     let pod_ns = namespaces::open(&paths.pod_netns(pod))?;
-    let node_ns = namespaces::open(&paths.node_netns(&lab.pods[pod]))?;
     let port = format!("mg{n}");
+    // The pod's end keeps its namespace's IPv6 settings: its solicitations and probes
+    // stop at the node's bridge (`DROP_CHATTER`), and its addresses skip the probe
+    // (`add_addresses`). Writing the settings there instead cost a walk of every
+    // namespace's sysctl directory per pod: at 5,000 pods, a third of the machine.
     let mut pod_end = EndSettings::named(&mgmt.interface);
     pod_end.address = Some((v4, p4));
-    pod_end.ipv6 = Ipv6::Quiet;
     // The node's end is a bridge port: no addresses, and no IPv6 chatter of its own.
     let node_end = EndSettings {
         ipv6: Ipv6::Off,
         ..EndSettings::named(&port)
     };
-    create_veth(&pod_ns, &pod_end, &node_ns, &node_end)
+    create_veth(&pod_ns, &pod_end, node_ns, &node_end)
         .with_context(|| format!("pod {pod}: management interface"))?;
     add_addresses(&pod_ns, &mgmt.interface, &[(v6, p6)])?;
     let bridge = node_bridge(n);
-    ensure_node_bridge(&node_ns, &bridge)?;
-    attach(&node_ns, &port, &bridge)
+    ensure_node_bridge(node_ns, &bridge)?;
+    attach(node_ns, &port, &bridge)
 }
 
 /// The node bridge that the pod with host number `n` hangs off.

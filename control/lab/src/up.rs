@@ -212,9 +212,14 @@ fn build(
     phases.time("management network", || {
         step("management network".into())?;
         mgmt::build_nodes(lab, paths)?;
-        each_node_side_by_side(lab, |pod, _| {
+        let node_namespaces = lab
+            .nodes
+            .iter()
+            .map(|node| Ok((node.as_str(), namespaces::open(&paths.node_netns(node))?)))
+            .collect::<Result<BTreeMap<_, _>>>()?;
+        each_node_side_by_side(lab, |pod, node| {
             check_interrupted()?;
-            mgmt::add_pod(lab, paths, pod)
+            mgmt::add_pod(lab, paths, pod, &node_namespaces[node])
         })
     })?;
     phases.time("daemons", || {

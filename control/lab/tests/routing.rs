@@ -69,8 +69,9 @@ fn host_pings(address: &str) -> bool {
     })
 }
 
-/// The packets counted by the rule that drops the pods' MLD reports in `node_netns`.
-fn mld_reports_dropped(node_netns: &str) -> u64 {
+/// The packets counted by the rule of `node_netns`'s management bridge whose comment is
+/// `rule` (what the pods' IPv6 sends of its own accord, dropped there).
+fn chatter_dropped(node_netns: &str, rule: &str) -> u64 {
     let out = Command::new("ip")
         .args([
             "netns",
@@ -91,11 +92,12 @@ fn mld_reports_dropped(node_netns: &str) -> u64 {
         String::from_utf8_lossy(&out.stderr)
     );
     let counted = listing
-        .split("counter packets ")
-        .nth(1)
+        .lines()
+        .find(|line| line.contains(&format!("comment \"{rule}\"")))
+        .and_then(|line| line.split("counter packets ").nth(1))
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok());
-    counted.unwrap_or_else(|| panic!("no counter in {listing}"))
+    counted.unwrap_or_else(|| panic!("no counter for {rule} in {listing}"))
 }
 
 fn host_has_link(name: &str) -> bool {
@@ -145,7 +147,7 @@ fn pods_are_on_the_management_network_and_static_routes_cross_a_router() {
     // (it joins the address's solicited-node group), and the rule that drops them
     // counts them.
     let node_a = format!("xl.{name}.n.node-a");
-    let dropped = || mld_reports_dropped(&node_a);
+    let dropped = || chatter_dropped(&node_a, "mld reports");
     let earlier = dropped();
     let add = lab.exec(
         "r1",
@@ -156,6 +158,15 @@ fn pods_are_on_the_management_network_and_static_routes_cross_a_router() {
         eventually(Duration::from_secs(5), || dropped() > earlier),
         "no MLD report of r1's was dropped at node-a's bridge"
     );
+    // The pods' link-local addresses were probed, and the pods solicited routers, on a
+    // network that has none: node-a's bridge kept both from the other pods.
+    for rule in ["duplicate address probes", "router solicitations"] {
+        assert!(
+            eventually(Duration::from_secs(10), || chatter_dropped(&node_a, rule)
+                > 0),
+            "no {rule} were dropped at node-a's bridge"
+        );
+    }
     let table = text(&run(&["lab", "status", "--lab", &name]));
     assert!(table.contains(&before[2].1), "{table}");
     assert!(

@@ -32,11 +32,6 @@ pub enum Ipv6 {
     /// As the namespace's defaults say.
     #[default]
     AsDefault,
-    /// No duplicate address detection and no router solicitations: an end whose
-    /// addresses are given (a lab's management interface) on a link with no router.
-    /// A lab's thousand pods each soliciting and probing on one management network was
-    /// a thousand frames flooded to a thousand pods.
-    Quiet,
     /// Off: a node-side end is a port of the switch (or of a bridge) that carries frames
     /// and has no address. With IPv6 on, each one sent its own router solicitations, MLD
     /// reports and DAD probes into the pod's link, and got a link-local route of the
@@ -50,7 +45,6 @@ impl Ipv6 {
     pub fn settings(self) -> &'static [(&'static str, &'static str)] {
         match self {
             Ipv6::AsDefault => &[],
-            Ipv6::Quiet => &[("accept_dad", "0"), ("router_solicitations", "0")],
             Ipv6::Off => &[("disable_ipv6", "1")],
         }
     }
