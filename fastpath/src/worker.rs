@@ -496,7 +496,7 @@ impl Worker {
     /// between batches, so remote frames take no thread hand-off.
     pub fn attach_peers(&self, config: PeerConfig) -> Result<SocketAddr, WorkerError> {
         // On the caller's thread, before the worker needs it (see `seed_random`).
-        crate::peer::seed_random(&config.identity);
+        crate::peer::seed_random();
         self.attach_transport(Box::new(move || {
             PeerTransport::bind(config).map(|t| Box::new(t) as Box<dyn RemoteTransport>)
         }))

@@ -18,7 +18,7 @@ const BUILD: &[&str] = &[
 ];
 
 /// What the demo runs besides the build: ip and ping, the font of its bench chart, and
-/// nft (a lab's management network keeps the pods' MLD reports off it with a rule).
+/// nft (a lab's management network keeps the pods' IPv6 chatter off it with rules).
 const DEMO: &[&str] = &["iproute2", "iputils-ping", "fonts-dejavu-core", "nftables"];
 
 /// What the tests run besides the demo's: iperf3 (the remote-wire scenario's TCP

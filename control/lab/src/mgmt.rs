@@ -206,10 +206,9 @@ pub(crate) fn build_nodes(lab: &Lab, paths: &LabPaths) -> Result<()> {
 /// all that neighbour discovery needs. What a pod's IPv6 sends on its own is then of use
 /// to nobody, yet each such frame reached every other pod of the lab, and the set-up grew
 /// with the square of the pods (at 3,000 pods the machine spent most of it receiving
-/// MLD reports). A node's bridge drops them as they come in,
-/// before it floods them to every port (nftables: the kernel's bridge has no switch for
-/// it), a rule and a counter each (`ip netns exec xl.LAB.n.NODE nft list table bridge
-/// xwire-mgmt`):
+/// MLD reports). A node's bridge drops them as they come in, before it floods them to
+/// every port (nftables: the kernel's bridge has no switch for it), a rule and a counter
+/// each (`ip netns exec xl.LAB.n.NODE nft list table bridge xwire-mgmt`):
 /// - MLD reports, which each address sends when it joins its groups;
 /// - router solicitations: the network has no router;
 /// - duplicate address probes (a neighbour solicitation from `::`): the lab gives every

@@ -41,13 +41,10 @@ fn parts(identity: &NodeIdentity) -> Result<xwire_pki::tls::TlsParts, PeerError>
 /// (`tree_jitter_initialize_once` in a profile). Left to the first handshake, it was
 /// spent inside the worker, away from every port it had: a node's first peer connection
 /// held its worker off its ports for 65 to 72 ms (`fastpath/tests/first_handshake.rs`).
-/// An identity that does not parse is reported where it is used.
-pub(crate) fn seed_random(identity: &NodeIdentity) {
-    if let Ok(parts) = parts(identity) {
-        let mut byte = [0u8; 1];
-        if let Err(e) = parts.provider.secure_random.fill(&mut byte) {
-            tracing::warn!(error = ?e, "the TLS provider's random source failed");
-        }
+pub(crate) fn seed_random() {
+    let mut byte = [0u8; 1];
+    if let Err(e) = xwire_pki::tls::provider().secure_random.fill(&mut byte) {
+        tracing::warn!(error = ?e, "the TLS provider's random source failed");
     }
 }
 
