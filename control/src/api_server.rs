@@ -1,8 +1,7 @@
 //! The local API: a Unix stream socket (mode 0600) speaking `wire_proto::local`. Each
 //! connection may carry several requests, answered in order. Requests go to the node's
-//! thread one at a time, but for calls of one kind queued together: DELs have their
-//! pods' interfaces deleted at once, and, where the store is a server's, ADDs have their
-//! records written at once (one store write, then each is answered). A malformed request
+//! thread one at a time, but for DELs queued together, which have their pods' interfaces
+//! deleted at once. A malformed request
 //! is answered with a CNI error and the connection stays usable, unless its framing is
 //! lost.
 
@@ -81,18 +80,10 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
         match next {
             Ok(job) => {
                 let mut batch = vec![job];
-                match batch[0].request {
-                    local::Request::Del(_) => {
-                        held = gather(&jobs, &mut batch, DELS_AT_ONCE, |r| {
-                            matches!(r, local::Request::Del(_))
-                        })
-                    }
-                    local::Request::Add(_) if node.shares_batches() => {
-                        held = gather(&jobs, &mut batch, ADDS_AT_ONCE, |r| {
-                            matches!(r, local::Request::Add(_))
-                        })
-                    }
-                    _ => {}
+                if let local::Request::Del(_) = batch[0].request {
+                    held = gather(&jobs, &mut batch, DELS_AT_ONCE, |r| {
+                        matches!(r, local::Request::Del(_))
+                    })
                 }
                 // Its caller is gone (the daemon is stopping, or the caller gave up): a
                 // stopping daemon does not work through a queue nobody waits for.
@@ -132,10 +123,6 @@ pub fn run_node(mut node: Node, jobs: Receiver<Job>) {
 
 /// The most DELs taken together.
 const DELS_AT_ONCE: usize = 64;
-/// The most ADDs taken together, where the store shares batches: their records are
-/// written at once, after the last (a server's store costs a request whose time grows
-/// with the records, whatever the change), and each is answered then.
-const ADDS_AT_ONCE: usize = 16;
 
 /// Adds to `batch` the jobs of its kind (`same`) queued right behind it, up to `most`,
 /// and returns the first other job it took from the queue, to be answered after them:
@@ -157,12 +144,8 @@ fn gather(
 }
 
 /// Answers the jobs in order; DELs that came together first have their pods' interfaces
-/// deleted at once (`Call::begin_dels`), and ADDs that came together have their records
-/// written at once, after the last. Whether any of them may have changed something.
+/// deleted at once (`Call::begin_dels`). Whether any of them may have changed something.
 fn answer_all(node: &mut Node, batch: Vec<Job>) -> bool {
-    if batch.len() > 1 && matches!(batch[0].request, local::Request::Add(_)) {
-        return answer_adds(node, batch);
-    }
     // What the node did between calls is not these calls'.
     step_times::take();
     let started = Instant::now();
@@ -205,39 +188,6 @@ fn answer_all(node: &mut Node, batch: Vec<Job>) -> bool {
         changed |= !reads_only;
     }
     changed
-}
-
-/// Answers ADDs that came together: each is handled in turn within one store batch, the
-/// batch is written once, and then each is answered (a failed write fails every ADD that
-/// succeeded, as it fails a lone one). The write's time is each call's, as it waited for
-/// it.
-fn answer_adds(node: &mut Node, batch: Vec<Job>) -> bool {
-    step_times::take();
-    node.begin_batch();
-    let mut handled = Vec::with_capacity(batch.len());
-    let mut responses = Vec::with_capacity(batch.len());
-    for job in batch {
-        let handling = Instant::now();
-        let Answer { response, capture } = node.call(job.netns).answer(job.request);
-        responses.push((true, response));
-        let steps = step_times::take();
-        handled.push((job.reply, capture, job.queued, steps, handling.elapsed()));
-    }
-    let commit_started = Instant::now();
-    let responses = node.commit(responses);
-    let commit = step_times::take();
-    let commit_took = commit_started.elapsed();
-    for ((reply, capture, queued, mut steps, took), response) in handled.into_iter().zip(responses)
-    {
-        steps.extend(commit.iter().cloned());
-        // Waiting: in the queue, and for the ADDs handled after it in the batch.
-        let spent = took + commit_took;
-        let waited = queued.elapsed().saturating_sub(spent);
-        node.metrics()
-            .observe_cni_steps("ADD", waited, &steps, spent);
-        let _ = reply.send((response, capture));
-    }
-    true
 }
 
 /// Binds the socket at `path`: its directory is made if missing, a stale socket (nobody

@@ -3,8 +3,8 @@
 //! Every ADD succeeds, every wire comes up, and what each ADD recorded was written, so a
 //! daemon killed right after the storm has it all when it starts again. With the
 //! embedded store, and with the Kubernetes store against a real API server (skipped,
-//! with the reason, where there is none), whose ADDs that wait together are answered
-//! after one store write (`api_server::answer_adds`).
+//! with the reason, where there is none), which answers each ADD when its node's journal
+//! has the records and writes the API server's copy behind.
 
 mod support;
 
@@ -34,7 +34,7 @@ fn adds_that_come_together_are_all_answered_wired_and_recorded() {
 }
 
 #[test]
-fn adds_that_come_together_share_a_write_to_the_api_server_and_are_all_recorded() {
+fn adds_that_come_together_through_the_api_server_are_all_answered_and_recorded() {
     let Some(server) = apiserver::start_or_skip() else {
         return;
     };

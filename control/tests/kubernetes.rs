@@ -49,6 +49,28 @@ fn get(
     server.runtime.block_on(api.get_opt(name)).unwrap()
 }
 
+/// Whether each node's store has written its records to the API server within 10 s:
+/// they reach the node's journal before a call is answered, and its GWireKObj objects a
+/// moment later.
+fn written(nodes: &[&Node]) -> bool {
+    eventually(Duration::from_secs(10), || {
+        nodes.iter().all(|n| n.state().store_unwritten == 0)
+    })
+}
+
+/// The pods whose attachments the node's GWireKObj of `ns` holds.
+fn attached_in_api(server: &ApiServer, ns: &str, node: &str) -> Vec<String> {
+    let Some(object) = get(server, "gwirekobjs", "GWireKObj", ns, node) else {
+        return Vec::new();
+    };
+    (object.data["status"]["xwireAttachments"]
+        .as_array()
+        .into_iter()
+        .flatten())
+    .filter_map(|a| a["pod"]["name"].as_str().map(str::to_owned))
+    .collect()
+}
+
 /// A namespace's objects of `plural` as the API server shows them to kubectl: a Table.
 fn table(server: &ApiServer, ns: &str, plural: &str) -> Value {
     let request = http::Request::get(format!(
@@ -149,7 +171,7 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
         ],
     );
 
-    let (n1, mut n2) = kube_nodes(&server, NODES);
+    let (mut n1, mut n2) = kube_nodes(&server, NODES);
     // Where the scheduler put the pods: what a node judges a peer's claim by.
     apiserver::bind_pod(&server, lab, "r1", "kn1");
     apiserver::bind_pod(&server, lab, "r2", "kn2");
@@ -184,6 +206,7 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
         "r2 made the links r1 left to it"
     );
     assert!(status.get("plumbing_error").is_none(), "{status}");
+    assert!(written(&[&n1, &n2]), "n1:\n{}\nn2:\n{}", n1.log(), n2.log());
     let gwire = get(&server, "gwirekobjs", "GWireKObj", lab, "kn1").expect("kn1's GWireKObj");
     // Owned by its Node: the cluster's garbage collector takes it with the node.
     let owner = &gwire.metadata.owner_references.as_ref().unwrap()[0];
@@ -246,6 +269,7 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
     let passed = call(&p1, "ADD", &config(&n1, "kube-plain"));
     assert_eq!(passed.code, 0, "{}", passed.output);
     assert!(!p1.has("eth1"));
+    assert!(written(&[&n1]));
     assert!(get(&server, "gwirekobjs", "GWireKObj", "kube-plain", "kn1").is_none());
 
     // A link added to both Topology objects through the API appears without a restart;
@@ -311,6 +335,7 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
     assert!(ping(&r1.ns, "10.0.0.2", 2).unwrap(), "n1:\n{}", n1.log());
 
     // Killed, its state directory emptied, restarted: every wire comes back from the API.
+    assert!(written(&[&n2]), "{}", n2.log());
     n2.stop();
     let _ = std::fs::remove_dir_all(n2.dir.0.join("state"));
     n2.restart();
@@ -337,7 +362,23 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
         error.contains("uid 7") && error.contains("10.0.0.300"),
         "{status}"
     );
+    // Killed as soon as DEL is answered: the node's journal has the change, the API
+    // server not yet (it is written behind, a moment later), and the node writes it when
+    // it starts again.
+    assert!(written(&[&n1]), "{}", n1.log());
+    assert!(attached_in_api(&server, lab, "kn1").contains(&"r3".to_owned()));
     assert_eq!(call(&r3, "DEL", &config(&n1, lab)).code, 0);
+    n1.stop();
+    assert!(
+        attached_in_api(&server, lab, "kn1").contains(&"r3".to_owned()),
+        "the GWireKObj was written before the daemon was killed: this check needs it not to be"
+    );
+    n1.restart();
+    let caught_up = eventually(Duration::from_secs(10), || {
+        !attached_in_api(&server, lab, "kn1").contains(&"r3".to_owned())
+    });
+    assert!(caught_up, "{}", n1.log());
+    assert!(attached_in_api(&server, lab, "kn1").contains(&"r1".to_owned()));
 
     // The opt-in label goes: pods wired before keep their wires and are cleaned up by
     // DEL; a pod created afterwards passes through.
@@ -364,6 +405,7 @@ fn a_cluster_wires_pods_from_topology_objects_and_rebuilds_from_the_api() {
     for (pod, node) in [(&r1, &n1), (&r2, &n2)] {
         assert_eq!(call(pod, "DEL", &config(node, lab)).code, 0);
     }
+    assert!(written(&[&n1, &n2]));
     assert!(get(&server, "gwirekobjs", "GWireKObj", lab, "kn1").is_none());
     assert!(get(&server, "gwirekobjs", "GWireKObj", lab, "kn2").is_none());
 }

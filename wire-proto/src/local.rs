@@ -330,6 +330,11 @@ pub struct NodeState {
     /// server; the embedded store makes none), watches aside.
     #[serde(default)]
     pub store_requests: u64,
+    /// Objects of the node's records that its backend's server does not yet hold as the
+    /// node does (the Kubernetes store writes its GWireKObj objects behind the node's
+    /// journal); always zero for the embedded store.
+    #[serde(default)]
+    pub store_unwritten: u64,
     /// The node's pool, role, gateway in use and tunnels, where there are node pools.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<Value>,

@@ -56,16 +56,6 @@ impl Call<'_> {
         }
     }
 
-    /// Answers `request` within the store batch the caller began (`Node::begin_batch`);
-    /// `Node::commit` ends the batch.
-    pub(crate) fn answer(mut self, request: Request) -> Answer {
-        let response = self.respond(request);
-        Answer {
-            response,
-            capture: self.capture,
-        }
-    }
-
     fn respond(&mut self, request: Request) -> Response {
         self.handle(request)
             .unwrap_or_else(|e| Response::Error(e.to_cni()))

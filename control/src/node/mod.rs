@@ -180,6 +180,7 @@ impl Node {
                     let mut settings = KubeSettings {
                         topology: config.topology.clone(),
                         peer_port: config.node_address.port(),
+                        state_dir: config.state_dir.clone(),
                     };
                     if config.certs.is_some() {
                         // Files named in the configuration win over the cluster's CA and
@@ -281,8 +282,7 @@ impl Node {
         Ok(node)
     }
 
-    /// Writes the store's batch (one request to a server's store, not one per record)
-    /// and returns the responses of the calls made in it, each with whether it changes
+    /// Writes the store's batch (one commit, not one per record) and returns the responses of the calls made in it, each with whether it changes
     /// anything (`calls::changes`). A batch that could not be written turns each success
     /// of a changing call into the store's error: the calls are retried, and the writes
     /// with them. With no such call (the node's own work), the failure is logged.
@@ -310,15 +310,8 @@ impl Node {
         failed
     }
 
-    /// Whether ADDs that queue together should share one store batch (see
-    /// `WireStore::shares_batches`).
-    pub(crate) fn shares_batches(&self) -> bool {
-        self.records.store.shares_batches()
-    }
-
-    /// Begins a batch of store writes, one request to a server's store (see `commit`): for
-    /// a call (`Call::answer_batched`), calls of one kind queued together, and the
-    /// node's own work between requests.
+    /// Begins a batch of store writes, made durable together (see `commit`): for a call
+    /// (`Call::answer_batched`), and the node's own work between requests.
     pub(crate) fn begin_batch(&self) {
         self.records.store.begin_batch();
     }

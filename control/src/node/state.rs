@@ -38,6 +38,7 @@ impl Observer<'_> {
             refused_claims: self.peers.refused_claims.load(Ordering::Relaxed),
             claims_judged_by_node: self.peers.claims_judged,
             store_requests: self.records.store.requests(),
+            store_unwritten: self.records.store.unwritten() as u64,
             pool: self.routing.pools.as_ref().map(pools::PoolRole::state),
         })
     }

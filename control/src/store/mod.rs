@@ -127,6 +127,11 @@ impl EndKey {
         format!("{namespace}/{pod}/")
     }
 
+    /// A key of this text, to bound a range of keys (`prefix_of_pod`).
+    pub(crate) fn from_text(text: &str) -> EndKey {
+        EndKey(text.to_owned())
+    }
+
     /// Whether this is an end of pod `pod` of `namespace`.
     pub(crate) fn is_of_pod(&self, namespace: &str, pod: &str) -> bool {
         self.0
@@ -241,20 +246,13 @@ pub trait WireStore {
     }
     fn remove_attachment(&self, key: &AttachmentKey) -> Result<bool, StoreError>;
     fn attachments(&self) -> Result<Vec<AttachmentRecord>, StoreError>;
-    /// From here to `end_batch`, changes may be kept and written together at its end (a
-    /// store whose every write is a request to a server). The embedded store writes each
-    /// at once.
+    /// From here to `end_batch`, changes are kept and made durable together at its end:
+    /// one commit (one fsync) for a call's records, not one per record.
     fn begin_batch(&self) {}
-    /// Writes what the batch changed. An error leaves it to be written at the next end.
+    /// Makes what the batch changed durable. An error leaves it to be written at the
+    /// next end.
     fn end_batch(&self) -> Result<(), StoreError> {
         Ok(())
-    }
-    /// Whether calls that queue together should share one batch (each answered after
-    /// its end): worth it where a batch's write costs much more than a call's work (a
-    /// server's store, whose write time grows with the records), not where it is cheap
-    /// (holding answers back then only adds to each call's time).
-    fn shares_batches(&self) -> bool {
-        false
     }
 }
 
@@ -312,6 +310,11 @@ pub enum PodPlacement {
 pub(crate) trait ClusterApi {
     /// Requests made to the store's server so far (watches aside).
     fn requests(&self) -> u64 {
+        0
+    }
+    /// How many objects the server's copy of the node's records lags in (written behind
+    /// the node's own journal); none where the store has no server.
+    fn unwritten(&self) -> usize {
         0
     }
     /// This node's certificate, key and CA, when the store issues them.

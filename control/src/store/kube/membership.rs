@@ -169,7 +169,11 @@ pub(super) fn issue_identity(store: &KubeStore, secret: &str) -> Result<NodeIden
 
 impl ClusterApi for KubeStore {
     fn requests(&self) -> u64 {
-        self.requests.load(std::sync::atomic::Ordering::Relaxed)
+        (self.shared.requests).load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn unwritten(&self) -> usize {
+        self.shared.unwritten.lock().expect("not poisoned").len()
     }
 
     fn node_identity(&self) -> Result<Option<NodeIdentity>, StoreError> {

@@ -3,11 +3,13 @@
 //! GWireKObj objects as the wire store (see `gwire.rs`). The node's thread calls the
 //! store's methods synchronously; they run their API calls on this store's own runtime.
 //!
-//! Writes: the GWireKObj a node owns is written with server-side apply under the field
+//! Writes: the node's records go to a journal on its disk, and behind it to the
+//! GWireKObj objects the node owns (`behind.rs`), with server-side apply under the field
 //! manager `xwired-<node>`, never forced (a field another manager owns is a conflict,
 //! reported, not overwritten). A Topology's status, which other writers share, is
 //! replaced with its resourceVersion and retried on a conflict.
 
+mod behind;
 mod certificate;
 mod gwire;
 mod membership;
@@ -15,7 +17,6 @@ mod placement;
 pub mod pools;
 mod status;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,14 +28,16 @@ use kube::api::{
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
+use std::path::PathBuf;
 
 pub use status::PodReport;
 
+use self::behind::AllRecords;
 use self::gwire::NamespaceRecords;
 use self::membership::NodeWatch;
 use super::{
-    AttachmentKey, AttachmentRecord, EndKey, PodPlacement, StoreError, TopologySource, WireRecord,
-    WireStore,
+    AttachmentKey, AttachmentRecord, EmbeddedStore, EndKey, PodPlacement, StoreError,
+    TopologySource, WireRecord, WireStore,
 };
 use crate::config::TopologySettings;
 use crate::membership::{Configured, Membership};
@@ -47,17 +50,14 @@ pub(crate) struct KubeSettings {
     pub topology: TopologySettings,
     /// The UDP port every node's peers listen on (this node's own).
     pub peer_port: u16,
+    /// The daemon's state directory, where the journal of the node's records is kept
+    /// (`JOURNAL_DIR`).
+    pub state_dir: PathBuf,
 }
 
-impl Default for KubeSettings {
-    /// A configuration's defaults, at the default peer port.
-    fn default() -> Self {
-        KubeSettings {
-            topology: TopologySettings::default(),
-            peer_port: 7470,
-        }
-    }
-}
+/// The journal's directory in the state directory: the embedded store's file layout, kept
+/// apart from an embedded store's own.
+pub(crate) const JOURNAL_DIR: &str = "kube-journal";
 
 pub use xwire_model::config::SIGNER_NAME;
 
@@ -80,21 +80,21 @@ pub(crate) struct KubeStore {
     gwire_resource: ApiResource,
     topologies: Store<DynamicObject>,
     namespaces: Store<Namespace>,
-    /// The node's records, by topology namespace: read from the API at start, then
-    /// kept here and written through.
-    records: Mutex<BTreeMap<String, NamespaceRecords>>,
+    /// The node's records, by topology namespace (read from here), the namespaces the
+    /// API server has not yet got, and the requests made (for the scale figures).
+    shared: behind::Shared,
+    /// The node's records on its disk: a change is there before the call that made it
+    /// is answered.
+    journal: EmbeddedStore,
+    /// Writes the records' changes to the node's GWireKObj objects.
+    writer: Option<behind::Running>,
     /// Topology objects changed in the API since the node last asked, as `ns/name`.
     changed: Arc<Mutex<Vec<String>>>,
-    /// Within a batch (a node job: one CNI call, one batch of peer events), changes are
-    /// kept in memory and written once at its end: an ADD that writes an attachment and
-    /// four wire records costs one request, not five.
+    /// Between `begin_batch` and `end_batch`: the writer is told of the batch's changes
+    /// at its end, when the journal has them.
     batching: std::sync::atomic::AtomicBool,
-    /// Namespaces changed in memory and not yet written, with what the API server holds.
-    pending: Mutex<BTreeMap<String, Option<NamespaceRecords>>>,
-    /// API requests made (for the scale figures: requests per pod).
-    requests: Arc<std::sync::atomic::AtomicU64>,
     /// Pods' Topology status, written in order off the node's thread.
-    status: Option<tokio::sync::mpsc::UnboundedSender<status::StatusWork>>,
+    status: Option<tokio::sync::mpsc::UnboundedSender<PodReport>>,
 }
 
 fn backend(message: impl std::fmt::Display) -> StoreError {
@@ -131,8 +131,11 @@ pub(super) fn reflect<K>(
     });
 }
 
-/// Watches every Topology object on `runtime`; each one that changes is queued to
-/// `changed` as `namespace/name`.
+/// Watches every Topology object on `runtime`; each one made, deleted or whose links
+/// change is queued to `changed` as `namespace/name`. A change of status alone is not:
+/// the node reads none of it in a cluster (a pod's node is its Pod's), and every pod's
+/// ADD writes its own, which made each node go over each pod's links once more as a lab
+/// came up.
 fn watch_topologies(
     runtime: &tokio::runtime::Runtime,
     client: &Client,
@@ -143,11 +146,27 @@ fn watch_topologies(
     let topologies = writer.as_reader();
     let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
     let queue = changed.clone();
+    let (reader, resource) = (topologies.clone(), resource.clone());
+    // The generation each object had when last queued: the API server counts changes
+    // of everything but status (the CRD has a status subresource).
+    let mut generations = std::collections::HashMap::<String, Option<i64>>::new();
     reflect(runtime, writer, api, "Topology objects", move |object| {
-        let key = topology::pod_key(
+        let (namespace, name) = (
             object.metadata.namespace.as_deref().unwrap_or_default(),
             object.metadata.name.as_deref().unwrap_or_default(),
         );
+        let key = topology::pod_key(namespace, name);
+        // The store has taken the event in by now: an object it lacks was deleted.
+        let in_store = ObjectRef::new_with(name, resource.clone()).within(namespace);
+        if reader.get(&in_store).is_none() {
+            generations.remove(&key);
+        } else {
+            let generation = object.metadata.generation;
+            let before = generations.insert(key.clone(), generation);
+            if generation.is_some() && before == Some(generation) {
+                return;
+            }
+        }
         queue.lock().expect("not poisoned").push(key);
     });
     topologies
@@ -192,6 +211,9 @@ impl KubeStore {
             &GroupVersionKind::gvk(gwire::GROUP, gwire::VERSION, gwire::KIND),
             gwire::PLURAL,
         );
+        let journal_dir = settings.state_dir.join(JOURNAL_DIR);
+        let has_journal = journal_dir.join(super::embedded::DB_FILE).exists();
+        let journal = EmbeddedStore::open(&journal_dir)?;
         let changed = Arc::new(Mutex::new(Vec::new()));
         let topologies = watch_topologies(&runtime, &client, &topology_resource, &changed);
         let namespaces = watch_namespaces(&runtime, &client, &settings.topology.namespace_label);
@@ -211,11 +233,15 @@ impl KubeStore {
             gwire_resource,
             topologies,
             namespaces,
-            records: Mutex::new(BTreeMap::new()),
+            shared: behind::Shared {
+                records: Default::default(),
+                unwritten: Default::default(),
+                requests: Default::default(),
+            },
+            journal,
+            writer: None,
             changed,
             batching: Default::default(),
-            pending: Mutex::new(BTreeMap::new()),
-            requests: Default::default(),
             status: None,
             settings,
             runtime,
@@ -234,11 +260,12 @@ impl KubeStore {
                 resource: store.topology_resource.clone(),
                 topologies: store.topologies.clone(),
                 node_ip: store.node_ip.clone(),
-                requests: store.requests.clone(),
+                requests: store.shared.requests.clone(),
+                records: store.shared.records.clone(),
             }
             .spawn(&store.runtime),
         );
-        store.load_records()?;
+        store.start_writing(has_journal)?;
         // The first list's objects are not changes.
         store.changed.lock().expect("not poisoned").clear();
         Ok((store, membership))
@@ -279,8 +306,7 @@ impl KubeStore {
     }
 
     fn count(&self, n: u64) {
-        self.requests
-            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        (self.shared.requests).fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn find_node_uid(&self) -> Result<Option<String>, StoreError> {
@@ -292,7 +318,8 @@ impl KubeStore {
         }
     }
 
-    fn load_records(&self) -> Result<(), StoreError> {
+    /// The node's GWireKObj objects, by namespace.
+    fn read_records(&self) -> Result<AllRecords, StoreError> {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &self.gwire_resource);
         let selector = format!("{}={}", gwire::NODE_LABEL, self.node);
         self.count(1);
@@ -300,7 +327,7 @@ impl KubeStore {
             .runtime
             .block_on(api.list(&kube::api::ListParams::default().labels(&selector)))
             .map_err(backend)?;
-        let mut records = self.records.lock().expect("not poisoned");
+        let mut records = AllRecords::new();
         for object in list.items {
             let namespace = object.metadata.namespace.clone().unwrap_or_default();
             let value = serde_json::to_value(&object).map_err(backend)?;
@@ -310,92 +337,97 @@ impl KubeStore {
             }
             records.insert(namespace, read);
         }
+        Ok(records)
+    }
+
+    /// Takes the records the node starts from (`behind::starting_records`): a journal
+    /// made now is filled from the API server's. Then starts the writer, which writes
+    /// first what the API server lacks.
+    fn start_writing(&mut self, has_journal: bool) -> Result<(), StoreError> {
+        let api = self.read_records()?;
+        let journal = match has_journal {
+            true => Some(behind::by_namespace(
+                self.journal.wires()?,
+                self.journal.attachments()?,
+            )),
+            false => None,
+        };
+        let (records, differ) = behind::starting_records(journal, &api);
+        if !has_journal {
+            self.journal.begin_batch();
+            for r in records.values() {
+                r.wires
+                    .values()
+                    .try_for_each(|w| self.journal.put_wire(w))?;
+                (r.attachments.values()).try_for_each(|a| self.journal.put_attachment(a))?;
+            }
+            self.journal.end_batch()?;
+        }
+        if !differ.is_empty() {
+            tracing::info!(namespaces = ?differ, "start: records the API server lacks are written");
+        }
+        *self.shared.records.lock().expect("not poisoned") = records;
+        {
+            let mut unwritten = self.shared.unwritten.lock().expect("not poisoned");
+            differ.iter().for_each(|ns| unwritten.mark(ns));
+        }
+        let writer = behind::Writer {
+            client: self.client.clone(),
+            resource: self.gwire_resource.clone(),
+            node: self.node.clone(),
+            node_uid: self.node_uid.clone(),
+            shared: self.shared.clone(),
+            written: api,
+        }
+        .spawn(&self.runtime);
+        if !differ.is_empty() {
+            writer.wake();
+        }
+        self.writer = Some(writer);
         Ok(())
     }
 
-    /// Writes the node's object of `namespace` as the records now are: applied (created
-    /// if missing), then its status; deleted when it holds nothing.
-    fn write(
-        &self,
-        namespace: &str,
-        before: Option<&NamespaceRecords>,
-        records: &NamespaceRecords,
-    ) -> Result<(), StoreError> {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, &self.gwire_resource);
-        let params = PatchParams::apply(&format!("xwired-{}", self.node));
-        let result = self.runtime.block_on(async {
-            if records.is_empty() {
-                self.count(1);
-                return match api.delete(&self.node, &DeleteParams::default()).await {
-                    Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-                    other => other.map(|_| ()),
-                };
-            }
-            // The object itself is applied when it is new or its uids change; most
-            // writes change only the status (a wire joined, an attachment added).
-            if before.is_none_or(|b| b.uids() != records.uids()) {
-                let object =
-                    gwire::object(&self.node, self.node_uid.as_deref(), namespace, records);
-                self.count(1);
-                api.patch(&self.node, &params, &Patch::Apply(&object))
-                    .await?;
-            }
-            let status = gwire::status(&self.node, namespace, records);
-            self.count(1);
-            api.patch_status(&self.node, &params, &Patch::Apply(&status))
-                .await
-                .map(|_| ())
-        });
-        result.map_err(|e| backend(format!("GWireKObj {namespace}/{}: {e}", self.node)))
-    }
-
+    /// Changes the records of `namespace` in memory with `change`, after the journal
+    /// took it (`journal`): a change the journal refused is not made. None of it when
+    /// `unchanged` says the records are as the change would leave them. The writer
+    /// copies the namespace to the API server later.
     fn update(
         &self,
         namespace: &str,
-        change: impl FnOnce(&mut NamespaceRecords) -> bool,
+        unchanged: impl FnOnce(Option<&NamespaceRecords>) -> bool,
+        journal: impl FnOnce(&EmbeddedStore) -> Result<bool, StoreError>,
+        change: impl FnOnce(&mut NamespaceRecords),
     ) -> Result<bool, StoreError> {
-        let mut all = self.records.lock().expect("not poisoned");
-        let mut pending = self.pending.lock().expect("not poisoned");
-        let before = all.get(namespace).cloned();
-        let mut records = before.clone().unwrap_or_default();
-        if !change(&mut records) {
+        let mut all = self.shared.records.lock().expect("not poisoned");
+        if unchanged(all.get(namespace)) {
             return Ok(false);
         }
-        // What the API server holds: as memory was, unless an unwritten change is pending.
-        let held = pending.get(namespace).cloned().unwrap_or(before);
-        if self.batching.load(std::sync::atomic::Ordering::Relaxed) {
-            pending.entry(namespace.to_owned()).or_insert(held);
-        } else {
-            // Written before it is kept: a failed write leaves memory as it was.
-            self.write(namespace, held.as_ref(), &records)?;
-            pending.remove(namespace);
-        }
+        journal(&self.journal)?;
+        let records = all.entry(namespace.to_owned()).or_default();
+        change(records);
         if records.is_empty() {
             all.remove(namespace);
-        } else {
-            all.insert(namespace.to_owned(), records);
+        }
+        drop(all);
+        self.shared
+            .unwritten
+            .lock()
+            .expect("not poisoned")
+            .mark(namespace);
+        if !self.journal_batching() {
+            self.wake_writer();
         }
         Ok(true)
     }
 
-    /// Writes what changed since the batch began: each namespace once, however many of
-    /// its records changed. One that fails stays pending, for the next batch's end.
-    fn flush(&self) -> Result<(), StoreError> {
-        let all = self.records.lock().expect("not poisoned");
-        let mut pending = self.pending.lock().expect("not poisoned");
-        let mut first_error = None;
-        for (namespace, held) in std::mem::take(&mut *pending) {
-            let now = all.get(&namespace).cloned().unwrap_or_default();
-            if held.clone().unwrap_or_default() == now {
-                continue;
-            }
-            if let Err(e) = self.write(&namespace, held.as_ref(), &now) {
-                pending.insert(namespace, held);
-                first_error.get_or_insert(e);
-            }
+    fn journal_batching(&self) -> bool {
+        self.batching.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn wake_writer(&self) {
+        if let Some(writer) = &self.writer {
+            writer.wake();
         }
-        first_error.map_or(Ok(()), Err)
     }
 
     fn get_topology(
@@ -458,44 +490,72 @@ fn to_topology(object: &DynamicObject) -> Result<Topology, StoreError> {
 }
 
 impl WireStore for KubeStore {
-    fn shares_batches(&self) -> bool {
-        // Each write sends the node's whole record object of a namespace, and the API
-        // server's time for it grows with the object: 70-90 ms at 150 pods
-        // (`xwire-perf kube-scale`), against a few ms of a call's own work.
-        true
-    }
-
     fn begin_batch(&self) {
         self.batching
             .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.journal.begin_batch();
     }
 
+    /// The journal's commit: what the node's calls wait for. The API server's copy is
+    /// written behind.
     fn end_batch(&self) -> Result<(), StoreError> {
         self.batching
             .store(false, std::sync::atomic::Ordering::Relaxed);
-        self.flush()
+        let committed = self.journal.end_batch();
+        if self.shared.unwritten.lock().expect("not poisoned").len() > 0 {
+            self.wake_writer();
+        }
+        committed
     }
 
     fn put_wire(&self, wire: &WireRecord) -> Result<(), StoreError> {
-        self.update(&wire.topo_namespace, |r| {
-            r.wires.insert(wire.key(), wire.clone()).as_ref() != Some(wire)
-        })
+        let key = wire.key();
+        self.update(
+            &wire.topo_namespace,
+            |r| r.and_then(|r| r.wires.get(&key)) == Some(wire),
+            |journal| journal.put_wire(wire).map(|_| true),
+            |r| {
+                r.wires.insert(key.clone(), wire.clone());
+            },
+        )
         .map(|_| ())
     }
 
     fn wire(&self, key: &EndKey) -> Result<Option<WireRecord>, StoreError> {
         let namespace = key.as_str().split('/').next().unwrap_or_default();
-        let all = self.records.lock().expect("not poisoned");
+        let all = self.shared.records.lock().expect("not poisoned");
         Ok(all.get(namespace).and_then(|r| r.wires.get(key)).cloned())
     }
 
     fn remove_wire(&self, key: &EndKey) -> Result<bool, StoreError> {
         let namespace = key.as_str().split('/').next().unwrap_or_default();
-        self.update(namespace, |r| r.wires.remove(key).is_some())
+        self.update(
+            namespace,
+            |r| !r.is_some_and(|r| r.wires.contains_key(key)),
+            |journal| journal.remove_wire(key),
+            |r| {
+                r.wires.remove(key);
+            },
+        )
+    }
+
+    /// The pod's ends alone, from their namespace's map in key order: copying every
+    /// wire to pick a pod's (the trait's default) took a third of a node's thread at 600
+    /// pods (`xwire-perf kube-scale`).
+    fn wires_of_pod(&self, namespace: &str, pod: &str) -> Result<Vec<WireRecord>, StoreError> {
+        let prefix = EndKey::prefix_of_pod(namespace, pod);
+        let all = self.shared.records.lock().expect("not poisoned");
+        let Some(records) = all.get(namespace) else {
+            return Ok(Vec::new());
+        };
+        Ok((records.wires.range(EndKey::from_text(&prefix)..))
+            .take_while(|(key, _)| key.as_str().starts_with(&prefix))
+            .map(|(_, wire)| wire.clone())
+            .collect())
     }
 
     fn wires(&self) -> Result<Vec<WireRecord>, StoreError> {
-        let all = self.records.lock().expect("not poisoned");
+        let all = self.shared.records.lock().expect("not poisoned");
         Ok(all
             .values()
             .flat_map(|r| r.wires.values().cloned())
@@ -503,17 +563,20 @@ impl WireStore for KubeStore {
     }
 
     fn put_attachment(&self, attachment: &AttachmentRecord) -> Result<(), StoreError> {
-        self.update(&attachment.pod.namespace, |r| {
-            r.attachments
-                .insert(attachment.key(), attachment.clone())
-                .as_ref()
-                != Some(attachment)
-        })
+        let key = attachment.key();
+        self.update(
+            &attachment.pod.namespace,
+            |r| r.and_then(|r| r.attachments.get(&key)) == Some(attachment),
+            |journal| journal.put_attachment(attachment).map(|_| true),
+            |r| {
+                r.attachments.insert(key.clone(), attachment.clone());
+            },
+        )
         .map(|_| ())
     }
 
     fn attachment(&self, key: &AttachmentKey) -> Result<Option<AttachmentRecord>, StoreError> {
-        let all = self.records.lock().expect("not poisoned");
+        let all = self.shared.records.lock().expect("not poisoned");
         Ok(all.values().find_map(|r| r.attachments.get(key)).cloned())
     }
 
@@ -524,7 +587,7 @@ impl WireStore for KubeStore {
         namespace: &str,
         pod: &str,
     ) -> Result<Option<AttachmentRecord>, StoreError> {
-        let all = self.records.lock().expect("not poisoned");
+        let all = self.shared.records.lock().expect("not poisoned");
         Ok(all
             .get(namespace)
             .and_then(|r| r.attachments.values().find(|a| a.pod.name == pod))
@@ -533,23 +596,40 @@ impl WireStore for KubeStore {
 
     fn remove_attachment(&self, key: &AttachmentKey) -> Result<bool, StoreError> {
         let namespace = {
-            let all = self.records.lock().expect("not poisoned");
+            let all = self.shared.records.lock().expect("not poisoned");
             all.iter()
                 .find(|(_, r)| r.attachments.contains_key(key))
                 .map(|(ns, _)| ns.clone())
         };
         match namespace {
-            Some(namespace) => self.update(&namespace, |r| r.attachments.remove(key).is_some()),
+            Some(namespace) => self.update(
+                &namespace,
+                |r| !r.is_some_and(|r| r.attachments.contains_key(key)),
+                |journal| journal.remove_attachment(key),
+                |r| {
+                    r.attachments.remove(key);
+                },
+            ),
             None => Ok(false),
         }
     }
 
     fn attachments(&self) -> Result<Vec<AttachmentRecord>, StoreError> {
-        let all = self.records.lock().expect("not poisoned");
+        let all = self.shared.records.lock().expect("not poisoned");
         Ok(all
             .values()
             .flat_map(|r| r.attachments.values().cloned())
             .collect())
+    }
+}
+
+impl Drop for KubeStore {
+    /// The writer's last writes, for a while: what it cannot write in that time stays in
+    /// the journal, and is written at the next start.
+    fn drop(&mut self) {
+        if let Some(writer) = self.writer.take() {
+            writer.stop(&self.runtime);
+        }
     }
 }
 
@@ -636,13 +716,7 @@ impl TopologySource for KubeStore {
 
     fn report_pod(&self, report: &PodReport) {
         if let Some(status) = &self.status {
-            let local = (report.skipped_by_peers.iter())
-                .map(|(peer, _)| {
-                    matches!(placement::known(&self.pods, &report.namespace, peer),
-                        PodPlacement::On(node) if node == self.node)
-                })
-                .collect();
-            let _ = status.send((report.clone(), local));
+            let _ = status.send(report.clone());
         }
     }
 

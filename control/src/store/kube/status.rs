@@ -13,6 +13,8 @@ use std::sync::Arc;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
+use super::behind::AllRecords;
+
 /// What the node says about a pod after ADD.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodReport {
@@ -60,15 +62,16 @@ pub(crate) fn skipped_status(current: &Value, entries: &[Skip]) -> Option<Value>
     added.then_some(Value::Object(status))
 }
 
-/// How long a `skipped` entry toward a pod of this node waits for that pod's own report,
-/// which empties the list anyway: in a lab coming up, the peer's ADD is usually a moment
-/// behind, and the entry would be written only to be cleared.
+/// How long a `skipped` entry waits before it is written: in a lab coming up, the peer's
+/// ADD is usually a moment behind, makes the link, and empties its own list; the entry
+/// would be written only to be cleared (a request per pod of a ring across nodes).
 const HOLD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// `skipped` entries held back, by (namespace, peer pod): the entries and when they are
-/// due. Only entries toward pods of this node are held: this writer sees their own
-/// reports. A peer on another node is reported by its own node, whose write could come
-/// first, and an entry held past it would stay stale.
+/// due. An entry toward a pod of this node is dropped when that pod reports (its report
+/// empties the list); when due, an entry is written only if its link still waits for the
+/// peer (`still_skipped`): a peer on another node that came up meanwhile made the link,
+/// and its node's report emptied the list.
 #[derive(Debug, Default)]
 pub(crate) struct HeldSkips {
     held: std::collections::BTreeMap<PeerKey, (std::time::Instant, Vec<Skip>)>,
@@ -120,9 +123,12 @@ impl HeldSkips {
     }
 }
 
-/// A report and, for each of its `skipped_by_peers`, whether that peer is a pod of this
-/// node.
-pub(super) type StatusWork = (PodReport, Vec<bool>);
+/// Whether the link `uid` of pod `pod` still waits for its peer, by the node's records.
+fn still_skipped(records: &AllRecords, namespace: &str, pod: &str, uid: u64) -> bool {
+    let key = crate::store::EndKey::new(namespace, pod, uid);
+    (records.get(namespace).and_then(|r| r.wires.get(&key)))
+        .is_some_and(|w| w.state == crate::store::WireState::Pending)
+}
 
 /// Writes reports in the order they come, off the node's thread: status is a report for
 /// people and KNE (and the claim rule's `src_ip`), not state the node waits for, so an ADD
@@ -133,6 +139,8 @@ pub(super) struct StatusWriter {
     pub(super) topologies: kube::runtime::reflector::Store<DynamicObject>,
     pub(super) node_ip: String,
     pub(super) requests: Arc<AtomicU64>,
+    /// The node's records: whether a held entry's link still waits.
+    pub(super) records: Arc<std::sync::Mutex<AllRecords>>,
 }
 
 impl StatusWriter {
@@ -140,8 +148,8 @@ impl StatusWriter {
     pub(super) fn spawn(
         self,
         runtime: &tokio::runtime::Runtime,
-    ) -> tokio::sync::mpsc::UnboundedSender<StatusWork> {
-        let (reports, mut inbox) = tokio::sync::mpsc::unbounded_channel::<StatusWork>();
+    ) -> tokio::sync::mpsc::UnboundedSender<PodReport> {
+        let (reports, mut inbox) = tokio::sync::mpsc::unbounded_channel::<PodReport>();
         runtime.spawn(async move {
             let mut held = HeldSkips::default();
             loop {
@@ -151,12 +159,19 @@ impl StatusWriter {
                     .unwrap_or_else(|| std::time::Instant::now() + HOLD * 3600);
                 tokio::select! {
                     work = inbox.recv() => match work {
-                        Some((report, local)) => self.write(&report, &local, &mut held).await,
+                        Some(report) => self.write(&report, &mut held).await,
                         None => break,
                     },
                     _ = tokio::time::sleep_until(wake.into()) => {
                         for ((namespace, peer), entries) in held.take_due(std::time::Instant::now()) {
-                            let add = |current: &Value| skipped_status(current, &entries);
+                            let add = |current: &Value| {
+                                let records = self.records.lock().expect("not poisoned");
+                                let waiting: Vec<Skip> = (entries.iter())
+                                    .filter(|(pod, uid)| still_skipped(&records, &namespace, pod, *uid))
+                                    .cloned()
+                                    .collect();
+                                skipped_status(current, &waiting)
+                            };
                             self.replace(&namespace, &peer, add).await;
                         }
                     }
@@ -166,18 +181,12 @@ impl StatusWriter {
         reports
     }
 
-    async fn write(&self, report: &PodReport, local: &[bool], held: &mut HeldSkips) {
+    async fn write(&self, report: &PodReport, held: &mut HeldSkips) {
         held.reported(&report.namespace, &report.pod);
         self.patch_own(report).await;
         let now = std::time::Instant::now();
-        for (i, (peer, uid)) in report.skipped_by_peers.iter().enumerate() {
-            if local.get(i).copied().unwrap_or(false) {
-                held.hold(&report.namespace, peer, &report.pod, *uid, now);
-            } else {
-                let entries = [(report.pod.clone(), *uid)];
-                let add = |current: &Value| skipped_status(current, &entries);
-                self.replace(&report.namespace, peer, add).await;
-            }
+        for (peer, uid) in &report.skipped_by_peers {
+            held.hold(&report.namespace, peer, &report.pod, *uid, now);
         }
     }
 
@@ -293,6 +302,38 @@ mod tests {
             more["skipped"],
             json!([{"pod_name": "r1", "link_id": 4}, {"pod_name": "r3", "link_id": 2}])
         );
+    }
+
+    #[test]
+    fn a_skip_is_written_only_while_its_link_still_waits() {
+        let end = |uid: u64, state| crate::store::WireRecord {
+            node_name: "n1".into(),
+            link_uid: uid,
+            topo_namespace: "lab".into(),
+            local_pod_netns: "/var/run/netns/cni-1".into(),
+            local_pod_netns_id: None,
+            local_pod_name: "r1".into(),
+            local_pod_ip: None,
+            local_pod_ifname: format!("eth{uid}"),
+            wire_ifname: String::new(),
+            peer_intf_id: xwire_proto::WireId(uid),
+            peer_node_ip: None,
+            peer_pod: "r2".into(),
+            peer_node: None,
+            state,
+            container_id: "c1".into(),
+        };
+        let wires = vec![
+            end(1, crate::store::WireState::Pending),
+            end(2, crate::store::WireState::Remote),
+        ];
+        let records = super::super::behind::by_namespace(wires, Vec::new());
+        assert!(still_skipped(&records, "lab", "r1", 1));
+        // The peer came up meanwhile and the link was made.
+        assert!(!still_skipped(&records, "lab", "r1", 2));
+        // Taken down meanwhile (DEL): nothing waits.
+        assert!(!still_skipped(&records, "lab", "r1", 3));
+        assert!(!still_skipped(&records, "other", "r1", 1));
     }
 
     #[test]
