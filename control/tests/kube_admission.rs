@@ -130,6 +130,19 @@ fn a_node_writes_its_own_wire_records_and_no_other_nodes() {
         "node kv2 may write only its own",
     );
     refused(kv1.apply(&record("kv1x", "kv1")), "not kv1x");
+    // Its further parts (a namespace's records too large for one object) are its own
+    // too; the other's are not.
+    kv1.apply(&record("kv1.xwire-part-1", "kv1")).unwrap();
+    kv1.patch_status("kv1.xwire-part-1").unwrap();
+    refused(
+        kv1.apply(&record("kv2.xwire-part-1", "kv1")),
+        "not kv2.xwire-part-1",
+    );
+    refused(
+        kv2.apply(&record("kv1.xwire-part-2", "kv2")),
+        "node kv2 may write only its own",
+    );
+    kv1.delete("kv1.xwire-part-1").unwrap();
     // A token that names no node writes nothing.
     refused(nameless.apply(&record("kv1", "kv1")), "names no node");
     refused(nameless.delete("kv1"), "names no node");

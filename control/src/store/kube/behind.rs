@@ -37,6 +37,23 @@ pub(super) const LAST_WRITES: Duration = Duration::from_secs(5);
 /// The node's records, by topology namespace.
 pub(super) type AllRecords = BTreeMap<String, NamespaceRecords>;
 
+/// The node's objects, by namespace and name (`gwire::parts`).
+pub(super) type Objects = BTreeMap<String, BTreeMap<String, NamespaceRecords>>;
+
+/// The records the objects hold, each namespace's parts joined.
+pub(super) fn joined(objects: &Objects) -> AllRecords {
+    let mut all = AllRecords::new();
+    for (namespace, parts) in objects {
+        let records: &mut NamespaceRecords = all.entry(namespace.clone()).or_default();
+        for part in parts.values() {
+            records.wires.extend(part.wires.clone());
+            records.attachments.extend(part.attachments.clone());
+        }
+    }
+    all.retain(|_, records| !records.is_empty());
+    all
+}
+
 /// Namespaces changed since the API server last got them, each with the number of its
 /// latest change: a write clears a namespace only if no change came while it was sent.
 #[derive(Debug, Default)]
@@ -124,8 +141,8 @@ pub(super) struct Writer {
     /// The uid of the node's Node object, the owner of its objects.
     pub node_uid: Option<String>,
     pub shared: Shared,
-    /// What the API server holds, by namespace: as read at start, then as written.
-    pub written: AllRecords,
+    /// What the API server holds: as read at start, then as written.
+    pub written: Objects,
 }
 
 /// The running writer: `wake` after a change; `stop` for the last writes.
@@ -205,69 +222,112 @@ impl Writer {
                 .get(&namespace)
                 .cloned()
                 .unwrap_or_default();
-            let held = self.written.get(&namespace);
-            let same = held.map_or(now.is_empty(), |held| *held == now);
-            let result = match same {
-                true => Ok(()),
-                false => self.write(&namespace, held, &now).await,
-            };
-            match result {
-                Ok(()) => {
-                    if now.is_empty() {
-                        self.written.remove(&namespace);
-                    } else {
-                        self.written.insert(namespace.clone(), now);
-                    }
-                    (self.shared.unwritten.lock().expect("not poisoned"))
-                        .written(&namespace, change);
-                }
-                Err(e) => {
-                    all_written = false;
-                    tracing::warn!(
-                        "writing GWireKObj {namespace}/{}: {e} (tried again in {RETRY:?})",
-                        self.node
-                    );
-                }
+            if self.write_namespace(&namespace, &now).await {
+                (self.shared.unwritten.lock().expect("not poisoned")).written(&namespace, change);
+            } else {
+                all_written = false;
             }
         }
         all_written
+    }
+
+    /// Writes the objects of `namespace` that differ from `records`' parts, and deletes
+    /// those it no longer needs; false if one failed.
+    async fn write_namespace(&mut self, namespace: &str, records: &NamespaceRecords) -> bool {
+        let wanted = match records.is_empty() {
+            true => Vec::new(),
+            false => gwire::parts(&self.node, namespace, records),
+        };
+        let held = self.written.remove(namespace).unwrap_or_default();
+        let mut now_held = BTreeMap::new();
+        let mut all_written = true;
+        for (name, part) in &wanted {
+            let before = held.get(name);
+            let result = match before == Some(part) {
+                true => Ok(()),
+                false => self.apply(namespace, name, before, part).await,
+            };
+            match (result, before) {
+                (Ok(()), _) => {
+                    now_held.insert(name.clone(), part.clone());
+                }
+                (Err(e), before) => {
+                    all_written = false;
+                    self.failed(namespace, name, &e);
+                    if let Some(before) = before {
+                        now_held.insert(name.clone(), before.clone());
+                    }
+                }
+            }
+        }
+        for (name, part) in held {
+            if wanted.iter().any(|(wanted, _)| *wanted == name) {
+                continue;
+            }
+            if let Err(e) = self.delete(namespace, &name).await {
+                all_written = false;
+                self.failed(namespace, &name, &e);
+                now_held.insert(name, part);
+            }
+        }
+        if !now_held.is_empty() {
+            self.written.insert(namespace.to_owned(), now_held);
+        }
+        all_written
+    }
+
+    fn failed(&self, namespace: &str, name: &str, e: &kube::Error) {
+        tracing::warn!("writing GWireKObj {namespace}/{name}: {e} (tried again in {RETRY:?})");
     }
 
     fn count(&self) {
         self.shared.requests.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Writes the node's object of `namespace` as the records now are: applied (created
-    /// if missing), then its status; deleted when it holds nothing.
-    async fn write(
+    fn api(&self, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), namespace, &self.resource)
+    }
+
+    /// Writes object `name` of `namespace` as `records`: applied (created if missing)
+    /// when it is new or its uids change, then its status.
+    async fn apply(
         &self,
         namespace: &str,
+        name: &str,
         before: Option<&NamespaceRecords>,
         records: &NamespaceRecords,
     ) -> Result<(), kube::Error> {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, &self.resource);
+        let api = self.api(namespace);
         let params = PatchParams::apply(&format!("xwired-{}", self.node));
-        if records.is_empty() {
-            self.count();
-            return match api.delete(&self.node, &DeleteParams::default()).await {
-                Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-                other => other.map(|_| ()),
-            };
-        }
-        // The object itself is applied when it is new or its uids change; most writes
-        // change only the status (a wire joined, an attachment added).
+        // Most writes change only the status (a wire joined, an attachment added).
         if before.is_none_or(|b| b.uids() != records.uids()) {
-            let object = gwire::object(&self.node, self.node_uid.as_deref(), namespace, records);
+            let object = gwire::object(
+                name,
+                &self.node,
+                self.node_uid.as_deref(),
+                namespace,
+                records,
+            );
             self.count();
-            api.patch(&self.node, &params, &Patch::Apply(&object))
-                .await?;
+            api.patch(name, &params, &Patch::Apply(&object)).await?;
         }
-        let status = gwire::status(&self.node, namespace, records);
+        let status = gwire::status(name, namespace, records);
         self.count();
-        api.patch_status(&self.node, &params, &Patch::Apply(&status))
+        api.patch_status(name, &params, &Patch::Apply(&status))
             .await
             .map(|_| ())
+    }
+
+    async fn delete(&self, namespace: &str, name: &str) -> Result<(), kube::Error> {
+        self.count();
+        match self
+            .api(namespace)
+            .delete(name, &DeleteParams::default())
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            other => other.map(|_| ()),
+        }
     }
 }
 

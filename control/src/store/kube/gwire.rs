@@ -1,5 +1,6 @@
 //! meshnet's GWireKObj (`gwirekobjs.networkop.co.uk/v1beta1`) as the wire store: one
-//! object per node per topology namespace, named after the node. `spec.uids` lists the
+//! object per node per topology namespace, named after the node, and more where one would
+//! be too large for etcd (`parts`). `spec.uids` lists the
 //! node's links in that namespace and `status.grpcWireItems` holds one item per wire end
 //! with meshnet's fields. meshnet keeps only wires that cross nodes there; xwire keeps
 //! every end, with five fields of its own in each item (`peer_pod`, `peer_node`,
@@ -21,6 +22,66 @@ pub const KIND: &str = "GWireKObj";
 pub(crate) const PLURAL: &str = "gwirekobjs";
 /// The label every GWireKObj xwire writes carries: the node it belongs to.
 pub(crate) const NODE_LABEL: &str = "xwire.dev/node";
+
+/// What the names of a node's further objects in a namespace add to the node's name,
+/// before the part's number (`part_name`).
+pub(crate) const PART_SUFFIX: &str = ".xwire-part-";
+
+/// The most a part's status should hold, as JSON. etcd refuses a value over 1.5 MiB by
+/// default (`--max-request-bytes`): one object for 1,500 pods on one node held about
+/// 2 MiB and was refused ("etcdserver: request is too large"). Pods are spread over the
+/// parts by a hash of their name, so a part may hold more than this; the limit is three
+/// times it.
+const PART_BYTES: usize = 512 * 1024;
+
+/// The name of a node's object `part` in a namespace: the first is named after the node,
+/// as meshnet names it; the others after it, with `PART_SUFFIX` and the part's number.
+pub fn part_name(node: &str, part: usize) -> String {
+    match part {
+        0 => node.to_owned(),
+        n => format!("{node}{PART_SUFFIX}{n}"),
+    }
+}
+
+/// The records split into the objects that hold them, by name: one object (named after
+/// the node) unless its status would hold more than `PART_BYTES`, else as many as that
+/// takes. A pod's ends and attachment stay in one object.
+pub fn parts(
+    node: &str,
+    namespace: &str,
+    records: &NamespaceRecords,
+) -> Vec<(String, NamespaceRecords)> {
+    let bytes = serde_json::to_vec(&status(node, namespace, records)).map_or(0, |json| json.len());
+    let count = bytes.div_ceil(PART_BYTES).max(1);
+    if count == 1 {
+        return vec![(part_name(node, 0), records.clone())];
+    }
+    let mut parts = vec![NamespaceRecords::default(); count];
+    let part_of = |pod: &str| (stable_hash(pod) % count as u64) as usize;
+    for (key, wire) in &records.wires {
+        parts[part_of(&wire.local_pod_name)]
+            .wires
+            .insert(key.clone(), wire.clone());
+    }
+    for (key, attachment) in &records.attachments {
+        parts[part_of(&attachment.pod.name)]
+            .attachments
+            .insert(key.clone(), attachment.clone());
+    }
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(n, part)| (part_name(node, n), part))
+        .collect()
+}
+
+/// FNV-1a of `text`. By hand, as five lines: a pod should stay in its part from one
+/// release to the next, and the standard library's hasher promises no such thing.
+fn stable_hash(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
 
 /// The records of one node in one topology namespace.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -46,6 +107,7 @@ impl NamespaceRecords {
 /// the Node object's uid, when there is one: the object is then owned by the Node, and
 /// the cluster's garbage collector deletes it with the node.
 pub fn object(
+    name: &str,
     node: &str,
     node_uid: Option<&str>,
     namespace: &str,
@@ -54,7 +116,7 @@ pub fn object(
     let mut object = json!({
         "apiVersion": format!("{GROUP}/{VERSION}"),
         "kind": KIND,
-        "metadata": {"name": node, "namespace": namespace, "labels": {NODE_LABEL: node}},
+        "metadata": {"name": name, "namespace": namespace, "labels": {NODE_LABEL: node}},
         "spec": {"uids": records.uids()},
     });
     if let Some(uid) = node_uid {
@@ -65,12 +127,12 @@ pub fn object(
     object
 }
 
-/// The object's status (for the status subresource).
-pub fn status(node: &str, namespace: &str, records: &NamespaceRecords) -> Value {
+/// The status of object `name` (for the status subresource).
+pub fn status(name: &str, namespace: &str, records: &NamespaceRecords) -> Value {
     json!({
         "apiVersion": format!("{GROUP}/{VERSION}"),
         "kind": KIND,
-        "metadata": {"name": node, "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace},
         "status": {
             "grpcWireItems": records.wires.values().map(item).collect::<Vec<_>>(),
             "xwireAttachments": records.attachments.values().map(|a| serde_json::to_value(a).expect("serializes")).collect::<Vec<_>>(),
@@ -267,11 +329,61 @@ mod tests {
         let (read, bad) = super::records(&object);
         assert!(bad.is_empty());
         assert_eq!(read, written);
-        let object = super::object("n1", Some("u-1"), "lab", &written);
+        let object = super::object("n1", "n1", Some("u-1"), "lab", &written);
         assert_eq!(object["spec"]["uids"], json!([0, 3]));
         assert_eq!(object["metadata"]["ownerReferences"][0]["uid"], "u-1");
-        let unowned = super::object("n1", None, "lab", &written);
+        let unowned = super::object("n1", "n1", None, "lab", &written);
         assert!(unowned["metadata"].get("ownerReferences").is_none());
+    }
+
+    #[test]
+    fn records_too_large_for_one_object_are_split_by_pod() {
+        let small = records();
+        assert_eq!(parts("n1", "lab", &small), vec![("n1".to_owned(), small)]);
+        // 3,000 ends and 1,500 attachments: 1,500 pods on one node.
+        let mut large = NamespaceRecords::default();
+        let (end, attachment) = {
+            let r = records();
+            let end = r.wires.values().next().unwrap().clone();
+            (end, r.attachments.values().next().unwrap().clone())
+        };
+        for pod in 0..1500 {
+            let name = format!("r{pod}");
+            for uid in [2 * pod, 2 * pod + 1] {
+                let mut w = end.clone();
+                w.local_pod_name = name.clone();
+                w.link_uid = uid;
+                large.wires.insert(w.key(), w);
+            }
+            let mut a = attachment.clone();
+            a.pod.name = name;
+            a.container_id = format!("c{pod}");
+            large.attachments.insert(a.key(), a);
+        }
+        let split = parts("n1", "lab", &large);
+        assert!(split.len() > 1, "{}", split.len());
+        let names: Vec<&str> = split.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names[..2], ["n1", "n1.xwire-part-1"]);
+        let mut joined = NamespaceRecords::default();
+        for (name, part) in &split {
+            let bytes = serde_json::to_vec(&status(name, "lab", part))
+                .unwrap()
+                .len();
+            assert!(bytes < 3 * PART_BYTES, "{name}: {bytes} bytes");
+            // A pod's ends and attachment are in one part.
+            for a in part.attachments.values() {
+                let ends = part
+                    .wires
+                    .values()
+                    .filter(|w| w.local_pod_name == a.pod.name);
+                assert_eq!(ends.count(), 2, "{name}: {}", a.pod.name);
+            }
+            joined.wires.extend(part.wires.clone());
+            joined.attachments.extend(part.attachments.clone());
+        }
+        assert_eq!(joined, large);
+        // The same records split the same way.
+        assert_eq!(parts("n1", "lab", &large), split);
     }
 
     #[test]

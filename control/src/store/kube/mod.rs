@@ -32,7 +32,6 @@ use std::path::PathBuf;
 
 pub use status::PodReport;
 
-use self::behind::AllRecords;
 use self::gwire::NamespaceRecords;
 use self::membership::NodeWatch;
 use super::{
@@ -318,8 +317,8 @@ impl KubeStore {
         }
     }
 
-    /// The node's GWireKObj objects, by namespace.
-    fn read_records(&self) -> Result<AllRecords, StoreError> {
+    /// The node's GWireKObj objects, by namespace and name.
+    fn read_records(&self) -> Result<behind::Objects, StoreError> {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &self.gwire_resource);
         let selector = format!("{}={}", gwire::NODE_LABEL, self.node);
         self.count(1);
@@ -327,24 +326,26 @@ impl KubeStore {
             .runtime
             .block_on(api.list(&kube::api::ListParams::default().labels(&selector)))
             .map_err(backend)?;
-        let mut records = AllRecords::new();
+        let mut objects = behind::Objects::new();
         for object in list.items {
             let namespace = object.metadata.namespace.clone().unwrap_or_default();
+            let name = object.metadata.name.clone().unwrap_or_default();
             let value = serde_json::to_value(&object).map_err(backend)?;
             let (read, bad) = gwire::records(&value);
             if !bad.is_empty() {
-                tracing::warn!(%namespace, ?bad, "GWireKObj items that do not parse are left out");
+                tracing::warn!(%namespace, %name, ?bad, "GWireKObj items that do not parse are left out");
             }
-            records.insert(namespace, read);
+            objects.entry(namespace).or_default().insert(name, read);
         }
-        Ok(records)
+        Ok(objects)
     }
 
     /// Takes the records the node starts from (`behind::starting_records`): a journal
     /// made now is filled from the API server's. Then starts the writer, which writes
     /// first what the API server lacks.
     fn start_writing(&mut self, has_journal: bool) -> Result<(), StoreError> {
-        let api = self.read_records()?;
+        let objects = self.read_records()?;
+        let api = behind::joined(&objects);
         let journal = match has_journal {
             true => Some(behind::by_namespace(
                 self.journal.wires()?,
@@ -377,7 +378,7 @@ impl KubeStore {
             node: self.node.clone(),
             node_uid: self.node_uid.clone(),
             shared: self.shared.clone(),
-            written: api,
+            written: objects,
         }
         .spawn(&self.runtime);
         if !differ.is_empty() {
