@@ -30,6 +30,9 @@ pub struct Run {
     pub bring_up_s: f64,
     /// Of that, the ADD calls, one after another.
     pub adds_s: f64,
+    /// Links whose first ping (sent once every ADD was answered, one link after another,
+    /// each waiting up to 2 s) got no reply: the wires not yet forwarding then.
+    pub first_pings_failed: usize,
     /// From the first ADD until the daemons' stores had written every record to their
     /// server (the Kubernetes store writes behind its journal); the bring-up for the
     /// embedded store.
@@ -113,6 +116,7 @@ fn bring_up(
     let adds = started.elapsed();
     let mut waiting: Vec<usize> = (0..pods.len()).collect();
     let deadline = Instant::now() + Duration::from_secs(120);
+    let mut first_pings_failed = None;
     while !waiting.is_empty() {
         ensure!(
             Instant::now() < deadline,
@@ -129,6 +133,7 @@ fn bring_up(
             let peer = theirs.split('/').next().unwrap_or_default().to_owned();
             !ping(&pods[i].ns, &peer, 1).unwrap_or(false)
         });
+        first_pings_failed.get_or_insert(waiting.len());
     }
     let bring_up = started.elapsed();
     // The requests counted are those of the whole bring-up, the records' last writes
@@ -149,6 +154,7 @@ fn bring_up(
     Ok(Run {
         bring_up_s: bring_up.as_secs_f64(),
         adds_s: adds.as_secs_f64(),
+        first_pings_failed: first_pings_failed.unwrap_or(0),
         written_s: written.as_secs_f64(),
         api_requests_per_pod: (requests() - before) as f64 / pods.len() as f64,
         server_requests_per_pod: server_requests.map(|n| n as f64 / pods.len() as f64),
@@ -280,10 +286,11 @@ pub fn print(report: &Report) {
         report.pods, report.links
     );
     println!(
-        "{:<24} {:>12} {:>12} {:>12} {:>22} {:>22}",
+        "{:<24} {:>12} {:>12} {:>14} {:>12} {:>22} {:>22}",
         "store",
         "bring-up s",
         "of it ADDs",
+        "first pings lost",
         "written s",
         "daemons' requests/pod",
         "server's requests/pod"
@@ -296,8 +303,12 @@ pub fn print(report: &Report) {
             .server_requests_per_pod
             .map_or("-".to_owned(), |n| format!("{n:.2}"));
         println!(
-            "{store:<24} {:>12.2} {:>12.2} {:>12.2} {:>22.2} {served:>22}",
-            run.bring_up_s, run.adds_s, run.written_s, run.api_requests_per_pod
+            "{store:<24} {:>12.2} {:>12.2} {:>14} {:>12.2} {:>22.2} {served:>22}",
+            run.bring_up_s,
+            run.adds_s,
+            run.first_pings_failed,
+            run.written_s,
+            run.api_requests_per_pod
         );
     }
     println!(
