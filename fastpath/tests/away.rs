@@ -154,12 +154,20 @@ fn a_worker_at_its_default_nice_value_beside_a_spinning_thread_loses_no_frame() 
     );
     let linked = link_on(&bed, worker, 1500, [PortChoice::AfXdp; 2]);
     let (sent, counts) = send_beside_a_spinner(&bed, &linked, core, |_| {});
-    assert_eq!(
-        counts,
-        (sent, 0, 0),
-        "frames forwarded, dropped by the switch, dropped by the kernel at port a"
+    let (forwarded, switch_drops, kernel_drops) = counts;
+    assert!(
+        forwarded + kernel_drops == sent && switch_drops == 0 && kernel_drops <= STOLEN_CPU_SLACK,
+        "{sent} frames sent: forwarded, dropped by the switch, dropped by the kernel at port a \
+         {counts:?} (at most {STOLEN_CPU_SLACK} kernel drops allowed)"
     );
 }
+
+/// Frames the kernel may drop at port a above without the worker's nice value being at
+/// fault. On a virtual machine the host takes a vCPU away now and then (the guest's steal
+/// time: 20 to 60 ms over this test's 1.7 s on the development machine), and one stretch
+/// of over 2 ms empties the fill ring whatever the worker's priority: 2 of 5 runs on an
+/// idle machine lost 4 to 61 frames that way. At nice 0 the test lost 1,631 to 3,005.
+const STOLEN_CPU_SLACK: u64 = 200;
 
 /// Removing ports (a pod's DEL) while another port carries traffic: closing an AF_XDP
 /// socket waits out an RCU grace period, and taking the program off a veth waits for
