@@ -282,7 +282,8 @@ impl Node {
         Ok(node)
     }
 
-    /// Writes the store's batch (one commit, not one per record) and returns the responses of the calls made in it, each with whether it changes
+    /// Writes the store's batch (one commit, not one per record) and returns the
+    /// responses of the calls made in it, each with whether it changes
     /// anything (`calls::changes`). A batch that could not be written turns each success
     /// of a changing call into the store's error: the calls are retried, and the writes
     /// with them. With no such call (the node's own work), the failure is logged.

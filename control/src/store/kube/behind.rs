@@ -4,10 +4,10 @@
 //! when a CNI call is answered. This writer then copies the changed namespaces to the
 //! node's GWireKObj objects off the node's thread: each namespace's object once for
 //! every change made within a gathering window, and the next write no sooner than three
-//! times the last one took. An ADD that waited for the API server took 4 to 5 requests of 35 ms each
-//! (`xwire-perf kube-scale`, 150 pods); every write sends the node's whole object of a
-//! namespace, so writing one per change made a lab's bring-up grow with the square of
-//! its pods.
+//! times the last one took. An ADD that waited for the API server took 4 to 5 requests
+//! of 35 ms each (`xwire-perf kube-scale`, 150 pods); every write sends the node's whole
+//! object of a namespace, so writing one per change made a lab's bring-up grow with the
+//! square of its pods.
 //!
 //! The API server's copy is what operators, KNE and a node that lost its disk read. A
 //! node that stops before its writes are done finds them in its journal at start and
@@ -32,7 +32,7 @@ const GATHER: Duration = Duration::from_secs(1);
 /// How long a write that failed waits before it is tried again.
 const RETRY: Duration = Duration::from_secs(2);
 /// How long a stopping node waits for its last writes.
-pub(super) const LAST_WRITES: Duration = Duration::from_secs(5);
+const LAST_WRITES: Duration = Duration::from_secs(5);
 
 /// The node's records, by topology namespace.
 pub(super) type AllRecords = BTreeMap<String, NamespaceRecords>;
@@ -176,7 +176,6 @@ impl Writer {
     }
 
     async fn run(mut self, wake: Arc<Notify>, stop: Arc<Notify>) {
-        // Changes made before the writer started (the node's start) are written first.
         let mut gap = GATHER;
         loop {
             let stopping = tokio::select! {
@@ -247,11 +246,11 @@ impl Writer {
                 true => Ok(()),
                 false => self.apply(namespace, name, before, part).await,
             };
-            match (result, before) {
-                (Ok(()), _) => {
+            match result {
+                Ok(()) => {
                     now_held.insert(name.clone(), part.clone());
                 }
-                (Err(e), before) => {
+                Err(e) => {
                     all_written = false;
                     self.failed(namespace, name, &e);
                     if let Some(before) = before {

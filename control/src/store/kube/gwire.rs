@@ -25,7 +25,7 @@ pub(crate) const NODE_LABEL: &str = "xwire.dev/node";
 
 /// What the names of a node's further objects in a namespace add to the node's name,
 /// before the part's number (`part_name`).
-pub(crate) const PART_SUFFIX: &str = ".xwire-part-";
+const PART_SUFFIX: &str = ".xwire-part-";
 
 /// The most a part's status should hold, as JSON. etcd refuses a value over 1.5 MiB by
 /// default (`--max-request-bytes`): one object for 1,500 pods on one node held about

@@ -86,9 +86,6 @@ pub(crate) struct KubeStore {
     writer: Option<behind::Running>,
     /// Topology objects changed in the API since the node last asked, as `ns/name`.
     changed: Arc<Mutex<Vec<String>>>,
-    /// Between `begin_batch` and `end_batch`: the writer is told of the batch's changes
-    /// at its end, when the journal has them.
-    batching: std::sync::atomic::AtomicBool,
     /// Pods' Topology status, written in order off the node's thread.
     status: Option<tokio::sync::mpsc::UnboundedSender<PodReport>>,
 }
@@ -237,7 +234,6 @@ impl KubeStore {
             journal,
             writer: None,
             changed,
-            batching: Default::default(),
             status: None,
             settings,
             runtime,

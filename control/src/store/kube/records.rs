@@ -85,8 +85,9 @@ impl KubeStore {
 
     /// Changes the records of `namespace` in memory with `change`, after the journal
     /// took it (`journal`): a change the journal refused is not made. None of it when
-    /// `unchanged` says the records are as the change would leave them. The writer
-    /// copies the namespace to the API server later.
+    /// `unchanged` says the records are as the change would leave them. The writer is
+    /// woken, and copies the namespace to the API server once its gathering time is up
+    /// (by then the call's batch is committed, or has failed and the call with it).
     fn update(
         &self,
         namespace: &str,
@@ -110,40 +111,22 @@ impl KubeStore {
             .lock()
             .expect("not poisoned")
             .mark(namespace);
-        if !self.journal_batching() {
-            self.wake_writer();
-        }
-        Ok(true)
-    }
-
-    fn journal_batching(&self) -> bool {
-        self.batching.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    fn wake_writer(&self) {
         if let Some(writer) = &self.writer {
             writer.wake();
         }
+        Ok(true)
     }
 }
 
 impl WireStore for KubeStore {
     fn begin_batch(&self) {
-        self.batching
-            .store(true, std::sync::atomic::Ordering::Relaxed);
         self.journal.begin_batch();
     }
 
     /// The journal's commit: what the node's calls wait for. The API server's copy is
     /// written behind.
     fn end_batch(&self) -> Result<(), StoreError> {
-        self.batching
-            .store(false, std::sync::atomic::Ordering::Relaxed);
-        let committed = self.journal.end_batch();
-        if self.shared.unwritten.lock().expect("not poisoned").len() > 0 {
-            self.wake_writer();
-        }
-        committed
+        self.journal.end_batch()
     }
 
     fn put_wire(&self, wire: &WireRecord) -> Result<(), StoreError> {
