@@ -48,14 +48,18 @@ impl Mgmt {
                 }
             }
         }
+        // The numbers taken, as a set: a look through every pod's number for each new
+        // pod was quadratic (a 10,000-pod lab's file took seconds to read).
+        let mut taken: std::collections::BTreeSet<u32> = hosts.values().copied().collect();
         let mut next = FIRST_POD_HOST;
         for pod in pods {
             if hosts.contains_key(&pod) {
                 continue;
             }
-            while hosts.values().any(|&n| n == next) {
+            while taken.contains(&next) {
                 next += 1;
             }
+            taken.insert(next);
             hosts.insert(pod, next);
         }
         self.hosts = hosts;
