@@ -212,10 +212,11 @@ pub fn status(lab: &Lab) -> LabStatus {
         })
         .collect();
     let states = node_api::wire_states(lab, &paths);
+    let counters = all_end_counters(lab, &paths);
     let wires = lab
         .links
         .iter()
-        .map(|link| wire_status(lab, &paths, &states, &switch, link))
+        .map(|link| wire_status(lab, &states, &switch, &counters, link))
         .collect();
     let mgmt = lab.mgmt.as_ref().and_then(|m| {
         Some(MgmtStatus {
@@ -274,9 +275,9 @@ impl WireStatus {
 
 fn wire_status(
     lab: &Lab,
-    paths: &LabPaths,
     states: &HashMap<(String, u64), String>,
     switch: &HashMap<(String, u64), LinkEndCounters>,
+    counters: &HashMap<(&str, &str), EndCounters>,
     link: &LabLink,
 ) -> WireStatus {
     let [a, b] = &link.endpoints;
@@ -301,8 +302,12 @@ fn wire_status(
             .collect();
         format!("down ({})", missing.join(", "))
     };
-    let counters =
-        [a, b].map(|end| end_counters(&paths.pod_netns(&end.pod), &end.ifname).unwrap_or_default());
+    let counters = [a, b].map(|end| {
+        counters
+            .get(&(end.pod.as_str(), end.ifname.as_str()))
+            .cloned()
+            .unwrap_or_default()
+    });
     WireStatus {
         uid: link.uid,
         endpoints: [a.to_string(), b.to_string()],
@@ -329,26 +334,84 @@ fn wire_status(
     }
 }
 
-fn end_counters(netns: &str, ifname: &str) -> Option<EndCounters> {
-    let ns = namespaces::open(netns).ok()?;
-    let ifname = ifname.to_owned();
-    let message = ns
-        .netlink("read interface counters", |h| async move {
-            use futures::TryStreamExt;
-            h.link().get().match_name(ifname).execute().try_next().await
-        })
-        .ok()??;
-    message.attributes.iter().find_map(|a| match a {
-        LinkAttribute::Stats64(s) => Some(EndCounters {
-            tx_packets: s.tx_packets,
-            tx_bytes: s.tx_bytes,
-            rx_packets: s.rx_packets,
-            rx_bytes: s.rx_bytes,
-            rx_dropped: s.rx_dropped,
-            tx_dropped: s.tx_dropped,
-        }),
-        _ => None,
+/// The kernel's counters of every link end's pod interface, by pod and interface name:
+/// one link dump per pod's namespace, a few namespaces side by side. A request per end,
+/// each from a namespace opened for it, took 15 s after a 10,000-pod lab came up.
+fn all_end_counters<'a>(
+    lab: &'a Lab,
+    paths: &LabPaths,
+) -> HashMap<(&'a str, &'a str), EndCounters> {
+    let mut ends: HashMap<&str, Vec<&str>> = HashMap::new();
+    for link in &lab.links {
+        for end in &link.endpoints {
+            ends.entry(end.pod.as_str())
+                .or_default()
+                .push(end.ifname.as_str());
+        }
+    }
+    let pods: Vec<(&str, Vec<&str>)> = ends.into_iter().collect();
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(2, 8);
+    let chunk = pods.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let readers: Vec<_> = pods
+            .chunks(chunk)
+            .map(|pods| {
+                scope.spawn(move || {
+                    let mut found = Vec::new();
+                    for (pod, ifnames) in pods {
+                        for (ifname, counters) in pod_counters(&paths.pod_netns(pod)) {
+                            if let Some(&name) = ifnames.iter().find(|&&n| n == ifname) {
+                                found.push(((*pod, name), counters));
+                            }
+                        }
+                    }
+                    found
+                })
+            })
+            .collect();
+        readers
+            .into_iter()
+            .flat_map(|reader| reader.join().unwrap_or_default())
+            .collect()
     })
+}
+
+/// Every interface's counters in one namespace (none where it cannot be read: a pod
+/// whose namespace is gone shows zeros, as its wire's state says why).
+fn pod_counters(netns: &str) -> Vec<(String, EndCounters)> {
+    let Ok(ns) = namespaces::open(netns) else {
+        return Vec::new();
+    };
+    let messages = ns.netlink("read interface counters", |h| async move {
+        use futures::TryStreamExt;
+        h.link().get().execute().try_collect::<Vec<_>>().await
+    });
+    let Ok(messages) = messages else {
+        return Vec::new();
+    };
+    messages
+        .iter()
+        .filter_map(|message| {
+            let name = message.attributes.iter().find_map(|a| match a {
+                LinkAttribute::IfName(name) => Some(name.clone()),
+                _ => None,
+            })?;
+            let counters = message.attributes.iter().find_map(|a| match a {
+                LinkAttribute::Stats64(s) => Some(EndCounters {
+                    tx_packets: s.tx_packets,
+                    tx_bytes: s.tx_bytes,
+                    rx_packets: s.rx_packets,
+                    rx_bytes: s.rx_bytes,
+                    rx_dropped: s.rx_dropped,
+                    tx_dropped: s.tx_dropped,
+                }),
+                _ => None,
+            })?;
+            Some((name, counters))
+        })
+        .collect()
 }
 
 /// The status as a table, for people.
