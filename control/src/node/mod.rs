@@ -21,6 +21,7 @@ mod planned_end;
 mod pod_netns;
 mod pod_routing;
 mod pools;
+mod ports;
 mod reconcile;
 mod records;
 mod refusals;
@@ -90,7 +91,7 @@ pub struct Node {
 struct DataPlane {
     fastpath: Option<Fastpath>,
     /// Fast-path ports of this node's remote and switched wire ends, by wire record key.
-    ports: HashMap<EndKey, OpenPort>,
+    ports: ports::Ports,
     /// The ports on the node's VXLAN devices of bridged VXLAN ends (see `vxlan.rs`); the
     /// pod side's port is in `ports`.
     tunnel_ports: HashMap<EndKey, PortId>,
@@ -236,7 +237,7 @@ impl Node {
             membership,
             data: DataPlane {
                 fastpath,
-                ports: HashMap::new(),
+                ports: ports::Ports::default(),
                 tunnel_ports: HashMap::new(),
                 impairments_unsynced: HashSet::new(),
                 steered: HashMap::new(),

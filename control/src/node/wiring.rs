@@ -533,12 +533,7 @@ impl super::wiring::Wiring<'_> {
             .peer_of(node, &link.peer_pod, link.wire(&record.topo_namespace).id())?;
         let namespace = record.topo_namespace.clone();
         let id = link.wire(&namespace).id();
-        if let Some(other) = self
-            .data
-            .ports
-            .values()
-            .find(|p| p.wire.namespace != namespace && p.wire_id == id)
-        {
+        if let Some(other) = self.data.ports.other_namespace_with_id(id, &namespace) {
             return Err(NodeError::new(
  ErrorKind::Fastpath,
                 format!(
