@@ -7,8 +7,8 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use nix::sched::{setns, CloneFlags};
 
-/// Moves the calling thread into `netns` for good: for a thread made to work there (see
-/// `NetnsFd::run`), or a process that does nothing else (a CNI plugin's call).
+/// Moves the calling thread into `netns` for good: for a thread made to work there, or a
+/// process that does nothing else (a CNI plugin's call). `Visit` goes there and back.
 pub fn enter(netns: BorrowedFd<'_>) -> io::Result<()> {
     Ok(setns(netns, CloneFlags::CLONE_NEWNET)?)
 }

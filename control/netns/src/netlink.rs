@@ -1,8 +1,8 @@
 //! Netlink requests into a namespace, made from the caller's own thread.
 //!
 //! A netlink socket belongs to the namespace it was opened in, whichever thread uses it
-//! later. So an open namespace keeps a socket of each kind (plain, strict), opened from a
-//! thread inside it at its second request, and its later requests go out on that socket.
+//! later. So an open namespace keeps a socket of each kind (plain, strict), opened inside
+//! it (`NetnsFd::run`) at its second request, and its later requests go out on that socket.
 //! One runtime, on a thread of its own, polls every such socket in the process; the
 //! caller only waits for its answers.
 //!
@@ -144,7 +144,7 @@ fn answer<T>(
     })
 }
 
-/// Opens a socket inside `ns` (on a thread that joins it), registered with the driver,
+/// Opens a socket inside `ns` (the calling thread visits it), registered with the driver,
 /// and starts its connection there.
 fn open(ns: &NetnsFd, op: &str, strict: bool) -> Result<Connection, NetnsError> {
     let io = |cause| NetnsError::Io {
