@@ -21,6 +21,7 @@ pub mod list;
 pub mod logs;
 pub mod mgmt;
 pub mod namespaces;
+mod neighbours;
 pub mod netdev;
 pub(crate) mod node_api;
 pub mod paths;

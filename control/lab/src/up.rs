@@ -143,6 +143,13 @@ pub fn up(file: &Path, binaries: &Binaries, no_containers: bool) -> Result<(Lab,
     // Before anything is made: an image that cannot be had is said at once.
     containers::ensure_images(&lab)?;
     catch_interrupts()?;
+    let raised = crate::neighbours::raise_for(&lab)?;
+    if !raised.is_empty() {
+        eprintln!(
+            "raised the host's neighbour table limits for this lab's pods: {}",
+            raised.join(", ")
+        );
+    }
     // The steps `build` takes: the lab directory, the underlay, the management network,
     // the certificates, the topology and the wait for the wires; a namespace and a
     // daemon per node; a namespace and an ADD per pod; a start per container. (5 here
