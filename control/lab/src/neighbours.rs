@@ -12,10 +12,10 @@ use anyhow::{Context, Result};
 
 use super::file::Lab;
 
-/// Neighbour entries the lab's pods and host make in one table: each end of a link with
-/// addresses learns its peer's, and on the management network each pod learns the
-/// host's and the host each pod's. IPv6 link-local neighbours come on every link, so the
-/// IPv6 table is sized for every link's ends.
+/// Neighbour entries the lab's pods and host make in one table: each end of a link learns
+/// its peer's (IPv4 where the link has addresses, IPv6 link-local on every link), and on
+/// the management network each pod learns the host's and the host each pod's. Both
+/// tables are sized for every link's ends.
 pub(crate) fn entries_needed(lab: &Lab) -> u64 {
     let mgmt = if lab.mgmt.is_some() {
         2 * lab.pods.len()
