@@ -340,13 +340,16 @@ impl Worker {
             end.set_nonblocking(true)
                 .map_err(|e| WorkerError::Start(e.to_string()))?;
         }
+        let keepers_wake = wake
+            .try_clone()
+            .map_err(|e| WorkerError::Start(e.to_string()))?;
         let thread = std::thread::Builder::new()
             .name("xwire-worker".into())
             .spawn(move || {
                 if let Some(core) = config.core {
                     core_affinity::set_for_current(core_affinity::CoreId { id: core });
                 }
-                match Switch::new(&config, woken) {
+                match Switch::new(&config, woken, keepers_wake) {
                     Ok(switch) => {
                         let _ = ready_tx.send(Ok(nix::unistd::gettid().as_raw()));
                         switch.run(&config, &inbox);

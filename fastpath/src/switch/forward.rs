@@ -642,8 +642,8 @@ mod tests {
         let sock = RawSocket::open(&pod, "eth1").unwrap();
         // The switch lives on one thread in the node's namespace, as a worker's does.
         node.run(|| {
-            let (_wake, woken) = UnixDatagram::pair().unwrap();
-            let mut switch = Switch::new(&config, woken).unwrap();
+            let (wake, woken) = UnixDatagram::pair().unwrap();
+            let mut switch = Switch::new(&config, woken, wake).unwrap();
             let port = (switch.add_port(wire.b_name(), 1514, PortChoice::AfXdp, &config)).unwrap();
             let index = usize::from(port.id.0);
             for seq in 0..FRAMES {

@@ -1,5 +1,6 @@
-//! A thread beside the worker that opens and closes the sockets of port resizes, and
-//! closes removed ports' sockets and takes the worker's program off their interfaces.
+//! A thread beside the worker that opens new ports, opens and closes the sockets of port
+//! resizes, and closes removed ports' sockets and takes the worker's program off their
+//! interfaces.
 //!
 //! A socket's birth and death wait in the kernel: AF_PACKET's ring set-up and bind, and
 //! AF_XDP's release, each wait out an RCU grace period (`synchronize_net`), tens of
@@ -7,10 +8,12 @@
 //! registers. Done in the worker, a resize stalled every port of the worker for 40 to 60
 //! ms (measured: the 1024-frame bridge of a 50 kpps port took 43 ms to open), and the
 //! ports' fill rings ran empty. The keeper does that work; the worker only swaps ready
-//! sockets in and hands the old ones over to be closed. It is started from the worker's
-//! thread, so it is in the worker's network namespace.
+//! sockets in and hands the old ones over to be closed. New ports are the same (`open.rs`):
+//! the worker keeps a slot for the port and serves its other ports while the keeper opens
+//! it. It is started from the worker's thread, so it is in the worker's network namespace.
 
 use std::collections::VecDeque;
+use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -19,7 +22,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use crate::packet_port::PacketPort;
+use crate::worker::PortKind;
 use crate::xdp_port::{PortError, Steering, XdpMode, XdpPort};
+use crate::xdp_redirect::RedirectProgram;
+
+use super::open::{open_port, OpenSpec};
+use super::Slot;
 
 /// How long the kernel usually takes to let go of a queue after its socket closed (16 ms
 /// measured idle): the first bind waits this long, so that few binds are refused.
@@ -30,8 +38,11 @@ const BIND_PAUSE: Duration = Duration::from_millis(5);
 const SLOW_BIND_PAUSE: Duration = Duration::from_millis(50);
 const SLOW_AFTER: Duration = Duration::from_millis(500);
 
-/// A socket to open for a resize, named by the resize's ticket.
+/// A port to open, or a socket to open for a resize, named by its ticket; or a socket
+/// to close.
 pub(super) enum Job {
+    /// A new port, for the worker's slot `spec.slot`.
+    Open { ticket: u64, spec: OpenSpec },
     /// The AF_PACKET socket that carries a port's frames while it is resized.
     Bridge {
         ticket: u64,
@@ -64,8 +75,18 @@ pub(super) enum Closing {
     Packet(#[allow(dead_code)] PacketPort),
 }
 
-/// A socket the keeper opened (or why it could not).
+/// A port or socket the keeper opened (or why it could not).
+// One is sent per open or resize step; a box around the slot would only be one more
+// allocation for the keeper and one more free for the worker.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Done {
+    /// A new port in the slot the worker puts it in as it is: everything the slot
+    /// holds is made here, so that the worker allocates nothing for it (see
+    /// `touched_slots`).
+    Opened {
+        ticket: u64,
+        result: Result<(Slot, PortKind), PortError>,
+    },
     Bridge {
         ticket: u64,
         result: Result<PacketPort, PortError>,
@@ -84,8 +105,14 @@ pub(super) struct Keeper {
 }
 
 impl Keeper {
-    /// Starts the keeper: call it from the worker's thread.
-    pub(super) fn spawn(worker_core: Option<usize>) -> std::io::Result<Keeper> {
+    /// Starts the keeper: call it from the worker's thread. It opens AF_XDP ports with
+    /// `program` (`None`: libxdp's), and writes to `wake` whenever it has something for
+    /// the worker.
+    pub(super) fn spawn(
+        worker_core: Option<usize>,
+        program: Option<Arc<RedirectProgram>>,
+        wake: UnixDatagram,
+    ) -> std::io::Result<Keeper> {
         let (jobs, inbox) = unbounded();
         let (outbox, done) = unbounded();
         let stop = Arc::new(AtomicBool::new(false));
@@ -99,6 +126,8 @@ impl Keeper {
                 let mut keeper = KeeperThread {
                     inbox,
                     outbox,
+                    wake,
+                    program,
                     stop: stopping,
                     later: VecDeque::new(),
                 };
@@ -143,6 +172,9 @@ impl Drop for Keeper {
 struct KeeperThread {
     inbox: Receiver<Job>,
     outbox: Sender<Done>,
+    /// Wakes the worker: it may be asleep with nothing to forward.
+    wake: UnixDatagram,
+    program: Option<Arc<RedirectProgram>>,
     stop: Arc<AtomicBool>,
     /// Socket jobs that came while another waited for its queue: they take their turn
     /// after it.
@@ -169,16 +201,31 @@ impl KeeperThread {
                 other => self.work(other),
             };
             if let Some(done) = done {
-                if self.outbox.send(done).is_err() {
+                if !self.hand_over(done) {
                     return;
                 }
             }
         }
     }
 
+    /// Gives the worker what was opened, and wakes it; false once the worker is gone.
+    fn hand_over(&self, done: Done) -> bool {
+        if self.outbox.send(done).is_err() {
+            return false;
+        }
+        // Full only when the worker already has a wake-up waiting.
+        let _ = self.wake.send(&[1]);
+        true
+    }
+
     /// Every job but a socket's: done at once.
     fn work(&mut self, job: Job) -> Option<Done> {
         match job {
+            Job::Open { ticket, spec } => Some(Done::Opened {
+                ticket,
+                result: open_port(&spec, self.program.as_deref())
+                    .map(|(port, kind)| (Slot::new(port, spec.batch), kind)),
+            }),
             Job::Bridge {
                 ticket,
                 ifname,
@@ -239,7 +286,7 @@ impl KeeperThread {
                     Job::Cancel(t) if t == ticket => cancelled = true,
                     other => {
                         if let Some(done) = self.work(other) {
-                            let _ = self.outbox.send(done);
+                            self.hand_over(done);
                         }
                     }
                 }

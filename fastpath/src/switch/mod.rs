@@ -10,6 +10,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixDatagram;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, TryRecvError};
@@ -19,13 +20,14 @@ use crate::packet_port::PacketPort;
 use crate::remote_transport::RemoteTransport;
 use crate::steered_port::SteeredPort;
 use crate::worker::{Command, Join, PortChoice, PortInfo, PortKind, WorkerConfig, WorkerError};
-use crate::xdp_port::{KernelDrops, Lent, PortError, Steering, XdpMode, XdpPort};
+use crate::xdp_port::{KernelDrops, Lent, PortError, XdpMode, XdpPort};
 use crate::xdp_redirect::RedirectProgram;
 
 mod commands;
 mod extras;
 mod forward;
 mod keeper;
+mod open;
 mod pace;
 mod remote;
 mod resize;
@@ -98,14 +100,42 @@ struct Slot {
     rests: bool,
 }
 
-/// A port to open on an interface whose last port the kernel is still releasing; the
-/// worker keeps forwarding and tries again every `REBIND_PAUSE`.
+impl Slot {
+    /// A new port's slot, with room for `batch` frames on their way out.
+    fn new(port: Port, batch: usize) -> Slot {
+        // Resized only where the worker's program steers the frames (a bridge needs its
+        // socket map).
+        let resizable = matches!(&port, Port::Xdp(p) if p.redirect().is_some());
+        Slot {
+            port,
+            pending: Vec::with_capacity(batch),
+            rx_chain: Vec::with_capacity(MAX_CHAIN),
+            rx_overflow: false,
+            sizing: resizable.then(|| resize::Sizing::new(Instant::now())),
+            resize: None,
+            drops_before: KernelDrops::default(),
+            stranded: None,
+            rests: resizable,
+        }
+    }
+}
+
+/// A port asked for: being opened by the keeper, or waiting to be, on an interface whose
+/// last port the kernel is still releasing (the worker keeps forwarding and tries again
+/// every `REBIND_PAUSE`).
 struct WaitingPort {
     ifname: String,
     max_frame: usize,
     choice: PortChoice,
     join: Option<Join>,
     reply: crossbeam_channel::Sender<Result<PortInfo, WorkerError>>,
+}
+
+/// A port the keeper is opening, in the slot kept for it.
+struct Opening {
+    ticket: u64,
+    index: usize,
+    request: WaitingPort,
 }
 
 /// The worker thread's state.
@@ -121,7 +151,7 @@ pub(crate) struct Switch {
     received: Vec<Lent>,
     /// The XDP program of this worker's AF_XDP ports (`None`: libxdp's program, one per
     /// interface, when this one could not be loaded or the worker opens no AF_XDP port).
-    redirect: Option<RedirectProgram>,
+    redirect: Option<Arc<RedirectProgram>>,
     /// Readable when the control plane has sent a command; `sleeper` watches it.
     woken: UnixDatagram,
     /// Where the worker sleeps when idle: it watches every socket the worker reads.
@@ -130,6 +160,8 @@ pub(crate) struct Switch {
     recently_closed: Vec<(u32, Instant)>,
     waiting: Vec<WaitingPort>,
     next_retry: Instant,
+    /// Ports the keeper is opening; their slots are kept free for them.
+    opening: Vec<Opening>,
     /// When the current pass began: the time frames queued for peers are held from.
     now: Instant,
     /// Impairments and capture taps of the links that have them, and the frames held.
@@ -146,10 +178,11 @@ pub(crate) struct Switch {
     resizing: usize,
     /// The open ports that share the worker's resting frames (`Slot::rests`).
     resting_ports: usize,
-    /// Opens and closes the sockets of resizes (`None`: it could not start, and ports
+    /// Opens ports, opens and closes the sockets of resizes, and closes removed ports
+    /// (`None`: it could not start; the worker opens and closes ports itself, and ports
     /// keep the size they open with).
     keeper: Option<keeper::Keeper>,
-    /// The last resize's number.
+    /// The last number given to a resize or an open, which names it to the keeper.
     tickets: u64,
     /// DATAGRAM frames the last pass delivered from peers (see `forward::port_batches`).
     from_peers: usize,
@@ -164,7 +197,13 @@ pub(crate) struct Switch {
 }
 
 impl Switch {
-    pub(crate) fn new(config: &WorkerConfig, woken: UnixDatagram) -> Result<Switch, WorkerError> {
+    /// `wake` is the sending end of `woken`'s pair: the keeper writes to it when it has
+    /// opened a port, so that a sleeping worker takes the port at once.
+    pub(crate) fn new(
+        config: &WorkerConfig,
+        woken: UnixDatagram,
+        wake: UnixDatagram,
+    ) -> Result<Switch, WorkerError> {
         if config.frames_per_port < 2 {
             return Err(WorkerError::Start(format!(
                 "frames_per_port must be at least 2 (it is {})",
@@ -174,25 +213,31 @@ impl Switch {
         let sleeper = Sleeper::new()
             .and_then(|s| s.watch(woken.as_fd(), sleep::NOT_A_PORT).map(|()| s))
             .map_err(|e| WorkerError::Start(format!("an epoll set to sleep on: {e}")))?;
+        let redirect = match config.ports {
+            PortChoice::AfPacket => None,
+            _ => RedirectProgram::load(config.max_ports as u32)
+                .map_err(|e| tracing::warn!(error = %e, "the worker's XDP program did not load"))
+                .ok()
+                .map(Arc::new),
+        };
+        let keeper = keeper::Keeper::spawn(config.core, redirect.clone(), wake)
+            .map_err(|e| {
+                tracing::warn!(error = %e, "no keeper thread: ports open in the worker and keep their size")
+            })
+            .ok();
         Ok(Switch {
             sleeper,
-            slots: Vec::new(),
+            slots: touched_slots(config.max_ports),
             peers: None,
             frame_buf: Vec::with_capacity(64 * 1024),
             table: LinkTable::default(),
             received: Vec::with_capacity(config.batch.max(1)),
-            redirect: match config.ports {
-                PortChoice::AfPacket => None,
-                _ => RedirectProgram::load(config.max_ports as u32)
-                    .map_err(
-                        |e| tracing::warn!(error = %e, "the worker's XDP program did not load"),
-                    )
-                    .ok(),
-            },
+            redirect,
             woken,
             recently_closed: Vec::new(),
             waiting: Vec::new(),
             next_retry: Instant::now(),
+            opening: Vec::new(),
             now: Instant::now(),
             extras: extras::LinkExtras::default(),
             busy: Duration::ZERO,
@@ -208,9 +253,7 @@ impl Switch {
             next_look: Instant::now(),
             resizing: 0,
             resting_ports: 0,
-            keeper: keeper::Keeper::spawn(config.core)
-                .map_err(|e| tracing::warn!(error = %e, "no keeper thread: ports keep their size"))
-                .ok(),
+            keeper,
             tickets: 0,
             touched: Vec::new(),
             visit: Vec::new(),
@@ -267,6 +310,9 @@ impl Switch {
             if now >= self.next_look {
                 self.look_at_sizes(now);
                 self.next_look = now + sizing::LOOK_EVERY;
+            }
+            if self.resizing > 0 || !self.opening.is_empty() {
+                self.take_from_keeper(now);
             }
             if self.resizing > 0 {
                 self.advance_resizes(config, now);
@@ -356,53 +402,12 @@ impl Switch {
         Some(&self.slots.get(usize::from(id.0))?.as_ref()?.port)
     }
 
-    /// Opens the kind of port the configuration asks for; with `Auto`, AF_XDP, or
-    /// AF_PACKET when AF_XDP cannot be had (but not when another program holds the
-    /// interface, which AF_PACKET would not fix).
-    fn open_port(
-        &self,
-        ifname: &str,
-        max_frame: usize,
-        choice: PortChoice,
-        config: &WorkerConfig,
-        slot: usize,
-    ) -> Result<(Port, PortKind), PortError> {
-        let packet = || {
-            PacketPort::open(ifname, max_frame, PACKET_SLOTS)
-                .map(|p| (Port::Packet(p), PortKind::AfPacket))
-        };
-        if choice == PortChoice::AfPacket {
-            return packet();
-        }
-        let steering = match &self.redirect {
-            Some(program) => Steering::Worker(program, slot as u32),
-            None => Steering::Libxdp,
-        };
-        // Its share of the resting frames, with itself among the ports; traffic grows
-        // it (see `sizing`).
-        let frames = self.limits.resting(self.resting_ports + 1);
-        let opened = XdpPort::open(ifname, config.xdp_mode, max_frame, frames, steering)
-            .map(|p| (PortKind::AfXdp(p.mode()), p))
-            .map(|(kind, p)| (Port::Xdp(p), kind));
-        match (choice, opened) {
-            (
-                PortChoice::Auto,
-                Err(
-                    e @ (PortError::Socket { .. }
-                    | PortError::AlreadyOpen(_)
-                    | PortError::Umem { .. }),
-                ),
-            ) => {
-                tracing::warn!(ifname, reason = %e, "AF_XDP unavailable, using AF_PACKET");
-                packet()
-            }
-            (_, opened) => opened,
-        }
-    }
-
-    /// The index of a slot free for a new port (a new slot up to `max_ports`).
+    /// The index of a slot free for a new port (a new slot up to `max_ports`), and not
+    /// kept for a port the keeper is opening.
     fn free_slot(&mut self, config: &WorkerConfig) -> Result<usize, WorkerError> {
-        match self.slots.iter().position(Option::is_none) {
+        let kept = |index: usize| self.opening.iter().any(|o| o.index == index);
+        let free = (0..self.slots.len()).find(|&i| self.slots[i].is_none() && !kept(i));
+        match free {
             Some(free) => Ok(free),
             None if self.slots.len() < config.max_ports => {
                 self.slots.push(None);
@@ -412,6 +417,32 @@ impl Switch {
         }
     }
 
+    /// What a port for slot `index` opens with: its share of the resting frames, with
+    /// itself and the ports being opened among the ports (traffic grows it, see
+    /// `sizing`).
+    fn open_spec(
+        &self,
+        ifname: &str,
+        max_frame: usize,
+        choice: PortChoice,
+        config: &WorkerConfig,
+        index: usize,
+    ) -> open::OpenSpec {
+        open::OpenSpec {
+            ifname: ifname.into(),
+            max_frame,
+            choice,
+            mode: config.xdp_mode,
+            frames: self
+                .limits
+                .resting(self.resting_ports + self.opening.len() + 1),
+            slot: index as u32,
+            batch: config.batch,
+        }
+    }
+
+    /// Opens a port here, in the worker, and installs it.
+    #[cfg(test)]
     fn add_port(
         &mut self,
         ifname: &str,
@@ -420,8 +451,9 @@ impl Switch {
         config: &WorkerConfig,
     ) -> Result<PortInfo, WorkerError> {
         let index = self.free_slot(config)?;
-        let (port, kind) = self.open_port(ifname, max_frame, choice, config, index)?;
-        self.install(index, port, ifname, max_frame, config)?;
+        let spec = self.open_spec(ifname, max_frame, choice, config, index);
+        let (port, kind) = open::open_port(&spec, self.redirect.as_deref())?;
+        self.install(index, Slot::new(port, config.batch), ifname, max_frame)?;
         Ok(PortInfo {
             id: PortId(index as u16),
             ifname: ifname.into(),
@@ -429,37 +461,24 @@ impl Switch {
         })
     }
 
-    /// Puts an open port in slot `index`, its fill ring topped up and its socket watched.
+    /// Puts an open port's slot at `index`, its fill ring topped up and its socket
+    /// watched.
     fn install(
         &mut self,
         index: usize,
-        mut port: Port,
+        mut slot: Slot,
         ifname: &str,
         max_frame: usize,
-        config: &WorkerConfig,
     ) -> Result<(), WorkerError> {
-        match &mut port {
+        match &mut slot.port {
             Port::Xdp(port) => port.refill(),
             Port::Steered(port) => port.receiver().refill(),
             Port::Packet(_) => {}
         }
         let id = PortId(index as u16);
-        let watched = self.sleeper.watch(port.as_fd(), index as u64);
-        // Resized only where the worker's program steers the frames (a bridge needs its
-        // socket map).
-        let resizable = matches!(&port, Port::Xdp(p) if p.redirect().is_some());
-        self.slots[index] = Some(Slot {
-            port,
-            pending: Vec::with_capacity(config.batch),
-            rx_chain: Vec::with_capacity(MAX_CHAIN),
-            rx_overflow: false,
-            sizing: resizable.then(|| resize::Sizing::new(Instant::now())),
-            resize: None,
-            drops_before: KernelDrops::default(),
-            stranded: None,
-            rests: resizable,
-        });
-        self.resting_ports += usize::from(resizable);
+        let watched = self.sleeper.watch(slot.port.as_fd(), index as u64);
+        self.resting_ports += usize::from(slot.rests);
+        self.slots[index] = Some(slot);
         self.table.set_max_frame(id, max_frame);
         // A port the worker could not wake for would be served only while it spins.
         if let Err(source) = watched {
@@ -555,21 +574,83 @@ impl Switch {
         }
     }
 
-    /// Opens the port and replies, or, when this worker closed a port on the interface a
-    /// moment ago and the kernel still holds it, keeps the request for `retry_waiting`.
+    /// Asks the keeper to open the port (or opens it here, without a keeper); the
+    /// answer goes out once it is open (`port_opened`).
     fn try_add_port(&mut self, request: WaitingPort, config: &WorkerConfig) {
-        let WaitingPort {
-            ifname,
-            max_frame,
-            choice,
-            join,
-            ..
-        } = &request;
-        let result = match (self.add_port(ifname, *max_frame, *choice, config), *join) {
-            (Err(WorkerError::Port(PortError::Busy(_))), _) if self.still_releasing(ifname) => {
+        let index = match self.free_slot(config) {
+            Ok(index) => index,
+            Err(e) => {
+                let _ = request.reply.send(Err(e));
+                return;
+            }
+        };
+        let spec = self.open_spec(
+            &request.ifname,
+            request.max_frame,
+            request.choice,
+            config,
+            index,
+        );
+        match &self.keeper {
+            Some(keeper) => {
+                self.tickets += 1;
+                let ticket = self.tickets;
+                keeper.ask(keeper::Job::Open { ticket, spec });
+                self.opening.push(Opening {
+                    ticket,
+                    index,
+                    request,
+                });
+            }
+            None => {
+                let opened = open::open_port(&spec, self.redirect.as_deref())
+                    .map(|(port, kind)| (Slot::new(port, spec.batch), kind));
+                self.install_opened(index, request, opened);
+            }
+        }
+    }
+
+    /// A port the keeper opened for the request of `ticket` (or could not open).
+    fn port_opened(&mut self, ticket: u64, opened: Result<(Slot, PortKind), PortError>) {
+        let Some(at) = self.opening.iter().position(|o| o.ticket == ticket) else {
+            // Every open is answered, and only once: nothing else could have taken it.
+            if let Ok((slot, _)) = opened {
+                self.close(slot.port);
+            }
+            return;
+        };
+        let Opening { index, request, .. } = self.opening.swap_remove(at);
+        self.install_opened(index, request, opened);
+    }
+
+    /// Puts an opened port in slot `index`, joins it to its peer if asked, and replies;
+    /// or, when this worker closed a port on the interface a moment ago and the kernel
+    /// still holds it, keeps the request for `retry_waiting`.
+    fn install_opened(
+        &mut self,
+        index: usize,
+        request: WaitingPort,
+        opened: Result<(Slot, PortKind), PortError>,
+    ) {
+        let (slot, kind) = match opened {
+            Err(PortError::Busy(_)) if self.still_releasing(&request.ifname) => {
                 self.waiting.push(request);
                 return;
             }
+            Err(e) => {
+                let _ = request.reply.send(Err(e.into()));
+                return;
+            }
+            Ok(opened) => opened,
+        };
+        let installed = self
+            .install(index, slot, &request.ifname, request.max_frame)
+            .map(|()| PortInfo {
+                id: PortId(index as u16),
+                ifname: request.ifname.clone(),
+                kind,
+            });
+        let result = match (installed, request.join) {
             (Ok(port), Some(join)) => match self.join_remote(port.id, join) {
                 Ok(_) => Ok(port),
                 Err(e) => {
@@ -602,6 +683,23 @@ impl Switch {
         self.recently_closed.iter().any(|&(i, _)| i == ifindex)
     }
 }
+
+/// Room for the first `max_ports` slots (up to `TOUCHED_SLOTS`), its pages written once
+/// now. A worker that grows its heap or touches a new page while its keeper maps and
+/// pins a new port's UMEM waits for the keeper's hold on the process's memory map:
+/// measured, one page fault in putting a new port's slot in place took 120 µs to 3.4
+/// ms while the keeper opened other ports, and a busy 128-frame port beside lost frames.
+fn touched_slots(max_ports: usize) -> Vec<Option<Slot>> {
+    let mut slots = Vec::with_capacity(max_ports.min(TOUCHED_SLOTS));
+    for room in slots.spare_capacity_mut() {
+        *room = std::mem::MaybeUninit::zeroed();
+    }
+    slots
+}
+
+/// Slots whose room a worker makes at its start: 4,096 of about 550 bytes, 2.2 MiB,
+/// under what four of the smallest ports' UMEMs pin.
+const TOUCHED_SLOTS: usize = 4096;
 
 /// Gives the calling (worker) thread the nice value `nice` and the shortest scheduler
 /// slice, or says in the log why not.

@@ -289,12 +289,15 @@ impl Switch {
         self.resizing += 1;
     }
 
-    /// Takes what the keeper opened, and moves every resize whose time has come a step
-    /// on.
-    pub(super) fn advance_resizes(&mut self, config: &WorkerConfig, now: Instant) {
+    /// Takes what the keeper opened: new ports, and the sockets of resizes.
+    pub(super) fn take_from_keeper(&mut self, now: Instant) {
         while let Some(done) = self.keeper.as_ref().and_then(|k| k.done()) {
             self.keeper_done(done, now);
         }
+    }
+
+    /// Moves every resize whose time has come a step on.
+    pub(super) fn advance_resizes(&mut self, config: &WorkerConfig, now: Instant) {
         for index in 0..self.slots.len() {
             let due = self.slots[index]
                 .as_ref()
@@ -306,11 +309,12 @@ impl Switch {
         }
     }
 
-    /// A socket from the keeper: the next step of its resize, or closed again if that
-    /// resize is gone (its port was removed).
+    /// A port from the keeper (`port_opened`), or a socket: the next step of its resize,
+    /// or closed again if that resize is gone (its port was removed).
     fn keeper_done(&mut self, done: Done, now: Instant) {
-        let ticket = match &done {
-            Done::Bridge { ticket, .. } | Done::Socket { ticket, .. } => *ticket,
+        let ticket = match done {
+            Done::Opened { ticket, result } => return self.port_opened(ticket, result),
+            Done::Bridge { ticket, .. } | Done::Socket { ticket, .. } => ticket,
         };
         let found = self.slots.iter().position(|slot| {
             slot.as_ref()

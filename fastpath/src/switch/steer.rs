@@ -10,7 +10,7 @@ use crate::steered_port::{SteeredEnd, SteeredPort};
 use crate::worker::{PortInfo, PortKind, SteeredPair, WorkerConfig, WorkerError};
 use crate::xdp_port::{PortError, XdpMode};
 
-use super::{Port, Switch, REBIND_PAUSE, RELEASE_GRACE};
+use super::{Port, Slot, Switch, REBIND_PAUSE, RELEASE_GRACE};
 
 /// The longest `remove_ports` passes to forward what was in flight: frames in the
 /// receiving rings when the programs went, and frames queued to send.
@@ -95,13 +95,8 @@ impl Switch {
             }
         };
         let ifname = far.ifname.as_str();
-        self.install(
-            index,
-            Port::Steered(Box::new(port)),
-            ifname,
-            max_frame,
-            config,
-        )?;
+        let slot = Slot::new(Port::Steered(Box::new(port)), config.batch);
+        self.install(index, slot, ifname, max_frame)?;
         Ok(PortInfo {
             id: PortId(index as u16),
             ifname: ifname.into(),
