@@ -12,7 +12,8 @@ use crate::remote_transport::RemoteTransport;
 use crate::worker::{Command, Join, PeerCommand, WorkerConfig, WorkerError};
 
 use super::extras::LinkExtras;
-use super::{Switch, WaitingPort};
+use super::open::WaitingPort;
+use super::Switch;
 
 impl Switch {
     pub(super) fn apply(&mut self, command: Command, config: &WorkerConfig) {

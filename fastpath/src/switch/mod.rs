@@ -19,8 +19,8 @@ use crate::link_table::{LinkTable, PortId};
 use crate::packet_port::PacketPort;
 use crate::remote_transport::RemoteTransport;
 use crate::steered_port::SteeredPort;
-use crate::worker::{Command, Join, PortChoice, PortInfo, PortKind, WorkerConfig, WorkerError};
-use crate::xdp_port::{KernelDrops, Lent, PortError, XdpMode, XdpPort};
+use crate::worker::{Command, PortChoice, WorkerConfig, WorkerError};
+use crate::xdp_port::{KernelDrops, Lent, XdpMode, XdpPort};
 use crate::xdp_redirect::RedirectProgram;
 
 mod commands;
@@ -37,6 +37,7 @@ mod stats;
 mod steer;
 
 use forward::{Outgoing, MAX_CHAIN};
+use open::{touched_slots, Opening, WaitingPort};
 use sleep::Sleeper;
 
 /// How long after closing an AF_XDP port the kernel may still hold its interface's queue:
@@ -118,24 +119,6 @@ impl Slot {
             rests: resizable,
         }
     }
-}
-
-/// A port asked for: being opened by the keeper, or waiting to be, on an interface whose
-/// last port the kernel is still releasing (the worker keeps forwarding and tries again
-/// every `REBIND_PAUSE`).
-struct WaitingPort {
-    ifname: String,
-    max_frame: usize,
-    choice: PortChoice,
-    join: Option<Join>,
-    reply: crossbeam_channel::Sender<Result<PortInfo, WorkerError>>,
-}
-
-/// A port the keeper is opening, in the slot kept for it.
-struct Opening {
-    ticket: u64,
-    index: usize,
-    request: WaitingPort,
 }
 
 /// The worker thread's state.
@@ -402,96 +385,6 @@ impl Switch {
         Some(&self.slots.get(usize::from(id.0))?.as_ref()?.port)
     }
 
-    /// The index of a slot free for a new port (a new slot up to `max_ports`), and not
-    /// kept for a port the keeper is opening.
-    fn free_slot(&mut self, config: &WorkerConfig) -> Result<usize, WorkerError> {
-        let kept = |index: usize| self.opening.iter().any(|o| o.index == index);
-        let free = (0..self.slots.len()).find(|&i| self.slots[i].is_none() && !kept(i));
-        match free {
-            Some(free) => Ok(free),
-            None if self.slots.len() < config.max_ports => {
-                self.slots.push(None);
-                Ok(self.slots.len() - 1)
-            }
-            None => Err(PortError::NoRoom(config.max_ports).into()),
-        }
-    }
-
-    /// What a port for slot `index` opens with: its share of the resting frames, with
-    /// itself and the ports being opened among the ports (traffic grows it, see
-    /// `sizing`).
-    fn open_spec(
-        &self,
-        ifname: &str,
-        max_frame: usize,
-        choice: PortChoice,
-        config: &WorkerConfig,
-        index: usize,
-    ) -> open::OpenSpec {
-        open::OpenSpec {
-            ifname: ifname.into(),
-            max_frame,
-            choice,
-            mode: config.xdp_mode,
-            frames: self
-                .limits
-                .resting(self.resting_ports + self.opening.len() + 1),
-            slot: index as u32,
-            batch: config.batch,
-        }
-    }
-
-    /// Opens a port here, in the worker, and installs it.
-    #[cfg(test)]
-    fn add_port(
-        &mut self,
-        ifname: &str,
-        max_frame: usize,
-        choice: PortChoice,
-        config: &WorkerConfig,
-    ) -> Result<PortInfo, WorkerError> {
-        let index = self.free_slot(config)?;
-        let spec = self.open_spec(ifname, max_frame, choice, config, index);
-        let (port, kind) = open::open_port(&spec, self.redirect.as_deref())?;
-        self.install(index, Slot::new(port, config.batch), ifname, max_frame)?;
-        Ok(PortInfo {
-            id: PortId(index as u16),
-            ifname: ifname.into(),
-            kind,
-        })
-    }
-
-    /// Puts an open port's slot at `index`, its fill ring topped up and its socket
-    /// watched.
-    fn install(
-        &mut self,
-        index: usize,
-        mut slot: Slot,
-        ifname: &str,
-        max_frame: usize,
-    ) -> Result<(), WorkerError> {
-        match &mut slot.port {
-            Port::Xdp(port) => port.refill(),
-            Port::Steered(port) => port.receiver().refill(),
-            Port::Packet(_) => {}
-        }
-        let id = PortId(index as u16);
-        let watched = self.sleeper.watch(slot.port.as_fd(), index as u64);
-        self.resting_ports += usize::from(slot.rests);
-        self.slots[index] = Some(slot);
-        self.table.set_max_frame(id, max_frame);
-        // A port the worker could not wake for would be served only while it spins.
-        if let Err(source) = watched {
-            let _ = self.remove_port(id);
-            return Err(PortError::Unwatched {
-                ifname: ifname.into(),
-                cause: source,
-            }
-            .into());
-        }
-        Ok(())
-    }
-
     /// Closes a port. Its frames, wherever they are, go with its UMEM.
     fn remove_port(&mut self, id: PortId) -> Result<(), WorkerError> {
         let Some(slot) = self.slots.get_mut(usize::from(id.0)).and_then(Option::take) else {
@@ -573,133 +466,7 @@ impl Switch {
             Port::Steered(_) => {}
         }
     }
-
-    /// Asks the keeper to open the port (or opens it here, without a keeper); the
-    /// answer goes out once it is open (`port_opened`).
-    fn try_add_port(&mut self, request: WaitingPort, config: &WorkerConfig) {
-        let index = match self.free_slot(config) {
-            Ok(index) => index,
-            Err(e) => {
-                let _ = request.reply.send(Err(e));
-                return;
-            }
-        };
-        let spec = self.open_spec(
-            &request.ifname,
-            request.max_frame,
-            request.choice,
-            config,
-            index,
-        );
-        match &self.keeper {
-            Some(keeper) => {
-                self.tickets += 1;
-                let ticket = self.tickets;
-                keeper.ask(keeper::Job::Open { ticket, spec });
-                self.opening.push(Opening {
-                    ticket,
-                    index,
-                    request,
-                });
-            }
-            None => {
-                let opened = open::open_port(&spec, self.redirect.as_deref())
-                    .map(|(port, kind)| (Slot::new(port, spec.batch), kind));
-                self.install_opened(index, request, opened);
-            }
-        }
-    }
-
-    /// A port the keeper opened for the request of `ticket` (or could not open).
-    fn port_opened(&mut self, ticket: u64, opened: Result<(Slot, PortKind), PortError>) {
-        let Some(at) = self.opening.iter().position(|o| o.ticket == ticket) else {
-            // Every open is answered, and only once: nothing else could have taken it.
-            if let Ok((slot, _)) = opened {
-                self.close(slot.port);
-            }
-            return;
-        };
-        let Opening { index, request, .. } = self.opening.swap_remove(at);
-        self.install_opened(index, request, opened);
-    }
-
-    /// Puts an opened port in slot `index`, joins it to its peer if asked, and replies;
-    /// or, when this worker closed a port on the interface a moment ago and the kernel
-    /// still holds it, keeps the request for `retry_waiting`.
-    fn install_opened(
-        &mut self,
-        index: usize,
-        request: WaitingPort,
-        opened: Result<(Slot, PortKind), PortError>,
-    ) {
-        let (slot, kind) = match opened {
-            Err(PortError::Busy(_)) if self.still_releasing(&request.ifname) => {
-                self.waiting.push(request);
-                return;
-            }
-            Err(e) => {
-                let _ = request.reply.send(Err(e.into()));
-                return;
-            }
-            Ok(opened) => opened,
-        };
-        let installed = self
-            .install(index, slot, &request.ifname, request.max_frame)
-            .map(|()| PortInfo {
-                id: PortId(index as u16),
-                ifname: request.ifname.clone(),
-                kind,
-            });
-        let result = match (installed, request.join) {
-            (Ok(port), Some(join)) => match self.join_remote(port.id, join) {
-                Ok(_) => Ok(port),
-                Err(e) => {
-                    let _ = self.remove_port(port.id);
-                    Err(e)
-                }
-            },
-            (result, _) => result,
-        };
-        let _ = request.reply.send(result);
-    }
-
-    fn retry_waiting(&mut self, config: &WorkerConfig) {
-        if self.next_retry > Instant::now() {
-            return;
-        }
-        self.next_retry = Instant::now() + REBIND_PAUSE;
-        for request in std::mem::take(&mut self.waiting) {
-            self.try_add_port(request, config);
-        }
-    }
-
-    /// Whether this worker closed an AF_XDP port on `ifname` less than `RELEASE_GRACE` ago.
-    fn still_releasing(&mut self, ifname: &str) -> bool {
-        self.recently_closed
-            .retain(|(_, at)| at.elapsed() < RELEASE_GRACE);
-        let Ok(ifindex) = nix::net::if_::if_nametoindex(ifname) else {
-            return false;
-        };
-        self.recently_closed.iter().any(|&(i, _)| i == ifindex)
-    }
 }
-
-/// Room for the first `max_ports` slots (up to `TOUCHED_SLOTS`), its pages written once
-/// now. A worker that grows its heap or touches a new page while its keeper maps and
-/// pins a new port's UMEM waits for the keeper's hold on the process's memory map:
-/// measured, one page fault in putting a new port's slot in place took 120 µs to 3.4
-/// ms while the keeper opened other ports, and a busy 128-frame port beside lost frames.
-fn touched_slots(max_ports: usize) -> Vec<Option<Slot>> {
-    let mut slots = Vec::with_capacity(max_ports.min(TOUCHED_SLOTS));
-    for room in slots.spare_capacity_mut() {
-        *room = std::mem::MaybeUninit::zeroed();
-    }
-    slots
-}
-
-/// Slots whose room a worker makes at its start: 4,096 of about 550 bytes, 2.2 MiB,
-/// under what four of the smallest ports' UMEMs pin.
-const TOUCHED_SLOTS: usize = 4096;
 
 /// Gives the calling (worker) thread the nice value `nice` and the shortest scheduler
 /// slice, or says in the log why not.
