@@ -61,9 +61,9 @@ pub(super) fn open_port(
     )
     .map(|mut port| {
         port.refill();
-        (PortKind::AfXdp(port.mode()), Port::Xdp(port))
-    })
-    .map(|(kind, port)| (port, kind));
+        let kind = PortKind::AfXdp(port.mode());
+        (Port::Xdp(port), kind)
+    });
     match (spec.choice, opened) {
         (
             PortChoice::Auto,
