@@ -120,9 +120,11 @@ impl SteeredPort {
         Ok(())
     }
 
-    /// Stops steering: from now on the interface's frames go straight to its pod.
-    pub(crate) fn unsteer(&mut self) {
-        self.attached = None;
+    /// The steering program's attachment: closing it stops the steering (from then on
+    /// the interface's frames go straight to its pod), and waits in the kernel while the
+    /// program comes off the veth, so the worker has its keeper do it.
+    pub(crate) fn take_attachment(&mut self) -> Option<OwnedFd> {
+        self.attached.take()
     }
 
     pub(crate) fn slot(&self) -> u32 {

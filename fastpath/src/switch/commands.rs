@@ -35,7 +35,7 @@ impl Switch {
                 self.try_add_port(waiting, config);
             }
             Command::RemovePorts { ids, reply } => {
-                let _ = reply.send(self.remove_ports(&ids, config));
+                self.remove_ports(ids, reply);
             }
             Command::SteerPair {
                 wire,
@@ -43,7 +43,7 @@ impl Switch {
                 max_frame,
                 reply,
             } => {
-                let _ = reply.send(self.steer_pair(wire, *ends, max_frame, config));
+                self.steer_pair(wire, ends, max_frame, reply, config);
             }
             Command::AddLink { wire, a, b, reply } => {
                 let missing = [a, b].into_iter().find(|&p| self.port(p).is_none());

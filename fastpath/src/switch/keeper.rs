@@ -1,6 +1,6 @@
 //! A thread beside the worker that opens new ports, opens and closes the sockets of port
-//! resizes, and closes removed ports' sockets and takes the worker's program off their
-//! interfaces.
+//! resizes, opens and steers steered pairs and takes their programs off again, and closes
+//! removed ports' sockets and takes the worker's program off their interfaces.
 //!
 //! A socket's birth and death wait in the kernel: AF_PACKET's ring set-up and bind, and
 //! AF_XDP's release, each wait out an RCU grace period (`synchronize_net`), tens of
@@ -10,9 +10,11 @@
 //! ports' fill rings ran empty. The keeper does that work; the worker only swaps ready
 //! sockets in and hands the old ones over to be closed. New ports are the same (`open.rs`):
 //! the worker keeps a slot for the port and serves its other ports while the keeper opens
-//! it. It is started from the worker's thread, so it is in the worker's network namespace.
+//! it, and steered pairs likewise (`steer.rs`). It is started from the worker's thread,
+//! so it is in the worker's network namespace.
 
 use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -22,11 +24,13 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use crate::packet_port::PacketPort;
+use crate::steered_port::SteeredPort;
 use crate::worker::PortKind;
 use crate::xdp_port::{PortError, Steering, XdpMode, XdpPort};
 use crate::xdp_redirect::RedirectProgram;
 
 use super::open::{open_port, OpenSpec};
+use super::steer::{open_steered, SteerSpec};
 use super::Slot;
 
 /// How long the kernel usually takes to let go of a queue after its socket closed (16 ms
@@ -43,6 +47,14 @@ const SLOW_AFTER: Duration = Duration::from_millis(500);
 pub(super) enum Job {
     /// A new port, for the worker's slot `spec.slot`.
     Open { ticket: u64, spec: OpenSpec },
+    /// A steered pair's two ports, for the worker's slots `spec.slots`, steered to.
+    Steer { ticket: u64, spec: SteerSpec },
+    /// Steering programs' attachments to close, which takes the programs off their veths;
+    /// the worker is told once they are off.
+    Unsteer {
+        ticket: u64,
+        attachments: Vec<OwnedFd>,
+    },
     /// The AF_PACKET socket that carries a port's frames while it is resized.
     Bridge {
         ticket: u64,
@@ -73,6 +85,7 @@ pub(super) enum Job {
 pub(super) enum Closing {
     Xdp(#[allow(dead_code)] Box<XdpPort>),
     Packet(#[allow(dead_code)] PacketPort),
+    Steered(#[allow(dead_code)] Box<SteeredPort>),
 }
 
 /// A port or socket the keeper opened (or why it could not).
@@ -87,6 +100,13 @@ pub(super) enum Done {
         ticket: u64,
         result: Result<(Slot, PortKind), PortError>,
     },
+    /// A steered pair's ports, steered to, for the slots the worker kept.
+    Steered {
+        ticket: u64,
+        result: Result<[Slot; 2], PortError>,
+    },
+    /// The programs of an `Unsteer` are off.
+    Unsteered { ticket: u64 },
     Bridge {
         ticket: u64,
         result: Result<PacketPort, PortError>,
@@ -226,6 +246,17 @@ impl KeeperThread {
                 result: open_port(&spec, self.program.as_deref())
                     .map(|(port, kind)| (Slot::new(port, spec.batch), kind)),
             }),
+            Job::Steer { ticket, spec } => Some(Done::Steered {
+                ticket,
+                result: open_steered(&spec, self.program.as_deref()),
+            }),
+            Job::Unsteer {
+                ticket,
+                attachments,
+            } => {
+                drop(attachments);
+                Some(Done::Unsteered { ticket })
+            }
             Job::Bridge {
                 ticket,
                 ifname,

@@ -39,6 +39,7 @@ mod steer;
 use forward::{Outgoing, MAX_CHAIN};
 use open::{touched_slots, Opening, WaitingPort};
 use sleep::Sleeper;
+use steer::{PairOpening, Removal};
 
 /// How long after closing an AF_XDP port the kernel may still hold its interface's queue:
 /// it releases a socket's buffer pool in a work item that takes the RTNL lock, and a bind
@@ -143,8 +144,11 @@ pub(crate) struct Switch {
     recently_closed: Vec<(u32, Instant)>,
     waiting: Vec<WaitingPort>,
     next_retry: Instant,
-    /// Ports the keeper is opening; their slots are kept free for them.
+    /// Ports and steered pairs the keeper is opening; their slots are kept free for them.
     opening: Vec<Opening>,
+    pairs_opening: Vec<PairOpening>,
+    /// Ports closing together once their steering is off and their frames have gone on.
+    removing: Vec<Removal>,
     /// When the current pass began: the time frames queued for peers are held from.
     now: Instant,
     /// Impairments and capture taps of the links that have them, and the frames held.
@@ -161,11 +165,12 @@ pub(crate) struct Switch {
     resizing: usize,
     /// The open ports that share the worker's resting frames (`Slot::rests`).
     resting_ports: usize,
-    /// Opens ports, opens and closes the sockets of resizes, and closes removed ports
-    /// (`None`: it could not start; the worker opens and closes ports itself, and ports
-    /// keep the size they open with).
+    /// Opens ports and steered pairs, opens and closes the sockets of resizes, and
+    /// closes removed ports (`None`: it could not start; the worker opens and closes
+    /// ports itself, and ports keep the size they open with).
     keeper: Option<keeper::Keeper>,
-    /// The last number given to a resize or an open, which names it to the keeper.
+    /// The last number given to a resize, an open or a removal, which names it to the
+    /// keeper.
     tickets: u64,
     /// DATAGRAM frames the last pass delivered from peers (see `forward::port_batches`).
     from_peers: usize,
@@ -221,6 +226,8 @@ impl Switch {
             waiting: Vec::new(),
             next_retry: Instant::now(),
             opening: Vec::new(),
+            pairs_opening: Vec::new(),
+            removing: Vec::new(),
             now: Instant::now(),
             extras: extras::LinkExtras::default(),
             busy: Duration::ZERO,
@@ -294,7 +301,11 @@ impl Switch {
                 self.look_at_sizes(now);
                 self.next_look = now + sizing::LOOK_EVERY;
             }
-            if self.resizing > 0 || !self.opening.is_empty() {
+            if self.resizing > 0
+                || !self.opening.is_empty()
+                || !self.pairs_opening.is_empty()
+                || !self.removing.is_empty()
+            {
                 self.take_from_keeper(now);
             }
             if self.resizing > 0 {
@@ -311,6 +322,9 @@ impl Switch {
             last_pass = Some(pass_start);
             slept = Duration::ZERO;
             let pass = self.poll_once(config, config.busy_poll);
+            if !self.removing.is_empty() {
+                self.finish_removals();
+            }
             if pass.moved > 0 {
                 idle_since = Instant::now();
                 self.busy += idle_since.saturating_duration_since(self.now);
@@ -420,7 +434,7 @@ impl Switch {
             keeper.close(socket);
         }
         if let (Port::Steered(port), Some(program)) = (&slot.port, &self.redirect) {
-            // Dropping the port detaches its program (if `remove_ports` has not already).
+            // Closing the port detaches its program (if `remove_ports` has not already).
             program.unregister_socket(port.slot());
         }
         if let Port::Xdp(xdp) = &slot.port {
@@ -456,14 +470,14 @@ impl Switch {
     /// `rx_fill_ring_empty` (`fastpath/tests/away.rs`). A port added again on the same
     /// interface meanwhile waits for the queue as after any close (`still_releasing`).
     fn close(&self, port: Port) {
-        // Without a keeper, or for a steered port, the port closes here, as it drops.
+        // Without a keeper the port closes here, as it drops.
         let Some(keeper) = &self.keeper else {
             return;
         };
         match port {
             Port::Xdp(xdp) => keeper.close(keeper::Closing::Xdp(Box::new(xdp))),
             Port::Packet(packet) => keeper.close(keeper::Closing::Packet(packet)),
-            Port::Steered(_) => {}
+            Port::Steered(steered) => keeper.close(keeper::Closing::Steered(steered)),
         }
     }
 }

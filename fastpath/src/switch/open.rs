@@ -97,10 +97,21 @@ pub(super) struct Opening {
 }
 
 impl Switch {
-    /// The index of a slot free for a new port (a new slot up to `max_ports`), and not
-    /// kept for a port the keeper is opening.
-    pub(super) fn free_slot(&mut self, config: &WorkerConfig) -> Result<usize, WorkerError> {
-        let kept = |index: usize| self.opening.iter().any(|o| o.index == index);
+    /// The index of a slot free for a new port (a new slot up to `max_ports`), not kept
+    /// for a port the keeper is opening, and not one of `besides`.
+    pub(super) fn free_slot(
+        &mut self,
+        config: &WorkerConfig,
+        besides: &[usize],
+    ) -> Result<usize, WorkerError> {
+        let kept = |index: usize| {
+            besides.contains(&index)
+                || self.opening.iter().any(|o| o.index == index)
+                || self
+                    .pairs_opening
+                    .iter()
+                    .any(|p| p.indexes.contains(&index))
+        };
         let free = (0..self.slots.len()).find(|&i| self.slots[i].is_none() && !kept(i));
         match free {
             Some(free) => Ok(free),
@@ -145,7 +156,7 @@ impl Switch {
         choice: PortChoice,
         config: &WorkerConfig,
     ) -> Result<PortInfo, WorkerError> {
-        let index = self.free_slot(config)?;
+        let index = self.free_slot(config, &[])?;
         let spec = self.open_spec(ifname, max_frame, choice, config, index);
         let (port, kind) = open_port(&spec, self.redirect.as_deref())?;
         self.install(index, Slot::new(port, config.batch), ifname, max_frame)?;
@@ -190,7 +201,7 @@ impl Switch {
     /// Asks the keeper to open the port (or opens it here, without a keeper); the
     /// answer goes out once it is open (`port_opened`).
     pub(super) fn try_add_port(&mut self, request: WaitingPort, config: &WorkerConfig) {
-        let index = match self.free_slot(config) {
+        let index = match self.free_slot(config, &[]) {
             Ok(index) => index,
             Err(e) => {
                 let _ = request.reply.send(Err(e));

@@ -314,6 +314,8 @@ impl Switch {
     fn keeper_done(&mut self, done: Done, now: Instant) {
         let ticket = match done {
             Done::Opened { ticket, result } => return self.port_opened(ticket, result),
+            Done::Steered { ticket, result } => return self.pair_steered(ticket, result),
+            Done::Unsteered { ticket } => return self.pair_unsteered(ticket),
             Done::Bridge { ticket, .. } | Done::Socket { ticket, .. } => ticket,
         };
         let found = self.slots.iter().position(|slot| {

@@ -479,6 +479,11 @@ impl XdpPort {
         n
     }
 
+    /// Frames received and not yet taken (`receive`).
+    pub(crate) fn received_waiting(&mut self) -> usize {
+        self.rx.nb_avail_exact() as usize
+    }
+
     /// Frames in the TX ring the kernel has not finished sending.
     pub(crate) fn in_flight(&self) -> usize {
         self.in_tx
