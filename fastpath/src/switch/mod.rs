@@ -144,8 +144,9 @@ pub(crate) struct Switch {
     recently_closed: Vec<(u32, Instant)>,
     waiting: Vec<WaitingPort>,
     next_retry: Instant,
-    /// Ports and steered pairs the keeper is opening; their slots are kept free for them.
+    /// Ports the keeper is opening; their slots are kept free for them.
     opening: Vec<Opening>,
+    /// Steered pairs the keeper is opening and steering, likewise.
     pairs_opening: Vec<PairOpening>,
     /// Ports closing together once their steering is off and their frames have gone on.
     removing: Vec<Removal>,

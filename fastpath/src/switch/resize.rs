@@ -309,7 +309,8 @@ impl Switch {
         }
     }
 
-    /// A port from the keeper (`port_opened`), or a socket: the next step of its resize,
+    /// A port or a steered pair from the keeper (`port_opened`, `pair_steered`), a pair's
+    /// steering taken off (`pair_unsteered`), or a socket: the next step of its resize,
     /// or closed again if that resize is gone (its port was removed).
     fn keeper_done(&mut self, done: Done, now: Instant) {
         let ticket = match done {
