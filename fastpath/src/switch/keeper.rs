@@ -29,7 +29,7 @@ use crate::worker::PortKind;
 use crate::xdp_port::{PortError, Steering, XdpMode, XdpPort};
 use crate::xdp_redirect::RedirectProgram;
 
-use super::open::{open_port, OpenSpec};
+use super::open::{open_slot, OpenSpec};
 use super::steer::{open_steered, SteerSpec};
 use super::Slot;
 
@@ -243,8 +243,7 @@ impl KeeperThread {
         match job {
             Job::Open { ticket, spec } => Some(Done::Opened {
                 ticket,
-                result: open_port(&spec, self.program.as_deref())
-                    .map(|(port, kind)| (Slot::new(port, spec.batch), kind)),
+                result: open_slot(&spec, self.program.as_deref()),
             }),
             Job::Steer { ticket, spec } => Some(Done::Steered {
                 ticket,

@@ -302,11 +302,7 @@ impl Switch {
                 self.look_at_sizes(now);
                 self.next_look = now + sizing::LOOK_EVERY;
             }
-            if self.resizing > 0
-                || !self.opening.is_empty()
-                || !self.pairs_opening.is_empty()
-                || !self.removing.is_empty()
-            {
+            if self.awaits_keeper() {
                 self.take_from_keeper(now);
             }
             if self.resizing > 0 {
@@ -394,6 +390,15 @@ impl Switch {
         self.sleeper.sleep(limit);
         let mut drain = [0u8; 64];
         while self.woken.recv(&mut drain).is_ok() {}
+    }
+
+    /// Whether the keeper has work of this worker's under way: a resize, an open, or a
+    /// steered pair to open or take off.
+    fn awaits_keeper(&self) -> bool {
+        self.resizing > 0
+            || !self.opening.is_empty()
+            || !self.pairs_opening.is_empty()
+            || !self.removing.is_empty()
     }
 
     fn port(&self, id: PortId) -> Option<&Port> {

@@ -36,8 +36,16 @@ pub(super) struct OpenSpec {
 /// Opens the kind of port `spec` asks for; with `Auto`, AF_XDP, or AF_PACKET when
 /// AF_XDP cannot be had (but not when another program holds the interface, which
 /// AF_PACKET would not fix). An AF_XDP port's fill ring is stocked before it returns:
-/// the program steers frames to it from the moment it is registered.
-pub(super) fn open_port(
+/// the program steers frames to it from the moment it is registered. Returns the port's
+/// whole slot, made where the port is opened (see `keeper::Done::Opened`).
+pub(super) fn open_slot(
+    spec: &OpenSpec,
+    program: Option<&RedirectProgram>,
+) -> Result<(Slot, PortKind), PortError> {
+    open_port(spec, program).map(|(port, kind)| (Slot::new(port, spec.batch), kind))
+}
+
+fn open_port(
     spec: &OpenSpec,
     program: Option<&RedirectProgram>,
 ) -> Result<(Port, PortKind), PortError> {
@@ -158,8 +166,8 @@ impl Switch {
     ) -> Result<PortInfo, WorkerError> {
         let index = self.free_slot(config, &[])?;
         let spec = self.open_spec(ifname, max_frame, choice, config, index);
-        let (port, kind) = open_port(&spec, self.redirect.as_deref())?;
-        self.install(index, Slot::new(port, config.batch), ifname, max_frame)?;
+        let (slot, kind) = open_slot(&spec, self.redirect.as_deref())?;
+        self.install(index, slot, ifname, max_frame)?;
         Ok(PortInfo {
             id: PortId(index as u16),
             ifname: ifname.into(),
@@ -227,8 +235,7 @@ impl Switch {
                 });
             }
             None => {
-                let opened = open_port(&spec, self.redirect.as_deref())
-                    .map(|(port, kind)| (Slot::new(port, spec.batch), kind));
+                let opened = open_slot(&spec, self.redirect.as_deref());
                 self.install_opened(index, request, opened);
             }
         }

@@ -289,7 +289,8 @@ impl Switch {
         self.resizing += 1;
     }
 
-    /// Takes what the keeper opened: new ports, and the sockets of resizes.
+    /// Takes what the keeper has done: new ports and steered pairs opened, pairs'
+    /// steering taken off, and the sockets of resizes.
     pub(super) fn take_from_keeper(&mut self, now: Instant) {
         while let Some(done) = self.keeper.as_ref().and_then(|k| k.done()) {
             self.keeper_done(done, now);

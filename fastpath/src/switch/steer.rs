@@ -301,33 +301,38 @@ impl Switch {
     /// (or that waited `DRAIN_LIMIT` for it), and answers.
     pub(super) fn finish_removals(&mut self) {
         let now = Instant::now();
-        for removal in std::mem::take(&mut self.removing) {
+        // Called after every pass while a removal waits: nothing here allocates.
+        let mut at = 0;
+        while at < self.removing.len() {
+            let removal = &self.removing[at];
             let done = removal.draining_since.is_some_and(|since| {
-                now.saturating_duration_since(since) >= DRAIN_LIMIT || self.drained(&removal.ids)
+                now.saturating_duration_since(since) >= DRAIN_LIMIT
+                    || drained(&mut self.slots, &removal.ids)
             });
-            if done {
-                let result = removal.ids.iter().try_for_each(|&id| self.remove_port(id));
-                let _ = removal.reply.send(result);
-            } else {
-                self.removing.push(removal);
+            if !done {
+                at += 1;
+                continue;
             }
+            let removal = self.removing.swap_remove(at);
+            let result = removal.ids.iter().try_for_each(|&id| self.remove_port(id));
+            let _ = removal.reply.send(result);
         }
     }
+}
 
-    /// Whether none of `ids` has frames waiting to be taken from its receiving ring, to
-    /// be sent, or in its TX ring.
-    fn drained(&mut self, ids: &[PortId]) -> bool {
-        ids.iter().all(|id| {
-            self.slots[usize::from(id.0)].as_mut().is_none_or(|slot| {
-                let port_idle = match &mut slot.port {
-                    Port::Steered(port) => {
-                        port.sending() == 0 && port.receiver().received_waiting() == 0
-                    }
-                    Port::Xdp(port) => port.in_flight() == 0,
-                    Port::Packet(_) => true,
-                };
-                port_idle && slot.pending.is_empty() && slot.rx_chain.is_empty()
-            })
+/// Whether none of `ids` has frames waiting to be taken from its receiving ring, to be
+/// sent, or in its TX ring.
+fn drained(slots: &mut [Option<Slot>], ids: &[PortId]) -> bool {
+    ids.iter().all(|id| {
+        slots[usize::from(id.0)].as_mut().is_none_or(|slot| {
+            let port_idle = match &mut slot.port {
+                Port::Steered(port) => {
+                    port.sending() == 0 && port.receiver().received_waiting() == 0
+                }
+                Port::Xdp(port) => port.in_flight() == 0,
+                Port::Packet(_) => true,
+            };
+            port_idle && slot.pending.is_empty() && slot.rx_chain.is_empty()
         })
-    }
+    })
 }
