@@ -314,3 +314,22 @@ pub fn wake_floor(silence: Duration, probes: u64) -> Result<IdleRow> {
         probes,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bridge_runs_on_the_devices_cpu_both_ways() {
+        let hosts = Hosts::new().unwrap();
+        let bed = Bed::new(&hosts, Device::Bridge, 1514).unwrap();
+        let (inbound, outbound) = (&bed.wires.0, bed.wires.1.as_ref().unwrap());
+        for ifname in [inbound.b_name(), outbound.a_name()] {
+            assert_eq!(
+                hosts.dut.receive_cpus(ifname).unwrap(),
+                1 << DUT_CPU,
+                "{ifname}"
+            );
+        }
+    }
+}

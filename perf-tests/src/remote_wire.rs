@@ -435,3 +435,29 @@ fn goodput(report: &[u8]) -> Result<f64, String> {
         .as_f64()
         .ok_or_else(|| "no end.sum_received.bits_per_second in its report".to_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernel_tunnel_runs_on_each_nodes_wire_cpu_in_both_directions() {
+        for layout in [Layout::SharedWireCpu, Layout::CorePerNode] {
+            let hosts = Hosts::new().unwrap();
+            let setup = Setup {
+                layout,
+                ..Setup::default()
+            };
+            let bed = Bed::new(&hosts, WirePath::Vxlan, setup).unwrap();
+            for node in 0..2 {
+                // The node's end of pod `node`'s veth: where its frames enter the tunnel.
+                let pod_end = bed._veths[node + 1].b_name();
+                assert_eq!(
+                    hosts.nodes[node].receive_cpus(pod_end).unwrap(),
+                    1 << layout.wire_cpu(node),
+                    "{layout:?}, node {node}"
+                );
+            }
+        }
+    }
+}

@@ -36,8 +36,8 @@ pub struct DaemonConfig {
     /// The local API's Unix socket, created with mode 0600. Default
     /// `/run/xwire/xwired.sock`.
     pub api_socket: PathBuf,
-    /// Cores for the data-plane worker; the first is used (one worker per node for now).
-    /// Default: none, the scheduler places the worker.
+    /// Cores for the data plane: a worker per core, pinned to it (control/README.md).
+    /// Default: none, one worker that the scheduler places.
     pub data_cores: Vec<usize>,
     /// Keep the worker passing over its ports without pause (benchmarks: a core per
     /// worker); otherwise it paces its passes (`coalesce_us`, `idle_spin_us`). Default

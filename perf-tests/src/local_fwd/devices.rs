@@ -118,8 +118,11 @@ pub fn start(
         Device::Bridge => {
             dut.add_bridge("br0", &[in_if, out_if])?;
             // The bridge's softirq work happens on the receiving CPU: steer it to the
-            // device's CPU, as the anchor's bridge variant does.
+            // device's CPU, as the anchor's bridge variant does, for the way back too
+            // (the anchor sends one way only), or the way back would bridge on the
+            // generator's CPU and both ways at once would give the bridge two CPUs.
             dut.steer_receive_to_cpu(in_if, cpu)?;
+            dut.steer_receive_to_cpu(out_if, cpu)?;
             Ok(Running::Kernel)
         }
         Device::Xwire(settings) | Device::XwirePacket(settings) => {

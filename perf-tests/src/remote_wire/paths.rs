@@ -23,8 +23,10 @@ const VXLAN_IF: &str = "vx42";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WirePath {
     /// A bridge in each node joins the pod's veth to a VXLAN device on the underlay; the
-    /// receive work of node A's pod veth is steered to the DUT CPU, so that the whole
-    /// tunnel runs there, as xwire's workers do.
+    /// receive work of both nodes' pod veths is steered to the node's wire CPU, so that
+    /// the whole tunnel runs there in either direction, as xwire's workers do. (Node A's
+    /// alone once was: b->a then ran the whole tunnel on the generator's CPU, beside the
+    /// generator, and both at once gave the kernel both CPUs against xwire's one.)
     Vxlan,
     /// The same, with the tunnel's work left on the generator's CPU (where a veth's
     /// receive runs by default).
@@ -177,7 +179,9 @@ pub fn start(
                 node.ns.add_bridge("br0", &[node.pod_if, VXLAN_IF])?;
             }
             if path == WirePath::Vxlan {
-                nodes[0].ns.steer_receive_to_cpu(nodes[0].pod_if, cpus[0])?;
+                for (node, &cpu) in nodes.iter().zip(&cpus) {
+                    node.ns.steer_receive_to_cpu(node.pod_if, cpu)?;
+                }
             }
             Ok(Running::Kernel)
         }

@@ -151,6 +151,24 @@ impl Netns {
         Ok(())
     }
 
+    /// The CPUs that `ifname`'s receive work is steered to (RPS), as a mask; 0: none,
+    /// the receive runs where the frame arrived.
+    pub fn receive_cpus(&self, ifname: &str) -> Result<u64, Error> {
+        let path = format!("/sys/class/net/{ifname}/queues/rx-0/rps_cpus");
+        let what = format!("read {path} in {}", self.name);
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.name, "cat", &path])
+            .output()
+            .map_err(|e| Error::io(&what, e))?;
+        let text = String::from_utf8_lossy(&out.stdout).replace(',', "");
+        if !out.status.success() {
+            let why = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+            return Err(Error::invalid(what, why));
+        }
+        u64::from_str_radix(text.trim(), 16)
+            .map_err(|e| Error::invalid(what, format!("{text:?}: {e}")))
+    }
+
     /// Runs an rtnetlink request from a socket inside this namespace.
     pub(crate) fn netlink<T, F, Fut>(&self, op: &str, f: F) -> Result<T, Error>
     where
