@@ -140,7 +140,7 @@ impl Hosts {
 /// before its interfaces go.
 struct Bed<'a> {
     wire: paths::Running,
-    _veths: Vec<Veth<'a>>,
+    veths: Vec<Veth<'a>>,
     hosts: &'a Hosts,
     layout: Layout,
 }
@@ -182,7 +182,7 @@ impl<'a> Bed<'a> {
         let wire = paths::start(path, sides, setup.underlay_mtu, cpus, setup.worker)?;
         let bed = Bed {
             wire,
-            _veths: veths,
+            veths,
             hosts,
             layout: setup.layout,
         };
@@ -203,7 +203,7 @@ impl<'a> Bed<'a> {
             self.wire.counters(),
             paths::udp_counters(&self.hosts.nodes[0]),
             paths::udp_counters(&self.hosts.nodes[1]),
-            veth_drops(&self._veths)
+            veth_drops(&self.veths)
         );
     }
 
@@ -451,7 +451,7 @@ mod tests {
             let bed = Bed::new(&hosts, WirePath::Vxlan, setup).unwrap();
             for node in 0..2 {
                 // The node's end of pod `node`'s veth: where its frames enter the tunnel.
-                let pod_end = bed._veths[node + 1].b_name();
+                let pod_end = bed.veths[node + 1].b_name();
                 assert_eq!(
                     hosts.nodes[node].receive_cpus(pod_end).unwrap(),
                     1 << layout.wire_cpu(node),

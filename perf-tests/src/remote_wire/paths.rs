@@ -24,9 +24,8 @@ const VXLAN_IF: &str = "vx42";
 pub enum WirePath {
     /// A bridge in each node joins the pod's veth to a VXLAN device on the underlay; the
     /// receive work of both nodes' pod veths is steered to the node's wire CPU, so that
-    /// the whole tunnel runs there in either direction, as xwire's workers do. (Node A's
-    /// alone once was: b->a then ran the whole tunnel on the generator's CPU, beside the
-    /// generator, and both at once gave the kernel both CPUs against xwire's one.)
+    /// the whole tunnel runs there in either direction, as xwire's workers do (with one
+    /// steered, the other direction's tunnel would run beside the generator).
     Vxlan,
     /// The same, with the tunnel's work left on the generator's CPU (where a veth's
     /// receive runs by default).

@@ -133,40 +133,38 @@ impl Netns {
     /// Steers the receive work of `ifname` (its RPS mask) to `cpu`: a veth's receive
     /// otherwise runs in the sender's softirq, on the sender's CPU.
     pub fn steer_receive_to_cpu(&self, ifname: &str, cpu: usize) -> Result<(), Error> {
-        // A thread's /sys shows the namespace sysfs was mounted in, not its netns, so go
-        // through `ip netns exec`, which mounts the namespace's own.
-        let path = format!("/sys/class/net/{ifname}/queues/rx-0/rps_cpus");
-        let what = format!("write {path} in {}", self.name);
-        let out = Command::new("ip")
-            .args(["netns", "exec", &self.name, "sh", "-c"])
-            .arg(format!("printf '%x' {} > {path}", 1u64 << cpu))
-            .output()
-            .map_err(|e| Error::io(&what, e))?;
-        if !out.status.success() {
-            return Err(Error::invalid(
-                what,
-                String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-            ));
-        }
-        Ok(())
+        let path = rps_path(ifname);
+        self.in_own_sysfs(
+            format!("write {path} in {}", self.name),
+            &format!("printf '%x' {} > {path}", 1u64 << cpu),
+        )
+        .map(drop)
     }
 
     /// The CPUs that `ifname`'s receive work is steered to (RPS), as a mask; 0: none,
     /// the receive runs where the frame arrived.
     pub fn receive_cpus(&self, ifname: &str) -> Result<u64, Error> {
-        let path = format!("/sys/class/net/{ifname}/queues/rx-0/rps_cpus");
+        let path = rps_path(ifname);
         let what = format!("read {path} in {}", self.name);
+        let text = self.in_own_sysfs(what.clone(), &format!("cat {path}"))?;
+        // Masks of more than 32 CPUs come in comma-separated words.
+        let mask = text.trim().replace(',', "");
+        u64::from_str_radix(&mask, 16).map_err(|e| Error::invalid(what, format!("{text:?}: {e}")))
+    }
+
+    /// Runs `script` with this namespace's own /sys and returns its standard output. A
+    /// thread's /sys shows the namespace sysfs was mounted in, not its netns, so this goes
+    /// through `ip netns exec`, which mounts the namespace's own.
+    fn in_own_sysfs(&self, what: String, script: &str) -> Result<String, Error> {
         let out = Command::new("ip")
-            .args(["netns", "exec", &self.name, "cat", &path])
+            .args(["netns", "exec", &self.name, "sh", "-c", script])
             .output()
             .map_err(|e| Error::io(&what, e))?;
-        let text = String::from_utf8_lossy(&out.stdout).replace(',', "");
         if !out.status.success() {
             let why = String::from_utf8_lossy(&out.stderr).trim().to_owned();
             return Err(Error::invalid(what, why));
         }
-        u64::from_str_radix(text.trim(), 16)
-            .map_err(|e| Error::invalid(what, format!("{text:?}: {e}")))
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// Runs an rtnetlink request from a socket inside this namespace.
@@ -256,4 +254,9 @@ impl Drop for ChildGuard {
             let _ = child.wait();
         }
     }
+}
+
+/// Where `ifname`'s RPS mask is, in the namespace's own /sys.
+fn rps_path(ifname: &str) -> String {
+    format!("/sys/class/net/{ifname}/queues/rx-0/rps_cpus")
 }
