@@ -417,6 +417,78 @@ fn a_knock_replaces_a_dial_that_went_out_while_the_peer_was_down() {
     assert_frame_crosses(&mut pair, 2);
 }
 
+/// Two daemons of a lab start together: node-b knocks before node-a knows it, node-a
+/// refuses that knock, learns of node-b, dials it, and the two are up. QUIC then sends
+/// the knock's first packet again, node-a now answers it, and node-b closes the knock
+/// as moot. That close is routine: it used to reach the control plane as a refused
+/// peer, two warnings in every lab's log at every start.
+#[test]
+fn a_knock_sent_before_the_peer_knew_this_node_ends_without_a_refusal() {
+    let net = Underlay::new("pkq");
+    let ca = ClusterCa::generate("xwire-test-ca").unwrap();
+    let mut a = bind(&net.a, ca.issue("node-a").unwrap(), "198.51.100.1:0");
+    let mut b = bind(&net.b, ca.issue("node-b").unwrap(), "198.51.100.2:0");
+    let to_a = b
+        .add_peer("node-a", a.local_addr(), Carrier::Datagram)
+        .unwrap();
+    let (mut got_a, mut got_b) = (Delivered::new(), Delivered::new());
+    assert!(
+        run_until(
+            &mut [(&mut a, &mut got_a), (&mut b, &mut got_b)],
+            &[7],
+            Duration::from_secs(2),
+            |n| n[0].0.counters().handshakes_refused > 0,
+        ),
+        "node-a refuses the knock of a node it does not know yet"
+    );
+    let to_b = a
+        .add_peer("node-b", b.local_addr(), Carrier::Datagram)
+        .unwrap();
+    let (events_a, events_b) = (Cell::new(Vec::new()), Cell::new(Vec::new()));
+    let keep = |n: &mut [(&mut PeerTransport, &mut Delivered)]| {
+        let mut seen = events_a.take();
+        seen.extend(n[0].0.take_events());
+        events_a.set(seen);
+        let mut seen = events_b.take();
+        seen.extend(n[1].0.take_events());
+        events_b.set(seen);
+    };
+    assert!(run_until(
+        &mut [(&mut a, &mut got_a), (&mut b, &mut got_b)],
+        &[7],
+        Duration::from_secs(15),
+        |n| {
+            keep(n);
+            n[0].0.is_up(to_b) && n[1].0.is_up(to_a)
+        },
+    ));
+    // Past the knock's resends (QUIC's first one comes after about a second) and the
+    // close that ends it.
+    run_until(
+        &mut [(&mut a, &mut got_a), (&mut b, &mut got_b)],
+        &[7],
+        Duration::from_secs(4),
+        |n| {
+            keep(n);
+            false
+        },
+    );
+    let (events_a, events_b) = (events_a.take(), events_b.take());
+    for (node, events) in [("node-a", &events_a), ("node-b", &events_b)] {
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, PeerEvent::Refused { .. })),
+            "{node} reported a refusal: {events:?}"
+        );
+        assert!(
+            !events.iter().any(|e| matches!(e, PeerEvent::Down { .. })),
+            "{node} lost its peer: {events:?}"
+        );
+    }
+    assert!(a.is_up(to_b) && b.is_up(to_a));
+}
+
 fn assert_frame_crosses(pair: &mut Pair, seq: u16) {
     let before = pair.got_b.len();
     assert!(pair.a.send_frame(pair.to_b, 7, &test_frame(200, 0xa, seq)));

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use quinn_proto::{
-    ClientConfig, ConnectionHandle, DatagramEvent, EndpointConfig, Event, ServerConfig, StreamEvent,
+    ClientConfig, ConnectionError, ConnectionHandle, DatagramEvent, EndpointConfig, Event,
+    ServerConfig, StreamEvent, TransportErrorCode,
 };
 use rustls::pki_types::ServerName;
 use xwire_proto::control::{
@@ -41,6 +42,19 @@ const CLOSE_KNOCK_HEARD: u32 = 4;
 const CLOSE_OVERFLOW: u32 = 5;
 /// Why a connection ended when its peer knocked (it restarted).
 const KNOCK_REASON: &str = "the peer restarted (it knocked)";
+
+/// Whether the peer's application closed the connection. Before the handshake is
+/// confirmed QUIC carries that close as a transport error, `APPLICATION_ERROR`, without
+/// the application's code (RFC 9000, 10.2.3).
+fn closed_by_peer(error: &ConnectionError) -> bool {
+    match error {
+        ConnectionError::ApplicationClosed(_) => true,
+        ConnectionError::ConnectionClosed(close) => {
+            close.error_code == TransportErrorCode::APPLICATION_ERROR
+        }
+        _ => false,
+    }
+}
 
 /// Events the control plane has not taken yet: past this, control messages are dropped
 /// (and their connection closed), so that a peer cannot grow this node's memory.
@@ -450,6 +464,13 @@ impl PeerEndpoint {
             .then_some("too many handshakes in progress from its address")
     }
 
+    /// Whether the configured peer at `remote`'s address is up.
+    fn peer_up_at(&self, remote: SocketAddr) -> bool {
+        self.peers
+            .iter()
+            .any(|p| p.addr.ip() == remote.ip() && p.up().is_some())
+    }
+
     /// Handshakes that others began with this node and that are in progress, from `ip`.
     fn handshakes_from(&self, ip: IpAddr) -> usize {
         self.sessions
@@ -581,9 +602,7 @@ impl PeerEndpoint {
                 }
                 // The side that connected speaks first.
                 Event::Connected if session.peer.is_some() => session.send_hello(self.hello()),
-                Event::ConnectionLost { reason } => {
-                    self.lost(handle, &session, reason.to_string(), now)
-                }
+                Event::ConnectionLost { reason } => self.lost(handle, &session, &reason, now),
                 Event::Stream(StreamEvent::Opened { .. }) => {
                     for id in session.accept_streams() {
                         self.read(&mut session, id, &mut inbound);
@@ -904,8 +923,15 @@ impl PeerEndpoint {
     }
 
     /// The peer closed the connection, or it timed out or failed.
-    fn lost(&mut self, handle: ConnectionHandle, session: &Session, reason: String, now: Instant) {
+    fn lost(
+        &mut self,
+        handle: ConnectionHandle,
+        session: &Session,
+        error: &ConnectionError,
+        now: Instant,
+    ) {
         let remote = session.conn.remote_address();
+        let reason = error.to_string();
         let ended = session.peer.map(|p| (p, self.peers[p].ended(handle, now)));
         match ended {
             Some((peer, Ended::WasUp)) => {
@@ -923,6 +949,13 @@ impl PeerEndpoint {
             // quietly: the peer is up, or being dialed again.
             Some((peer, Ended::NotCurrent)) => {
                 tracing::debug!(peer = %self.peers[peer].name, %reason, "replaced connection closed");
+            }
+            // A spare handshake that the peer itself gave up while its connection with
+            // this node is up: most often its knock, sent before this node knew it and
+            // sent again by QUIC after this node had dialed it, and closed as moot. Two
+            // daemons that start together do this every time.
+            None if closed_by_peer(error) && self.peer_up_at(remote) => {
+                tracing::debug!(%remote, %reason, "spare handshake closed by the peer");
             }
             _ => {
                 // A handshake that failed: most often a certificate this node does not
