@@ -71,6 +71,8 @@ pub(super) fn sparse(ports: usize) -> bool {
 pub(super) struct Pass {
     /// Frames moved (and UDP datagrams taken from peers).
     pub(super) moved: usize,
+    /// Frames taken from this worker's own ports (the rest of `moved` came from peers).
+    pub(super) from_ports: usize,
     /// A port or the peer transport had more than one pass takes: the next pass should
     /// come at once.
     pub(super) backlog: bool,
@@ -90,6 +92,7 @@ impl Switch {
         for index in 0..self.slots.len() {
             let (taken, more) = self.receive_all(index, config.batch, batches);
             pass.moved += taken;
+            pass.from_ports += taken;
             pass.backlog |= more;
         }
         let hold = pass.backlog || (hold_when_busy && pass.moved > 0);
@@ -137,6 +140,7 @@ impl Switch {
         for &index in &visit {
             let (taken, backlog) = self.receive_all(index, config.batch, batches);
             pass.moved += taken;
+            pass.from_ports += taken;
             if backlog {
                 // Visited again next pass (`note` drops a second mention).
                 pass.backlog = true;

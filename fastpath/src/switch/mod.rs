@@ -265,6 +265,8 @@ impl Switch {
             coalesce: config.coalesce,
         };
         let mut idle_since = Instant::now();
+        // When a pass last took a frame from the worker's own ports (`pace`).
+        let mut ports_idle_since = idle_since;
         // When the last pass started, and how long the worker slept since, having nothing
         // to do: the rest of the time between two passes it was away (`AwayTimes`).
         let mut last_pass: Option<Instant> = None;
@@ -331,8 +333,14 @@ impl Switch {
                 .extras
                 .next_due()
                 .map(|due| due.saturating_duration_since(now));
-            let since_work = now.saturating_duration_since(idle_since);
-            match pace::next(pacing, pass.moved, pass.backlog, since_work, held_due_in) {
+            if pass.from_ports > 0 {
+                ports_idle_since = now;
+            }
+            let since = (
+                now.saturating_duration_since(idle_since),
+                now.saturating_duration_since(ports_idle_since),
+            );
+            match pace::next(pacing, pass.moved, pass.backlog, since, held_due_in) {
                 pace::Next::Pass => {}
                 // The kernel work our sends start (the receiving veth's softirq) runs on
                 // this CPU; once it overflows into ksoftirqd, a worker that spins keeps it
@@ -345,6 +353,16 @@ impl Switch {
                     std::thread::sleep(time);
                     // A nap that ends late was kept from the worker by the scheduler.
                     slept += asleep.elapsed().min(time);
+                }
+                pace::Next::NapUntilPeer { shortest, longest } => {
+                    let asleep = Instant::now();
+                    match self.peers.as_ref() {
+                        Some(peers) => sleep::nap_until_readable(peers.as_fd(), shortest, longest),
+                        // No peer transport: nothing would end the wait early, so
+                        // only its short part.
+                        None => std::thread::sleep(shortest),
+                    }
+                    slept += asleep.elapsed().min(longest);
                 }
                 pace::Next::Sleep => {
                     let asleep = Instant::now();

@@ -15,6 +15,25 @@
 //! batch's end (more is waiting) is followed by the next at once; a quiet `idle_spin`
 //! ends the naps, and a frame wakes the worker again.
 //!
+//! A worker whose own ports have been quiet for `idle_spin` only receives from the wire:
+//! it waits for a peer's packet instead of napping (`NapUntilPeer`), until it would
+//! sleep anyway. The peer sends at most once per pass of its own, itself a nap apart, so
+//! the receiver passes about once per packet and hands each on as it comes, instead of
+//! passing in vain between packets and holding each up to a nap. The wait lasts at least
+//! half a nap however early a packet comes: a receiver kept busy by its peers passes at
+//! most twice as often as napping made it. A worker whose ports have frames naps as
+//! before: their frames come unannounced, and two such workers (a wire busy both ways)
+//! would otherwise wake each other and pass in turn. A frame that comes to a quiet port
+//! meanwhile waits for the next packet or the end of the wait, at most `idle_spin`,
+//! once: when a direction starts while the other flows.
+//!
+//! Measured with `xwire-perf remote-wire` at 50 kpps, 64 and 1514 B, both carriers,
+//! three runs each alternated with the fixed nap: the receiving worker passed 28k times
+//! in 3 s instead of 39k; the sink's p99 fell from 243–268 µs to 158–246 µs (1.65–1.87×
+//! VXLAN's to 1.12–1.76×) and the machine's CPU per frame by 2–13% (1.93–2.39× VXLAN's
+//! to 1.71–2.21×). Waiting a whole nap before the packet instead of half measured worse
+//! (p99 159–324 µs). Loss-free at 64 B, two runs each: no lower.
+//!
 //! `coalesce` by `xwire-perf remote-wire --coalesce-us N` (64 and 1514 B at 50 kpps, the
 //! machine's CPU per frame against the sink's latency, one run each): 0 (spin) 21.1 and
 //! 21.4 µs; 20 µs: 7.3 and 9.8; 50 µs: 5.4 and 7.0; 100 µs: 4.5 and 6.1, but with the
@@ -33,6 +52,12 @@ pub(super) enum Next {
     Yield,
     /// Sleep this long, woken by nothing else, then pass.
     Nap(Duration),
+    /// Sleep until a peer node's packet arrives, but at least `shortest` and at most
+    /// `longest`; then pass.
+    NapUntilPeer {
+        shortest: Duration,
+        longest: Duration,
+    },
     /// Sleep until a socket is readable, a command comes or a timer is due.
     Sleep,
 }
@@ -51,13 +76,14 @@ pub(super) struct Pacing {
 pub(super) const HELD_SPIN: Duration = Duration::from_micros(30);
 
 /// What the worker does after a pass that moved `moved` frames and stopped early with
-/// more waiting when `backlog`, `since_work` after its last frame or command, with the
-/// next held (delayed) frame due in `held_due_in`.
+/// more waiting when `backlog`, `since_work` after its last frame or command and
+/// `since_port_work` after it last took a frame from its own ports, with the next held
+/// (delayed) frame due in `held_due_in`.
 pub(super) fn next(
     pacing: Pacing,
     moved: usize,
     backlog: bool,
-    since_work: Duration,
+    (since_work, since_port_work): (Duration, Duration),
     held_due_in: Option<Duration>,
 ) -> Next {
     if backlog {
@@ -76,11 +102,18 @@ pub(super) fn next(
         return if moved > 0 { Next::Pass } else { Next::Yield };
     }
     // A nap ends early enough for a held frame to leave on time.
-    let nap = match held_due_in {
-        Some(due) => pacing.coalesce.min(due - HELD_SPIN),
-        None => pacing.coalesce,
+    let in_time = |nap: Duration| match held_due_in {
+        Some(due) => nap.min(due - HELD_SPIN),
+        None => nap,
     };
-    Next::Nap(nap)
+    if since_port_work >= pacing.idle_spin {
+        let longest = in_time(pacing.idle_spin - since_work);
+        return Next::NapUntilPeer {
+            shortest: (pacing.coalesce / 2).min(longest),
+            longest,
+        };
+    }
+    Next::Nap(in_time(pacing.coalesce))
 }
 
 #[cfg(test)]
@@ -88,6 +121,8 @@ mod tests {
     use super::*;
 
     const US: Duration = Duration::from_micros(1);
+    /// Ports quiet for `adaptive()`'s `idle_spin`.
+    const QUIET: Duration = Duration::from_micros(200);
 
     fn adaptive() -> Pacing {
         Pacing {
@@ -106,29 +141,88 @@ mod tests {
                 ..adaptive()
             },
         ] {
-            assert_eq!(next(pacing, 64, true, Duration::ZERO, None), Next::Pass);
-            assert_eq!(next(pacing, 64, true, 900 * US, None), Next::Pass);
+            assert_eq!(
+                next(pacing, 64, true, (Duration::ZERO, Duration::ZERO), None),
+                Next::Pass
+            );
+            assert_eq!(
+                next(pacing, 64, true, (900 * US, Duration::ZERO), None),
+                Next::Pass
+            );
         }
     }
 
     #[test]
     fn while_traffic_flows_the_worker_naps_then_sleeps_once_it_stops() {
         let p = adaptive();
-        assert_eq!(next(p, 3, false, Duration::ZERO, None), Next::Nap(50 * US));
-        assert_eq!(next(p, 0, false, 120 * US, None), Next::Nap(50 * US));
-        assert_eq!(next(p, 0, false, 200 * US, None), Next::Sleep);
+        assert_eq!(
+            next(p, 3, false, (Duration::ZERO, Duration::ZERO), None),
+            Next::Nap(50 * US)
+        );
+        assert_eq!(
+            next(p, 2, false, (120 * US, Duration::ZERO), None),
+            Next::Nap(50 * US)
+        );
+        assert_eq!(next(p, 0, false, (200 * US, QUIET), None), Next::Sleep);
     }
 
     #[test]
     fn a_nap_ends_in_time_for_a_held_frame_and_a_frame_due_now_is_passed_for() {
         let p = adaptive();
         assert_eq!(
-            next(p, 0, false, 10 * US, Some(60 * US)),
+            next(p, 1, false, (10 * US, Duration::ZERO), Some(60 * US)),
             Next::Nap(30 * US)
         );
-        assert_eq!(next(p, 0, false, 10 * US, Some(20 * US)), Next::Yield);
+        assert_eq!(
+            next(p, 0, false, (10 * US, QUIET), Some(20 * US)),
+            Next::Yield
+        );
         // Asleep with a frame held: `run` bounds the sleep by its time.
-        assert_eq!(next(p, 0, false, 900 * US, Some(5_000 * US)), Next::Sleep);
+        assert_eq!(
+            next(p, 0, false, (900 * US, QUIET), Some(5_000 * US)),
+            Next::Sleep
+        );
+    }
+
+    #[test]
+    fn a_worker_whose_ports_are_quiet_waits_for_a_peers_packet_instead_of_napping() {
+        let p = adaptive();
+        let until_peer = |shortest: u32, longest: u32| Next::NapUntilPeer {
+            shortest: shortest * US,
+            longest: longest * US,
+        };
+        // Its ports quiet for `idle_spin`, frames only from the wire (or nothing): it
+        // waits for the next packet, at least half a nap and until it would sleep anyway.
+        assert_eq!(
+            next(p, 4, false, (Duration::ZERO, QUIET), None),
+            until_peer(25, 200)
+        );
+        assert_eq!(
+            next(p, 0, false, (120 * US, QUIET), None),
+            until_peer(25, 80)
+        );
+        assert_eq!(
+            next(p, 0, false, (190 * US, QUIET), None),
+            until_peer(10, 10)
+        );
+        // A held frame leaves on time.
+        assert_eq!(
+            next(p, 0, false, (10 * US, QUIET), Some(60 * US)),
+            until_peer(25, 30)
+        );
+        // A pass that found its ports empty between frames that come every 30 µs: their
+        // frames come unannounced, so it naps.
+        assert_eq!(
+            next(p, 0, false, (30 * US, 30 * US), None),
+            Next::Nap(50 * US)
+        );
+        // Frames from its own ports now, and it naps the whole time.
+        assert_eq!(
+            next(p, 5, false, (Duration::ZERO, Duration::ZERO), None),
+            Next::Nap(50 * US)
+        );
+        // Past `idle_spin` it sleeps as before: any socket wakes it.
+        assert_eq!(next(p, 0, false, (200 * US, QUIET), None), Next::Sleep);
     }
 
     #[test]
@@ -137,14 +231,20 @@ mod tests {
             busy_poll: true,
             ..adaptive()
         };
-        assert_eq!(next(busy, 0, false, 900 * US, None), Next::Yield);
-        assert_eq!(next(busy, 5, false, 900 * US, None), Next::Pass);
+        assert_eq!(next(busy, 0, false, (900 * US, QUIET), None), Next::Yield);
+        assert_eq!(
+            next(busy, 5, false, (900 * US, Duration::ZERO), None),
+            Next::Pass
+        );
         let spin = Pacing {
             coalesce: Duration::ZERO,
             ..adaptive()
         };
-        assert_eq!(next(spin, 5, false, 10 * US, None), Next::Pass);
-        assert_eq!(next(spin, 0, false, 10 * US, None), Next::Yield);
-        assert_eq!(next(spin, 0, false, 300 * US, None), Next::Sleep);
+        assert_eq!(
+            next(spin, 5, false, (10 * US, Duration::ZERO), None),
+            Next::Pass
+        );
+        assert_eq!(next(spin, 0, false, (10 * US, QUIET), None), Next::Yield);
+        assert_eq!(next(spin, 0, false, (300 * US, QUIET), None), Next::Sleep);
     }
 }

@@ -126,6 +126,7 @@ impl Switch {
         }
         Pass {
             moved: polled.datagrams,
+            from_ports: 0,
             backlog: polled.more,
         }
     }

@@ -12,6 +12,7 @@
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
+use nix::poll::{ppoll, PollFd, PollFlags};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
@@ -103,6 +104,20 @@ impl Sleeper {
     }
 }
 
+/// Naps until `fd` is readable, but at least `shortest` and at most `longest`
+/// (`pace::Next::NapUntilPeer`). One descriptor: `ppoll` takes its timeout to the
+/// nanosecond, where epoll's own counts whole milliseconds, and costs what a plain sleep
+/// costs.
+pub(super) fn nap_until_readable(fd: BorrowedFd<'_>, shortest: Duration, longest: Duration) {
+    let start = std::time::Instant::now();
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    // An interrupted or failed wait only ends the nap early; the floor below still holds.
+    let _ = ppoll(&mut fds, Some(TimeSpec::from_duration(longest)), None);
+    if let Some(rest) = shortest.checked_sub(start.elapsed()) {
+        std::thread::sleep(rest);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Instant;
@@ -142,5 +157,45 @@ mod tests {
             assert_eq!(ready, [7]);
             ready.clear();
         }
+    }
+
+    #[test]
+    fn a_nap_until_readable_lasts_its_longest_or_ends_at_its_shortest_once_readable() {
+        let (a, b) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        // Nothing to read: the longest, to the microsecond as `sleep` keeps it.
+        let start = Instant::now();
+        nap_until_readable(
+            b.as_fd(),
+            Duration::from_micros(150),
+            Duration::from_micros(300),
+        );
+        assert!(
+            start.elapsed() >= Duration::from_micros(300),
+            "{:?}",
+            start.elapsed()
+        );
+        // Readable from the start: the shortest, not the longest.
+        a.send(&[1]).unwrap();
+        let start = Instant::now();
+        nap_until_readable(
+            b.as_fd(),
+            Duration::from_micros(150),
+            Duration::from_secs(5),
+        );
+        let took = start.elapsed();
+        assert!(took >= Duration::from_micros(150), "{took:?}");
+        assert!(took < Duration::from_secs(1), "{took:?}");
+        // Made readable while napping: ends then.
+        let (a, b) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            a.send(&[1]).unwrap();
+        });
+        let start = Instant::now();
+        nap_until_readable(b.as_fd(), Duration::ZERO, Duration::from_secs(5));
+        let took = start.elapsed();
+        sender.join().unwrap();
+        assert!(took >= Duration::from_millis(20), "{took:?}");
+        assert!(took < Duration::from_secs(1), "{took:?}");
     }
 }
