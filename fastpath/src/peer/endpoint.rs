@@ -950,12 +950,17 @@ impl PeerEndpoint {
             Some((peer, Ended::NotCurrent)) => {
                 tracing::debug!(peer = %self.peers[peer].name, %reason, "replaced connection closed");
             }
-            // A spare handshake that the peer itself gave up while its connection with
-            // this node is up: most often its knock, sent before this node knew it and
-            // sent again by QUIC after this node had dialed it, and closed as moot. Two
-            // daemons that start together do this every time.
-            None if closed_by_peer(error) && self.peer_up_at(remote) => {
-                tracing::debug!(%remote, %reason, "spare handshake closed by the peer");
+            // A handshake this node answered that the peer gave up: its application
+            // closed it (a knock or a dial made moot by another connection; trust is
+            // refused with crypto errors, never so), or it went quiet while another
+            // connection with that peer is up. Two daemons that start together do one
+            // or the other at every start: the knock sent before this node knew the
+            // peer and sent again by QUIC, or the dial the peer replaced on hearing
+            // this node's knock.
+            None if closed_by_peer(error)
+                || (matches!(error, ConnectionError::TimedOut) && self.peer_up_at(remote)) =>
+            {
+                tracing::debug!(%remote, %reason, "spare handshake given up by the peer");
             }
             _ => {
                 // A handshake that failed: most often a certificate this node does not
