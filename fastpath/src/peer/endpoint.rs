@@ -43,19 +43,6 @@ const CLOSE_OVERFLOW: u32 = 5;
 /// Why a connection ended when its peer knocked (it restarted).
 const KNOCK_REASON: &str = "the peer restarted (it knocked)";
 
-/// Whether the peer's application closed the connection. Before the handshake is
-/// confirmed QUIC carries that close as a transport error, `APPLICATION_ERROR`, without
-/// the application's code (RFC 9000, 10.2.3).
-fn closed_by_peer(error: &ConnectionError) -> bool {
-    match error {
-        ConnectionError::ApplicationClosed(_) => true,
-        ConnectionError::ConnectionClosed(close) => {
-            close.error_code == TransportErrorCode::APPLICATION_ERROR
-        }
-        _ => false,
-    }
-}
-
 /// Events the control plane has not taken yet: past this, control messages are dropped
 /// (and their connection closed), so that a peer cannot grow this node's memory.
 const MAX_EVENTS: usize = 1 << 16;
@@ -998,4 +985,17 @@ fn session_peer(session: &Session) -> Option<PeerId> {
 /// reserved share, and keep it out once it is back.
 fn is_answering_handshake(session: &Session) -> bool {
     session.conn.is_handshaking() && session.conn.side().is_server()
+}
+
+/// Whether the peer's application closed the connection. Before the handshake is
+/// confirmed QUIC carries that close as a transport error, `APPLICATION_ERROR`, without
+/// the application's code (RFC 9000, 10.2.3).
+fn closed_by_peer(error: &ConnectionError) -> bool {
+    match error {
+        ConnectionError::ApplicationClosed(_) => true,
+        ConnectionError::ConnectionClosed(close) => {
+            close.error_code == TransportErrorCode::APPLICATION_ERROR
+        }
+        _ => false,
+    }
 }
