@@ -28,6 +28,7 @@ use xwire_proto::{DecodeError, WireId};
 use super::congestion::OwnQueue;
 use super::hello::{self, Opened, Verdict, CLOSE_PROTOCOL};
 use super::inbox::{Inbox, ReceivedFrame};
+use super::refusals::{Refusals, Why};
 use super::session::{Delivery, Inbound, Session};
 use super::state::{Due, Ended, Peer};
 use super::transmit::{Flush, Transmit, MAX_HOLD};
@@ -63,8 +64,6 @@ const UNVALIDATED_PER_ADDRESS: usize = 2;
 /// Handshakes in progress from one address, validated or not: one address (a peer
 /// gone wrong, or the underlay forging it) cannot take every slot from the others.
 const MAX_HANDSHAKES_PER_ADDRESS: usize = 8;
-/// How often a refused handshake is logged (with the count since the last line).
-const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 /// IPv4 and UDP headers: what QUIC's packets leave of the underlay MTU.
 const IP_UDP_OVERHEAD: u16 = 28;
 /// The UDP payload one GSO send may carry (the IP length field's limit, less headers).
@@ -103,8 +102,8 @@ pub struct PeerEndpoint {
     /// The sum of `events`' record bytes.
     held_control: usize,
     inbox: Inbox,
-    /// Handshakes refused since the last log line about them, and when that was.
-    refusals: (u64, Option<Instant>),
+    /// Which refused handshakes are warned of.
+    refusals: Refusals,
     /// How long datagrams wait in the socket before they are handled: every
     /// connection's congestion controller reads it.
     own_queue: Arc<OwnQueue>,
@@ -153,7 +152,7 @@ impl PeerEndpoint {
             events: VecDeque::new(),
             held_control: 0,
             inbox: Inbox::default(),
-            refusals: (0, None),
+            refusals: Refusals::default(),
             own_queue,
         })
     }
@@ -379,10 +378,10 @@ impl PeerEndpoint {
                 }
             }
             Some(DatagramEvent::NewConnection(incoming)) => {
-                if let Some(why) = self.refuse_handshake(remote) {
+                if let Some((why, reason)) = self.refuse_handshake(remote) {
                     self.quic.ignore(incoming);
                     self.counters.handshakes_refused += 1;
-                    self.log_refusal(remote, why, now);
+                    self.log_refusal(remote, why, reason, now);
                     return;
                 }
                 let from_there = self.handshakes_from(remote.ip());
@@ -430,9 +429,9 @@ impl PeerEndpoint {
     /// Why a handshake from `remote` is not begun at all, if it is not: only the
     /// configured peers' addresses may connect (no state, and no answer, for anyone
     /// else), and only so many at once.
-    fn refuse_handshake(&self, remote: SocketAddr) -> Option<&'static str> {
+    fn refuse_handshake(&self, remote: SocketAddr) -> Option<(Why, &'static str)> {
         if !self.peers.iter().any(|p| p.addr.ip() == remote.ip()) {
-            return Some("not a peer's address");
+            return Some((Why::Stranger, "not a peer's address"));
         }
         let handshaking = self
             .sessions
@@ -445,10 +444,12 @@ impl PeerEndpoint {
         // (each within its own cap) cannot keep it out. At most `MAX_HANDSHAKES` plus one
         // per configured peer.
         if handshaking >= MAX_HANDSHAKES && from_there > 0 {
-            return Some("too many handshakes in progress");
+            return Some((Why::Other, "too many handshakes in progress"));
         }
-        (from_there >= MAX_HANDSHAKES_PER_ADDRESS)
-            .then_some("too many handshakes in progress from its address")
+        (from_there >= MAX_HANDSHAKES_PER_ADDRESS).then_some((
+            Why::Other,
+            "too many handshakes in progress from its address",
+        ))
     }
 
     /// Whether the configured peer at `remote`'s address is up.
@@ -466,18 +467,13 @@ impl PeerEndpoint {
             .count()
     }
 
-    /// Logs refused handshakes at most once per `REFUSAL_LOG_EVERY`, with their count.
-    fn log_refusal(&mut self, remote: SocketAddr, why: &str, now: Instant) {
-        self.refusals.0 += 1;
-        if self
-            .refusals
-            .1
-            .is_some_and(|last| now.duration_since(last) < REFUSAL_LOG_EVERY)
-        {
-            return;
+    /// Warns of a refused handshake when `Refusals` finds it worth it (at most once per
+    /// `refusals::WARN_EVERY`, with the count since); otherwise logs it at debug.
+    fn log_refusal(&mut self, remote: SocketAddr, why: Why, reason: &str, now: Instant) {
+        match self.refusals.note(remote.ip(), why, now) {
+            Some(refused) => tracing::warn!(%remote, reason, refused, "peer handshake refused"),
+            None => tracing::debug!(%remote, reason, "peer handshake refused"),
         }
-        tracing::warn!(%remote, reason = why, refused = self.refusals.0, "peer handshake refused");
-        self.refusals = (0, Some(now));
     }
 
     /// One round of work at `now`: hands the queued frames to their connections (all, or

@@ -15,6 +15,7 @@ mod congestion;
 mod endpoint;
 mod hello;
 mod inbox;
+mod refusals;
 mod session;
 mod state;
 mod tls;
