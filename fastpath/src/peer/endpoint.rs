@@ -28,7 +28,7 @@ use xwire_proto::{DecodeError, WireId};
 use super::congestion::OwnQueue;
 use super::hello::{self, Opened, Verdict, CLOSE_PROTOCOL};
 use super::inbox::{Inbox, ReceivedFrame};
-use super::refusals::{Refusals, Why};
+use super::refusals::{Refusal, Refusals};
 use super::session::{Delivery, Inbound, Session};
 use super::state::{Due, Ended, Peer};
 use super::transmit::{Flush, Transmit, MAX_HOLD};
@@ -378,10 +378,10 @@ impl PeerEndpoint {
                 }
             }
             Some(DatagramEvent::NewConnection(incoming)) => {
-                if let Some((why, reason)) = self.refuse_handshake(remote) {
+                if let Some(refusal) = self.refuse_handshake(remote) {
                     self.quic.ignore(incoming);
                     self.counters.handshakes_refused += 1;
-                    self.log_refusal(remote, why, reason, now);
+                    self.log_refusal(remote, refusal, now);
                     return;
                 }
                 let from_there = self.handshakes_from(remote.ip());
@@ -429,9 +429,9 @@ impl PeerEndpoint {
     /// Why a handshake from `remote` is not begun at all, if it is not: only the
     /// configured peers' addresses may connect (no state, and no answer, for anyone
     /// else), and only so many at once.
-    fn refuse_handshake(&self, remote: SocketAddr) -> Option<(Why, &'static str)> {
+    fn refuse_handshake(&self, remote: SocketAddr) -> Option<Refusal> {
         if !self.peers.iter().any(|p| p.addr.ip() == remote.ip()) {
-            return Some((Why::Stranger, "not a peer's address"));
+            return Some(Refusal::NotAPeer);
         }
         let handshaking = self
             .sessions
@@ -444,12 +444,9 @@ impl PeerEndpoint {
         // (each within its own cap) cannot keep it out. At most `MAX_HANDSHAKES` plus one
         // per configured peer.
         if handshaking >= MAX_HANDSHAKES && from_there > 0 {
-            return Some((Why::Other, "too many handshakes in progress"));
+            return Some(Refusal::TooManyHandshakes);
         }
-        (from_there >= MAX_HANDSHAKES_PER_ADDRESS).then_some((
-            Why::Other,
-            "too many handshakes in progress from its address",
-        ))
+        (from_there >= MAX_HANDSHAKES_PER_ADDRESS).then_some(Refusal::TooManyFromAddress)
     }
 
     /// Whether the configured peer at `remote`'s address is up.
@@ -468,9 +465,10 @@ impl PeerEndpoint {
     }
 
     /// Warns of a refused handshake when `Refusals` finds it worth it (at most once per
-    /// `refusals::WARN_EVERY`, with the count since); otherwise logs it at debug.
-    fn log_refusal(&mut self, remote: SocketAddr, why: Why, reason: &str, now: Instant) {
-        match self.refusals.note(remote.ip(), why, now) {
+    /// 10 s, with the count since); otherwise logs it at debug.
+    fn log_refusal(&mut self, remote: SocketAddr, refusal: Refusal, now: Instant) {
+        let reason = refusal.reason();
+        match self.refusals.note(remote.ip(), refusal, now) {
             Some(refused) => tracing::warn!(%remote, reason, refused, "peer handshake refused"),
             None => tracing::debug!(%remote, reason, "peer handshake refused"),
         }

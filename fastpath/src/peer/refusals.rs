@@ -15,20 +15,33 @@ use std::time::{Duration, Instant};
 /// How long an address may be refused as no peer's before that is worth a warning: the
 /// time two nodes may take to declare each other, with QUIC's resends (about 1, 3 and 7 s
 /// after the first Initial) inside it.
-pub(super) const GRACE: Duration = Duration::from_secs(10);
+const GRACE: Duration = Duration::from_secs(10);
 /// Addresses refused as no peer's that are remembered at once. A refusal from one more
 /// is warned of at once: that many strangers are not two nodes starting together.
-pub(super) const TRACKED: usize = 16;
+const TRACKED: usize = 16;
 /// How often a warning is logged at most (it carries the count since the last one).
-pub(super) const WARN_EVERY: Duration = Duration::from_secs(10);
+const WARN_EVERY: Duration = Duration::from_secs(10);
 
-/// Why a handshake was refused, as far as the warning cares.
+/// Why a handshake was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Why {
+pub(super) enum Refusal {
     /// The address is no configured peer's.
-    Stranger,
-    /// Any other reason (too many handshakes in progress).
-    Other,
+    NotAPeer,
+    /// `MAX_HANDSHAKES` are in progress, one from this address among them.
+    TooManyHandshakes,
+    /// `MAX_HANDSHAKES_PER_ADDRESS` are in progress from this address.
+    TooManyFromAddress,
+}
+
+impl Refusal {
+    /// What the log says.
+    pub(super) fn reason(self) -> &'static str {
+        match self {
+            Refusal::NotAPeer => "not a peer's address",
+            Refusal::TooManyHandshakes => "too many handshakes in progress",
+            Refusal::TooManyFromAddress => "too many handshakes in progress from its address",
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -51,11 +64,11 @@ impl Refusals {
     /// Notes a handshake from `ip` refused at `now`. Some(refusals since the last
     /// warning, this one included) when this one is to be warned of; None when it is
     /// logged at debug only.
-    pub(super) fn note(&mut self, ip: IpAddr, why: Why, now: Instant) -> Option<u64> {
+    pub(super) fn note(&mut self, ip: IpAddr, refusal: Refusal, now: Instant) -> Option<u64> {
         self.unwarned += 1;
-        let noteworthy = match why {
-            Why::Stranger => self.stranger_noteworthy(ip, now),
-            Why::Other => true,
+        let noteworthy = match refusal {
+            Refusal::NotAPeer => self.stranger_noteworthy(ip, now),
+            Refusal::TooManyHandshakes | Refusal::TooManyFromAddress => true,
         };
         if !noteworthy
             || self
@@ -105,7 +118,7 @@ mod tests {
         for after in [0, 1, 3, 7] {
             let at = start + Duration::from_secs(after);
             assert_eq!(
-                refusals.note(ip(1), Why::Stranger, at),
+                refusals.note(ip(1), Refusal::NotAPeer, at),
                 None,
                 "at {after} s"
             );
@@ -118,23 +131,26 @@ mod tests {
         let start = Instant::now();
         for after in [0, 3, 6, 9] {
             let at = start + Duration::from_secs(after);
-            assert_eq!(refusals.note(ip(1), Why::Stranger, at), None);
+            assert_eq!(refusals.note(ip(1), Refusal::NotAPeer, at), None);
         }
-        assert_eq!(refusals.note(ip(1), Why::Stranger, start + GRACE), Some(5));
+        assert_eq!(
+            refusals.note(ip(1), Refusal::NotAPeer, start + GRACE),
+            Some(5)
+        );
         // Then at most once per WARN_EVERY, with what came between.
         let soon = start + GRACE + Duration::from_secs(1);
-        assert_eq!(refusals.note(ip(1), Why::Stranger, soon), None);
+        assert_eq!(refusals.note(ip(1), Refusal::NotAPeer, soon), None);
         let later = start + GRACE + WARN_EVERY;
-        assert_eq!(refusals.note(ip(1), Why::Stranger, later), Some(2));
+        assert_eq!(refusals.note(ip(1), Refusal::NotAPeer, later), Some(2));
     }
 
     #[test]
     fn an_address_that_stopped_trying_starts_a_new_grace() {
         let mut refusals = Refusals::default();
         let start = Instant::now();
-        assert_eq!(refusals.note(ip(1), Why::Stranger, start), None);
+        assert_eq!(refusals.note(ip(1), Refusal::NotAPeer, start), None);
         let much_later = start + GRACE * 3;
-        assert_eq!(refusals.note(ip(1), Why::Stranger, much_later), None);
+        assert_eq!(refusals.note(ip(1), Refusal::NotAPeer, much_later), None);
     }
 
     #[test]
@@ -142,16 +158,22 @@ mod tests {
         let mut refusals = Refusals::default();
         let now = Instant::now();
         for last in 0..TRACKED {
-            assert_eq!(refusals.note(ip(last as u8), Why::Stranger, now), None);
+            assert_eq!(refusals.note(ip(last as u8), Refusal::NotAPeer, now), None);
         }
         let refused = TRACKED as u64 + 1;
-        assert_eq!(refusals.note(ip(200), Why::Stranger, now), Some(refused));
+        assert_eq!(
+            refusals.note(ip(200), Refusal::NotAPeer, now),
+            Some(refused)
+        );
     }
 
     #[test]
     fn a_refusal_for_another_reason_is_warned_of_at_once() {
         let mut refusals = Refusals::default();
         let now = Instant::now();
-        assert_eq!(refusals.note(ip(1), Why::Other, now), Some(1));
+        assert_eq!(
+            refusals.note(ip(1), Refusal::TooManyHandshakes, now),
+            Some(1)
+        );
     }
 }
