@@ -135,7 +135,7 @@ pub fn bench(lab: &Lab, options: &BenchOptions) -> Result<Vec<WireBench>> {
             "lab bench: wire {} ({a} -> {b}), {size} B: loss-free search, then latency",
             link.uid
         );
-        let (directions, latency) = measure(&pktgen, &paths, ends, mtu, size, options)
+        let (directions, latency) = measure(&pktgen, &paths, ends, size, options)
             .with_context(|| format!("xwire-pktgen across wire {} ({a} -> {b})", link.uid))?;
         eprintln!(
             "lab bench: wire {}: done in {:.0} s",
@@ -182,19 +182,14 @@ fn measure(
     pktgen: &Path,
     paths: &LabPaths,
     ends: [(String, &str); 2],
-    mtu: u32,
     size: usize,
     options: &BenchOptions,
 ) -> Result<(Vec<DirectionBench>, PktgenReport)> {
-    // Native XDP on a veth refuses a peer whose MTU is above about 3.5 KB (and leaves
-    // the socket half-made when it does): such interfaces go straight to generic mode.
-    let generic = mtu as usize + 14 > xwire_model::worker_defaults::NATIVE_MAX_FRAME;
+    // pktgen's ports take native XDP whatever the interface's MTU (its program takes
+    // multi-buffer frames), falling back to generic mode by themselves.
     let pktgen_command = |mode: &str| {
         let mut command = Command::new(pktgen);
         command.env(super::paths::LAB_ENV, &paths.name).arg(mode);
-        if generic {
-            command.arg("--generic");
-        }
         command
     };
     let mut search = pktgen_command("lossfree");
@@ -245,7 +240,7 @@ fn measure_baseline(
     let size = size.min(tunnel.mtu as usize + 14);
     let [a, b] = tunnel.pod_netns().clone();
     let ends = [(a, baseline::POD_END), (b, baseline::POD_END)];
-    let (directions, latency) = measure(pktgen, paths, ends, tunnel.mtu, size, options)
+    let (directions, latency) = measure(pktgen, paths, ends, size, options)
         .with_context(|| format!("xwire-pktgen across the kernel VXLAN {}", tunnel.label()))?;
     Ok(BaselineBench {
         path: "kernel-vxlan",
