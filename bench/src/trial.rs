@@ -25,6 +25,8 @@ pub struct End {
     pub netns: Option<String>,
     /// Pin this end's thread to a CPU.
     pub core: Option<usize>,
+    /// Run this end's thread at this nice value (`place_thread`).
+    pub nice: Option<i8>,
     /// The destination address of the frames sent to this end; `None`: the traffic's.
     pub mac: Option<[u8; 6]>,
 }
@@ -101,9 +103,7 @@ impl Wire {
         let results = std::thread::scope(|s| {
             let sent = &sent;
             let run = |side: usize, end: &End, to: Option<[u8; 6]>, endpoint: &mut Endpoint| {
-                if let Some(core) = end.core {
-                    core_affinity::set_for_current(core_affinity::CoreId { id: core });
-                }
+                place_thread(end.core, end.nice)?;
                 let other = 1 - side;
                 let traffic = Traffic {
                     dst_mac: to.unwrap_or(traffic.dst_mac),
@@ -317,6 +317,22 @@ fn run_end(
         received.sink_dropped = receive_drops(endpoint).saturating_sub(before);
     }
     Ok((sent, received))
+}
+
+/// Pins the calling thread to `core` and gives it the nice value `nice` with the
+/// shortest scheduler slice, as the daemon gives its workers (each if given). A
+/// generator and sink that share CPUs with workers at nice -20 need the same: at nice 0
+/// their threads waited out the workers' passes, and the sink's socket dropped frames the
+/// wire had delivered, which counted as the wire's loss.
+pub fn place_thread(core: Option<usize>, nice: Option<i8>) -> Result<()> {
+    if let Some(core) = core {
+        core_affinity::set_for_current(core_affinity::CoreId { id: core });
+    }
+    if let Some(nice) = nice {
+        xwire_fastpath::set_thread_nice(nice)
+            .with_context(|| format!("run at nice {nice} (lowering it needs CAP_SYS_NICE)"))?;
+    }
+    Ok(())
 }
 
 /// Moves the calling thread into a network namespace: a name under /run/netns, or a path.

@@ -34,3 +34,11 @@ pub use worker::{
 };
 pub use xdp_port::{KernelDrops, PortError, XdpMode, NATIVE_MAX_FRAME};
 pub use xwire_proto::WireId;
+
+/// Gives the calling thread the place in the scheduler a worker thread takes at `nice`
+/// (the nice value and the shortest slice: `nice.rs` says why). For the threads of a
+/// traffic generator and sink that share CPUs with workers: at nice 0 beside workers at
+/// -20, a sink's socket dropped what the wire had carried to it.
+pub fn set_thread_nice(nice: i8) -> std::io::Result<()> {
+    nice::set(nice, nice::SLICE)
+}

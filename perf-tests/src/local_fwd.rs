@@ -222,6 +222,8 @@ pub fn lossfree(
         iface: iface.to_owned(),
         netns: Some(ns.path().display().to_string()),
         core: Some(GEN_CPU),
+        // Its own CPU, apart from the device's.
+        nice: None,
         mac: None,
     };
     let mut wire = Wire::open(

@@ -77,6 +77,15 @@ impl Layout {
         }
     }
 
+    /// The nice value of the pods' generator and sink threads: the workers' `nice` where
+    /// they share a CPU with a worker (`trial::place_thread` says why), else their own.
+    fn pod_nice(self, nice: i8) -> Option<i8> {
+        match self {
+            Layout::SharedWireCpu => None,
+            Layout::CorePerNode => Some(nice),
+        }
+    }
+
     /// The CPU of pod `i`'s iperf3: the client on the generator's CPU, the server on the
     /// other (TCP's receiver has work of its own).
     fn iperf_cpu(self, pod: usize) -> usize {
@@ -311,6 +320,7 @@ pub fn lossfree(
         iface: POD_IF.to_owned(),
         netns: Some(bed.pod(i).path().display().to_string()),
         core: Some(setup.layout.pod_cpu(i)),
+        nice: setup.layout.pod_nice(setup.worker.nice),
         mac: Some(POD_MACS[i]),
     };
     let mut wire = Wire::open(end(0), end(1), size, PortOptions::default())?;

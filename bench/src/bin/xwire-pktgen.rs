@@ -87,6 +87,11 @@ struct Io {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Run the traffic threads at this nice value, with the shortest scheduler slice, as
+    /// xwired runs its workers (-20 by default). On CPUs shared with workers, a sink at
+    /// nice 0 waits out their passes and its socket drops what the wire delivered.
+    #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(i8).range(-20..=19))]
+    nice: Option<i8>,
 }
 
 #[derive(Args)]
@@ -226,7 +231,7 @@ fn dispatch() -> Result<()> {
         Mode::Run(args) => run(args),
         Mode::Lossfree(args) => lossfree(args),
         Mode::Send(args) => {
-            let sent = on_port(&args.port, None, || {
+            let sent = on_port(&args.port, None, args.io.nice, || {
                 traffic::send(&args.port.iface, &traffic(&args.traffic), options(&args.io))
             })?;
             print(
@@ -237,7 +242,7 @@ fn dispatch() -> Result<()> {
         }
         Mode::Sink(args) => {
             let stop = AtomicBool::new(false);
-            let got = on_port(&args.port, None, || {
+            let got = on_port(&args.port, None, args.io.nice, || {
                 sink(
                     &args.port.iface,
                     args.size,
@@ -263,6 +268,7 @@ fn lossfree(args: LossfreeArgs) -> Result<()> {
         iface: iface.to_owned(),
         netns: netns.clone(),
         core,
+        nice: args.io.nice,
         mac: None,
     };
     let mut wire = trial::Wire::open(
@@ -334,7 +340,7 @@ fn run(args: RunArgs) -> Result<()> {
     };
     let (sent, got) = std::thread::scope(|s| {
         let sink_thread = s.spawn(|| {
-            on_port(&rx_port, args.rx_core, || {
+            on_port(&rx_port, args.rx_core, args.io.nice, || {
                 sink(
                     &rx_port.iface,
                     args.traffic.size,
@@ -347,7 +353,7 @@ fn run(args: RunArgs) -> Result<()> {
         });
         // Give the sink's rings time to fill before the first frame.
         std::thread::sleep(Duration::from_millis(200));
-        let sent = on_port(&tx_port, args.tx_core, || {
+        let sent = on_port(&tx_port, args.tx_core, args.io.nice, || {
             traffic::send(&tx_port.iface, &traffic(&args.traffic), options(&args.io))
         });
         // Frames still in flight arrive within this drain time.
@@ -373,6 +379,7 @@ fn run_one_thread(args: &RunArgs) -> Result<()> {
             netns: args.rx_netns.clone(),
         },
         args.tx_core,
+        args.io.nice,
         || {
             let mut sink = traffic::open(&args.rx_iface, size, options(&args.io))?;
             if let Some(ns) = &args.tx_netns {
@@ -392,10 +399,11 @@ fn run_one_thread(args: &RunArgs) -> Result<()> {
     print(&args.io, &table(&report), &report)
 }
 
-/// Runs `f` on a thread inside the port's namespace (and on `core`, if given).
+/// Runs `f` on a thread inside the port's namespace (and on `core`, at `nice`, if given).
 fn on_port<T: Send>(
     port: &Port,
     core: Option<usize>,
+    nice: Option<i8>,
     f: impl FnOnce() -> Result<T> + Send,
 ) -> Result<T> {
     std::thread::scope(|s| {
@@ -403,9 +411,7 @@ fn on_port<T: Send>(
             if let Some(ns) = &port.netns {
                 trial::enter_netns(ns)?;
             }
-            if let Some(core) = core {
-                core_affinity::set_for_current(core_affinity::CoreId { id: core });
-            }
+            trial::place_thread(core, nice)?;
             f()
         })
         .join()

@@ -12,6 +12,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use xwire_model::worker_defaults::DEFAULT_WORKER_NICE;
 
 use super::baseline::{self, VxlanBaseline};
 use super::file::{Lab, LabLink};
@@ -99,8 +100,52 @@ impl WireBench {
     }
 }
 
+/// The traffic generator, and the nice value its threads run at.
+struct Pktgen {
+    path: PathBuf,
+    /// The lab's workers' (the lowest of its nodes'). pktgen's threads share the
+    /// machine's CPUs with the workers, and at nice 0 beside workers at -20 its sinks
+    /// waited out the workers' passes while their sockets dropped what the wire had
+    /// delivered: in the demo, all of the loss at the rates that decided its both-ways
+    /// search. The kernel VXLAN baseline is measured at the same value.
+    nice: i8,
+}
+
+impl Pktgen {
+    fn find(lab: &Lab, paths: &LabPaths) -> Result<Pktgen> {
+        Ok(Pktgen {
+            path: find_binary("xwire-pktgen")?,
+            nice: workers_nice(lab, paths),
+        })
+    }
+
+    fn command(&self, paths: &LabPaths, mode: &str) -> Command {
+        let mut command = Command::new(&self.path);
+        command
+            .env(super::paths::LAB_ENV, &paths.name)
+            .arg(mode)
+            .arg(format!("--nice={}", self.nice));
+        command
+    }
+}
+
+/// The lowest nice value the lab's nodes' daemons give their workers, as their
+/// configuration files say (the daemon's default for a node whose file cannot be read).
+fn workers_nice(lab: &Lab, paths: &LabPaths) -> i8 {
+    lab.nodes
+        .iter()
+        .map(|node| {
+            let file = paths.node_config(node);
+            std::fs::read_to_string(&file)
+                .ok()
+                .and_then(|text| xwire_model::config::DaemonConfig::parse(&text, &file).ok())
+                .map_or(DEFAULT_WORKER_NICE, |config| config.worker_nice)
+        })
+        .min()
+        .unwrap_or(DEFAULT_WORKER_NICE)
+}
+
 pub fn bench(lab: &Lab, options: &BenchOptions) -> Result<Vec<WireBench>> {
-    let pktgen = find_binary("xwire-pktgen")?;
     let links: Vec<&LabLink> = lab
         .links
         .iter()
@@ -113,6 +158,7 @@ pub fn bench(lab: &Lab, options: &BenchOptions) -> Result<Vec<WireBench>> {
         }
     }
     let paths = LabPaths::new(&lab.name)?;
+    let pktgen = Pktgen::find(lab, &paths)?;
     let mut results = Vec::new();
     // Baselines by the nodes they join, their MTU and frame size: measured once for all
     // the wires of that kind between the same two nodes.
@@ -177,22 +223,16 @@ pub fn bench(lab: &Lab, options: &BenchOptions) -> Result<Vec<WireBench>> {
 }
 
 /// The loss-free search and the latency run between two interfaces, each in its
-/// namespace: a wire's pod ends, or a baseline's.
+/// namespace: a wire's pod ends, or a baseline's. pktgen's ports take native XDP whatever the interface's MTU (its program takes
+/// multi-buffer frames), falling back to generic mode by themselves.
 fn measure(
-    pktgen: &Path,
+    pktgen: &Pktgen,
     paths: &LabPaths,
     ends: [(String, &str); 2],
     size: usize,
     options: &BenchOptions,
 ) -> Result<(Vec<DirectionBench>, PktgenReport)> {
-    // pktgen's ports take native XDP whatever the interface's MTU (its program takes
-    // multi-buffer frames), falling back to generic mode by themselves.
-    let pktgen_command = |mode: &str| {
-        let mut command = Command::new(pktgen);
-        command.env(super::paths::LAB_ENV, &paths.name).arg(mode);
-        command
-    };
-    let mut search = pktgen_command("lossfree");
+    let mut search = pktgen.command(paths, "lossfree");
     name_ends(&mut search, ["a", "b"], &ends);
     search
         .arg("--json")
@@ -202,7 +242,7 @@ fn measure(
         .args(["--max-loss", &options.max_loss.to_string()])
         .args(["--flows", &options.flows.join(",")]);
     let found: LossfreeReport = pktgen_json(&mut search)?;
-    let mut latency = pktgen_command("run");
+    let mut latency = pktgen.command(paths, "run");
     name_ends(&mut latency, ["tx", "rx"], &ends);
     latency
         .arg("--json")
@@ -227,7 +267,7 @@ fn name_ends(command: &mut Command, roles: [&str; 2], ends: &[(String, &str); 2]
 /// Builds the kernel VXLAN between `nodes`, measures it as a wire of `mtu` with frames
 /// of `size`, and removes it.
 fn measure_baseline(
-    pktgen: &Path,
+    pktgen: &Pktgen,
     lab: &Lab,
     paths: &LabPaths,
     nodes: [&str; 2],
@@ -372,7 +412,8 @@ pub fn render(results: &[WireBench], chart: &Path, max_loss: f64) -> String {
         "\nLOSSLESS: the highest offered rate (pps) carried with loss at or below {}%, found by a \
          search over offered rates, with the p99 latency at it (\"< N\": none passed, the lowest \
          rate tried was N); FULL-RATE: what arrived when offered all the generator sends, and \
-         its loss.\n",
+         its loss. The generator and sink run at the workers' nice value, so that they are \
+         not what drops.\n",
         max_loss * 100.0
     ));
     out.push_str(&render_baselines(results));
