@@ -223,8 +223,9 @@ pub fn bench(lab: &Lab, options: &BenchOptions) -> Result<Vec<WireBench>> {
 }
 
 /// The loss-free search and the latency run between two interfaces, each in its
-/// namespace: a wire's pod ends, or a baseline's. pktgen's ports take native XDP whatever the interface's MTU (its program takes
-/// multi-buffer frames), falling back to generic mode by themselves.
+/// namespace: a wire's pod ends, or a baseline's. pktgen's ports take native XDP
+/// whatever the interface's MTU (its program takes multi-buffer frames), falling back to
+/// generic mode by themselves.
 fn measure(
     pktgen: &Pktgen,
     paths: &LabPaths,
