@@ -20,12 +20,16 @@ fn pktgen_run(a: &Netns, b: &Netns, wire: &Veth<'_>, extra: &[&str]) -> Value {
         .args(extra)
         .output()
         .unwrap();
+    assert_succeeded(&out);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn assert_succeeded(out: &std::process::Output) {
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 fn pair(label: &str) -> (Netns, Netns) {
@@ -155,4 +159,41 @@ fn a_sink_at_the_workers_nice_value_drops_nothing_beside_a_busy_worker() {
     assert_eq!(at_workers_nice["offered"], 40_000, "{at_workers_nice}");
     assert_eq!(at_workers_nice["sink_dropped"], 0, "{at_workers_nice}");
     assert_eq!(at_workers_nice["delivered"], 40_000, "{at_workers_nice}");
+}
+
+/// Whether `ifname` in `ns` has an XDP program attached.
+fn has_xdp(ns: &Netns, ifname: &str) -> bool {
+    let out = ns
+        .exec(Command::new("ip").args(["-d", "link", "show", "dev", ifname]))
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
+}
+
+/// `lossfree` keeps its two ports open across trials and closed them on its main
+/// thread, outside their namespaces, where taking the XDP program off "interface N"
+/// missed the pod's interface: every `lab bench` left both pods' interfaces with a
+/// program on them (native XDP, which changes how a veth receives).
+#[test]
+fn a_loss_free_search_leaves_no_xdp_program_on_either_end() {
+    let (a, b) = pair("pgx");
+    let wire = Veth::new(&a, &b).unwrap();
+    wire.set_up().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_xwire-pktgen"))
+        .args(["lossfree", "--json", "--size", "64", "--flows", "a-to-b"])
+        .args([
+            "--trial-seconds",
+            "0.2",
+            "--confirm-seconds",
+            "0",
+            "--max-trials",
+            "2",
+        ])
+        .args(["--a-netns", a.name(), "--a-iface", wire.a_name()])
+        .args(["--b-netns", b.name(), "--b-iface", wire.b_name()])
+        .output()
+        .unwrap();
+    assert_succeeded(&out);
+    assert!(!has_xdp(&a, wire.a_name()), "end A keeps a program");
+    assert!(!has_xdp(&b, wire.b_name()), "end B keeps a program");
 }

@@ -2,6 +2,11 @@
 //! caller builds and hands received frames to the caller. `xwire-pktgen` uses it, so that
 //! the generator and sink drive the same AF_XDP and AF_PACKET code as the switch.
 
+use std::fs::File;
+use std::os::fd::AsFd;
+
+use xwire_netns::Visit;
+
 use crate::packet_port::PacketPort;
 use crate::worker::{PortChoice, PortKind, WorkerError};
 use crate::xdp_port::{KernelDrops, Lent, PortError, Steering, XdpMode, XdpPort, MAX_FRAME_ROOM};
@@ -16,6 +21,13 @@ struct XdpIo {
     /// detached when the endpoint goes, so a run that fails leaves no program behind.
     program: RedirectProgram,
     port: XdpPort,
+    /// The network namespace the port was opened in. The program comes off the
+    /// interface by its index, which means another interface (or none) in any other
+    /// namespace: an endpoint dropped on a thread elsewhere (`xwire-pktgen lossfree`'s
+    /// were dropped on its main thread) left its program on the interface and asked the
+    /// namespace it was dropped in to detach whatever program its interface of that index
+    /// had.
+    netns: File,
     /// Frames lent by the port, written, waiting for its TX ring.
     outgoing: Vec<Lent>,
     /// Frames lent by the port's last receive.
@@ -24,8 +36,19 @@ struct XdpIo {
 
 impl Drop for XdpIo {
     fn drop(&mut self) {
-        if let Some((ifindex, slot)) = self.port.redirect() {
-            self.program.release(ifindex, slot, self.port.mode());
+        let Some((ifindex, slot)) = self.port.redirect() else {
+            return;
+        };
+        // Back in the port's namespace for the detach (a no-op when already there).
+        // Failing that, nothing is detached: better a program left behind than another
+        // interface's taken off.
+        match Visit::enter(self.netns.as_fd()) {
+            Ok(_inside) => self.program.release(ifindex, slot, self.port.mode()),
+            Err(e) => tracing::warn!(
+                ifname = self.port.ifname(),
+                error = %e,
+                "the endpoint's XDP program stays on its interface: cannot enter its namespace"
+            ),
         }
     }
 }
@@ -83,6 +106,11 @@ impl Endpoint {
             mode: "load the XDP program",
             cause: source,
         })?;
+        let netns = File::open("/proc/thread-self/ns/net").map_err(|source| PortError::Socket {
+            ifname: ifname.into(),
+            mode: "open its network namespace",
+            cause: source,
+        })?;
         let mut port = XdpPort::open(
             ifname,
             mode,
@@ -98,6 +126,7 @@ impl Endpoint {
             io: Io::Xdp(Box::new(XdpIo {
                 program,
                 port,
+                netns,
                 outgoing: Vec::with_capacity(ring),
                 received: Vec::with_capacity(RECEIVE_BATCH),
             })),
