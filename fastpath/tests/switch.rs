@@ -138,23 +138,9 @@ fn frames_cross_between_an_af_xdp_and_an_af_packet_port() {
     frames_cross("xsw-fm", 1500, MIXED, &standard_sizes());
 }
 
-/// Native mode, not generic: the worker's program takes multi-buffer frames, so a veth
-/// whose MTU is above one page takes it (kernel 6.6 and later), and the pods' frames are
-/// taken in the veth's NAPI poll, in batches, rather than built into an skb each and run
-/// through generic XDP.
 #[test]
-fn jumbo_frames_cross_unchanged_af_xdp_descriptor_chains_in_native_mode() {
-    let bed = Bed::new("xsw-jx");
-    let linked = link_with(&bed, 9000, XDP);
-    for port in &linked.ports {
-        assert_eq!(
-            port.kind,
-            PortKind::AfXdp(XdpMode::Native),
-            "{}",
-            port.kind.name()
-        );
-    }
-    exchange(&bed, &linked, &jumbo_sizes());
+fn jumbo_frames_cross_unchanged_af_xdp_descriptor_chains() {
+    frames_cross("xsw-jx", 9000, XDP, &jumbo_sizes());
 }
 
 #[test]

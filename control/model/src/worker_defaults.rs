@@ -28,7 +28,8 @@ pub const DEFAULT_SHRINK_AFTER: Duration = Duration::from_secs(30);
 /// The largest frame native XDP on a veth takes in one buffer: a 4 KiB page less XDP's
 /// headroom (258 bytes) and the skb's shared info (320 bytes), as the kernel's veth driver
 /// computes its XDP MTU limit. Larger frames (jumbo MTUs) come as several buffers, which
-/// native mode takes only from a program that says it handles them: the worker's does,
-/// libxdp's does not (generic mode). Control steers a same-node wire in place only up to
-/// this size, so that steering never depends on the kernel's multi-buffer support.
+/// native mode takes only from a program that says it handles them (the worker's does,
+/// libxdp's does not); ports for them open in generic mode, which measured faster (the
+/// fast path's `XdpPort::open` says how). Control steers a same-node wire in place only
+/// up to this size.
 pub const NATIVE_MAX_FRAME: usize = 4096 - 258 - 320;
