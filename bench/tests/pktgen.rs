@@ -2,6 +2,10 @@
 //! counted, in order, at the other (these tests need root).
 
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use xwire_testbed::{Netns, Veth};
@@ -101,20 +105,14 @@ fn bad_arguments_are_refused_with_a_reason() {
 
 /// A thread that spins at nice -20 on `cpu` until the returned flag is set, as a busy
 /// xwire worker would beside the sink.
-fn spin_on(
-    cpu: usize,
-) -> (
-    std::sync::Arc<std::sync::atomic::AtomicBool>,
-    std::thread::JoinHandle<()>,
-) {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let stop = std::sync::Arc::new(AtomicBool::new(false));
+fn spin_on(cpu: usize) -> (Arc<AtomicBool>, JoinHandle<()>) {
+    let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let spinner = std::thread::spawn(move || {
         core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
         xwire_fastpath::set_thread_nice(-20).unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while !flag.load(Ordering::Relaxed) && std::time::Instant::now() < deadline {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !flag.load(Ordering::Relaxed) && Instant::now() < deadline {
             std::hint::spin_loop();
         }
     });
@@ -149,7 +147,7 @@ fn a_sink_at_the_workers_nice_value_drops_nothing_beside_a_busy_worker() {
     let mut at_workers_nice = common.to_vec();
     at_workers_nice.extend(["--nice", "-20"]);
     let at_workers_nice = pktgen_run(&a, &b, &wire, &at_workers_nice);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
     spinner.join().unwrap();
     eprintln!("at nice 0: {at_nice_0}\nat nice -20: {at_workers_nice}");
     assert!(
