@@ -221,13 +221,24 @@ impl Endpoint {
         let taken = match &mut self.io {
             Io::Xdp(x) => {
                 let XdpIo { port, received, .. } = &mut **x;
-                let n = port.receive(budget.min(RECEIVE_BATCH), received);
-                for lent in received.drain(..) {
-                    take(port.frame_data(&lent), None);
-                    port.recycle_one(lent);
+                // Batch after batch up to the budget, not one: a generator and sink on one
+                // thread send all they queued at each flush, so a sink that took one
+                // batch per turn could never take more than its own side sent, and fell
+                // behind for good after any stall.
+                let mut taken = 0;
+                while taken < budget {
+                    let n = port.receive((budget - taken).min(RECEIVE_BATCH), received);
+                    for lent in received.drain(..) {
+                        take(port.frame_data(&lent), None);
+                        port.recycle_one(lent);
+                    }
+                    port.refill();
+                    taken += n;
+                    if n < RECEIVE_BATCH {
+                        break;
+                    }
                 }
-                port.refill();
-                n
+                taken
             }
             Io::Packet(port) => {
                 let realtime_ahead =
@@ -256,8 +267,10 @@ fn clock_ns(clock: libc::clockid_t) -> i128 {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, Instant};
+
     use xwire_testbed::checks::test_frame;
-    use xwire_testbed::{unique_ifname, Netns, Veth};
+    use xwire_testbed::{unique_ifname, Netns, RawSocket, Veth};
 
     use super::Endpoint;
     use crate::worker::PortChoice;
@@ -286,5 +299,33 @@ mod tests {
         assert_eq!(queued, FRAMES);
         assert_eq!(unsent, 0, "frames left in the endpoint after one flush");
         assert_eq!(arrived, FRAMES as u64, "frames that reached the other end");
+    }
+
+    #[test]
+    fn one_receive_takes_up_to_its_budget_not_one_batch() {
+        const FRAMES: usize = 200;
+        let a = Netns::new("xep-recv-a").unwrap();
+        let b = Netns::new("xep-recv-b").unwrap();
+        let veth = Veth::named(&a, "eth1", &b, &unique_ifname()).unwrap();
+        veth.set_up().unwrap();
+        let sender = RawSocket::open(&b, veth.b_name()).unwrap();
+        let taken = a
+            .run(|| {
+                let mut endpoint = Endpoint::open("eth1", 1514, 512, PortChoice::AfXdp, None)
+                    .expect("an AF_XDP endpoint");
+                for seq in 0..FRAMES {
+                    sender.send(&test_frame(60, 0xd, seq as u16)).unwrap();
+                }
+                // Until the kernel has put them all in the RX ring (or 5 s).
+                let deadline = Instant::now() + Duration::from_secs(5);
+                let mut taken = 0;
+                while taken == 0 && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(50));
+                    taken = endpoint.receive(256, |_| {});
+                }
+                taken
+            })
+            .unwrap();
+        assert_eq!(taken, FRAMES, "frames one receive of 256 took");
     }
 }
