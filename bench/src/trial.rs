@@ -15,7 +15,7 @@ use crate::lossfree::{Criteria, Search};
 use crate::stats::Report;
 use crate::traffic::{check_size, open, receive_drops, Generator, PortOptions, Received, Traffic};
 
-pub use xwire_model::bench_report::DirectionFigure;
+pub use xwire_model::bench_report::{DirectionFigure, SearchTrial};
 
 /// One end of the wire: an interface, and the network namespace it is in.
 #[derive(Debug, Clone)]
@@ -148,6 +148,7 @@ impl Wire {
             ..traffic.clone()
         };
         let peak = self.trial(flow, &full)?;
+        let mut log = vec![search_trial(&peak, 0, false)];
         let (offered, delivered, loss) = worst(&peak);
         let mut search = Search::from_peak(offered, delivered, loss, peak.clone(), criteria);
         while let Some(step) = search.next_step() {
@@ -162,6 +163,7 @@ impl Wire {
                 ..traffic.clone()
             };
             let reports = self.trial(flow, &paced)?;
+            log.push(search_trial(&reports, step.rate, step.confirm));
             let (_, _, loss) = worst(&reports);
             search.record(step, loss, reports);
         }
@@ -186,6 +188,7 @@ impl Wire {
             rate_pps: rate_pps.round() as u64,
             lowest_failed_pps,
             at_rate,
+            log,
         })
     }
 
@@ -211,6 +214,8 @@ pub struct LossFree {
     pub lowest_failed_pps: Option<u64>,
     /// The passing trial at that rate (its latency is the latency at the loss-free rate).
     pub at_rate: Option<TrialReports>,
+    /// Every trial in the order run, the full-rate one first, per direction.
+    pub log: Vec<[Option<SearchTrial>; 2]>,
 }
 
 impl LossFree {
@@ -236,6 +241,7 @@ impl LossFree {
                     peak_gbps: peak.gbps,
                     peak_loss_ratio: peak.loss_ratio,
                     peak_sink_dropped: peak.sink_dropped,
+                    search: self.log.iter().filter_map(|t| t[i].clone()).collect(),
                 })
             })
             .collect()
@@ -244,6 +250,20 @@ impl LossFree {
 
 fn gbps(pps: f64, frame_bytes: usize) -> f64 {
     pps * frame_bytes as f64 * 8.0 / 1e9
+}
+
+/// A trial of the search at `asked` frames per second (0: full rate), per direction.
+fn search_trial(reports: &TrialReports, asked: u64, confirm: bool) -> [Option<SearchTrial>; 2] {
+    reports.each_ref().map(|report| {
+        report.as_ref().map(|r| SearchTrial {
+            asked_pps: asked as f64,
+            confirm,
+            offered_pps: r.offered_pps,
+            delivered_pps: r.delivered_pps,
+            loss_ratio: r.loss_ratio,
+            sink_dropped: r.sink_dropped,
+        })
+    })
 }
 
 /// The offered and delivered rate and the loss of the direction that lost the most.

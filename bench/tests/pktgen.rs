@@ -207,4 +207,14 @@ fn a_loss_free_search_leaves_no_xdp_program_on_either_end() {
     assert_succeeded(&out);
     assert!(!has_xdp(&a, wire.a_name()), "end A keeps a program");
     assert!(!has_xdp(&b, wire.b_name()), "end B keeps a program");
+    // The report lists every trial of the search, the full-rate one first.
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let direction = &report["directions"][0];
+    let search = direction["search"].as_array().unwrap();
+    assert_eq!(Some(search.len() as u64), direction["trials"].as_u64());
+    assert_eq!(search[0]["asked_pps"], 0.0);
+    assert!(search
+        .iter()
+        .skip(1)
+        .all(|t| t["asked_pps"].as_f64() > Some(0.0)));
 }

@@ -198,6 +198,10 @@ struct LossfreeArgs {
     /// rate holds for this long); 0 lets the short trials decide.
     #[arg(long, default_value_t = 10.0)]
     confirm_seconds: f64,
+    /// Print every trial of each search under its direction (the JSON report always
+    /// carries them, as `search`).
+    #[arg(long)]
+    show_trials: bool,
     /// Destination MAC (default broadcast).
     #[arg(long, value_parser = parse_mac, default_value = "ff:ff:ff:ff:ff:ff")]
     dst_mac: [u8; 6],
@@ -315,6 +319,11 @@ fn lossfree(args: LossfreeArgs) -> Result<()> {
             d.peak_sink_dropped,
             d.trials,
         ));
+        if args.show_trials {
+            for line in d.search_lines() {
+                text.push_str(&format!("      {line}\n"));
+            }
+        }
     }
     let report = serde_json::json!({
         "frame_bytes": args.size,

@@ -449,6 +449,32 @@ pub fn render(results: &[WireBench], chart: &Path, max_loss: f64) -> String {
     out
 }
 
+/// Every trial of each search, per wire and direction, the baseline's after the wire's:
+/// what tells a wire's edge from a stall that failed one trial.
+pub fn render_trials(results: &[WireBench]) -> String {
+    let mut out = String::new();
+    let mut section = |title: String, directions: &[DirectionBench]| {
+        for d in directions {
+            let flow = if d.at_once { "both" } else { "alone" };
+            out.push_str(&format!(
+                "{title}, {} {flow}, {} B:\n",
+                d.direction, d.frame_bytes
+            ));
+            for line in d.search_lines() {
+                out.push_str(&format!("  {line}\n"));
+            }
+        }
+    };
+    for r in results {
+        let wire = format!("wire {} ({} -> {})", r.uid, r.endpoints[0], r.endpoints[1]);
+        section(wire.clone(), &r.directions);
+        if let Some(b) = &r.baseline {
+            section(format!("{wire}, kernel VXLAN baseline"), &b.directions);
+        }
+    }
+    out
+}
+
 /// Each remote wire's baseline rows, with the wire's loss-free rate over the baseline's
 /// in the same direction.
 fn render_baselines(results: &[WireBench]) -> String {
@@ -537,5 +563,45 @@ mod tests {
         // A baseline that found nothing has no ratio to give.
         let none = DirectionBench::default();
         assert_eq!(ratio_cell(&wire, &none), "-");
+    }
+
+    #[test]
+    fn every_trial_of_each_search_is_listed_under_its_wire_and_direction() {
+        let trial = |asked_pps: f64, confirm: bool| xwire_model::bench_report::SearchTrial {
+            asked_pps,
+            confirm,
+            offered_pps: 1000.0,
+            delivered_pps: 900.0,
+            loss_ratio: 0.1,
+            sink_dropped: 0,
+        };
+        let direction = DirectionBench {
+            direction: "b->a".into(),
+            frame_bytes: 1514,
+            search: vec![trial(0.0, false), trial(880.0, true)],
+            ..DirectionBench::default()
+        };
+        let wire = WireBench {
+            uid: 7,
+            endpoints: ["r1:eth2".into(), "r3:eth1".into()],
+            kind: "remote",
+            frame_bytes: 1514,
+            directions: vec![direction.clone()],
+            latency: PktgenReport::default(),
+            baseline: Some(BaselineBench {
+                path: "kernel VXLAN",
+                nodes: ["node-a".into(), "node-b".into()],
+                frame_bytes: 1514,
+                directions: vec![direction],
+                latency: PktgenReport::default(),
+            }),
+            baseline_missing: None,
+        };
+        let text = render_trials(&[wire]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 6, "{text}");
+        assert_eq!(lines[0], "wire 7 (r1:eth2 -> r3:eth1), b->a alone, 1514 B:");
+        assert!(lines[1].contains("full rate") && lines[2].contains("confirm"));
+        assert!(lines[3].starts_with("wire 7 (r1:eth2 -> r3:eth1), kernel VXLAN baseline"));
     }
 }

@@ -173,7 +173,8 @@ enum Scenario {
         no_idle: bool,
         /// Print where frames went after each paced measurement (stderr): every veth
         /// end's drops, the sink socket's kernel drops, the most frames the generator
-        /// owed at once, and xwire's link and port counters.
+        /// owed at once, and xwire's link and port counters; and each loss-free search's
+        /// trials.
         #[arg(long)]
         verbose: bool,
         #[command(flatten)]
@@ -205,7 +206,8 @@ enum Scenario {
         /// Skip the frame passes (peak and latency): TCP only.
         #[arg(long)]
         no_frames: bool,
-        /// Print xwire's counters after each measurement (stderr).
+        /// Print xwire's counters after each measurement, and each loss-free search's
+        /// trials (stderr).
         #[arg(long)]
         verbose: bool,
         /// Where the work runs: the wire's work apart from the traffic's, or a core per
@@ -646,7 +648,7 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
             let mut found = Vec::new();
             for &device in devices.iter().filter(fits) {
                 let rows = local_fwd::lossfree(device, size, run.search_length(), &run.flows)?;
-                emit_lossfree(&rows, run.json);
+                emit_lossfree(&rows, run.json, verbose);
                 found.extend(rows);
             }
             if !run.json {
@@ -774,7 +776,7 @@ fn remote_wire(scenario: Scenario) -> Result<()> {
             for &path in &paths {
                 let rows =
                     remote_wire::lossfree(path, size, run.search_length(), &run.flows, setup)?;
-                emit_lossfree(&rows, run.json);
+                emit_lossfree(&rows, run.json, setup.verbose);
                 found.extend(rows);
             }
             if !run.json {
@@ -817,7 +819,9 @@ fn tcp_rows(run: &RunArgs, paths: &[WirePath], setup: Setup) -> Result<()> {
     Ok(())
 }
 
-fn emit_lossfree(rows: &[LossfreeRow], json: bool) {
+/// Each row as a line (or JSON, which carries the search's trials); with `verbose`, the
+/// search's trials on stderr beneath it.
+fn emit_lossfree(rows: &[LossfreeRow], json: bool, verbose: bool) {
     for row in rows {
         if json {
             println!("{}", serde_json::to_string(row).expect("a row serialises"));
@@ -838,6 +842,11 @@ fn emit_lossfree(rows: &[LossfreeRow], json: bool) {
             f.peak_sink_dropped,
             f.trials
         );
+        if verbose {
+            for line in f.search_lines() {
+                eprintln!("  {line}");
+            }
+        }
     }
 }
 

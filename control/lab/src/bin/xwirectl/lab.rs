@@ -379,8 +379,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1.0)]
     seconds: f64,
     /// Seconds of the trial that confirms the rate the short trials found: the
-    /// loss-free rate holds for this long (up to 3 tries, each a little lower); 0
-    /// lets the short trials decide.
+    /// loss-free rate holds for this long (up to 4 tries, each lower than the last, by
+    /// a step that doubles); 0 lets the short trials decide.
     #[arg(long, default_value_t = 10.0)]
     confirm_seconds: f64,
     /// Frame size of the loss-free search (capped at each wire's MTU).
@@ -408,6 +408,10 @@ pub struct BenchArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
+    /// Print every trial of each loss-free search after the tables, the full-rate one
+    /// first (the JSON carries them always, as each direction's `search`).
+    #[arg(long)]
+    trials: bool,
 }
 
 /// Writes `output`'s lines, each after `[pod] `.
@@ -639,6 +643,9 @@ fn bench_lab(args: BenchArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
         print!("{}", bench::render(&results, &chart, args.max_loss));
+        if args.trials {
+            print!("\nSEARCH TRIALS\n{}", bench::render_trials(&results));
+        }
     }
     Ok(())
 }
