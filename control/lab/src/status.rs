@@ -3,12 +3,12 @@
 //! are the kernel's counters of the pod interfaces at its two ends (what went into the
 //! wire at one end and came out at the other).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{Context, Result};
 use netlink_packet_route::link::LinkAttribute;
 use serde::Serialize;
-use xwire_proto::local::{LinkEndCounters, PeerCounters, Request};
+use xwire_proto::local::{LinkEndCounters, NodeCounters, PeerCounters, Request};
 
 use super::containers;
 use super::file::{Lab, LabLink};
@@ -71,6 +71,13 @@ pub struct NodeStatus {
     /// refused it (see `worker_nice` in `control/README.md`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub worker_nice: Vec<i8>,
+    /// Frames the node's peer transport dropped, by reason (`blocked`: the carrier's
+    /// queue or window toward a peer was full), over all its wires; reasons that never
+    /// happened are left out. These are no port's or link's, so the wires' DROPS miss
+    /// them: in one overloaded `lab bench` trial they were nearly all of what the wire
+    /// lost.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub transport_drops: BTreeMap<String, u64>,
     /// The node's QUIC connections to its peers.
     pub peers: Vec<PeerCounters>,
     /// In a lab with pools: the node's pool, whether it is a gateway, the gateway its
@@ -190,6 +197,7 @@ pub fn status(lab: &Lab) -> LabStatus {
                 worker_longest_away_ms: answered.map(|c| c.worker_longest_away_seconds * 1e3),
                 worker_away_over_4ms: answered.map(|c| c.worker_away_over_4ms),
                 worker_nice: answered.map(|c| c.worker_nice.clone()).unwrap_or_default(),
+                transport_drops: answered.map(transport_drops).unwrap_or_default(),
                 peers: answered.map(|c| c.peers.clone()).unwrap_or_default(),
                 pool: pool_state(lab, &paths, node),
             }
@@ -439,12 +447,34 @@ pub fn render(status: &LabStatus) -> String {
     out
 }
 
-/// The nodes' table: underlay address, daemon, worker load, metrics (and pool).
+/// The transport's drop counters among a node's totals that moved, named by reason.
+fn transport_drops(counters: &NodeCounters) -> BTreeMap<String, u64> {
+    (counters.transport.iter())
+        .filter(|(_, &count)| count > 0)
+        .filter_map(|(name, &count)| {
+            let reason = match name.as_str() {
+                "malformed" | "udp_send_failed" => name.as_str(),
+                other => other.strip_prefix("dropped_")?,
+            };
+            Some((reason.to_owned(), count))
+        })
+        .collect()
+}
+
+/// The nodes' table: underlay address, daemon, worker load, peer transport drops,
+/// metrics (and pool).
 fn render_nodes(status: &LabStatus) -> String {
     use super::table;
     let pools = status.nodes.iter().any(|n| n.pool.is_some());
     let mut header = vec![
-        "NODE", "UNDERLAY", "DAEMON", "BUSY", "AWAY", "NICE", "METRICS",
+        "NODE",
+        "UNDERLAY",
+        "DAEMON",
+        "BUSY",
+        "AWAY",
+        "NICE",
+        "PEER DROPS",
+        "METRICS",
     ];
     if pools {
         header.push("POOL");
@@ -467,6 +497,7 @@ fn render_nodes(status: &LabStatus) -> String {
             busy,
             away,
             worker_nice(&n.worker_nice),
+            drops_cell(&n.transport_drops),
             n.metrics.clone(),
         ];
         if pools {
@@ -475,6 +506,17 @@ fn render_nodes(status: &LabStatus) -> String {
         nodes.add_row(row);
     }
     table::render(&nodes)
+}
+
+/// `reason=count ...`, or 0 when nothing was dropped.
+fn drops_cell(drops: &BTreeMap<String, u64>) -> String {
+    if drops.is_empty() {
+        return "0".to_owned();
+    }
+    let counts: Vec<String> = (drops.iter())
+        .map(|(reason, count)| format!("{reason}={count}"))
+        .collect();
+    counts.join(" ")
 }
 
 /// The workers' nice value, once when they all run at the same one (as they do unless
@@ -750,5 +792,30 @@ mod tests {
         assert_eq!(worker_nice(&[]), "-");
         assert_eq!(worker_nice(&[-20, -20]), "-20");
         assert_eq!(worker_nice(&[-20, 0]), "-20,0");
+    }
+
+    #[test]
+    fn a_nodes_peer_drops_are_its_transports_drop_counters_that_moved() {
+        let totals = [
+            ("frames_sent", 6_322_376),
+            ("dropped_blocked", 2_222_914),
+            ("dropped_no_peer", 0),
+            ("dropped_unknown_link", 3),
+            ("malformed", 1),
+            ("udp_send_failed", 0),
+            ("dials", 2),
+        ];
+        let counters = NodeCounters {
+            transport: (totals.iter())
+                .map(|(name, n)| (name.to_string(), *n))
+                .collect(),
+            ..Default::default()
+        };
+        let drops = transport_drops(&counters);
+        assert_eq!(
+            drops_cell(&drops),
+            "blocked=2222914 malformed=1 unknown_link=3"
+        );
+        assert_eq!(drops_cell(&BTreeMap::new()), "0");
     }
 }
