@@ -510,13 +510,21 @@ fn render_nodes(status: &LabStatus) -> String {
 
 /// `reason=count ...`, or 0 when nothing was dropped.
 fn drops_cell(drops: &BTreeMap<String, u64>) -> String {
-    if drops.is_empty() {
-        return "0".to_owned();
+    drops_text(
+        drops
+            .iter()
+            .map(|(reason, count)| format!("{reason}={count}")),
+    )
+}
+
+/// A DROPS cell: its counts, each `reason=count`, or 0 when there are none.
+fn drops_text(counts: impl IntoIterator<Item = String>) -> String {
+    let counts: Vec<String> = counts.into_iter().collect();
+    if counts.is_empty() {
+        "0".to_owned()
+    } else {
+        counts.join(" ")
     }
-    let counts: Vec<String> = (drops.iter())
-        .map(|(reason, count)| format!("{reason}={count}"))
-        .collect();
-    counts.join(" ")
 }
 
 /// The workers' nice value, once when they all run at the same one (as they do unless
@@ -701,11 +709,7 @@ fn render_switch(status: &LabStatus) -> String {
             end.path.to_string(),
             end.egress.frames.to_string(),
             end.ingress.frames.to_string(),
-            if drops.is_empty() {
-                "0".to_owned()
-            } else {
-                drops.join(" ")
-            },
+            drops_text(drops),
         ]);
     }
     format!("\n{}", super::table::render(&table))
