@@ -91,6 +91,39 @@ fn every_frame_offered_at_full_rate_is_delivered_or_counted_as_dropped_by_the_si
     assert_eq!(delivered + sink_dropped, 200_000, "{r}");
 }
 
+/// `trial` sends the same rate each way at once, as a loss-free search's trials do, and
+/// reports each direction apart; one way, it reports only that one.
+#[test]
+fn a_fixed_trial_both_ways_at_once_counts_each_direction_apart() {
+    let _alone = cpus_to_myself();
+    let (a, b) = pair("pgt");
+    let wire = Veth::new(&a, &b).unwrap();
+    wire.set_up().unwrap();
+    let trial = |flow: &str| -> Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_xwire-pktgen"))
+            .args(["trial", "--json", "--flow", flow])
+            .args(["--size", "128", "--count", "4000", "--rate", "20000"])
+            .args(["--a-netns", a.name(), "--a-iface", wire.a_name()])
+            .args(["--b-netns", b.name(), "--b-iface", wire.b_name()])
+            .output()
+            .unwrap();
+        assert_succeeded(&out);
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let both = trial("both");
+    for direction in ["a_to_b", "b_to_a"] {
+        let r = &both[direction];
+        assert_eq!(r["offered"], 4000, "{both}");
+        let delivered = r["delivered"].as_u64().unwrap();
+        let sink_dropped = r["sink_dropped"].as_u64().unwrap();
+        assert_eq!(delivered + sink_dropped, 4000, "{both}");
+        assert_eq!(r["reordered"], 0, "{both}");
+    }
+    let one_way = trial("b-to-a");
+    assert!(one_way["a_to_b"].is_null(), "{one_way}");
+    assert_eq!(one_way["b_to_a"]["offered"], 4000, "{one_way}");
+}
+
 #[test]
 fn bad_arguments_are_refused_with_a_reason() {
     let out = Command::new(env!("CARGO_BIN_EXE_xwire-pktgen"))

@@ -42,6 +42,9 @@ enum Mode {
     /// Find the highest rate a wire carries with loss at or below --max-loss, per
     /// direction: one way, the other, and both at once (RFC 2544's throughput search).
     Lossfree(LossfreeArgs),
+    /// One trial at a fixed rate between a wire's two ends, one way or both at once, as
+    /// the loss-free search runs its trials: each direction's delivery, loss and latency.
+    Trial(TrialArgs),
 }
 
 #[derive(Args, Clone)]
@@ -152,8 +155,9 @@ struct SinkArgs {
     io: Io,
 }
 
+/// The two ends of a wire that `lossfree` and `trial` send between.
 #[derive(Args)]
-struct LossfreeArgs {
+struct WireEnds {
     /// The interface at the wire's end A.
     #[arg(long)]
     a_iface: String,
@@ -172,6 +176,31 @@ struct LossfreeArgs {
     /// Pin end B's thread to this CPU.
     #[arg(long)]
     b_core: Option<usize>,
+}
+
+impl WireEnds {
+    /// Opens both ends for frames of up to `size` bytes; their threads run at `io.nice`.
+    fn open(&self, size: usize, io: &Io) -> Result<trial::Wire> {
+        let end = |iface: &str, netns: &Option<String>, core| trial::End {
+            iface: iface.to_owned(),
+            netns: netns.clone(),
+            core,
+            nice: io.nice,
+            mac: None,
+        };
+        trial::Wire::open(
+            end(&self.a_iface, &self.a_netns, self.a_core),
+            end(&self.b_iface, &self.b_netns, self.b_core),
+            size,
+            options(io),
+        )
+    }
+}
+
+#[derive(Args)]
+struct LossfreeArgs {
+    #[command(flatten)]
+    ends: WireEnds,
     /// Frame size in bytes, without FCS (at least 34).
     #[arg(long, default_value_t = 64)]
     size: usize,
@@ -209,6 +238,19 @@ struct LossfreeArgs {
     io: Io,
 }
 
+#[derive(Args)]
+struct TrialArgs {
+    #[command(flatten)]
+    ends: WireEnds,
+    /// Which way frames go: a-to-b, b-to-a, or both (the same rate each way).
+    #[arg(long, default_value = "both")]
+    flow: trial::Flow,
+    #[command(flatten)]
+    traffic: Traffic,
+    #[command(flatten)]
+    io: Io,
+}
+
 fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     s.parse::<macaddr::MacAddr6>()
         .map(|m| m.into_array())
@@ -234,6 +276,7 @@ fn dispatch() -> Result<()> {
     match Cli::parse().command {
         Mode::Run(args) => run(args),
         Mode::Lossfree(args) => lossfree(args),
+        Mode::Trial(args) => fixed_trial(args),
         Mode::Send(args) => {
             let sent = on_port(&args.port, None, args.io.nice, || {
                 traffic::send(&args.port.iface, &traffic(&args.traffic), options(&args.io))
@@ -268,19 +311,7 @@ fn lossfree(args: LossfreeArgs) -> Result<()> {
     if !(0.0..1.0).contains(&args.max_loss) || !(0.0..1.0).contains(&args.resolution) {
         bail!("--max-loss and --resolution must be at least 0 and below 1");
     }
-    let end = |iface: &str, netns: &Option<String>, core| trial::End {
-        iface: iface.to_owned(),
-        netns: netns.clone(),
-        core,
-        nice: args.io.nice,
-        mac: None,
-    };
-    let mut wire = trial::Wire::open(
-        end(&args.a_iface, &args.a_netns, args.a_core),
-        end(&args.b_iface, &args.b_netns, args.b_core),
-        args.size,
-        options(&args.io),
-    )?;
+    let mut wire = args.ends.open(args.size, &args.io)?;
     let traffic = traffic::Traffic {
         size: args.size,
         rate: 0,
@@ -331,6 +362,28 @@ fn lossfree(args: LossfreeArgs) -> Result<()> {
         "ports": wire.kinds(),
         "directions": directions,
     });
+    print(&args.io, text.trim_end(), &report)
+}
+
+/// How long `trial` sends (and waits for what it sent) unless --seconds says.
+const TRIAL_SECONDS: f64 = 10.0;
+
+fn fixed_trial(args: TrialArgs) -> Result<()> {
+    let mut wire = args.ends.open(args.traffic.size, &args.io)?;
+    let mut traffic = traffic(&args.traffic);
+    if args.traffic.seconds.is_none() {
+        // Also with --count: the trial waits for the frames of both ways until then, and
+        // a frame lost on the wire must not hold it for the hour `run` allows.
+        traffic.duration = Duration::from_secs_f64(TRIAL_SECONDS);
+    }
+    let [a_to_b, b_to_a] = wire.trial(args.flow, &traffic)?;
+    let mut text = String::new();
+    for (name, report) in [("a->b", &a_to_b), ("b->a", &b_to_a)] {
+        if let Some(r) = report {
+            text.push_str(&format!("{name}  {}\n", table(r).replace('\n', "\n      ")));
+        }
+    }
+    let report = serde_json::json!({ "flow": args.flow, "a_to_b": a_to_b, "b_to_a": b_to_a });
     print(&args.io, text.trim_end(), &report)
 }
 
