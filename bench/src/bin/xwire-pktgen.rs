@@ -239,6 +239,11 @@ struct LossfreeArgs {
 }
 
 #[derive(Args)]
+// The shared --seconds default (5 s, or none with --count) is not this one's.
+#[command(mut_arg("seconds", |a| a.help(
+    "Stop after this many seconds (10 by default, with --count too: a trial waits for \
+     what it sent until then)"
+)))]
 struct TrialArgs {
     #[command(flatten)]
     ends: WireEnds,
