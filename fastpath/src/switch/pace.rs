@@ -34,11 +34,19 @@
 //! to 1.71–2.21×). Waiting a whole nap before the packet instead of half measured worse
 //! (p99 159–324 µs). Loss-free at 64 B, two runs each: no lower.
 //!
-//! `coalesce` by `xwire-perf remote-wire --coalesce-us N` (64 and 1514 B at 50 kpps, the
-//! machine's CPU per frame against the sink's latency, one run each): 0 (spin) 21.1 and
-//! 21.4 µs; 20 µs: 7.3 and 9.8; 50 µs: 5.4 and 7.0; 100 µs: 4.5 and 6.1, but with the
-//! median latency up from 150 to 280 µs. 50 µs takes most of the saving for a third of
-//! that latency.
+//! `coalesce`, first chosen by `xwire-perf remote-wire --coalesce-us N` before the wait
+//! for a peer's packet above (64 and 1514 B at 50 kpps, the machine's CPU per frame, one
+//! run each): 0 (spin) 21.1 and 21.4 µs; 20 µs: 7.3 and 9.8; 50 µs: 5.4 and 7.0;
+//! 100 µs: 4.5 and 6.1, with the median latency then up from 150 to 280 µs. Measured
+//! again with that wait, 100 against 50 µs (3 December 2026, alternated runs of
+//! `--no-peak --no-lossfree --no-tcp`, both carriers, two runs each with under 3.5% steal):
+//! at 64 B a frame cost 1.59–1.76× VXLAN's CPU against 1.91–2.05×, at 1514 B 1.86–2.35×
+//! against 1.71–1.92× (within the runs' noise); the median latency no longer rose
+//! (136–158 µs against 134–155). But the loss-free rate at 64 B (alternated runs with
+//! under 5% steal) had a median of 0.79× VXLAN's on the datagram carrier at 100 µs (nine
+//! figures, one search passing no rate) against 1.02× at 50 µs (six), while the stream
+//! carrier's was 1.27× against 0.92×. So 50 µs stays the default until more rounds on a
+//! quiet machine settle it.
 
 use std::time::Duration;
 
