@@ -43,9 +43,9 @@
 //! at 64 B a frame cost 1.59–1.76× VXLAN's CPU against 1.91–2.05×, at 1514 B 1.86–2.35×
 //! against 1.71–1.92× (within the runs' noise); the median latency no longer rose
 //! (136–158 µs against 134–155). But the loss-free rate at 64 B (alternated runs with
-//! under 5% steal) had a median of 0.79× VXLAN's on the datagram carrier at 100 µs (nine
-//! figures, one search passing no rate) against 1.02× at 50 µs (six), while the stream
-//! carrier's was 1.27× against 0.92×. So 50 µs stays the default until more rounds on a
+//! under 5% steal) had a median of 0.83× VXLAN's on the datagram carrier at 100 µs (15
+//! figures, two searches passing no rate) against 1.02× at 50 µs (12), while the stream
+//! carrier's was 1.17× against 0.87×. So 50 µs stays the default until more rounds on a
 //! quiet machine settle it.
 
 use std::time::Duration;
