@@ -72,12 +72,13 @@ pub struct WorkerConfig {
     /// wake-up per frame but no core: a lab with little traffic leaves the CPU to the
     /// lab's other nodes and pods.
     pub idle_spin: Duration,
-    /// Without `busy_poll`, while traffic flows: how long the worker waits between
-    /// passes for frames to gather, when a pass found less than a batch (interrupt
-    /// coalescing, as a NIC's rx-usecs). It adds at most this to a frame's latency per
-    /// worker, and makes each pass and each QUIC packet carry several frames, with no
-    /// wake-up from the sockets in between. Zero: pass again at once (spin) until
-    /// `idle_spin` has passed.
+    /// Without `busy_poll`, while traffic flows: how long the worker waits between passes
+    /// for frames to gather, when a pass found less than a batch (interrupt coalescing, as
+    /// a NIC's rx-usecs). Where fewer than a few frames come in that time, the wait
+    /// stretches to one and a half times as long (`switch::pace`). It adds at most that to
+    /// a frame's latency per worker, and makes each pass and each QUIC packet carry several
+    /// frames, with no wake-up from the sockets in between. Zero: pass again at once (spin)
+    /// until `idle_spin` has passed.
     pub coalesce: Duration,
     /// The thread's nice value, -20 to 19: at -20 it keeps its core from ordinary threads
     /// while it has frames (`nice` says why). Refused, the worker keeps the nice value it
@@ -129,6 +130,13 @@ impl Default for WorkerConfig {
             xdp_mode: None,
             ports: PortChoice::Auto,
         }
+    }
+}
+
+impl WorkerConfig {
+    /// The longest a nap between passes stretches to while traffic flows (`coalesce`).
+    pub fn longest_nap(&self) -> Duration {
+        crate::switch::longest_nap(self.coalesce)
     }
 }
 

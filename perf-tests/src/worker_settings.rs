@@ -56,9 +56,18 @@ impl WorkerSettings {
         let polling = if self.busy_poll {
             "busy-polling".to_owned()
         } else {
+            let worker = self.config(0);
+            let flowing = if worker.coalesce.is_zero() {
+                "spins while traffic flows".to_owned()
+            } else {
+                format!(
+                    "naps {} to {} us between passes while traffic flows",
+                    worker.coalesce.as_micros(),
+                    worker.longest_nap().as_micros()
+                )
+            };
             format!(
-                "adaptive (passes every {} us while traffic flows, sleeps after {} us without)",
-                self.coalesce.as_micros(),
+                "adaptive ({flowing}, sleeps after {} us without)",
                 self.idle_spin.as_micros()
             )
         };

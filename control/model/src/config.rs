@@ -48,7 +48,8 @@ pub struct DaemonConfig {
     /// Default 200.
     pub idle_spin_us: u64,
     /// Without busy_poll, while traffic flows: microseconds the worker lets frames gather
-    /// between passes (interrupt coalescing): at most this much latency per node a frame
+    /// between passes (interrupt coalescing), stretched to one and a half times as long
+    /// where fewer than six frames would come: at most that much latency per node a frame
     /// crosses, for a fraction of the CPU of a worker woken per frame; 0 passes again at
     /// once. Default 50.
     pub coalesce_us: u64,

@@ -36,6 +36,8 @@ mod sleep;
 mod stats;
 mod steer;
 
+pub(crate) use pace::longest_nap;
+
 use forward::{Outgoing, MAX_CHAIN};
 use open::{touched_slots, Opening, WaitingPort};
 use sleep::Sleeper;
@@ -311,12 +313,12 @@ impl Switch {
                 self.advance_resizes(config, now);
             }
             let pass_start = Instant::now();
-            if let Some(last) = last_pass {
-                self.away.record(
-                    pass_start
-                        .saturating_duration_since(last)
-                        .saturating_sub(slept),
-                );
+            // Since the pass before started: the time this pass's frames gathered in.
+            let cycle = last_pass.map_or(Duration::MAX, |last| {
+                pass_start.saturating_duration_since(last)
+            });
+            if last_pass.is_some() {
+                self.away.record(cycle.saturating_sub(slept));
             }
             last_pass = Some(pass_start);
             slept = Duration::ZERO;
@@ -336,11 +338,15 @@ impl Switch {
             if pass.from_ports > 0 {
                 ports_idle_since = now;
             }
-            let since = (
-                now.saturating_duration_since(idle_since),
-                now.saturating_duration_since(ports_idle_since),
-            );
-            match pace::next(pacing, pass.moved, pass.backlog, since, held_due_in) {
+            let after = pace::AfterPass {
+                moved: pass.moved,
+                backlog: pass.backlog,
+                cycle,
+                since_work: now.saturating_duration_since(idle_since),
+                since_port_work: now.saturating_duration_since(ports_idle_since),
+                held_due_in,
+            };
+            match pace::next(pacing, after) {
                 pace::Next::Pass => {}
                 // The kernel work our sends start (the receiving veth's softirq) runs on
                 // this CPU; once it overflows into ksoftirqd, a worker that spins keeps it

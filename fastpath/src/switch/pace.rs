@@ -37,16 +37,25 @@
 //! `coalesce`, first chosen by `xwire-perf remote-wire --coalesce-us N` before the wait
 //! for a peer's packet above (64 and 1514 B at 50 kpps, the machine's CPU per frame, one
 //! run each): 0 (spin) 21.1 and 21.4 µs; 20 µs: 7.3 and 9.8; 50 µs: 5.4 and 7.0;
-//! 100 µs: 4.5 and 6.1, with the median latency then up from 150 to 280 µs. Measured
-//! again with that wait, 100 against 50 µs (3 December 2026, alternated runs of
-//! `--no-peak --no-lossfree --no-tcp`, both carriers, two runs each with under 3.5% steal):
-//! at 64 B a frame cost 1.59–1.76× VXLAN's CPU against 1.91–2.05×, at 1514 B 1.86–2.35×
-//! against 1.71–1.92× (within the runs' noise); the median latency no longer rose
-//! (136–158 µs against 134–155). But the loss-free rate at 64 B (alternated runs with
-//! under 5% steal) had a median of 0.83× VXLAN's on the datagram carrier at 100 µs (15
-//! figures, two searches passing no rate) against 1.02× at 50 µs (12), while the stream
-//! carrier's was 1.17× against 0.87×. So 50 µs stays the default until more rounds on a
-//! quiet machine settle it.
+//! 100 µs: 4.5 and 6.1. Measured again with that wait (3 December 2026, alternated runs
+//! of `--no-peak --no-lossfree --no-tcp`, both carriers), a fixed 100 µs cost 10–20%
+//! less CPU per frame than 50 µs at 64 B, with the same median latency, but its loss-free
+//! rate at 64 B was lower on the datagram carrier (a median of 0.83× VXLAN's against
+//! 1.02×), in searches that run at 100–500 kpps.
+//!
+//! So the nap stretches only where few frames come: from `coalesce` to one and a half times
+//! as long (`longest_nap`), until a pass would find about `GATHER` frames at the last
+//! pass's rate. At 50 kpps that is 75 µs; from about 120 kpps up, where the loss-free
+//! searches run, it is `coalesce` as before. Measured the same way on a quiet machine
+//! (0.1–0.4% steal), the stretch against the fixed 50 µs, CPU per frame over VXLAN's and
+//! p99 over VXLAN's: up to 75 µs (three runs), 64 B 1.64–2.00× (median 1.81) and 1514 B
+//! 1.53–2.40× (1.96), p99 1.72–2.30× and 0.25–3.74× (1.86, 1.49); fixed 50 µs (seven runs),
+//! 1.74–2.37× (2.06) and 1.86–2.54× (2.12), p99 0.28–3.89× and 0.98–36× (1.73, 1.96). Up to
+//! 100 µs (seven runs) cost less again (median 1.74× and 1.81×) but raised p99 at 1514 B to
+//! a median 2.34× and the median latency by about 6 µs more. In the loss-free search (both
+//! sizes, two alternated runs each, 0.8–6.6% steal) both settings had searches that passed
+//! no rate; the quietest run, with the stretch, was within the fixed nap's ranges (64 B
+//! 0.68–1.27× VXLAN's, 1514 B 0.60–0.73×).
 
 use std::time::Duration;
 
@@ -83,45 +92,93 @@ pub(super) struct Pacing {
 /// sleeper's timer is exact to the microsecond; waking is not).
 pub(super) const HELD_SPIN: Duration = Duration::from_micros(30);
 
-/// What the worker does after a pass that moved `moved` frames and stopped early with
-/// more waiting when `backlog`, `since_work` after its last frame or command and
-/// `since_port_work` after it last took a frame from its own ports, with the next held
-/// (delayed) frame due in `held_due_in`.
-pub(super) fn next(
-    pacing: Pacing,
-    moved: usize,
-    backlog: bool,
-    (since_work, since_port_work): (Duration, Duration),
-    held_due_in: Option<Duration>,
-) -> Next {
-    if backlog {
+/// How many frames a pass should find while traffic flows: a nap stretches from `coalesce`
+/// up to one and a half times as long until, at the rate the last pass saw, about this many
+/// gather. With the default 50 µs, up to about 80 kpps that is the longest nap (75 µs), and
+/// from about 120 kpps the shortest. The module comment has the measurements.
+pub(super) const GATHER: u32 = 6;
+
+/// The longest a nap stretches to while traffic flows, for a worker whose shortest is
+/// `coalesce`.
+pub(crate) fn longest_nap(coalesce: Duration) -> Duration {
+    coalesce * 3 / 2
+}
+
+/// What the last pass did and when, as `next` needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct AfterPass {
+    /// Frames the pass moved, from the worker's ports and from the wire.
+    pub(super) moved: usize,
+    /// The pass stopped at a batch's end with more waiting.
+    pub(super) backlog: bool,
+    /// From the start of the pass before to the start of this one: the time in which
+    /// `moved` gathered.
+    pub(super) cycle: Duration,
+    /// Since the worker's last frame or command.
+    pub(super) since_work: Duration,
+    /// Since the worker last took a frame from its own ports.
+    pub(super) since_port_work: Duration,
+    /// When the next held (delayed) frame is due.
+    pub(super) held_due_in: Option<Duration>,
+}
+
+/// What the worker does next, after a pass.
+pub(super) fn next(pacing: Pacing, pass: AfterPass) -> Next {
+    if pass.backlog {
         return Next::Pass;
     }
     if pacing.busy_poll {
-        return if moved > 0 { Next::Pass } else { Next::Yield };
+        return if pass.moved > 0 {
+            Next::Pass
+        } else {
+            Next::Yield
+        };
     }
+    let held_due_in = pass.held_due_in;
     if held_due_in.is_some_and(|due| due <= HELD_SPIN) {
         return Next::Yield;
     }
-    if since_work >= pacing.idle_spin {
+    if pass.since_work >= pacing.idle_spin {
         return Next::Sleep;
     }
     if pacing.coalesce.is_zero() {
-        return if moved > 0 { Next::Pass } else { Next::Yield };
+        return if pass.moved > 0 {
+            Next::Pass
+        } else {
+            Next::Yield
+        };
     }
     // A nap ends early enough for a held frame to leave on time.
     let in_time = |nap: Duration| match held_due_in {
         Some(due) => nap.min(due - HELD_SPIN),
         None => nap,
     };
-    if since_port_work >= pacing.idle_spin {
-        let longest = in_time(pacing.idle_spin - since_work);
+    if pass.since_port_work >= pacing.idle_spin {
+        let longest = in_time(pacing.idle_spin - pass.since_work);
         return Next::NapUntilPeer {
             shortest: (pacing.coalesce / 2).min(longest),
             longest,
         };
     }
-    Next::Nap(in_time(pacing.coalesce))
+    Next::Nap(in_time(nap_length(pacing, pass.moved, pass.cycle)))
+}
+
+/// A nap in which about `GATHER` frames come at the rate of `moved` in `cycle`, no shorter
+/// than `coalesce` and no longer than one and a half times as long. A pass that found
+/// nothing while traffic flows saw the lowest rate there is. A cycle of `idle_spin` or more
+/// held a sleep (or the scheduler kept the worker away): it tells nothing of the rate now,
+/// and a burst that woke the worker gets the short nap.
+fn nap_length(pacing: Pacing, moved: usize, cycle: Duration) -> Duration {
+    let shortest = pacing.coalesce;
+    let longest = longest_nap(shortest);
+    if cycle >= pacing.idle_spin {
+        return shortest;
+    }
+    match u32::try_from(moved) {
+        Ok(0) => longest,
+        Ok(moved) => (cycle * GATHER / moved).clamp(shortest, longest),
+        Err(_) => shortest,
+    }
 }
 
 #[cfg(test)]
@@ -131,6 +188,24 @@ mod tests {
     const US: Duration = Duration::from_micros(1);
     /// Ports quiet for `adaptive()`'s `idle_spin`.
     const QUIET: Duration = Duration::from_micros(200);
+    /// Between two passes that each find frames at a high rate: naps stay `coalesce`.
+    const BUSY_CYCLE: Duration = Duration::from_micros(10);
+
+    fn after(
+        moved: usize,
+        backlog: bool,
+        (since_work, since_port_work): (Duration, Duration),
+        held_due_in: Option<Duration>,
+    ) -> AfterPass {
+        AfterPass {
+            moved,
+            backlog,
+            cycle: BUSY_CYCLE,
+            since_work,
+            since_port_work,
+            held_due_in,
+        }
+    }
 
     fn adaptive() -> Pacing {
         Pacing {
@@ -150,11 +225,14 @@ mod tests {
             },
         ] {
             assert_eq!(
-                next(pacing, 64, true, (Duration::ZERO, Duration::ZERO), None),
+                next(
+                    pacing,
+                    after(64, true, (Duration::ZERO, Duration::ZERO), None)
+                ),
                 Next::Pass
             );
             assert_eq!(
-                next(pacing, 64, true, (900 * US, Duration::ZERO), None),
+                next(pacing, after(64, true, (900 * US, Duration::ZERO), None)),
                 Next::Pass
             );
         }
@@ -164,30 +242,70 @@ mod tests {
     fn while_traffic_flows_the_worker_naps_then_sleeps_once_it_stops() {
         let p = adaptive();
         assert_eq!(
-            next(p, 3, false, (Duration::ZERO, Duration::ZERO), None),
+            next(p, after(3, false, (Duration::ZERO, Duration::ZERO), None)),
             Next::Nap(50 * US)
         );
         assert_eq!(
-            next(p, 2, false, (120 * US, Duration::ZERO), None),
+            next(p, after(2, false, (120 * US, Duration::ZERO), None)),
             Next::Nap(50 * US)
         );
-        assert_eq!(next(p, 0, false, (200 * US, QUIET), None), Next::Sleep);
+        assert_eq!(
+            next(p, after(0, false, (200 * US, QUIET), None)),
+            Next::Sleep
+        );
+    }
+
+    #[test]
+    fn a_nap_stretches_to_one_and_a_half_coalesce_until_a_pass_finds_about_gather_frames() {
+        let p = adaptive();
+        let nap_after = |moved: usize, cycle: Duration| {
+            next(
+                p,
+                AfterPass {
+                    cycle,
+                    ..after(moved, false, (Duration::ZERO, Duration::ZERO), None)
+                },
+            )
+        };
+        // 50 kpps: 6 frames in 120 µs. The longest nap, and no longer.
+        assert_eq!(nap_after(6, 120 * US), Next::Nap(75 * US));
+        assert_eq!(nap_after(1, 120 * US), Next::Nap(75 * US));
+        // 100 kpps: 6 frames come in 60 µs.
+        assert_eq!(nap_after(6, 60 * US), Next::Nap(60 * US));
+        // 200 kpps and up: the shortest, `coalesce`.
+        assert_eq!(nap_after(15, 75 * US), Next::Nap(50 * US));
+        assert_eq!(nap_after(64, 60 * US), Next::Nap(50 * US));
+        // The first pass after a sleep (its cycle held the sleep) tells nothing of the
+        // rate: a burst that woke the worker gets the short nap.
+        assert_eq!(nap_after(1, 5_000 * US), Next::Nap(50 * US));
+        assert_eq!(nap_after(1, Duration::MAX), Next::Nap(50 * US));
+        // A held frame still bounds the longest nap.
+        assert_eq!(
+            next(
+                p,
+                AfterPass {
+                    cycle: 120 * US,
+                    ..after(6, false, (Duration::ZERO, Duration::ZERO), Some(80 * US))
+                },
+            ),
+            Next::Nap(50 * US)
+        );
     }
 
     #[test]
     fn a_nap_ends_in_time_for_a_held_frame_and_a_frame_due_now_is_passed_for() {
         let p = adaptive();
         assert_eq!(
-            next(p, 1, false, (10 * US, Duration::ZERO), Some(60 * US)),
+            next(p, after(1, false, (10 * US, Duration::ZERO), Some(60 * US))),
             Next::Nap(30 * US)
         );
         assert_eq!(
-            next(p, 0, false, (10 * US, QUIET), Some(20 * US)),
+            next(p, after(0, false, (10 * US, QUIET), Some(20 * US))),
             Next::Yield
         );
         // Asleep with a frame held: `run` bounds the sleep by its time.
         assert_eq!(
-            next(p, 0, false, (900 * US, QUIET), Some(5_000 * US)),
+            next(p, after(0, false, (900 * US, QUIET), Some(5_000 * US))),
             Next::Sleep
         );
     }
@@ -202,35 +320,38 @@ mod tests {
         // Its ports quiet for `idle_spin`, frames only from the wire (or nothing): it
         // waits for the next packet, at least half a nap and until it would sleep anyway.
         assert_eq!(
-            next(p, 4, false, (Duration::ZERO, QUIET), None),
+            next(p, after(4, false, (Duration::ZERO, QUIET), None)),
             until_peer(25, 200)
         );
         assert_eq!(
-            next(p, 0, false, (120 * US, QUIET), None),
+            next(p, after(0, false, (120 * US, QUIET), None)),
             until_peer(25, 80)
         );
         assert_eq!(
-            next(p, 0, false, (190 * US, QUIET), None),
+            next(p, after(0, false, (190 * US, QUIET), None)),
             until_peer(10, 10)
         );
         // A held frame leaves on time.
         assert_eq!(
-            next(p, 0, false, (10 * US, QUIET), Some(60 * US)),
+            next(p, after(0, false, (10 * US, QUIET), Some(60 * US))),
             until_peer(25, 30)
         );
         // A pass that found its ports empty between frames that come every 30 µs: their
-        // frames come unannounced, so it naps.
+        // frames come unannounced, so it naps (the longest nap: the pass found nothing).
         assert_eq!(
-            next(p, 0, false, (30 * US, 30 * US), None),
-            Next::Nap(50 * US)
+            next(p, after(0, false, (30 * US, 30 * US), None)),
+            Next::Nap(75 * US)
         );
         // Frames from its own ports now, and it naps the whole time.
         assert_eq!(
-            next(p, 5, false, (Duration::ZERO, Duration::ZERO), None),
+            next(p, after(5, false, (Duration::ZERO, Duration::ZERO), None)),
             Next::Nap(50 * US)
         );
         // Past `idle_spin` it sleeps as before: any socket wakes it.
-        assert_eq!(next(p, 0, false, (200 * US, QUIET), None), Next::Sleep);
+        assert_eq!(
+            next(p, after(0, false, (200 * US, QUIET), None)),
+            Next::Sleep
+        );
     }
 
     #[test]
@@ -239,9 +360,12 @@ mod tests {
             busy_poll: true,
             ..adaptive()
         };
-        assert_eq!(next(busy, 0, false, (900 * US, QUIET), None), Next::Yield);
         assert_eq!(
-            next(busy, 5, false, (900 * US, Duration::ZERO), None),
+            next(busy, after(0, false, (900 * US, QUIET), None)),
+            Next::Yield
+        );
+        assert_eq!(
+            next(busy, after(5, false, (900 * US, Duration::ZERO), None)),
             Next::Pass
         );
         let spin = Pacing {
@@ -249,10 +373,16 @@ mod tests {
             ..adaptive()
         };
         assert_eq!(
-            next(spin, 5, false, (10 * US, Duration::ZERO), None),
+            next(spin, after(5, false, (10 * US, Duration::ZERO), None)),
             Next::Pass
         );
-        assert_eq!(next(spin, 0, false, (10 * US, QUIET), None), Next::Yield);
-        assert_eq!(next(spin, 0, false, (300 * US, QUIET), None), Next::Sleep);
+        assert_eq!(
+            next(spin, after(0, false, (10 * US, QUIET), None)),
+            Next::Yield
+        );
+        assert_eq!(
+            next(spin, after(0, false, (300 * US, QUIET), None)),
+            Next::Sleep
+        );
     }
 }

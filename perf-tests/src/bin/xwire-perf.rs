@@ -112,7 +112,8 @@ struct WorkerArgs {
     #[arg(long)]
     idle_spin_us: Option<u64>,
     /// Without --busy-poll: how long a worker lets frames gather between passes while
-    /// traffic flows, in microseconds (the daemon's `coalesce_us`; 0: no pause).
+    /// traffic flows, in microseconds, stretched to one and a half times as long at low
+    /// rates (the daemon's `coalesce_us`; 0: no pause).
     #[arg(long)]
     coalesce_us: Option<u64>,
     /// The workers' nice value, -20 to 19 (the daemon's `worker_nice`).
