@@ -46,16 +46,17 @@
 //! So the nap stretches only where few frames come: from `coalesce` to one and a half times
 //! as long (`longest_nap`), until a pass would find about `GATHER` frames at the last
 //! pass's rate. At 50 kpps that is 75 µs; from about 120 kpps up, where the loss-free
-//! searches run, it is `coalesce` as before. Measured the same way on a quiet machine
-//! (0.1–0.4% steal), the stretch against the fixed 50 µs, CPU per frame over VXLAN's and
-//! p99 over VXLAN's: up to 75 µs (three runs), 64 B 1.64–2.00× (median 1.81) and 1514 B
-//! 1.53–2.40× (1.96), p99 1.72–2.30× and 0.25–3.74× (1.86, 1.49); fixed 50 µs (seven runs),
-//! 1.74–2.37× (2.06) and 1.86–2.54× (2.12), p99 0.28–3.89× and 0.98–36× (1.73, 1.96). Up to
-//! 100 µs (seven runs) cost less again (median 1.74× and 1.81×) but raised p99 at 1514 B to
-//! a median 2.34× and the median latency by about 6 µs more. In the loss-free search (both
-//! sizes, two alternated runs each, 0.8–6.6% steal) both settings had searches that passed
-//! no rate; the quietest run, with the stretch, was within the fixed nap's ranges (64 B
-//! 0.68–1.27× VXLAN's, 1514 B 0.60–0.73×).
+//! searches run, it is `coalesce` as before. Measured the same way (alternated, 0.1–1.5%
+//! steal but for one run of the twice-as-long stretch at 6.8%), the stretch against the
+//! fixed 50 µs, CPU per frame over VXLAN's and p99 over VXLAN's: up to 75 µs (three runs),
+//! 64 B 1.64–2.00× (median 1.81) and 1514 B 1.53–2.40× (1.96), p99 1.72–2.30× and
+//! 0.25–3.74× (1.86, 1.49); fixed 50 µs (seven runs), 1.74–2.37× (2.06) and 1.86–2.54×
+//! (2.12), p99 0.28–3.89× and 0.98–36× (1.73, 1.96). Up to 100 µs (seven runs) cost less
+//! again (median 1.74× and 1.81×) but raised p99 at 1514 B to a median 2.34× and the median
+//! latency by about 6 µs more. In the loss-free search (both sizes, two alternated runs
+//! each, 0.8–6.6% steal) both settings had searches that passed no rate; the quietest run,
+//! with the stretch, was within the fixed nap's ranges (64 B 0.68–1.27× VXLAN's, 1514 B
+//! 0.60–0.73×).
 
 use std::time::Duration;
 
