@@ -314,12 +314,14 @@ impl Switch {
             }
             let pass_start = Instant::now();
             // Since the pass before started: the time this pass's frames gathered in.
-            let cycle = last_pass.map_or(Duration::MAX, |last| {
-                pass_start.saturating_duration_since(last)
-            });
-            if last_pass.is_some() {
-                self.away.record(cycle.saturating_sub(slept));
-            }
+            let cycle = match last_pass {
+                Some(last) => {
+                    let cycle = pass_start.saturating_duration_since(last);
+                    self.away.record(cycle.saturating_sub(slept));
+                    cycle
+                }
+                None => Duration::MAX,
+            };
             last_pass = Some(pass_start);
             slept = Duration::ZERO;
             let pass = self.poll_once(config, config.busy_poll);

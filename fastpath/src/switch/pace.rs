@@ -128,43 +128,42 @@ pub(super) struct AfterPass {
 
 /// What the worker does next, after a pass.
 pub(super) fn next(pacing: Pacing, pass: AfterPass) -> Next {
-    if pass.backlog {
+    let AfterPass {
+        moved,
+        backlog,
+        cycle,
+        since_work,
+        since_port_work,
+        held_due_in,
+    } = pass;
+    if backlog {
         return Next::Pass;
     }
     if pacing.busy_poll {
-        return if pass.moved > 0 {
-            Next::Pass
-        } else {
-            Next::Yield
-        };
+        return if moved > 0 { Next::Pass } else { Next::Yield };
     }
-    let held_due_in = pass.held_due_in;
     if held_due_in.is_some_and(|due| due <= HELD_SPIN) {
         return Next::Yield;
     }
-    if pass.since_work >= pacing.idle_spin {
+    if since_work >= pacing.idle_spin {
         return Next::Sleep;
     }
     if pacing.coalesce.is_zero() {
-        return if pass.moved > 0 {
-            Next::Pass
-        } else {
-            Next::Yield
-        };
+        return if moved > 0 { Next::Pass } else { Next::Yield };
     }
     // A nap ends early enough for a held frame to leave on time.
     let in_time = |nap: Duration| match held_due_in {
         Some(due) => nap.min(due - HELD_SPIN),
         None => nap,
     };
-    if pass.since_port_work >= pacing.idle_spin {
-        let longest = in_time(pacing.idle_spin - pass.since_work);
+    if since_port_work >= pacing.idle_spin {
+        let longest = in_time(pacing.idle_spin - since_work);
         return Next::NapUntilPeer {
             shortest: (pacing.coalesce / 2).min(longest),
             longest,
         };
     }
-    Next::Nap(in_time(nap_length(pacing, pass.moved, pass.cycle)))
+    Next::Nap(in_time(nap_length(pacing, moved, cycle)))
 }
 
 /// A nap in which about `GATHER` frames come at the rate of `moved` in `cycle`, no shorter
