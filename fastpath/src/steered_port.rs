@@ -48,6 +48,31 @@ pub(crate) struct SteeredPort {
     attached: Option<OwnedFd>,
 }
 
+/// The interface a steered port's program goes on, and the socket slot it steers to.
+pub(crate) struct SteerTarget {
+    netns: OwnedFd,
+    ifname: String,
+    ifindex: u32,
+    slot: u32,
+}
+
+impl SteerTarget {
+    pub(crate) fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    /// Attaches the program that steers the interface's frames to the port's receiving
+    /// socket; the steering lasts as long as the returned attachment.
+    pub(crate) fn steer(&self, program: &RedirectProgram) -> Result<OwnedFd, PortError> {
+        let failed = |e: io::Error| PortError::Unsteerable {
+            ifname: self.ifname.clone(),
+            reason: format!("attach the steering program: {e}"),
+        };
+        let _inside = Visit::enter(self.netns.as_fd()).map_err(failed)?;
+        program.steer(self.ifindex, self.slot).map_err(failed)
+    }
+}
+
 impl SteeredPort {
     /// Opens the sockets for the pod at the other end of `far` (on `far`'s interface),
     /// with the receiving one in `slot` of the worker's socket map. Nothing is steered to
@@ -106,18 +131,25 @@ impl SteeredPort {
         })
     }
 
-    /// Starts steering the interface's frames to the receiving socket.
-    pub(crate) fn steer(&mut self, program: &RedirectProgram) -> Result<(), PortError> {
-        if self.attached.is_some() {
-            return Ok(());
-        }
-        let failed = |e: io::Error| PortError::Unsteerable {
+    /// Where this port's steering program goes, for the keeper to attach it while the
+    /// worker already forwards the port's frames (`switch::steer` says why).
+    pub(crate) fn target(&self) -> Result<SteerTarget, PortError> {
+        let netns = self.netns.try_clone().map_err(|e| PortError::Unsteerable {
             ifname: self.ifname.clone(),
-            reason: format!("attach the steering program: {e}"),
-        };
-        let _inside = Visit::enter(self.netns.as_fd()).map_err(failed)?;
-        self.attached = Some(program.steer(self.ifindex, self.slot).map_err(failed)?);
-        Ok(())
+            reason: format!("keep its network namespace: {e}"),
+        })?;
+        Ok(SteerTarget {
+            netns,
+            ifname: self.ifname.clone(),
+            ifindex: self.ifindex,
+            slot: self.slot,
+        })
+    }
+
+    /// Records the steering program's attachment (`SteerTarget::steer`): from now on the
+    /// port owns it, and closing it stops the steering.
+    pub(crate) fn set_attachment(&mut self, attachment: OwnedFd) {
+        self.attached = Some(attachment);
     }
 
     /// The steering program's attachment: closing it stops the steering (from then on

@@ -1,5 +1,5 @@
 //! A thread beside the worker that opens new ports, opens and closes the sockets of port
-//! resizes, opens and steers steered pairs and takes their programs off again, and closes
+//! resizes, opens steered pairs and puts their programs on and off, and closes
 //! removed ports' sockets and takes the worker's program off their interfaces.
 //!
 //! A socket's birth and death wait in the kernel: AF_PACKET's ring set-up and bind, and
@@ -24,13 +24,13 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use crate::packet_port::PacketPort;
-use crate::steered_port::SteeredPort;
+use crate::steered_port::{SteerTarget, SteeredPort};
 use crate::worker::PortKind;
 use crate::xdp_port::{PortError, Steering, XdpMode, XdpPort};
 use crate::xdp_redirect::RedirectProgram;
 
 use super::open::{open_slot, OpenSpec};
-use super::steer::{open_steered, SteerSpec};
+use super::steer::{attach_pair, open_steered, SteerSpec};
 use super::Slot;
 
 /// How long the kernel usually takes to let go of a queue after its socket closed (16 ms
@@ -47,8 +47,14 @@ const SLOW_AFTER: Duration = Duration::from_millis(500);
 pub(super) enum Job {
     /// A new port, for the worker's slot `spec.slot`.
     Open { ticket: u64, spec: OpenSpec },
-    /// A steered pair's two ports, for the worker's slots `spec.slots`, steered to.
-    Steer { ticket: u64, spec: SteerSpec },
+    /// A steered pair's two ports, for the worker's slots `spec.slots`; nothing is
+    /// steered to them before `Attach`.
+    OpenPair { ticket: u64, spec: SteerSpec },
+    /// The steering programs of a pair whose ports the worker has linked, to put on.
+    Attach {
+        ticket: u64,
+        targets: Box<[SteerTarget; 2]>,
+    },
     /// Steering programs' attachments to close, which takes the programs off their veths;
     /// the worker is told once they are off.
     Unsteer {
@@ -100,10 +106,15 @@ pub(super) enum Done {
         ticket: u64,
         result: Result<(Slot, PortKind), PortError>,
     },
-    /// A steered pair's ports, steered to, for the slots the worker kept.
-    Steered {
+    /// A steered pair's ports, for the slots the worker kept.
+    PairOpened {
         ticket: u64,
         result: Result<[Slot; 2], PortError>,
+    },
+    /// The programs of an `Attach` are on: their attachments, in the order of its targets.
+    Attached {
+        ticket: u64,
+        result: Result<[OwnedFd; 2], PortError>,
     },
     /// The programs of an `Unsteer` are off.
     Unsteered { ticket: u64 },
@@ -245,9 +256,13 @@ impl KeeperThread {
                 ticket,
                 result: open_slot(&spec, self.program.as_deref()),
             }),
-            Job::Steer { ticket, spec } => Some(Done::Steered {
+            Job::OpenPair { ticket, spec } => Some(Done::PairOpened {
                 ticket,
                 result: open_steered(&spec, self.program.as_deref()),
+            }),
+            Job::Attach { ticket, targets } => Some(Done::Attached {
+                ticket,
+                result: attach_pair(&targets, self.program.as_deref()),
             }),
             Job::Unsteer {
                 ticket,

@@ -310,13 +310,15 @@ impl Switch {
         }
     }
 
-    /// A port or a steered pair from the keeper (`port_opened`, `pair_steered`), a pair's
-    /// steering taken off (`pair_unsteered`), or a socket: the next step of its resize,
-    /// or closed again if that resize is gone (its port was removed).
+    /// A port or a steered pair from the keeper (`port_opened`, `pair_opened`), a pair's
+    /// steering put on (`pair_attached`) or taken off (`pair_unsteered`), or a socket: the
+    /// next step of its resize, or closed again if that resize is gone (its port was
+    /// removed).
     fn keeper_done(&mut self, done: Done, now: Instant) {
         let ticket = match done {
             Done::Opened { ticket, result } => return self.port_opened(ticket, result),
-            Done::Steered { ticket, result } => return self.pair_steered(ticket, result),
+            Done::PairOpened { ticket, result } => return self.pair_opened(ticket, result),
+            Done::Attached { ticket, result } => return self.pair_attached(ticket, result),
             Done::Unsteered { ticket } => return self.pair_unsteered(ticket),
             Done::Bridge { ticket, .. } | Done::Socket { ticket, .. } => ticket,
         };

@@ -7,9 +7,17 @@
 //! worker, six pairs steered and put back one after another beside a busy port held the
 //! worker off it for about 80 ms each (18 ms to steer, 62 to put back), and the port lost
 //! 16,000 of 60,000 frames (`fastpath/tests/away.rs`). The keeper does all of that now:
-//! the worker keeps two slots while it opens and steers the pair, then puts them in place
-//! and links them; and to put a pair back, it hands the programs' attachments to the
-//! keeper, forwards what was in flight once they are off, and hands it the sockets.
+//! the worker keeps two slots while the keeper opens the pair's ports, puts them in place
+//! and links them, and only then has the keeper attach the programs; and to put a pair
+//! back, it hands the programs' attachments to the keeper, forwards what was in flight
+//! once they are off, and hands it the sockets.
+//!
+//! The programs go on last because a pod's frames are steered from the moment its
+//! program is on. When the keeper attached them as it opened the ports, what the pods
+//! sent waited in a receiving ring until the worker had the ports: 26 to 88 ms, in which
+//! the ring's 1,024 frames ran out at 50 kpps, and each move onto the switch path lost up
+//! to 700 frames of the direction steered first (`rx_fill_ring_empty`; measured with
+//! `fastpath/tests/steer.rs`'s moves under a 50 kpps flow each way).
 
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
@@ -18,7 +26,7 @@ use crossbeam_channel::Sender;
 use xwire_proto::WireId;
 
 use crate::link_table::{LinkError, PortId};
-use crate::steered_port::{SteeredEnd, SteeredPort};
+use crate::steered_port::{SteerTarget, SteeredEnd, SteeredPort};
 use crate::worker::{PortInfo, PortKind, SteeredPair, WorkerConfig, WorkerError};
 use crate::xdp_port::{PortError, XdpMode};
 use crate::xdp_redirect::RedirectProgram;
@@ -44,18 +52,21 @@ pub(super) struct SteerSpec {
     pub(super) batch: usize,
 }
 
-/// Opens the two ports of a steered pair and steers each pod's frames to its port at
-/// once: what the pods send waits in the ports' receiving rings (up to their frames) until
-/// the worker has put the ports in place and linked them, which it does in one step.
+fn no_program(ifname: &str) -> PortError {
+    PortError::Unsteerable {
+        ifname: ifname.into(),
+        reason: "the worker's XDP program did not load".into(),
+    }
+}
+
+/// Opens the two ports of a steered pair, their receiving rings filled; nothing is
+/// steered to them until `attach_pair`.
 pub(super) fn open_steered(
     spec: &SteerSpec,
     program: Option<&RedirectProgram>,
 ) -> Result<[Slot; 2], PortError> {
     let Some(program) = program else {
-        return Err(PortError::Unsteerable {
-            ifname: spec.ends[0].ifname.clone(),
-            reason: "the worker's XDP program did not load".into(),
-        });
+        return Err(no_program(&spec.ends[0].ifname));
     };
     // Pod a's port is on b's interface, and b's on a's.
     let first = open_one(program, spec.slots[0], &spec.ends[1], spec)?;
@@ -63,10 +74,23 @@ pub(super) fn open_steered(
     let mut ports = [first, second];
     for port in &mut ports {
         port.receiver().refill();
-        // A port that fails here drops with the other, which takes its program off.
-        port.steer(program)?;
     }
     Ok(ports.map(|port| Slot::new(Port::Steered(Box::new(port)), spec.batch)))
+}
+
+/// Steers each pod's frames to its port, which the worker already forwards: the two
+/// programs' attachments, in the order of the ports. If the second cannot go on, the
+/// first comes off again.
+pub(super) fn attach_pair(
+    targets: &[SteerTarget; 2],
+    program: Option<&RedirectProgram>,
+) -> Result<[OwnedFd; 2], PortError> {
+    let Some(program) = program else {
+        return Err(no_program(targets[0].ifname()));
+    };
+    let first = targets[0].steer(program)?;
+    let second = targets[1].steer(program)?;
+    Ok([first, second])
 }
 
 /// One port of the pair, on `far`'s interface; a pair steered a moment ago may still have
@@ -88,7 +112,7 @@ fn open_one(
     }
 }
 
-/// A steered pair being opened, in the two slots kept for it.
+/// A steered pair being opened, in the two slots kept for it, and then steered to.
 pub(super) struct PairOpening {
     ticket: u64,
     wire: WireId,
@@ -97,6 +121,8 @@ pub(super) struct PairOpening {
     ifnames: [String; 2],
     max_frame: usize,
     reply: Sender<Result<SteeredPair, WorkerError>>,
+    /// The ports, once in place and linked: what the answer says when the programs are on.
+    linked: Option<SteeredPair>,
 }
 
 /// Ports being closed together (`remove_ports`): first their steering stops, then what
@@ -104,16 +130,39 @@ pub(super) struct PairOpening {
 pub(super) struct Removal {
     ticket: u64,
     ids: Vec<PortId>,
-    reply: Sender<Result<(), WorkerError>>,
+    reply: RemovalReply,
     /// Since when no frame is steered to the ports (`None`: the keeper is still taking
     /// the programs off).
     draining_since: Option<Instant>,
 }
 
+/// Who is answered once a removal's ports are closed.
+enum RemovalReply {
+    /// The caller of `remove_ports`.
+    Removed(Sender<Result<(), WorkerError>>),
+    /// The caller of `steer_pair`, whose pair could not be steered: told why once its
+    /// ports are gone, so that steering the wire again can start at once.
+    NotSteered(Sender<Result<SteeredPair, WorkerError>>, WorkerError),
+}
+
+impl RemovalReply {
+    fn send(self, removed: Result<(), WorkerError>) {
+        match self {
+            RemovalReply::Removed(reply) => {
+                let _ = reply.send(removed);
+            }
+            RemovalReply::NotSteered(reply, why) => {
+                let _ = reply.send(Err(why));
+            }
+        }
+    }
+}
+
 impl Switch {
     /// Steers the veth pair whose two ends are `ends` through the switch as `wire`: a
     /// port for each pod (on the other pod's interface), linked. Answers with the ports,
-    /// the first standing for the pod of `ends[0]`, once they are in place.
+    /// the first standing for the pod of `ends[0]`, once the pods' frames are steered to
+    /// them.
     pub(super) fn steer_pair(
         &mut self,
         wire: WireId,
@@ -157,12 +206,13 @@ impl Switch {
             ifnames,
             max_frame,
             reply,
+            linked: None,
         };
         match &self.keeper {
             Some(keeper) => {
                 self.tickets += 1;
                 pair.ticket = self.tickets;
-                keeper.ask(keeper::Job::Steer {
+                keeper.ask(keeper::Job::OpenPair {
                     ticket: pair.ticket,
                     spec,
                 });
@@ -175,8 +225,8 @@ impl Switch {
         }
     }
 
-    /// A pair the keeper opened and steered for the request of `ticket` (or could not).
-    pub(super) fn pair_steered(&mut self, ticket: u64, opened: Result<[Slot; 2], PortError>) {
+    /// A pair the keeper opened for the request of `ticket` (or could not).
+    pub(super) fn pair_opened(&mut self, ticket: u64, opened: Result<[Slot; 2], PortError>) {
         let Some(at) = self.pairs_opening.iter().position(|p| p.ticket == ticket) else {
             // Every open is answered, and only once: nothing else could have taken it.
             for slot in opened.into_iter().flatten() {
@@ -188,16 +238,109 @@ impl Switch {
         self.install_pair(pair, opened);
     }
 
-    fn install_pair(&mut self, pair: PairOpening, opened: Result<[Slot; 2], PortError>) {
-        let result = match opened {
-            Ok(slots) => self.put_pair_in_place(&pair, slots),
-            Err(e) => Err(e.into()),
+    /// Puts an opened pair's ports in place and links them, then has their programs
+    /// attached (by the keeper, if there is one); answers once they are on.
+    fn install_pair(&mut self, mut pair: PairOpening, opened: Result<[Slot; 2], PortError>) {
+        let linked = opened
+            .map_err(WorkerError::from)
+            .and_then(|slots| self.put_pair_in_place(&pair, slots));
+        let linked = match linked {
+            Ok(linked) => linked,
+            Err(e) => {
+                let _ = pair.reply.send(Err(e));
+                return;
+            }
         };
-        let _ = pair.reply.send(result);
+        let targets = match self.steer_targets(&linked) {
+            Ok(targets) => targets,
+            Err(e) => {
+                let ids = linked.ports.iter().map(|port| port.id).collect();
+                self.unlink_unsteered(ids, RemovalReply::NotSteered(pair.reply, e));
+                return;
+            }
+        };
+        pair.linked = Some(linked);
+        match &self.keeper {
+            Some(keeper) => {
+                self.tickets += 1;
+                pair.ticket = self.tickets;
+                keeper.ask(keeper::Job::Attach {
+                    ticket: pair.ticket,
+                    targets: Box::new(targets),
+                });
+                self.pairs_opening.push(pair);
+            }
+            None => {
+                let attached = attach_pair(&targets, self.redirect.as_deref());
+                self.steer_linked(pair, attached);
+            }
+        }
     }
 
-    /// Puts a steered pair's ports in their slots and links them, in one step: the
-    /// frames waiting in their rings are forwarded from the next pass on.
+    /// The programs of the pair of `ticket` are on (or could not go on).
+    pub(super) fn pair_attached(&mut self, ticket: u64, attached: Result<[OwnedFd; 2], PortError>) {
+        // Every attach is answered, and only once: the pair is there (and if it were not,
+        // the attachments dropping here take the programs off).
+        if let Some(at) = self.pairs_opening.iter().position(|p| p.ticket == ticket) {
+            let pair = self.pairs_opening.swap_remove(at);
+            self.steer_linked(pair, attached);
+        }
+    }
+
+    /// Gives a linked pair's ports their programs' attachments and answers; or, if the
+    /// programs could not go on, takes the ports away (forwarding what the first program
+    /// steered before it came off) and then answers with why.
+    fn steer_linked(&mut self, mut pair: PairOpening, attached: Result<[OwnedFd; 2], PortError>) {
+        let Some(linked) = pair.linked.take() else {
+            return;
+        };
+        let ids = linked.ports.iter().map(|port| port.id).collect();
+        match attached {
+            Ok(attachments) => {
+                for (info, attachment) in linked.ports.iter().zip(attachments) {
+                    // Both ports are the worker's until it answers: no caller knows them.
+                    if let Some(Port::Steered(port)) = self.slot_port(info.id) {
+                        port.set_attachment(attachment);
+                    }
+                }
+                let _ = pair.reply.send(Ok(linked));
+            }
+            Err(e) => self.unlink_unsteered(ids, RemovalReply::NotSteered(pair.reply, e.into())),
+        }
+    }
+
+    /// Where each of a linked pair's programs goes.
+    fn steer_targets(&mut self, linked: &SteeredPair) -> Result<[SteerTarget; 2], WorkerError> {
+        let mut targets = Vec::with_capacity(2);
+        for info in &linked.ports {
+            match self.slot_port(info.id) {
+                Some(Port::Steered(port)) => targets.push(port.target()?),
+                _ => return Err(WorkerError::NoSuchPort(info.id)),
+            }
+        }
+        Ok(targets.try_into().ok().expect("two ports"))
+    }
+
+    fn slot_port(&mut self, id: PortId) -> Option<&mut Port> {
+        self.slots
+            .get_mut(usize::from(id.0))
+            .and_then(Option::as_mut)
+            .map(|slot| &mut slot.port)
+    }
+
+    /// Closes ports nothing is steered to any more, once what was in flight through
+    /// them has gone on, and then answers `reply`.
+    fn unlink_unsteered(&mut self, ids: Vec<PortId>, reply: RemovalReply) {
+        self.removing.push(Removal {
+            ticket: 0,
+            ids,
+            reply,
+            draining_since: Some(Instant::now()),
+        });
+    }
+
+    /// Puts a steered pair's ports in their slots and links them, in one step; nothing
+    /// is steered to them yet.
     fn put_pair_in_place(
         &mut self,
         pair: &PairOpening,
@@ -269,7 +412,7 @@ impl Switch {
         let mut removal = Removal {
             ticket: 0,
             ids,
-            reply,
+            reply: RemovalReply::Removed(reply),
             draining_since: None,
         };
         match &self.keeper {
@@ -315,7 +458,7 @@ impl Switch {
             }
             let removal = self.removing.swap_remove(at);
             let result = removal.ids.iter().try_for_each(|&id| self.remove_port(id));
-            let _ = removal.reply.send(result);
+            removal.reply.send(result);
         }
     }
 }
