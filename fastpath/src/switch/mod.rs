@@ -41,7 +41,7 @@ pub(crate) use pace::longest_nap;
 use forward::{Outgoing, MAX_CHAIN};
 use open::{touched_slots, Opening, WaitingPort};
 use sleep::Sleeper;
-use steer::{PairOpening, Removal};
+use steer::{PairOpening, PairSteering, Removal};
 
 /// How long after closing an AF_XDP port the kernel may still hold its interface's queue:
 /// it releases a socket's buffer pool in a work item that takes the RTNL lock, and a bind
@@ -148,8 +148,10 @@ pub(crate) struct Switch {
     next_retry: Instant,
     /// Ports the keeper is opening; their slots are kept free for them.
     opening: Vec<Opening>,
-    /// Steered pairs the keeper is opening and steering, likewise.
+    /// Steered pairs the keeper is opening, likewise.
     pairs_opening: Vec<PairOpening>,
+    /// Steered pairs in place and linked, whose programs the keeper is putting on.
+    pairs_steering: Vec<PairSteering>,
     /// Ports closing together once their steering is off and their frames have gone on.
     removing: Vec<Removal>,
     /// When the current pass began: the time frames queued for peers are held from.
@@ -230,6 +232,7 @@ impl Switch {
             next_retry: Instant::now(),
             opening: Vec::new(),
             pairs_opening: Vec::new(),
+            pairs_steering: Vec::new(),
             removing: Vec::new(),
             now: Instant::now(),
             extras: extras::LinkExtras::default(),
@@ -419,16 +422,21 @@ impl Switch {
     }
 
     /// Whether the keeper has work of this worker's under way: a resize, an open, or a
-    /// steered pair to open or take off.
+    /// steered pair to open, or whose programs to put on or take off.
     fn awaits_keeper(&self) -> bool {
         self.resizing > 0
             || !self.opening.is_empty()
             || !self.pairs_opening.is_empty()
+            || !self.pairs_steering.is_empty()
             || !self.removing.is_empty()
     }
 
     fn port(&self, id: PortId) -> Option<&Port> {
         Some(&self.slots.get(usize::from(id.0))?.as_ref()?.port)
+    }
+
+    fn port_mut(&mut self, id: PortId) -> Option<&mut Port> {
+        Some(&mut self.slots.get_mut(usize::from(id.0))?.as_mut()?.port)
     }
 
     /// Closes a port. Its frames, wherever they are, go with its UMEM.

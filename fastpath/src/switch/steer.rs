@@ -112,7 +112,7 @@ fn open_one(
     }
 }
 
-/// A steered pair being opened, in the two slots kept for it, and then steered to.
+/// A steered pair being opened, in the two slots kept for it.
 pub(super) struct PairOpening {
     ticket: u64,
     wire: WireId,
@@ -121,8 +121,15 @@ pub(super) struct PairOpening {
     ifnames: [String; 2],
     max_frame: usize,
     reply: Sender<Result<SteeredPair, WorkerError>>,
-    /// The ports, once in place and linked: what the answer says when the programs are on.
-    linked: Option<SteeredPair>,
+}
+
+/// A steered pair whose ports are in place and linked, while the keeper puts its
+/// programs on.
+pub(super) struct PairSteering {
+    ticket: u64,
+    reply: Sender<Result<SteeredPair, WorkerError>>,
+    /// What the answer says once the programs are on.
+    linked: SteeredPair,
 }
 
 /// Ports being closed together (`remove_ports`): first their steering stops, then what
@@ -206,7 +213,6 @@ impl Switch {
             ifnames,
             max_frame,
             reply,
-            linked: None,
         };
         match &self.keeper {
             Some(keeper) => {
@@ -240,7 +246,7 @@ impl Switch {
 
     /// Puts an opened pair's ports in place and links them, then has their programs
     /// attached (by the keeper, if there is one); answers once they are on.
-    fn install_pair(&mut self, mut pair: PairOpening, opened: Result<[Slot; 2], PortError>) {
+    fn install_pair(&mut self, pair: PairOpening, opened: Result<[Slot; 2], PortError>) {
         let linked = opened
             .map_err(WorkerError::from)
             .and_then(|slots| self.put_pair_in_place(&pair, slots));
@@ -259,20 +265,24 @@ impl Switch {
                 return;
             }
         };
-        pair.linked = Some(linked);
+        let mut steering = PairSteering {
+            ticket: 0,
+            reply: pair.reply,
+            linked,
+        };
         match &self.keeper {
             Some(keeper) => {
                 self.tickets += 1;
-                pair.ticket = self.tickets;
+                steering.ticket = self.tickets;
                 keeper.ask(keeper::Job::Attach {
-                    ticket: pair.ticket,
+                    ticket: steering.ticket,
                     targets: Box::new(targets),
                 });
-                self.pairs_opening.push(pair);
+                self.pairs_steering.push(steering);
             }
             None => {
                 let attached = attach_pair(&targets, self.redirect.as_deref());
-                self.steer_linked(pair, attached);
+                self.steer_linked(steering, attached);
             }
         }
     }
@@ -281,8 +291,8 @@ impl Switch {
     pub(super) fn pair_attached(&mut self, ticket: u64, attached: Result<[OwnedFd; 2], PortError>) {
         // Every attach is answered, and only once: the pair is there (and if it were not,
         // the attachments dropping here take the programs off).
-        if let Some(at) = self.pairs_opening.iter().position(|p| p.ticket == ticket) {
-            let pair = self.pairs_opening.swap_remove(at);
+        if let Some(at) = self.pairs_steering.iter().position(|p| p.ticket == ticket) {
+            let pair = self.pairs_steering.swap_remove(at);
             self.steer_linked(pair, attached);
         }
     }
@@ -290,42 +300,32 @@ impl Switch {
     /// Gives a linked pair's ports their programs' attachments and answers; or, if the
     /// programs could not go on, takes the ports away (forwarding what the first program
     /// steered before it came off) and then answers with why.
-    fn steer_linked(&mut self, mut pair: PairOpening, attached: Result<[OwnedFd; 2], PortError>) {
-        let Some(linked) = pair.linked.take() else {
-            return;
-        };
-        let ids = linked.ports.iter().map(|port| port.id).collect();
+    fn steer_linked(&mut self, pair: PairSteering, attached: Result<[OwnedFd; 2], PortError>) {
+        let PairSteering { reply, linked, .. } = pair;
         match attached {
             Ok(attachments) => {
                 for (info, attachment) in linked.ports.iter().zip(attachments) {
                     // Both ports are the worker's until it answers: no caller knows them.
-                    if let Some(Port::Steered(port)) = self.slot_port(info.id) {
+                    if let Some(Port::Steered(port)) = self.port_mut(info.id) {
                         port.set_attachment(attachment);
                     }
                 }
-                let _ = pair.reply.send(Ok(linked));
+                let _ = reply.send(Ok(linked));
             }
-            Err(e) => self.unlink_unsteered(ids, RemovalReply::NotSteered(pair.reply, e.into())),
+            Err(e) => {
+                let ids = linked.ports.iter().map(|port| port.id).collect();
+                self.unlink_unsteered(ids, RemovalReply::NotSteered(reply, e.into()));
+            }
         }
     }
 
     /// Where each of a linked pair's programs goes.
-    fn steer_targets(&mut self, linked: &SteeredPair) -> Result<[SteerTarget; 2], WorkerError> {
-        let mut targets = Vec::with_capacity(2);
-        for info in &linked.ports {
-            match self.slot_port(info.id) {
-                Some(Port::Steered(port)) => targets.push(port.target()?),
-                _ => return Err(WorkerError::NoSuchPort(info.id)),
-            }
-        }
-        Ok(targets.try_into().ok().expect("two ports"))
-    }
-
-    fn slot_port(&mut self, id: PortId) -> Option<&mut Port> {
-        self.slots
-            .get_mut(usize::from(id.0))
-            .and_then(Option::as_mut)
-            .map(|slot| &mut slot.port)
+    fn steer_targets(&self, linked: &SteeredPair) -> Result<[SteerTarget; 2], WorkerError> {
+        let target = |info: &PortInfo| match self.port(info.id) {
+            Some(Port::Steered(port)) => Ok(port.target()?),
+            _ => Err(WorkerError::NoSuchPort(info.id)),
+        };
+        Ok([target(&linked.ports[0])?, target(&linked.ports[1])?])
     }
 
     /// Closes ports nothing is steered to any more, once what was in flight through
@@ -397,9 +397,7 @@ impl Switch {
         let mut steered = false;
         let mut attachments: Vec<OwnedFd> = Vec::new();
         for &id in &ids {
-            if let Some(Port::Steered(port)) =
-                self.slots[usize::from(id.0)].as_mut().map(|s| &mut s.port)
-            {
+            if let Some(Port::Steered(port)) = self.port_mut(id) {
                 steered = true;
                 attachments.extend(port.take_attachment());
             }
