@@ -308,7 +308,7 @@ fn kill_and_restart_configured(nodes: &[&str], extra: &str) -> Lab {
         assert_eq!(counts.send_errors, 0, "{name}: {counts:?}");
         // The local wires (uid 1 and 2) are veths between pods: no daemon is on their path.
         if name == "uid 1" || name == "uid 2" {
-            assert_eq!(counts.lost(), 0, "{name}: {counts:?}");
+            assert_eq!(counts.lost_on_the_way(), 0, "{name}: {counts:?}");
         }
     }
     lab

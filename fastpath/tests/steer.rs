@@ -142,7 +142,7 @@ fn moving_on_and_off_the_switch_path_loses_no_frame() {
     for counts in [a_to_b, b_to_a] {
         assert!(counts.sent > 1000, "{counts:?}");
         assert_eq!(counts.send_errors, 0, "{counts:?}");
-        assert_eq!(counts.lost(), 0, "{counts:?}");
+        assert_eq!(counts.lost_on_the_way(), 0, "{counts:?}");
     }
 }
 

@@ -64,7 +64,8 @@ pub struct Report {
     pub rss_after_restart_mib: f64,
     /// `all_forwarding_s / cold_bring_up_s`.
     pub ratio_to_cold: f64,
-    /// Frames sent and lost on the local wires (one per node) during the restart.
+    /// Frames sent and lost on the local wires (one per node) during the restart (what
+    /// the test's own readers dropped is not counted lost: see `FlowCounts`).
     pub untouched_sent: u64,
     pub untouched_lost: u64,
 }
@@ -198,7 +199,7 @@ pub fn run(
     for flow in flows {
         let counts = flow.stop();
         untouched_sent += counts.sent;
-        untouched_lost += counts.lost();
+        untouched_lost += counts.lost_on_the_way();
     }
     Ok(Report {
         wires,

@@ -22,12 +22,21 @@ pub struct FlowCounts {
     /// Sends the kernel refused (the sending interface went away, for one).
     pub send_errors: u64,
     pub received: u64,
+    /// Frames that reached the receiving interface but were dropped at the flow's own
+    /// receiving socket (its buffer was full while its thread was not running): the
+    /// test's reader, not the wire, lost them.
+    pub reader_dropped: u64,
 }
 
 impl FlowCounts {
     /// Frames sent and never seen (those still in flight when counted included).
     pub fn lost(&self) -> u64 {
         self.sent.saturating_sub(self.received)
+    }
+
+    /// What the wire lost: `lost` less what the flow's own reader dropped.
+    pub fn lost_on_the_way(&self) -> u64 {
+        self.lost().saturating_sub(self.reader_dropped)
     }
 }
 
@@ -38,6 +47,7 @@ struct Shared {
     sent: AtomicU64,
     send_errors: AtomicU64,
     received: AtomicU64,
+    reader_dropped: AtomicU64,
 }
 
 /// Frames from `from:from_if` to `to:to_if`, one every `interval`.
@@ -63,8 +73,21 @@ impl Flow {
         let receiving = {
             let shared = shared.clone();
             std::thread::spawn(move || {
+                let count_drops = || {
+                    if let Ok(dropped) = rx.take_drops() {
+                        shared.reader_dropped.fetch_add(dropped, Ordering::Relaxed);
+                    }
+                };
+                let mut frames: u32 = 0;
                 while !shared.stop.load(Ordering::Relaxed) && started.elapsed() < MAX_RUN {
+                    // Now and then, not per frame: a system call per frame would slow the
+                    // reader that it counts.
+                    frames = frames.wrapping_add(1);
+                    if frames % 512 == 0 {
+                        count_drops();
+                    }
                     let Ok(Some(frame)) = rx.recv(Duration::from_millis(50)) else {
+                        count_drops();
                         continue;
                     };
                     if frame.len() < 14 || frame[12..14] != TEST_ETHERTYPE || frame[11] != sender {
@@ -72,6 +95,7 @@ impl Flow {
                     }
                     shared.received.fetch_add(1, Ordering::Relaxed);
                 }
+                count_drops();
             })
         };
         let sending = {
@@ -104,6 +128,7 @@ impl Flow {
             sent: self.shared.sent.load(Ordering::Relaxed),
             send_errors: self.shared.send_errors.load(Ordering::Relaxed),
             received: self.shared.received.load(Ordering::Relaxed),
+            reader_dropped: self.shared.reader_dropped.load(Ordering::Relaxed),
         }
     }
 

@@ -70,6 +70,31 @@ impl RawSocket {
             Err(e) => Err(e),
         }
     }
+
+    /// Frames the kernel dropped on their way into this socket since the last call
+    /// (its receive buffer was full): a reader that fell behind, not the interface.
+    pub fn take_drops(&self) -> io::Result<u64> {
+        let mut stats = libc::tpacket_stats {
+            tp_packets: 0,
+            tp_drops: 0,
+        };
+        let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // SAFETY: PACKET_STATISTICS writes a `tpacket_stats` into the buffer given, whose
+        // size is passed in `len`; both live across the call. Reading resets the counts.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.socket.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut stats as *mut libc::tpacket_stats).cast(),
+                &mut len,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(u64::from(stats.tp_drops))
+    }
 }
 
 /// An AF_PACKET socket for one EtherType on every interface of a namespace: sends on

@@ -215,6 +215,43 @@ fn raw_sockets_carry_whole_frames_and_see_only_arrivals() {
     );
 }
 
+#[test]
+fn a_raw_socket_counts_what_its_full_buffer_dropped_apart_from_what_it_read() {
+    // Far more than any receive buffer the kernel allows here holds (8 MiB at most,
+    // about 1 KiB a frame), sent while nobody reads.
+    const FRAMES: u64 = 30_000;
+    let a = Netns::new("rawdrop-a").unwrap();
+    let b = Netns::new("rawdrop-b").unwrap();
+    let wire = Veth::new(&a, &b).unwrap();
+    wire.set_up().unwrap();
+    let sa = xwire_testbed::RawSocket::open(&a, wire.a_name()).unwrap();
+    let sb = xwire_testbed::RawSocket::open(&b, wire.b_name()).unwrap();
+    assert_eq!(sb.take_drops().unwrap(), 0);
+    let mut frame = vec![0xff; 6];
+    frame.extend_from_slice(&[2, 0, 0, 0, 0, 2, 0x88, 0xb5]);
+    frame.resize(96, 0x5a);
+    for _ in 0..FRAMES {
+        sa.send(&frame).unwrap();
+    }
+    let dropped = sb.take_drops().unwrap();
+    let mut read = 0;
+    while let Some(got) = sb.recv(Duration::from_millis(200)).unwrap() {
+        read += u64::from(got == frame);
+    }
+    let arrived = b.link_stats(wire.b_name()).unwrap().rx_packets;
+    assert!(dropped > 0, "a buffer of {read} frames took all {FRAMES}");
+    assert!(
+        arrived >= FRAMES,
+        "{arrived} of {FRAMES} reached the interface"
+    );
+    // The new link's own few frames (neighbour discovery) may be among those dropped.
+    assert!(
+        (FRAMES..FRAMES + 8).contains(&(read + dropped)),
+        "read {read}, dropped {dropped}"
+    );
+    assert_eq!(sb.take_drops().unwrap(), 0, "a count is taken once");
+}
+
 /// What podman (containers/common) does before it mounts a namespace of its own: make
 /// /run/netns a shared mount, bind-mounting it onto itself first when it is not a mount
 /// point yet. A namespace the test bed made before that must still be removed whole.
