@@ -265,24 +265,23 @@ impl Switch {
                 return;
             }
         };
-        let mut steering = PairSteering {
-            ticket: 0,
-            reply: pair.reply,
-            linked,
-        };
         match &self.keeper {
             Some(keeper) => {
                 self.tickets += 1;
-                steering.ticket = self.tickets;
+                let ticket = self.tickets;
                 keeper.ask(keeper::Job::Attach {
-                    ticket: steering.ticket,
+                    ticket,
                     targets: Box::new(targets),
                 });
-                self.pairs_steering.push(steering);
+                self.pairs_steering.push(PairSteering {
+                    ticket,
+                    reply: pair.reply,
+                    linked,
+                });
             }
             None => {
                 let attached = attach_pair(&targets, self.redirect.as_deref());
-                self.steer_linked(steering, attached);
+                self.steer_linked(pair.reply, linked, attached);
             }
         }
     }
@@ -292,16 +291,20 @@ impl Switch {
         // Every attach is answered, and only once: the pair is there (and if it were not,
         // the attachments dropping here take the programs off).
         if let Some(at) = self.pairs_steering.iter().position(|p| p.ticket == ticket) {
-            let pair = self.pairs_steering.swap_remove(at);
-            self.steer_linked(pair, attached);
+            let PairSteering { reply, linked, .. } = self.pairs_steering.swap_remove(at);
+            self.steer_linked(reply, linked, attached);
         }
     }
 
     /// Gives a linked pair's ports their programs' attachments and answers; or, if the
     /// programs could not go on, takes the ports away (forwarding what the first program
     /// steered before it came off) and then answers with why.
-    fn steer_linked(&mut self, pair: PairSteering, attached: Result<[OwnedFd; 2], PortError>) {
-        let PairSteering { reply, linked, .. } = pair;
+    fn steer_linked(
+        &mut self,
+        reply: Sender<Result<SteeredPair, WorkerError>>,
+        linked: SteeredPair,
+        attached: Result<[OwnedFd; 2], PortError>,
+    ) {
         match attached {
             Ok(attachments) => {
                 for (info, attachment) in linked.ports.iter().zip(attachments) {

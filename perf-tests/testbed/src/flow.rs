@@ -78,12 +78,12 @@ impl Flow {
                         shared.reader_dropped.fetch_add(dropped, Ordering::Relaxed);
                     }
                 };
-                let mut frames: u32 = 0;
+                let mut reads: u32 = 0;
                 while !shared.stop.load(Ordering::Relaxed) && started.elapsed() < MAX_RUN {
-                    // Now and then, not per frame: a system call per frame would slow the
-                    // reader that it counts.
-                    frames = frames.wrapping_add(1);
-                    if frames % 512 == 0 {
+                    // Every 512 reads, not every read: a system call per frame would slow
+                    // the reader that it counts.
+                    reads = reads.wrapping_add(1);
+                    if reads % 512 == 0 {
                         count_drops();
                     }
                     let Ok(Some(frame)) = rx.recv(Duration::from_millis(50)) else {
