@@ -276,6 +276,8 @@ impl Switch {
         // to do: the rest of the time between two passes it was away (`AwayTimes`).
         let mut last_pass: Option<Instant> = None;
         let mut slept = Duration::ZERO;
+        // When the passes that have followed one another at once began.
+        let mut streak_since: Option<Instant> = None;
         loop {
             // Commands for at most `COMMAND_BUDGET` per pass: a burst of them (a restart
             // opens a port per wire) must not stop forwarding or the peer transport's
@@ -343,15 +345,25 @@ impl Switch {
             if pass.from_ports > 0 {
                 ports_idle_since = now;
             }
+            let streak = match streak_since {
+                Some(since) => now.saturating_duration_since(since),
+                None => Duration::ZERO,
+            };
             let after = pace::AfterPass {
                 moved: pass.moved,
                 backlog: pass.backlog,
+                streak,
                 cycle,
                 since_work: now.saturating_duration_since(idle_since),
                 since_port_work: now.saturating_duration_since(ports_idle_since),
                 held_due_in,
             };
-            match pace::next(pacing, after) {
+            let next = pace::next(pacing, after);
+            streak_since = match next {
+                pace::Next::Pass => Some(streak_since.unwrap_or(pass_start)),
+                _ => None,
+            };
+            match next {
                 pace::Next::Pass => {}
                 // The kernel work our sends start (the receiving veth's softirq) runs on
                 // this CPU; once it overflows into ksoftirqd, a worker that spins keeps it
