@@ -99,15 +99,16 @@ pub(super) struct Pacing {
 /// sleeper's timer is exact to the microsecond; waking is not).
 pub(super) const HELD_SPIN: Duration = Duration::from_micros(30);
 
-/// How long a worker passes back to back (each pass stopped at a batch's end) before it
-/// lets anything else runnable on its CPU run once. On a CPU that two nodes' workers
+/// How long a worker passes again at once (`Next::Pass`), pass after pass, before a pass
+/// cut short by its batch lets anything else runnable on its CPU run once. On a CPU that two nodes' workers
 /// share (the lab, the perf scenarios), the receiving worker otherwise waited behind a
 /// busy sender for up to 46 ms at a time: its UDP socket overflowed and the sender's
 /// overload response refused frames. `xwire-perf remote-wire --sizes 64 --paths
 /// kernel-vxlan,xwire-datagram --flows b-to-a` with `--verbose`, three pairs alternated
 /// at 0.1% steal: loss-free 1.16, 1.21 and 1.17x VXLAN's against 0.97, 1.08 and 0.95x,
-/// `RcvbufErrors` 0, 365 and 0 against 1,608, 654 and 1,547. A yield costs a system
-/// call a millisecond.
+/// `RcvbufErrors` 0, 365 and 0 against 1,608, 654 and 1,547. A fourth pair carried 356k
+/// against 285k pps (0.98x against 1.13x, VXLAN itself moving 252k-364k between the runs),
+/// with no socket overflow against 4,175. A yield costs a system call a millisecond.
 pub(super) const LONGEST_STREAK: Duration = Duration::from_millis(1);
 
 /// How many frames a pass should find while traffic flows: a nap stretches from `coalesce`
@@ -129,8 +130,9 @@ pub(super) struct AfterPass {
     pub(super) moved: usize,
     /// The pass stopped at a batch's end with more waiting.
     pub(super) backlog: bool,
-    /// Since the first of the passes that followed one another at once, this one's
-    /// included (zero when the pass before did not stop at a batch's end).
+    /// From the start of the first of the passes that have followed one another at once
+    /// (`Next::Pass`) to the end of this one; zero for a pass that did not follow another
+    /// at once (the worker napped, slept or yielded before it).
     pub(super) streak: Duration,
     /// From the start of the pass before to the start of this one: the time in which
     /// `moved` gathered.
