@@ -209,12 +209,14 @@ pub fn paced(
 }
 
 /// The loss-free rate through the device, per flow, with trials of `length`: both
-/// ends on the generator's CPU, the device on its own.
+/// ends on the generator's CPU, the device on its own. `verbose`: where frames went over
+/// the whole search, on stderr (`Bed::report`).
 pub fn lossfree(
     device: Device,
     size: usize,
     length: SearchLength,
     flows: &[Flow],
+    verbose: bool,
 ) -> Result<Vec<LossfreeRow>> {
     let hosts = Hosts::new()?;
     let bed = Bed::new(&hosts, device, size)?;
@@ -232,7 +234,14 @@ pub fn lossfree(
         size,
         PortOptions::default(),
     )?;
-    lossfree_rows(device.name(), &mut wire, size, length, flows)
+    let rows = lossfree_rows(device.name(), &mut wire, size, length, flows)?;
+    if verbose {
+        bed.report(&format!(
+            "{} {size} B, the whole loss-free search",
+            device.name()
+        ));
+    }
+    Ok(rows)
 }
 
 /// The device's CPU over `seconds` of silence, then `probes` single frames, each after

@@ -45,6 +45,8 @@ fn the_lossfree_search_reports_each_direction_alone_and_at_once() {
             confirm_seconds: 0.0,
         },
         &[Flow::AToB, Flow::BToA, Flow::Both],
+        // `--verbose`'s report of the switch's counters over the search (on stderr).
+        true,
     )
     .unwrap();
     let directions: Vec<(&str, bool)> = rows

@@ -648,7 +648,8 @@ fn local_fwd(scenario: Scenario) -> Result<()> {
         if !run.no_lossfree {
             let mut found = Vec::new();
             for &device in devices.iter().filter(fits) {
-                let rows = local_fwd::lossfree(device, size, run.search_length(), &run.flows)?;
+                let rows =
+                    local_fwd::lossfree(device, size, run.search_length(), &run.flows, verbose)?;
                 emit_lossfree(&rows, run.json, verbose);
                 found.extend(rows);
             }

@@ -89,16 +89,24 @@ impl Running {
             return String::new();
         };
         match worker.stats() {
-            Ok(stats) => stats
-                .links
-                .iter()
-                .map(|link| {
-                    format!(
-                        "  xwire link {}: in {:?}\n    back {:?}\n    kernel drops {:?}, port frames {:?}\n",
-                        link.wire.0, link.a_to_b, link.b_to_a, link.kernel_drops, link.umem_frames
-                    )
-                })
-                .collect(),
+            Ok(stats) => {
+                let links: String = stats
+                    .links
+                    .iter()
+                    .map(|link| {
+                        format!(
+                            "  xwire link {}: in {:?}\n    back {:?}\n    kernel drops {:?}, port frames {:?}\n",
+                            link.wire.0, link.a_to_b, link.b_to_a, link.kernel_drops, link.umem_frames
+                        )
+                    })
+                    .collect();
+                // Time kept from its ports says whether drops at a port came from the
+                // worker being away (`AwayTimes`).
+                format!(
+                    "{links}  xwire worker: busy {:?} of {:?}, away {:?}\n",
+                    stats.busy, stats.running, stats.away
+                )
+            }
             Err(e) => format!("  xwire: no statistics: {e}\n"),
         }
     }
