@@ -108,7 +108,10 @@ pub(super) const HELD_SPIN: Duration = Duration::from_micros(30);
 /// at 0.1% steal: loss-free 1.16, 1.21 and 1.17x VXLAN's against 0.97, 1.08 and 0.95x,
 /// `RcvbufErrors` 0, 365 and 0 against 1,608, 654 and 1,547. A fourth pair carried 356k
 /// against 285k pps (0.98x against 1.13x, VXLAN itself moving 252k-364k between the runs),
-/// with no socket overflow against 4,175. A yield costs a system call a millisecond.
+/// with no socket overflow against 4,175. A yield costs a system call a millisecond. A
+/// quarter of this (0.25 ms) did not shorten the tail at 50 kpps where the two workers
+/// share a CPU: p99 over VXLAN's 1.47-1.72x at 64 B and 2.49-35x at 1514 B, against
+/// 1.55-2.06x and 1.72-4.93x (three alternated pairs).
 pub(super) const LONGEST_STREAK: Duration = Duration::from_millis(1);
 
 /// How many frames a pass should find while traffic flows: a nap stretches from `coalesce`
