@@ -129,6 +129,10 @@ struct WorkerArgs {
     /// `resting_frames_per_worker`; 0: every port rests at `min_frames_per_port`).
     #[arg(long)]
     resting_frames_per_worker: Option<usize>,
+    /// Open xwire's ports as AF_PACKET sockets, the fall-back where AF_XDP cannot be had,
+    /// instead of AF_XDP.
+    #[arg(long)]
+    af_packet: bool,
 }
 
 impl WorkerArgs {
@@ -150,6 +154,11 @@ impl WorkerArgs {
             resting_frames_per_worker: self
                 .resting_frames_per_worker
                 .unwrap_or(daemon.resting_frames_per_worker),
+            ports: if self.af_packet {
+                PortChoice::AfPacket
+            } else {
+                daemon.ports
+            },
         }
     }
 }
