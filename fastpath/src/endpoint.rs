@@ -92,7 +92,14 @@ impl Endpoint {
         }
         match Self::open_xdp(ifname, max_frame, ring, xdp_mode) {
             Ok(endpoint) => Ok(endpoint),
-            Err(WorkerError::Port(e @ PortError::Socket { .. })) if choice == PortChoice::Auto => {
+            // `Busy`: another program holds the interface's XDP hook, most often the
+            // switch's, steering an impaired or captured same-node wire through itself
+            // (`steered_port.rs`). AF_PACKET needs no hook, and the frames it sends go
+            // the way the pod's own do. Without this, `lab bench` across such a wire
+            // failed at its first trial.
+            Err(WorkerError::Port(e @ (PortError::Socket { .. } | PortError::Busy(_))))
+                if choice == PortChoice::Auto =>
+            {
                 tracing::warn!(ifname, reason = %e, "AF_XDP unavailable, using AF_PACKET");
                 packet()
             }
@@ -273,7 +280,8 @@ mod tests {
     use xwire_testbed::{unique_ifname, Netns, RawSocket, Veth};
 
     use super::Endpoint;
-    use crate::worker::PortChoice;
+    use crate::worker::{PortChoice, PortKind, WorkerError};
+    use crate::xdp_port::PortError;
 
     #[test]
     fn one_flush_sends_every_frame_queued_not_one_kicks_worth() {
@@ -327,5 +335,39 @@ mod tests {
             })
             .unwrap();
         assert_eq!(taken, FRAMES, "frames one receive of 256 took");
+    }
+
+    #[test]
+    fn an_interface_whose_xdp_hook_is_held_gets_an_af_packet_endpoint_that_sends() {
+        // What `lab bench` meets on a same-node wire that the switch steers: the pod's
+        // interface has the switch's XDP program on it. Here an AF_XDP endpoint holds it.
+        const FRAMES: usize = 50;
+        let a = Netns::new("xep-held-a").unwrap();
+        let b = Netns::new("xep-held-b").unwrap();
+        let veth = Veth::named(&a, "eth1", &b, &unique_ifname()).unwrap();
+        veth.set_up().unwrap();
+        let before = b.link_stats(veth.b_name()).unwrap().rx_packets;
+        let (refused, kind, queued, unsent) = a
+            .run(|| {
+                let _holder = Endpoint::open("eth1", 1514, 512, PortChoice::AfXdp, None)
+                    .expect("the AF_XDP endpoint that holds the hook");
+                let refused = Endpoint::open("eth1", 1514, 512, PortChoice::AfXdp, None).err();
+                let mut second = Endpoint::open("eth1", 1514, 512, PortChoice::Auto, None)
+                    .expect("an endpoint, AF_PACKET if need be");
+                let queued = (0..FRAMES)
+                    .take_while(|&seq| second.queue(&test_frame(1514, 0xc, seq as u16)))
+                    .count();
+                second.flush();
+                (refused, second.kind(), queued, second.unsent())
+            })
+            .unwrap();
+        let arrived = b.link_stats(veth.b_name()).unwrap().rx_packets - before;
+        assert!(
+            matches!(refused, Some(WorkerError::Port(PortError::Busy(_)))),
+            "{refused:?}"
+        );
+        assert_eq!(kind, PortKind::AfPacket);
+        assert_eq!((queued, unsent), (FRAMES, 0));
+        assert_eq!(arrived, FRAMES as u64, "frames that reached the other end");
     }
 }

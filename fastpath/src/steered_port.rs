@@ -75,14 +75,14 @@ impl SteerTarget {
 
 impl SteeredPort {
     /// Opens the sockets for the pod at the other end of `far` (on `far`'s interface),
-    /// with the receiving one in `slot` of the worker's socket map. Nothing is steered to
-    /// them until `steer`.
+    /// with the receiving one in `slot` of the worker's socket map, and UMEMs of
+    /// `(receiving, sending)` frames. Nothing is steered to them until `steer`.
     pub(crate) fn open(
         program: &RedirectProgram,
         slot: u32,
         far: &SteeredEnd,
         max_frame: usize,
-        frames: usize,
+        (receive_frames, send_frames): (usize, usize),
     ) -> Result<SteeredPort, PortError> {
         let ifname = far.ifname.as_str();
         let unsteerable = |reason: String| PortError::Unsteerable {
@@ -101,7 +101,7 @@ impl SteeredPort {
             ifname,
             mode,
             max_frame,
-            frames,
+            receive_frames,
             Steering::Later(program, slot),
         )?;
         // The sender receives nothing: its frames are all for sending.
@@ -109,7 +109,7 @@ impl SteeredPort {
             ifname,
             mode,
             max_frame,
-            frames,
+            send_frames,
             Steering::SendOnly {
                 queue: 1,
                 while_busy: None,

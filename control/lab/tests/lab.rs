@@ -784,23 +784,25 @@ fn bench_measures_every_wire_or_one_and_draws_the_chart() {
     let png = std::fs::read(&chart).unwrap();
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
 
+    let bench_link = |link: &str, rest: &[&str]| {
+        let mut args = vec!["lab", "bench", "--lab", &name, "--link", link];
+        args.extend_from_slice(rest);
+        run(&args)
+    };
     let one = charts.0.join("one.png");
-    let out = run(&[
-        "lab",
-        "bench",
-        "--lab",
-        &name,
-        "--link",
+    let out = bench_link(
         "2",
-        "--seconds",
-        "0.3",
-        "--confirm-seconds",
-        "0.5",
-        "--flows",
-        "b-to-a",
-        "--chart",
-        one.to_str().unwrap(),
-    ]);
+        &[
+            "--seconds",
+            "0.3",
+            "--confirm-seconds",
+            "0.5",
+            "--flows",
+            "b-to-a",
+            "--chart",
+            one.to_str().unwrap(),
+        ],
+    );
     assert!(out.status.success(), "{}", text(&out));
     let table = text(&out);
     assert!(
@@ -816,7 +818,50 @@ fn bench_measures_every_wire_or_one_and_draws_the_chart() {
         "{table}"
     );
     assert!(one.exists());
-    let out = run(&["lab", "bench", "--lab", &name, "--link", "99"]);
+
+    // A same-node wire that the switch steers (impaired, here by a loss too small to
+    // matter): the pods' interfaces carry the switch's XDP program, and the bench's
+    // generator and sink take AF_PACKET there. They refused to start before.
+    let out = run(&["lab", "impair", "0", "--lab", &name, "--loss", "0.0001"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let steered = |status: &Value| {
+        status["wires"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["uid"] == 0 && w["carrier"] == "switch")
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || steered(&lab.status())),
+        "{:#}",
+        lab.status()
+    );
+    let steered_chart = charts.0.join("steered.png");
+    let out = bench_link(
+        "0",
+        &[
+            "--seconds",
+            "0.3",
+            "--confirm-seconds",
+            "0",
+            "--flows",
+            "a-to-b",
+            "--json",
+            "--chart",
+            steered_chart.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let results: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let direction = &results[0]["directions"][0];
+    assert_eq!(direction["direction"], "a->b", "{results}");
+    assert!(
+        direction["lossfree_pps"].as_f64().unwrap() > 0.0,
+        "{results}"
+    );
+    assert!(steered(&lab.status()), "{:#}", lab.status());
+
+    let out = bench_link("99", &[]);
     assert!(!out.status.success());
     assert!(text(&out).contains("no link with uid 99"), "{}", text(&out));
     drop(lab);
