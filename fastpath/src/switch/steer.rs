@@ -46,12 +46,13 @@ const DRAIN_LIMIT: Duration = Duration::from_millis(50);
 /// - 1024 receiving and 1024 sending (four runs): 165k-194k (one more search passed no
 ///   rate), 177k-235k, 86k-123k; besides the impairment's, every frame lost was lost
 ///   as `rx_fill_ring_empty` at the receiving rings;
-/// - 4096 and 4096 (two runs): 233k-246k, 285k-352k, 84k-107k;
-/// - 4096 receiving and 1024 sending (three runs): 315k-368k, 312k-358k, 127k-151k.
+/// - 4096 and 4096 (four runs): 233k-355k, 227k-352k, 84k-118k;
+/// - 4096 receiving and 1024 sending (five runs): 309k-368k, 285k-358k, 104k-151k.
 ///
 /// No run dropped a frame for want of a sending buffer. What the larger ring costs:
 /// memory (20 MiB a pair of 1514-byte wires against 8), and latency at the loss-free
-/// rate, where a queue stands (p99 3.4-9.6 ms one way against 0.6-3.3 ms).
+/// rate, where a queue stands (p99 2.3-18 ms one way against 0.6-3.3 ms; 2.8-35 ms with
+/// 4096 sending too).
 const STEERED_SEND_FRAMES: usize = 1024;
 
 /// What a steered pair's ports are opened with.
