@@ -118,9 +118,9 @@ fn open_one(
     far: &SteeredEnd,
     spec: &SteerSpec,
 ) -> Result<SteeredPort, PortError> {
+    let frames = (spec.frames, spec.frames.min(STEERED_SEND_FRAMES));
     let since = Instant::now();
     loop {
-        let frames = (spec.frames, spec.frames.min(STEERED_SEND_FRAMES));
         match SteeredPort::open(program, slot, far, spec.max_frame, frames) {
             Err(PortError::Busy(_)) if since.elapsed() < RELEASE_GRACE => {
                 std::thread::sleep(REBIND_PAUSE);

@@ -129,10 +129,6 @@ struct WorkerArgs {
     /// `resting_frames_per_worker`; 0: every port rests at `min_frames_per_port`).
     #[arg(long)]
     resting_frames_per_worker: Option<usize>,
-    /// Open xwire's ports as AF_PACKET sockets, the fall-back where AF_XDP cannot be had,
-    /// instead of AF_XDP.
-    #[arg(long)]
-    af_packet: bool,
 }
 
 impl WorkerArgs {
@@ -154,11 +150,7 @@ impl WorkerArgs {
             resting_frames_per_worker: self
                 .resting_frames_per_worker
                 .unwrap_or(daemon.resting_frames_per_worker),
-            ports: if self.af_packet {
-                PortChoice::AfPacket
-            } else {
-                daemon.ports
-            },
+            ports: daemon.ports,
         }
     }
 }
@@ -210,6 +202,10 @@ enum Scenario {
         underlay_mtu: u16,
         #[command(flatten)]
         worker: WorkerArgs,
+        /// Open xwire's ports as AF_PACKET sockets, the fall-back where AF_XDP cannot be
+        /// had, instead of AF_XDP (`local-fwd` has a device for it: xwire-af_packet).
+        #[arg(long)]
+        af_packet: bool,
         /// Skip the TCP pass.
         #[arg(long)]
         no_tcp: bool,
@@ -721,6 +717,7 @@ fn remote_wire(scenario: Scenario) -> Result<()> {
         paths,
         underlay_mtu,
         worker,
+        af_packet,
         no_tcp,
         no_frames,
         verbose,
@@ -736,9 +733,13 @@ fn remote_wire(scenario: Scenario) -> Result<()> {
     if !no_tcp {
         tools::ensure(&[tools::IPERF3], !run.no_install)?;
     }
+    let mut settings = worker.settings();
+    if af_packet {
+        settings.ports = PortChoice::AfPacket;
+    }
     let setup = Setup {
         underlay_mtu,
-        worker: worker.settings(),
+        worker: settings,
         verbose,
         layout,
     };
