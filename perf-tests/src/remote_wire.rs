@@ -406,6 +406,7 @@ pub fn tcp(path: WirePath, seconds: f64, setup: Setup) -> Result<Row> {
         gbps: (got.rx_bytes - got_before.rx_bytes) as f64 * 8.0 / seconds / 1e9,
         // Counted a moment apart, the two ends may differ by a frame in flight.
         loss_ratio: (1.0 - delivered as f64 / sent.max(1) as f64).max(0.0),
+        lost_frames: None,
         p50_us: None,
         p99_us: None,
         cpu_cores: usage.dut_share,

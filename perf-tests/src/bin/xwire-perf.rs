@@ -963,8 +963,11 @@ fn emit(row: &Row, json: bool) {
         let cost = row.cpu_ns_per_frame.map_or(String::new(), |ns| {
             format!("  machine cpu {ns:.0} ns/frame")
         });
+        let lost = row
+            .lost_frames
+            .map_or(String::new(), |n| format!(" ({n} lost)"));
         println!(
-            "{:<28} {:>5} B  offered {:>9.0} pps  delivered {:>9.0} pps  {:>6.2} Gbps  loss {:>6.2}%  p50 {:>6} us  p99 {:>6} us  dut cpu {:.2}{tcp}{cost}",
+            "{:<28} {:>5} B  offered {:>9.0} pps  delivered {:>9.0} pps  {:>6.2} Gbps  loss {:>6.2}%{lost}  p50 {:>6} us  p99 {:>6} us  dut cpu {:.2}{tcp}{cost}",
             row.name,
             row.frame_bytes,
             row.offered_pps,
