@@ -283,6 +283,16 @@ mod tests {
     use crate::worker::{PortChoice, PortKind, WorkerError};
     use crate::xdp_port::PortError;
 
+    /// Queues up to `frames` 1514-byte frames (tagged `tag`) and flushes once: how many
+    /// were queued, and how many were still unsent after the flush.
+    fn queue_and_flush(endpoint: &mut Endpoint, frames: usize, tag: u8) -> (usize, usize) {
+        let queued = (0..frames)
+            .take_while(|&seq| endpoint.queue(&test_frame(1514, tag, seq as u16)))
+            .count();
+        endpoint.flush();
+        (queued, endpoint.unsent())
+    }
+
     #[test]
     fn one_flush_sends_every_frame_queued_not_one_kicks_worth() {
         // Well above the 32 frames one copy-mode kick sends, within one flush's kicks.
@@ -296,11 +306,7 @@ mod tests {
             .run(|| {
                 let mut endpoint = Endpoint::open("eth1", 1514, 512, PortChoice::AfXdp, None)
                     .expect("an AF_XDP endpoint");
-                let queued = (0..FRAMES)
-                    .take_while(|&seq| endpoint.queue(&test_frame(1514, 0xe, seq as u16)))
-                    .count();
-                endpoint.flush();
-                (queued, endpoint.unsent())
+                queue_and_flush(&mut endpoint, FRAMES, 0xe)
             })
             .unwrap();
         let arrived = b.link_stats(veth.b_name()).unwrap().rx_packets - before;
@@ -354,11 +360,8 @@ mod tests {
                 let refused = Endpoint::open("eth1", 1514, 512, PortChoice::AfXdp, None).err();
                 let mut second = Endpoint::open("eth1", 1514, 512, PortChoice::Auto, None)
                     .expect("an endpoint, AF_PACKET if need be");
-                let queued = (0..FRAMES)
-                    .take_while(|&seq| second.queue(&test_frame(1514, 0xc, seq as u16)))
-                    .count();
-                second.flush();
-                (refused, second.kind(), queued, second.unsent())
+                let (queued, unsent) = queue_and_flush(&mut second, FRAMES, 0xc);
+                (refused, second.kind(), queued, unsent)
             })
             .unwrap();
         let arrived = b.link_stats(veth.b_name()).unwrap().rx_packets - before;
